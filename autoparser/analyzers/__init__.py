@@ -1,0 +1,69 @@
+"""Differential template analysis: one module per concern, assembled here.
+
+    render (probes) -> diff -> prompt / reasoning / content / tools -> Analysis
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autoparser.analysis import Analysis
+from autoparser.analyzers.content import analyze_content
+from autoparser.analyzers.diff import is_marker, segments
+from autoparser.analyzers.probes import Prober
+from autoparser.analyzers.prompt import generation_prompt, turn_end
+from autoparser.analyzers.reasoning import analyze_reasoning, template_facts
+from autoparser.analyzers.tools import analyze_tools, tool_markers, tool_triggers
+from autoparser.render import TemplateRenderError
+
+
+def analyze(source: str, bos_token: str = "", eos_token: str = "", **template_kwargs: Any) -> Analysis:
+    """Infer the output format of the chat template `source` by rendering it differentially.
+
+    Raises `TemplateRenderError` when the template does not compile or renders nothing at all.
+    Anything that could not be determined is reported in `Analysis.warnings`.
+    """
+    facts = template_facts(source)
+    prober = Prober(source, bos_token=bos_token, eos_token=eos_token, base_kwargs=dict(template_kwargs))
+    analysis = Analysis(source=source, bos_token=bos_token, eos_token=eos_token,
+                        template_vars=dict(template_kwargs))
+    warnings = analysis.warnings
+    if not prober.choose_shape():
+        reason = prober.errors[-1] if prober.errors else "it renders nothing for a user message"
+        raise TemplateRenderError(f"the template cannot render a basic conversation: {reason}")
+
+    analysis.generation_prompt = generation_prompt(prober) or ""
+    reasoning = analyze_reasoning(prober, facts, warnings)
+    analysis.reasoning = reasoning
+    quiet = analysis.thinking_kwargs(False) if reasoning.toggle else {}
+
+    turn = turn_end(prober, eos_token, **quiet)
+    if turn is None:
+        warnings.append("an assistant reply does not render after the prompt, so the end of a turn is unknown")
+        stop: list[str] = [eos_token] if eos_token else []
+    else:
+        stop = turn.stop
+        if not stop:
+            warnings.append("no end-of-turn marker follows an assistant reply; generation relies on the "
+                            "model's end-of-sequence token")
+    analysis.stop = stop
+    analysis.content = analyze_content(prober, reasoning, stop, quiet)
+    analysis.tools = analyze_tools(prober, reasoning, stop, quiet, warnings)
+    analysis.preserved_tokens = _preserved_tokens(analysis)
+    analysis.triggers = tool_triggers(analysis.tools)
+    if not analysis.tools.supported:
+        warnings.append("the template does not render tool calls; tool calling is off")
+    return analysis
+
+
+def _preserved_tokens(analysis: Analysis) -> list[str]:
+    out: list[str] = []
+    texts = [analysis.reasoning.start, analysis.reasoning.end, analysis.content.start, analysis.content.end]
+    for text in texts:
+        for seg in segments(text):
+            if is_marker(seg) and seg not in out:
+                out.append(seg)
+    for marker in tool_markers(analysis.tools) + analysis.stop:
+        if marker and marker not in out:
+            out.append(marker)
+    return out

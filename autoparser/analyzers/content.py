@@ -1,0 +1,57 @@
+"""Markers around the visible answer, and whether they depend on reasoning being present."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autoparser.analysis import ContentAnalysis, ReasoningAnalysis
+from autoparser.analyzers.diff import is_marker, segments
+from autoparser.analyzers.probes import CONTENT_TEXT, REASONING_FIELDS, REASONING_TEXT, Prober
+
+
+def analyze_content(prober: Prober, reasoning: ReasoningAnalysis, stop: list[str],
+                    kwargs: dict[str, Any]) -> ContentAnalysis:
+    plain = _wrapping(prober.output(prober.assistant(CONTENT_TEXT), **kwargs), reasoning, stop)
+    with_reasoning = ("", "")
+    if reasoning.mode != "none":
+        for name in REASONING_FIELDS:
+            output = prober.output(prober.assistant(CONTENT_TEXT, **{name: REASONING_TEXT}), **kwargs)
+            if output and REASONING_TEXT in output:
+                with_reasoning = _wrapping(output[output.index(REASONING_TEXT) + len(REASONING_TEXT):],
+                                           reasoning, stop)
+                break
+    if plain[0] or plain[1]:
+        return ContentAnalysis(mode="wrapped", start=plain[0], end=plain[1])
+    if with_reasoning[0] or with_reasoning[1]:
+        return ContentAnalysis(mode="wrapped_with_reasoning", start=with_reasoning[0], end=with_reasoning[1])
+    return ContentAnalysis()
+
+
+def _wrapping(output: str | None, reasoning: ReasoningAnalysis, stop: list[str]) -> tuple[str, str]:
+    if not output or CONTENT_TEXT not in output:
+        return "", ""
+    at = output.index(CONTENT_TEXT)
+    before = _drop_reasoning(output[:at], reasoning)
+    after = output[at + len(CONTENT_TEXT):]
+    start = "".join(before).strip()
+    end_segments = []
+    for seg in segments(after):
+        if seg in stop:
+            break
+        end_segments.append(seg)
+    end = "".join(end_segments).strip()
+    if start and not any(is_marker(s) for s in segments(start)):
+        start = ""
+    if end and not any(is_marker(s) for s in segments(end)):
+        end = ""
+    return start, end
+
+
+def _drop_reasoning(before: str, reasoning: ReasoningAnalysis) -> list[str]:
+    """The segments before the content, minus an (empty) reasoning block."""
+    segs = segments(before)
+    if reasoning.mode == "none":
+        return segs
+    if reasoning.end in segs:
+        return segs[len(segs) - segs[::-1].index(reasoning.end):]
+    return [s for s in segs if s != reasoning.start]

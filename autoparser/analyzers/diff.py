@@ -1,0 +1,102 @@
+"""Comparing rendered variants at the level of markup segments rather than characters.
+
+A plain character diff of `<｜tool▁call▁end｜><｜tool▁call▁begin｜>` against
+`<｜tool▁call▁end｜><｜tool▁calls▁end｜>` would share `<｜tool▁call` and cut a marker in half.
+Cutting the text into segments first (special tokens, tags, bracket tags, words, whitespace
+runs, single punctuation) keeps every boundary on a place where a marker can start or end.
+This is general knowledge of tag syntax, not knowledge of any model.
+"""
+
+from __future__ import annotations
+
+import re
+
+_SEGMENT = re.compile(
+    r"""
+      <[|｜][^<>\n]{0,80}?[|｜]>          # special tokens: <|im_start|>, <｜User｜>
+    | </?[A-Za-z_][\w:.\-]*(?:\s[^<>\n]{0,120})?/?>   # xml-ish tags, with attributes
+    | \[/?[A-Z][A-Z_]*\]                  # bracket tags: [TOOL_CALLS], [/INST]
+    | <[^<>\s]{0,60}                      # an open tag cut short: <function=, <invoke
+    | \s+
+    | \w+
+    | .
+    """,
+    re.VERBOSE | re.DOTALL,
+)
+
+_MARKER = re.compile(
+    r"^(?:<[|｜][^<>\n]*[|｜]>|</?[A-Za-z_][\w:.\-]*(?:\s[^<>\n]*)?/?>|\[/?[A-Z][A-Z_]*\])$"
+)
+
+
+def segments(text: str) -> list[str]:
+    return _SEGMENT.findall(text)
+
+
+def is_marker(segment: str) -> bool:
+    """A complete special token, tag or bracket tag."""
+    return bool(_MARKER.match(segment))
+
+
+def common_prefix(a: str, b: str) -> str:
+    """Longest common prefix of `a` and `b` that ends on a segment boundary of both."""
+    out = []
+    for x, y in zip(segments(a), segments(b), strict=False):
+        if x != y:
+            break
+        out.append(x)
+    return "".join(out)
+
+
+def common_suffix(a: str, b: str) -> str:
+    out = []
+    for x, y in zip(reversed(segments(a)), reversed(segments(b)), strict=False):
+        if x != y:
+            break
+        out.append(x)
+    return "".join(reversed(out))
+
+
+def char_common_prefix(a: str, b: str) -> str:
+    n = 0
+    limit = min(len(a), len(b))
+    while n < limit and a[n] == b[n]:
+        n += 1
+    return a[:n]
+
+
+def strip_prefix(text: str, prefix: str) -> str:
+    return text[len(prefix):] if prefix and text.startswith(prefix) else text
+
+
+def strip_suffix(text: str, suffix: str) -> str:
+    return text[: len(text) - len(suffix)] if suffix and text.endswith(suffix) else text
+
+
+def markers_in(text: str) -> list[str]:
+    """Every complete marker segment in `text`, in order, without repeats."""
+    seen: list[str] = []
+    for seg in segments(text):
+        if is_marker(seg) and seg not in seen:
+            seen.append(seg)
+    return seen
+
+
+def first_marker_split(text: str) -> tuple[str, str]:
+    """Split `text` after its leading marker segment (with the whitespace that follows it).
+
+    Used to tell a per-call opener (`<tool_call>`) from the text that introduces the name
+    (`\\n<function=`); when `text` does not start with a marker, everything is the second part.
+    """
+    segs = segments(text)
+    if not segs or not is_marker(segs[0]):
+        return "", text
+    return segs[0], "".join(segs[1:])
+
+
+def longest_marker(text: str) -> str:
+    """The most distinctive marker in `text`: its first complete marker, else the stripped text."""
+    for seg in segments(text):
+        if is_marker(seg):
+            return seg
+    return text.strip()

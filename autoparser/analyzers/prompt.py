@@ -1,0 +1,50 @@
+"""The generation prompt and the end-of-turn marker."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from autoparser.analyzers.diff import char_common_prefix, is_marker, segments
+from autoparser.analyzers.probes import CONTENT_TEXT, Prober
+
+
+def generation_prompt(prober: Prober, **kwargs: Any) -> str | None:
+    """What `add_generation_prompt=True` appends to the history."""
+    with_prompt = prober.prompt(**kwargs)
+    without = prober.render(prober.history(), add_generation_prompt=False, **kwargs)
+    if with_prompt is None or without is None:
+        return None
+    return with_prompt[len(char_common_prefix(with_prompt, without)):]
+
+
+@dataclass
+class TurnEnd:
+    before_content: str = ""  # what the output carries before the content (after the prompt)
+    after_content: str = ""   # what follows the content: the end of turn, as rendered
+    stop: list[str] = field(default_factory=list)
+
+
+def turn_end(prober: Prober, eos_token: str, **kwargs: Any) -> TurnEnd | None:
+    output = prober.output(prober.assistant(CONTENT_TEXT), **kwargs)
+    if output is None or CONTENT_TEXT not in output:
+        return None
+    at = output.index(CONTENT_TEXT)
+    after = output[at + len(CONTENT_TEXT):]
+    return TurnEnd(before_content=output[:at], after_content=after, stop=stop_markers(after, eos_token))
+
+
+def stop_markers(after_content: str, eos_token: str) -> list[str]:
+    """The marker that ends the turn: the first thing after the content that is not whitespace."""
+    stops: list[str] = []
+    for seg in segments(after_content):
+        if seg.isspace():
+            continue
+        if is_marker(seg) or seg == eos_token:
+            stops.append(seg)
+        elif eos_token and eos_token in after_content:
+            stops.append(eos_token)
+        break
+    if eos_token and eos_token not in stops:
+        stops.append(eos_token)
+    return stops

@@ -1,0 +1,232 @@
+"""Reasoning markers, forced-open reasoning and the thinking switch.
+
+Three independent kinds of evidence, each confirmed by rendering:
+
+1. the switch: a variable the template reads that changes the generation prompt when flipped;
+   comparing the two prompts shows the start marker, and often the end marker;
+2. the history: an assistant message carrying reasoning (`reasoning_content` and its aliases)
+   renders it between the start and end markers;
+3. stripping: templates that drop earlier reasoning from content cut it at the end marker, so
+   content `R<marker>C` rendering as just `C` proves `<marker>` ends reasoning.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from jinja2 import meta, nodes
+
+from autoparser.analysis import ReasoningAnalysis
+from autoparser.analyzers.diff import is_marker, markers_in, segments
+from autoparser.analyzers.probes import CONTENT_TEXT, REASONING_FIELDS, REASONING_TEXT, Prober
+from autoparser.analyzers.prompt import generation_prompt
+from autoparser.render import compile_template, make_environment
+
+STANDARD_VARIABLES = {
+    "messages", "tools", "add_generation_prompt", "bos_token", "eos_token", "raise_exception",
+    "strftime_now", "range", "namespace", "documents", "tools_in_user_message", "date_string",
+    "custom_tools", "builtin_tools", "unk_token", "pad_token", "tool", "message", "loop",
+}
+MAX_TOGGLE_CANDIDATES = 12
+
+
+@dataclass
+class TemplateFacts:
+    """What the template's syntax tree says, before any rendering."""
+
+    variables: list[str] = field(default_factory=list)
+    literals: list[str] = field(default_factory=list)
+
+
+def template_facts(source: str) -> TemplateFacts:
+    compile_template(source)  # raises a clear error for a template that does not compile
+    ast = make_environment().parse(source)
+    variables = sorted(meta.find_undeclared_variables(ast) - STANDARD_VARIABLES)
+    literals: list[str] = []
+    for const in ast.find_all(nodes.Const):
+        if isinstance(const.value, str) and const.value and const.value not in literals:
+            literals.append(const.value)
+    for data in ast.find_all(nodes.TemplateData):
+        if data.data not in literals:
+            literals.append(data.data)
+    return TemplateFacts(variables=variables, literals=literals)
+
+
+def marker_literals(facts: TemplateFacts) -> list[str]:
+    found: list[str] = []
+    for literal in facts.literals:
+        for marker in markers_in(literal):
+            if marker not in found:
+                found.append(marker)
+    return found
+
+
+@dataclass
+class Toggle:
+    name: str
+    on: Any
+    off: Any
+    prompt_on: str
+    prompt_off: str
+
+
+def find_toggle(prober: Prober, facts: TemplateFacts) -> Toggle | None:
+    """The variable that switches thinking: flipping it changes the generation prompt."""
+    ranked = sorted(facts.variables, key=lambda v: (not _sounds_like_thinking(v), v))
+    found: list[Toggle] = []
+    for name in ranked[:MAX_TOGGLE_CANDIDATES]:
+        on = generation_prompt(prober, **{name: True})
+        off = generation_prompt(prober, **{name: False})
+        if on is not None and off is not None and on != off and _adds_markers(on, off):
+            found.append(Toggle(name, True, False, on, off))
+    if not found:
+        return None
+    for candidate in found:
+        others_off = {t.name: t.off for t in found if t is not candidate}
+        others_on = {t.name: t.on for t in found if t is not candidate}
+        if (generation_prompt(prober, **{candidate.name: True}, **others_off) == candidate.prompt_on
+                and generation_prompt(prober, **{candidate.name: False}, **others_on) == candidate.prompt_off):
+            return candidate
+    return found[0]
+
+
+def _sounds_like_thinking(name: str) -> bool:
+    lowered = name.lower()
+    return "think" in lowered or "reason" in lowered
+
+
+def _adds_markers(a: str, b: str) -> bool:
+    return set(markers_in(a)) != set(markers_in(b)) or a.count("<") != b.count("<")
+
+
+def closing_counterpart(start: str) -> list[str]:
+    """Plausible end markers for a start marker, by the usual tag conventions."""
+    out = []
+    if start.startswith("<") and not start.startswith("</") and start.endswith(">"):
+        inner = start[1:]
+        out.append("</" + inner)
+        if inner.startswith(("|", "｜")):
+            out.append(start[:2] + "/" + start[2:])
+    for a, b in (("START", "END"), ("BEGIN", "END"), ("start", "end"), ("begin", "end"), ("Start", "End")):
+        if a in start:
+            out.append(start.replace(a, b, 1))
+    return out
+
+
+def opening_counterpart(end: str, literals: list[str]) -> str:
+    for candidate in literals:
+        if end in closing_counterpart(candidate):
+            return candidate
+    if end.startswith("</"):
+        return "<" + end[2:]
+    return ""
+
+
+def analyze_reasoning(prober: Prober, facts: TemplateFacts, warnings: list[str]) -> ReasoningAnalysis:
+    result = ReasoningAnalysis()
+    toggle = find_toggle(prober, facts)
+    on_kwargs = {toggle.name: toggle.on} if toggle else {}
+    literals = marker_literals(facts)
+
+    start, end = "", ""
+    forced_open = closed_when_off = False
+    if toggle:
+        start, end, forced_open, closed_when_off = _markers_from_toggle(toggle)
+
+    history_start, history_end = _markers_from_history(prober, on_kwargs)
+    if history_end:
+        result.rendered_in_history = True
+        start = start or history_start
+        end = end or history_end
+    if not end:
+        end = _end_marker_from_stripping(prober, literals, on_kwargs)
+    if end and not start:
+        start = opening_counterpart(end, literals)
+    if start and not end:
+        end = next((c for c in closing_counterpart(start) if c in literals), "")
+        if not end:
+            end = _end_marker_from_stripping(prober, [c for c in closing_counterpart(start)], on_kwargs)
+    if not start or not end:
+        if toggle:
+            warnings.append(f"the template switches thinking with '{toggle.name}', but its reasoning markers "
+                            "could not be told apart")
+        return result
+
+    prompt_on = toggle.prompt_on if toggle else (generation_prompt(prober) or "")
+    if not forced_open:
+        forced_open = _ends_with_marker(prompt_on, start)
+    result.mode = "tagged"
+    result.start, result.end = start, end
+    result.forced_open = forced_open
+    result.closed_when_off = closed_when_off
+    if toggle:
+        result.toggle, result.toggle_on, result.toggle_off = toggle.name, toggle.on, toggle.off
+        default = generation_prompt(prober)
+        result.default_on = default == toggle.prompt_on
+    return result
+
+
+def _markers_from_toggle(toggle: Toggle) -> tuple[str, str, bool, bool]:
+    on, off = toggle.prompt_on, toggle.prompt_off
+    start = end = ""
+    forced_open = closed_when_off = False
+    if off.startswith(on):
+        extra = markers_in(off[len(on):])
+        on_markers = markers_in(on)
+        if extra and on_markers:
+            start, end = on_markers[-1], extra[0]
+            forced_open = closed_when_off = _ends_with_marker(on, start)
+    elif on.startswith(off):
+        extra = markers_in(on[len(off):])
+        if extra:
+            start = extra[0]
+            forced_open = _ends_with_marker(on, start)
+            if len(extra) > 1:
+                end = extra[1]
+                forced_open = False
+    else:
+        n = 0
+        while n < min(len(on), len(off)) and on[n] == off[n]:
+            n += 1
+        on_rest, off_rest = markers_in(on[n:]), markers_in(off[n:])
+        if len(off_rest) >= 2 and not on_rest:
+            start, end = off_rest[0], off_rest[1]
+            closed_when_off = True
+        elif on_rest:
+            start = on_rest[0]
+            forced_open = _ends_with_marker(on, start)
+            if len(off_rest) >= 2 and off_rest[0] == start:
+                end = off_rest[1]
+                closed_when_off = True
+    return start, end, forced_open, closed_when_off
+
+
+def _ends_with_marker(text: str, marker: str) -> bool:
+    segs = [s for s in segments(text) if not s.isspace()]
+    return bool(segs) and segs[-1] == marker
+
+
+def _markers_from_history(prober: Prober, kwargs: dict[str, Any]) -> tuple[str, str]:
+    for name in REASONING_FIELDS:
+        message = prober.assistant(CONTENT_TEXT, **{name: REASONING_TEXT})
+        full = prober.conversation(message, **kwargs)
+        if not full or REASONING_TEXT not in full or CONTENT_TEXT not in full:
+            continue
+        r_at = full.index(REASONING_TEXT)
+        c_at = full.index(CONTENT_TEXT, r_at) if CONTENT_TEXT in full[r_at:] else -1
+        if c_at < 0:
+            continue
+        before = [s for s in segments(full[:r_at]) if not s.isspace()]
+        between = [s for s in segments(full[r_at + len(REASONING_TEXT):c_at]) if is_marker(s)]
+        if before and is_marker(before[-1]) and between:
+            return before[-1], between[0]
+    return "", ""
+
+
+def _end_marker_from_stripping(prober: Prober, candidates: list[str], kwargs: dict[str, Any]) -> str:
+    for marker in candidates:
+        output = prober.output(prober.assistant(REASONING_TEXT + marker + CONTENT_TEXT), **kwargs)
+        if output and CONTENT_TEXT in output and REASONING_TEXT not in output:
+            return marker
+    return ""

@@ -1,0 +1,388 @@
+"""The tool-call structure, learned from rendering one call, two calls, and their differences.
+
+The probe calls use known names, ids and arguments, so each can be found in the output:
+
+* the arguments of call A found as one JSON object that also holds A's name: the ``json`` format,
+  and the object's keys name the fields;
+* found as a JSON object outside the name: ``tag_json``; the text between them is markup;
+* not found as JSON, but A's argument keys and values are there one by one: ``tag_tagged``.
+
+Then, with the span of each call known, the text before call A in the one-call output, the text
+after it, and the text between the two calls of the two-call output share their markup:
+``between = call_end + separator + call_start``, ``before = section_start + call_start``,
+``after = call_end + section_end + end of turn``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from autoparser.analysis import ReasoningAnalysis, ToolsAnalysis
+from autoparser.analyzers.diff import (
+    common_prefix,
+    common_suffix,
+    first_marker_split,
+    is_marker,
+    segments,
+    strip_prefix,
+)
+from autoparser.analyzers.probes import (
+    ARGS_A,
+    ARGS_B,
+    ID_A,
+    ID_B,
+    NAME_A,
+    NAME_B,
+    PROBE_TOOLS,
+    Prober,
+)
+
+_FENCE_OPEN = re.compile(r"```[\w.+-]*[ \t]*\n?$")
+_FENCE_CLOSE = re.compile(r"^\s*```")
+
+
+@dataclass
+class Span:
+    start: int
+    end: int
+
+
+@dataclass
+class CallRenders:
+    one: str
+    two: str | None
+    as_text: bool
+    definitions_shown: bool
+
+
+def analyze_tools(prober: Prober, reasoning: ReasoningAnalysis, stop: list[str],
+                  kwargs: dict[str, Any], warnings: list[str]) -> ToolsAnalysis:
+    renders = _render_calls(prober, kwargs)
+    if renders is None:
+        return ToolsAnalysis()
+    if not renders.definitions_shown:
+        warnings.append("the template renders tool calls but never shows the tool definitions to the model; "
+                        "pass a template that does (--chat-template-file) to tell the model about tools")
+    one, two = renders.one, renders.two
+    tools = ToolsAnalysis(supported=True, parallel=two is not None)
+    if two is None:
+        warnings.append("the template refuses two tool calls in one message, so parallel calls are off")
+
+    call_json = _json_call(one)
+    if call_json is not None:
+        tools.format = "json"
+        spans = _json_spans(one, two, tools, call_json)
+    else:
+        args_span = _json_args_span(one, ARGS_A)
+        if args_span is not None:
+            tools.format = "tag_json"
+            spans = _tag_json_spans(one, two, tools, args_span)
+        else:
+            tools.format = "tag_tagged"
+            spans = _tagged_spans(one, two, tools)
+    if spans is None:
+        warnings.append("tool calls render, but their structure could not be worked out; tool calls will "
+                        "stay in content")
+        return ToolsAnalysis(supported=False)
+    _markup(one, two, spans, tools, reasoning, stop)
+    if tools.format in ("tag_json", "tag_tagged"):
+        _split_tag_markup(tools)
+    _find_tag_id(one, spans, tools)
+    return tools
+
+
+# -- rendering --------------------------------------------------------------------------------------
+
+def _render_calls(prober: Prober, kwargs: dict[str, Any]) -> CallRenders | None:
+    for as_text in (False, True):
+        for empty in (None, ""):
+            prober.shape.empty_content = empty
+            one = prober.output(prober.calls_message([(NAME_A, ARGS_A, ID_A)], as_text),
+                                tools=PROBE_TOOLS, **kwargs)
+            if one is None or NAME_A not in one:
+                continue
+            two = prober.output(prober.calls_message([(NAME_A, ARGS_A, ID_A), (NAME_B, ARGS_B, ID_B)], as_text),
+                                tools=PROBE_TOOLS, **kwargs)
+            if two is not None and (NAME_B not in two or NAME_A not in two):
+                two = None
+            prompt = prober.prompt(tools=PROBE_TOOLS, **kwargs) or ""
+            shown = "first_arg" in prompt or "First probe tool" in prompt
+            return CallRenders(one=one, two=two, as_text=as_text, definitions_shown=shown)
+    prober.shape.empty_content = None
+    return None
+
+
+# -- finding calls ----------------------------------------------------------------------------------
+
+def json_objects(text: str) -> list[tuple[int, int, dict[str, Any]]]:
+    """Every JSON object in `text` as (start, end, value), found by decoding at each `{`."""
+    decoder = json.JSONDecoder()
+    found = []
+    for at, char in enumerate(text):
+        if char != "{":
+            continue
+        try:
+            value, end = decoder.raw_decode(text, at)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            found.append((at, end, value))
+    return found
+
+
+def _holds(value: Any, target: Any) -> bool:
+    if value == target:
+        return True
+    if isinstance(value, dict):
+        return any(_holds(v, target) for v in value.values())
+    if isinstance(value, list):
+        return any(_holds(v, target) for v in value)
+    return False
+
+
+def _is_args(value: Any, args: dict[str, Any]) -> bool:
+    if value == args:
+        return True
+    if isinstance(value, str):
+        try:
+            return json.loads(value) == args
+        except ValueError:
+            return False
+    return False
+
+
+@dataclass
+class JsonCall:
+    start: int
+    end: int
+    value: dict[str, Any]
+
+
+def _json_call(text: str, name: str = NAME_A, args: dict[str, Any] = ARGS_A,
+               after: int = 0) -> JsonCall | None:
+    """The JSON object that is one call: the smallest holding name and arguments, widened to wrappers."""
+    objects = [o for o in json_objects(text) if o[0] >= after]
+    inner = [o for o in objects if _holds(o[2], name) and any(_is_args(v, args) for v in _values(o[2]))]
+    if not inner:
+        return None
+    start, end, value = min(inner, key=lambda o: o[1] - o[0])
+    while True:
+        wrapper = [o for o in objects if o[0] < start and o[1] >= end and value in o[2].values()]
+        if not wrapper:
+            break
+        start, end, value = min(wrapper, key=lambda o: o[1] - o[0])
+    return JsonCall(start, end, value)
+
+
+def _values(obj: dict[str, Any]) -> list[Any]:
+    out = list(obj.values())
+    for v in obj.values():
+        if isinstance(v, dict):
+            out.extend(v.values())
+    return out
+
+
+def _json_spans(one: str, two: str | None, tools: ToolsAnalysis, call: JsonCall) -> list[Span] | None:
+    inner = call.value
+    for key, value in call.value.items():
+        if isinstance(value, dict) and NAME_A in value.values():
+            tools.function_field = key
+            inner = value
+    tools.name_field = next(k for k, v in inner.items() if v == NAME_A)
+    tools.args_field = next(k for k, v in inner.items() if _is_args(v, ARGS_A))
+    tools.args_as_string = isinstance(inner[tools.args_field], str)
+    for container in (call.value, inner):
+        for key, value in container.items():
+            if value == ID_A:
+                tools.id_field = key
+    spans = [Span(call.start, call.end)]
+    if two is not None:
+        first = _json_call(two)
+        second = _json_call(two, NAME_B, ARGS_B, after=first.end if first else 0)
+        if first is None or second is None:
+            return None
+        spans += [Span(first.start, first.end), Span(second.start, second.end)]
+    before = one[: call.start].rstrip()
+    after = one[call.end:].lstrip()
+    tools.array = before.endswith("[") and after.startswith("]")
+    return spans
+
+
+def _json_args_span(text: str, args: dict[str, Any], after: int = 0) -> Span | None:
+    for start, end, value in json_objects(text):
+        if start >= after and value == args:
+            return Span(start, end)
+    return None
+
+
+def _tag_json_spans(one: str, two: str | None, tools: ToolsAnalysis, args: Span) -> list[Span] | None:
+    name_at = one.rfind(NAME_A, 0, args.start)
+    if name_at < 0:
+        return None
+    tools.name_end = one[name_at + len(NAME_A): args.start]
+    spans = [Span(name_at, args.end)]
+    if two is not None:
+        a_at = two.find(NAME_A)
+        a_args = _json_args_span(two, ARGS_A, a_at)
+        b_at = two.find(NAME_B, a_args.end if a_args else 0)
+        b_args = _json_args_span(two, ARGS_B, b_at)
+        if a_at < 0 or a_args is None or b_at < 0 or b_args is None:
+            return None
+        spans += [Span(a_at, a_args.end), Span(b_at, b_args.end)]
+    return spans
+
+
+def _tagged_spans(one: str, two: str | None, tools: ToolsAnalysis) -> list[Span] | None:
+    name_at = one.find(NAME_A)
+    found = _tagged_positions(one, name_at + len(NAME_A))
+    if found is None:
+        return None
+    key1, val1, key2, val2, raw = found
+    first_gap = one[name_at + len(NAME_A): key1.start]
+    middle_gap = one[val1.end: key2.start]
+    tools.arg_start = common_suffix(first_gap, middle_gap)
+    tools.name_end = first_gap[: len(first_gap) - len(tools.arg_start)]
+    tools.arg_end = middle_gap[: len(middle_gap) - len(tools.arg_start)]
+    tools.arg_key_end = one[key1.end: val1.start]
+    tools.arg_string_raw = raw
+    if not tools.arg_start and not tools.arg_key_end:
+        return None
+    spans = [Span(name_at, val2.end)]
+    if two is not None:
+        a_at = two.find(NAME_A)
+        found_two = _tagged_positions(two, a_at + len(NAME_A))
+        b_at = two.find(NAME_B, found_two[3].end) if found_two else -1
+        if found_two is None or b_at < 0:
+            return None
+        b_val = two.find("beta value", b_at)
+        if b_val < 0:
+            return None
+        spans += [Span(a_at, found_two[3].end), Span(b_at, b_val + len("beta value") + (0 if raw else 1))]
+    return spans
+
+
+def _tagged_positions(text: str, at: int) -> tuple[Span, Span, Span, Span, bool] | None:
+    key1 = text.find("first_arg", at)
+    if key1 < 0:
+        return None
+    raw = True
+    val1 = text.find('"alpha value"', key1)
+    if val1 >= 0 and text.find("alpha value", key1) == val1 + 1:
+        raw = False
+        val1_span = Span(val1, val1 + len('"alpha value"'))
+    else:
+        val1 = text.find("alpha value", key1)
+        if val1 < 0:
+            return None
+        val1_span = Span(val1, val1 + len("alpha value"))
+    key2 = text.find("second_arg", val1_span.end)
+    val2 = text.find("42", key2 + len("second_arg")) if key2 >= 0 else -1
+    if key2 < 0 or val2 < 0:
+        return None
+    return (Span(key1, key1 + len("first_arg")), val1_span, Span(key2, key2 + len("second_arg")),
+            Span(val2, val2 + 2), raw)
+
+
+# -- markup around the calls ------------------------------------------------------------------------
+
+def _markup(one: str, two: str | None, spans: list[Span], tools: ToolsAnalysis,
+            reasoning: ReasoningAnalysis, stop: list[str]) -> None:
+    first = spans[0]
+    before = _drop_leading_reasoning(one[: first.start], reasoning)
+    after = one[first.end:]
+    if two is not None and len(spans) == 3:
+        between = two[spans[1].end: spans[2].start]
+        tools.call_end = common_prefix(between, after)
+        rest = between[len(tools.call_end):]
+        tools.call_start = common_suffix(rest, before)
+        tools.call_separator = rest[: len(rest) - len(tools.call_start)]
+    else:
+        tools.call_start = ""
+        tools.call_end = _until_stop(after, stop)
+    tools.section_start = before[: len(before) - len(tools.call_start)]
+    tools.section_end = _until_stop(after[len(tools.call_end):], stop)
+    if tools.array:
+        tools.section_start = tools.section_start.rstrip()
+        tools.section_end = tools.section_end.lstrip()
+        tools.section_start = tools.section_start[:-1] if tools.section_start.endswith("[") else tools.section_start
+        tools.section_end = tools.section_end[1:] if tools.section_end.startswith("]") else tools.section_end
+    tools.section_start = tools.section_start.strip() if not tools.section_start.strip() else tools.section_start.lstrip()
+    if not tools.section_start.strip():
+        tools.section_start = ""
+    if not tools.section_end.strip():
+        tools.section_end = ""
+
+
+def _drop_leading_reasoning(text: str, reasoning: ReasoningAnalysis) -> str:
+    if reasoning.mode == "none" or not reasoning.end:
+        return text
+    at = text.find(reasoning.end)
+    if at >= 0 and not text[:at].replace(reasoning.start, "").strip():
+        return text[at + len(reasoning.end):].lstrip()
+    return text
+
+
+def _until_stop(text: str, stop: list[str]) -> str:
+    out = []
+    for seg in segments(text):
+        if seg in stop:
+            break
+        out.append(seg)
+    return "".join(out).rstrip()
+
+
+def _split_tag_markup(tools: ToolsAnalysis) -> None:
+    """Tell the per-call opener from the text that introduces the name, and unwrap fences."""
+    opener, rest = first_marker_split(tools.call_start)
+    if opener:
+        tools.call_start, tools.name_start = opener, rest
+    else:
+        tools.call_start, tools.name_start = "", tools.call_start
+    if tools.format == "tag_json":
+        fence = _FENCE_OPEN.search(tools.name_end)
+        if fence:
+            tools.args_start = tools.name_end[fence.start():]
+            tools.name_end = tools.name_end[: fence.start()]
+            close = _FENCE_CLOSE.match(tools.call_end)
+            if close:
+                tools.args_end = tools.call_end[: close.end()]
+                tools.call_end = tools.call_end[close.end():]
+    if tools.format == "tag_tagged" and tools.arg_end:
+        tools.call_end = strip_prefix(tools.call_end, tools.arg_end)
+        if not tools.call_end and tools.arg_end:
+            # the last argument's closing tag is what the rendered call ends with
+            pass
+
+
+def _find_tag_id(one: str, spans: list[Span], tools: ToolsAnalysis) -> None:
+    if tools.format == "json" or not tools.name_end or ID_A not in tools.name_end:
+        return
+    at = tools.name_end.index(ID_A)
+    tools.id_start = tools.name_end[:at]
+    tools.id_end = tools.name_end[at + len(ID_A):]
+    tools.name_end = ""
+
+
+def tool_markers(tools: ToolsAnalysis) -> list[str]:
+    out: list[str] = []
+    for text in (tools.section_start, tools.section_end, tools.call_start, tools.call_end, tools.name_start,
+                 tools.name_end, tools.arg_start, tools.arg_key_end, tools.arg_end, tools.id_start, tools.id_end):
+        for seg in segments(text):
+            if is_marker(seg) and seg not in out:
+                out.append(seg)
+    return out
+
+
+def tool_triggers(tools: ToolsAnalysis) -> list[str]:
+    """What the model writes first when it starts calling tools."""
+    if not tools.supported:
+        return []
+    for text in (tools.section_start, tools.call_start, tools.name_start):
+        if text.strip():
+            return [text.strip()]
+    if tools.format == "json":
+        return ['{"' + (tools.function_field or tools.name_field) + '"']
+    return []

@@ -1,0 +1,704 @@
+"""Render chat templates the way Hugging Face transformers does, inside a bounded sandbox.
+
+What transformers' `apply_chat_template(..., tokenize=False)` does, and so what this does:
+
+* an `ImmutableSandboxedEnvironment` with `trim_blocks` and `lstrip_blocks`, the `loopcontrols`
+  extension and a `{% generation %}` tag that renders its body;
+* a `tojson` filter with `ensure_ascii=False` that also takes `indent`, `separators`, `sort_keys`;
+* the globals `raise_exception`, `strftime_now`, a `dict` that only builds dicts, and a
+  `namespace` that refuses underscore-prefixed attribute names;
+* the template sees `messages`, `tools` (None when not given), `documents` (None unless passed),
+  `add_generation_prompt`, `bos_token`, `eos_token` and every extra keyword argument;
+* message keys whose value is None are dropped (templates handle a missing key better than None),
+  and a message's reasoning is visible under both `reasoning_content` and `thinking`.
+
+Where real templates need more than transformers gives, this renderer is deliberately kinder:
+
+* Tool-call `arguments` may be a dict or a JSON string. Either way the template gets a
+  `JsonArguments`: a mapping (so `arguments is mapping`, `.items()`, `| items`, `['key']` work)
+  whose text form is JSON (so `{{ arguments }}`, `'x' + arguments`, `arguments ~ 'x'` and
+  `| string` print JSON, where transformers would print a Python dict repr or fail).
+  `arguments is string` is therefore false. Arguments given as text keep that exact text for
+  `{{ arguments }}`; `arguments | tojson` always serializes the object, never a quoted string.
+* `tojson` accepts generators (`map()` results), dict views and ranges, serializing them as lists.
+
+A template is untrusted input, so rendering is fenced in:
+
+* touching an unsafe attribute (`''.__class__`, `cycler.__init__.__globals__`, `list.append`)
+  raises at once instead of quietly yielding an undefined value;
+* a compiled-in check runs at the top of every loop iteration and macro call, so runaway loops
+  and recursion stop at a wall-clock deadline (no signals: it works in any thread);
+* output and intermediate strings are capped in size, and the operations that multiply size
+  (`*`, `**`, `%`, padding, `replace`, `join`, `tojson`, printing containers) are checked before
+  they run. A single C-level operation cannot be interrupted once started, which is why the
+  multiplying ones are checked beforehand rather than afterwards.
+
+Every failure surfaces as a `TemplateRenderError` subclass with a one-line message.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import threading
+import time
+from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
+from dataclasses import dataclass
+from datetime import datetime
+from functools import wraps
+from types import TracebackType
+from typing import Any
+
+from jinja2 import nodes
+from jinja2.compiler import CodeGenerator, Frame
+from jinja2.exceptions import SecurityError, TemplateError, TemplateSyntaxError, UndefinedError
+from jinja2.ext import Extension
+from jinja2.runtime import Context
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.utils import Namespace, pass_eval_context
+
+__all__ = [
+    "DEFAULT_LIMITS",
+    "JsonArguments",
+    "RenderLimitExceeded",
+    "RenderLimits",
+    "SandboxViolation",
+    "TemplateCompileError",
+    "TemplateRaisedError",
+    "TemplateRenderError",
+    "compile_template",
+    "get_environment",
+    "make_environment",
+    "prepare_messages",
+    "render_template",
+]
+
+
+# -- errors and limits ------------------------------------------------------------------------
+
+
+class TemplateRenderError(Exception):
+    """A template failed to compile, raised, escaped the sandbox, or exceeded its bounds."""
+
+
+class TemplateCompileError(TemplateRenderError):
+    """The template text is not valid Jinja."""
+
+
+class TemplateRaisedError(TemplateRenderError):
+    """The template refused its input, through `raise_exception` or a runtime error."""
+
+
+class SandboxViolation(TemplateRenderError):
+    """The template reached for something the sandbox forbids."""
+
+
+class RenderLimitExceeded(TemplateRenderError):
+    """The template ran too long, recursed too deeply, or produced too much text."""
+
+
+@dataclass(frozen=True)
+class RenderLimits:
+    """Bounds for one render: wall-clock seconds and characters of any produced string."""
+
+    seconds: float = 2.0
+    max_chars: int = 4_000_000
+
+
+DEFAULT_LIMITS = RenderLimits()
+
+
+class _LimitHit(Exception):
+    """Raised from inside template code; deliberately not a TypeError/LookupError so nothing in
+    jinja's runtime mistakes it for a missing attribute and swallows it."""
+
+
+class _ExplicitRaise(TemplateError):
+    """What `raise_exception` throws, told apart from jinja's own runtime errors."""
+
+
+class _Budget(threading.local):
+    """The active render's limits. Thread-local because the server renders in worker threads."""
+
+    deadline: float = math.inf
+    seconds: float = DEFAULT_LIMITS.seconds
+    max_chars: int = DEFAULT_LIMITS.max_chars
+
+
+_budget = _Budget()
+
+
+def _too_big(what: str) -> _LimitHit:
+    return _LimitHit(f"template output exceeded {_budget.max_chars:,} characters ({what})")
+
+
+def _check_chars(n: int, what: str) -> None:
+    if n > _budget.max_chars:
+        raise _too_big(what)
+
+
+def _estimated_chars(value: Any, budget: int) -> int:
+    """Roughly how many characters `str()` or JSON of `value` produces; stops early past `budget`.
+
+    Containers built from shared references (`[s] * 1000`, `l = [l, l]` repeated) print far
+    larger than they occupy in memory, so printing one must be priced before it is done.
+    """
+    total = 0
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            total += len(item) + 2
+        elif isinstance(item, Mapping):
+            total += 2 + 4 * len(item)
+            if total <= budget:
+                stack.extend(item.keys())
+                stack.extend(item.values())
+        elif isinstance(item, list | tuple | set | frozenset):
+            total += 2 + 2 * len(item)
+            if total <= budget:
+                stack.extend(item)
+        else:
+            total += 8
+        if total > budget:
+            return total
+    return total
+
+
+def _check_estimate(value: Any, what: str) -> None:
+    if type(value) is str:
+        _check_chars(len(value), what)
+    else:
+        _check_chars(_estimated_chars(value, _budget.max_chars), what)
+
+
+# -- tool-call arguments ----------------------------------------------------------------------
+
+
+class JsonArguments(dict):
+    """Tool-call arguments: a mapping whose text form is JSON.
+
+    Models and clients give arguments either as an object or as its JSON text; templates read them
+    either as a mapping or as text. This type serves both: it is the dict, and `str()` (used by
+    `{{ }}`, `~`, `| string`) and `+` with a string give JSON. Arguments that arrived as text
+    keep that exact text as their printed form.
+    """
+
+    __slots__ = ("_text",)
+
+    def __init__(self, value: Mapping[str, Any], text: str | None = None) -> None:
+        super().__init__(value)
+        self._text = text
+
+    def __str__(self) -> str:
+        if self._text is not None:
+            return self._text
+        return json.dumps(self, ensure_ascii=False)
+
+    def __add__(self, other: Any) -> Any:
+        if isinstance(other, str):
+            return str(self) + other
+        return NotImplemented
+
+    def __radd__(self, other: Any) -> Any:
+        if isinstance(other, str):
+            return other + str(self)
+        return NotImplemented
+
+
+def _as_json_arguments(arguments: Any) -> Any:
+    """Dicts and JSON-object text become `JsonArguments`; anything else is left as given."""
+    if isinstance(arguments, str):
+        try:
+            parsed = json.loads(arguments)
+        except ValueError:
+            return arguments
+        return JsonArguments(parsed, arguments) if isinstance(parsed, dict) else arguments
+    if isinstance(arguments, Mapping) and not isinstance(arguments, JsonArguments):
+        return JsonArguments(arguments)
+    return arguments
+
+
+def _normalize_call(call: Any) -> Any:
+    if not isinstance(call, Mapping):
+        return call
+    call = dict(call)
+    function = call.get("function")
+    if isinstance(function, Mapping):
+        function = dict(function)
+        if "arguments" in function:
+            function["arguments"] = _as_json_arguments(function["arguments"])
+        call["function"] = function
+    if "arguments" in call:
+        call["arguments"] = _as_json_arguments(call["arguments"])
+    return call
+
+
+_REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
+
+
+def prepare_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages as transformers hands them to a template, plus `JsonArguments`.
+
+    Copies each message (the caller's stay untouched), drops keys whose value is None, exposes
+    reasoning under `reasoning_content` and `thinking` whichever name it came in, and wraps
+    tool-call arguments.
+    """
+    prepared = []
+    for message in messages:
+        if not isinstance(message, Mapping):
+            prepared.append(message)
+            continue
+        message = {key: value for key, value in message.items() if value is not None}
+        reasoning = next((message[k] for k in _REASONING_FIELDS if message.get(k) is not None), None)
+        if reasoning is not None:
+            message = {"thinking": reasoning, **message, "reasoning_content": reasoning}
+        calls = message.get("tool_calls")
+        if isinstance(calls, list | tuple):
+            message["tool_calls"] = [_normalize_call(c) for c in calls]
+        prepared.append(message)
+    return prepared
+
+
+# -- template globals and filters -------------------------------------------------------------
+
+
+def _json_default(value: Any) -> Any:
+    """Serialize the lazy sequences templates produce (`map()`, `dict.items()`, `range`) as lists."""
+    if isinstance(value, Iterator | KeysView | ValuesView | ItemsView | range):
+        items = list(value)
+        _check_estimate(items, "tojson")
+        return items
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def tojson(value: Any, ensure_ascii: bool = False, indent: int | str | None = None,
+           separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
+    """transformers' `tojson`: no HTML escaping, non-ASCII kept, json.dumps options exposed."""
+    if isinstance(indent, int):
+        _check_int_arg(indent, "tojson indent")
+    if type(value) is not str:
+        _check_estimate(value, "tojson")
+    text = json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                      sort_keys=sort_keys, default=_json_default)
+    _check_chars(len(text), "tojson")
+    return text
+
+
+def raise_exception(message: Any) -> None:
+    """Lets a template refuse its input with a message of its own."""
+    raise _ExplicitRaise(str(message))
+
+
+def strftime_now(format: str) -> str:  # noqa: A002 - the name templates call it with
+    return datetime.now().strftime(format)
+
+
+class _DictBuilder:
+    """The template's `dict`: builds dicts, but is not the `dict` type itself, so a template can
+    reach no class machinery through it."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> dict[Any, Any]:
+        return dict(*args, **kwargs)
+
+    def fromkeys(self, *args: Any, **kwargs: Any) -> dict[Any, Any]:
+        return dict.fromkeys(*args, **kwargs)
+
+
+class _SafeNamespace(Namespace):
+    """jinja's `namespace`, refusing underscore-prefixed names as transformers does, so a
+    template cannot plant names that shadow the object's internals."""
+
+    def __init__(*args: Any, **kwargs: Any) -> None:  # noqa: N805 - mirrors jinja's signature
+        self, args = args[0], args[1:]
+        attrs = dict(*args, **kwargs)
+        for name in attrs:
+            _SafeNamespace._refuse_private(name)
+        Namespace.__init__(self, attrs)
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        _SafeNamespace._refuse_private(name)
+        Namespace.__setitem__(self, name, value)
+
+    @staticmethod
+    def _refuse_private(name: Any) -> None:
+        if isinstance(name, str) and name.startswith("_"):
+            raise SecurityError(f"a namespace cannot hold underscore-prefixed names, got {name!r}")
+
+
+class GenerationTag(Extension):
+    """`{% generation %}...{% endgeneration %}` marks the trainable part; rendering keeps its body.
+
+    Compiled as a call block, as transformers does, so scoping rules are identical.
+    """
+
+    tags = {"generation"}
+
+    def parse(self, parser):  # type: ignore[no-untyped-def]
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return nodes.CallBlock(self.call_method("_render_body"), [], [], body).set_lineno(lineno)
+
+    @pass_eval_context
+    def _render_body(self, eval_context: Any, caller: Any) -> str:
+        return caller()
+
+
+# -- size guards for filters and methods ------------------------------------------------------
+
+_BIG_NUMBER = re.compile(r"\d{6,}")
+
+
+def _check_int_arg(value: Any, what: str) -> None:
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > _budget.max_chars:
+        raise _LimitHit(f"template asked for a size of {value:,} in {what}, over the "
+                        f"{_budget.max_chars:,}-character limit")
+
+
+def _check_format_string(fmt: str, args: Any, what: str) -> None:
+    """`'%999999999d' % 1`, `'{:>999999999}'.format(1)` and `'{0}{0}{0}…'.format(big)` allocate
+    far more than their inputs; price them before running."""
+    for number in _BIG_NUMBER.findall(fmt):
+        _check_int_arg(int(number), what)
+    values = list(args.values()) if isinstance(args, Mapping) else list(args)
+    for value in values:
+        _check_int_arg(value, what)
+    fields = fmt.count("%") + fmt.count("{")
+    if fields and values:
+        largest = max(_estimated_chars(v, _budget.max_chars) for v in values)
+        _check_chars(len(fmt) + fields * largest, what)
+
+
+def _check_replace(text: str, old: str, new: str, count: Any = -1) -> None:
+    if len(new) > len(old):
+        hits = text.count(old)
+        if isinstance(count, int) and count >= 0:
+            hits = min(hits, count)
+        _check_chars(len(text) + hits * (len(new) - len(old)), "replace")
+
+
+def _check_join(pieces: list[Any], separator: str) -> None:
+    total = len(separator) * max(len(pieces) - 1, 0)
+    for piece in pieces:
+        total += _estimated_chars(piece, _budget.max_chars)
+        _check_chars(total, "join")
+
+
+def _guard_filter(filters: dict[str, Any], name: str, check: Any) -> None:
+    """Wrap a built-in filter so `check(value, *args, **kwargs)` runs first; jinja's pass-arg
+    markers (eval context, environment) are kept by `wraps` and skipped when checking."""
+    original = filters[name]
+    pass_arg = getattr(original, "jinja_pass_arg", None)
+
+    @wraps(original)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        check(*(args[1:] if pass_arg is not None else args), **kwargs)
+        return original(*args, **kwargs)
+
+    filters[name] = guarded
+
+
+def _ints_only(value: Any, *args: Any, **kwargs: Any) -> None:
+    for arg in (*args, *kwargs.values()):
+        _check_int_arg(arg, "a filter argument")
+
+
+def _indent_check(value: Any, width: Any = 4, *args: Any, **kwargs: Any) -> None:
+    width = kwargs.get("width", width)
+    pad = width if isinstance(width, int) else len(str(width))
+    _check_int_arg(pad, "indent")
+    text = str(value)
+    _check_chars(len(text) + pad * (text.count("\n") + 1), "indent")
+
+
+def _replace_check(value: Any, old: Any = "", new: Any = "", count: Any = None, **kwargs: Any) -> None:
+    _check_replace(str(value), str(old), str(new), -1 if count is None else count)
+
+
+def _join_check(value: Any, d: Any = "", attribute: Any = None) -> None:
+    if isinstance(value, list | tuple):
+        _check_join(list(value), str(d))
+
+
+def _format_check(value: Any, *args: Any, **kwargs: Any) -> None:
+    _check_format_string(str(value), kwargs or args, "format")
+
+
+def _sum_check(iterable: Any, attribute: Any = None, start: Any = 0) -> None:
+    if isinstance(iterable, list | tuple) and not isinstance(start, int | float):
+        _check_join(list(iterable), "")
+
+
+def _print_check(value: Any, *args: Any, **kwargs: Any) -> None:
+    _check_estimate(value, "printing a value")
+
+
+_FILTER_GUARDS = {
+    "center": _ints_only, "batch": _ints_only, "slice": _ints_only, "truncate": _ints_only,
+    "wordwrap": _ints_only, "indent": _indent_check, "replace": _replace_check, "join": _join_check,
+    "format": _format_check, "sum": _sum_check, "string": _print_check, "pprint": _print_check,
+    "list": _print_check,
+}
+
+
+def _finalize(value: Any) -> Any:
+    """Runs on every `{{ value }}`: containers are priced before jinja calls `str()` on them."""
+    if type(value) is not str and isinstance(value, Mapping | list | tuple | set | frozenset):
+        _check_estimate(value, "printing a value")
+    return value
+
+
+# -- the code generator and environment -------------------------------------------------------
+
+
+class _BoundedCodeGenerator(CodeGenerator):
+    """jinja's code generator plus three hooks into the compiled Python:
+
+    * a call to `environment.autoparser_tick()` at the top of every loop body and macro body, the
+      only places where a template can spend unbounded time;
+    * output buffers (macros, call blocks, `{% set %}` blocks) that count what is appended;
+    * a size check on the result of every `~` concatenation.
+    """
+
+    _tick_next_block = False
+
+    def visit_For(self, node: nodes.For, frame: Frame) -> None:
+        self._tick_next_block = True
+        super().visit_For(node, frame)
+
+    def macro_body(self, node: nodes.Macro | nodes.CallBlock, frame: Frame):  # type: ignore[no-untyped-def]
+        self._tick_next_block = True
+        return super().macro_body(node, frame)
+
+    def blockvisit(self, nodes: Any, frame: Frame) -> None:
+        if self._tick_next_block:
+            self._tick_next_block = False
+            self.writeline("environment.autoparser_tick()")
+        super().blockvisit(nodes, frame)
+
+    def buffer(self, frame: Frame) -> None:
+        frame.buffer = self.temporary_identifier()
+        self.writeline(f"{frame.buffer} = environment.autoparser_buffer()")
+
+    def visit_Concat(self, node: nodes.Concat, frame: Frame) -> None:
+        self.write("environment.autoparser_sized(")
+        super().visit_Concat(node, frame)
+        self.write(")")
+
+
+class _SizedBuffer(list):
+    """A macro's or set-block's output buffer that refuses to grow past the size limit."""
+
+    __slots__ = ("_chars",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._chars = 0
+
+    def append(self, item: Any) -> None:
+        self._chars += len(item)
+        if self._chars > _budget.max_chars:
+            raise _too_big("a macro or set block")
+        super().append(item)
+
+    def extend(self, items: Any) -> None:
+        for item in items:
+            self.append(item)
+
+
+_SEQUENCES = (str, list, tuple)
+
+
+class BoundedSandbox(ImmutableSandboxedEnvironment):
+    """transformers' chat-template sandbox with fail-fast unsafe access, time and size bounds."""
+
+    code_generator_class = _BoundedCodeGenerator
+    intercepted_binops = frozenset({"+", "*", "**", "%"})
+
+    # hooks called from compiled template code
+
+    def autoparser_tick(self) -> None:
+        if time.monotonic() > _budget.deadline:
+            raise _LimitHit(f"template rendering took longer than {_budget.seconds:g} s "
+                            "(a runaway loop or recursion?)")
+
+    def autoparser_buffer(self) -> _SizedBuffer:
+        return _SizedBuffer()
+
+    def autoparser_sized(self, value: Any) -> Any:
+        if len(value) > _budget.max_chars:
+            raise _too_big("a concatenation")
+        return value
+
+    # sandbox policy
+
+    def unsafe_undefined(self, obj: Any, attribute: str) -> Any:
+        """Fail at the access, not later: an escape attempt is an error, never a silent blank."""
+        raise SecurityError(f"access to attribute {attribute!r} of {type(obj).__name__!r} "
+                            "object is unsafe")
+
+    def call_binop(self, context: Context, operator: str, left: Any, right: Any) -> Any:
+        if operator == "*":
+            self._check_repeat(left, right)
+        elif operator == "**":
+            self._check_power(left, right)
+        elif operator == "%" and isinstance(left, str):
+            _check_format_string(left, right if isinstance(right, tuple | Mapping) else (right,), "%")
+        result = self.binop_table[operator](left, right)
+        if operator == "+" and isinstance(result, _SEQUENCES):
+            _check_chars(len(result), "+")
+        return result
+
+    @staticmethod
+    def _check_repeat(left: Any, right: Any) -> None:
+        sequence, count = (left, right) if isinstance(right, int) else (right, left)
+        if isinstance(sequence, _SEQUENCES) and isinstance(count, int) and count > 1:
+            size = len(sequence) if isinstance(sequence, str) else _estimated_chars(sequence, _budget.max_chars)
+            _check_chars(size * count, "*")
+
+    @staticmethod
+    def _check_power(base: Any, exponent: Any) -> None:
+        if isinstance(base, int) and isinstance(exponent, int) and exponent > 0 and abs(base) > 1:
+            if abs(base).bit_length() * exponent > 100_000:
+                raise _LimitHit(f"template computed a number too large ({base} ** {exponent})")
+
+    def call(__self, __context: Context, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
+        owner = getattr(__obj, "__self__", None)
+        if isinstance(owner, str):
+            __self._check_str_method(owner, getattr(__obj, "__name__", ""), args, kwargs)
+        return super().call(__context, __obj, *args, **kwargs)
+
+    @staticmethod
+    def _check_str_method(text: str, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """String methods whose result can dwarf their inputs: padding, tabs, replace, join, format."""
+        for arg in (*args, *kwargs.values()):
+            _check_int_arg(arg, f"str.{name}")
+        if name == "expandtabs" and args and isinstance(args[0], int):
+            _check_chars(len(text) * max(args[0], 1), "expandtabs")
+        elif name == "replace" and len(args) >= 2:
+            _check_replace(text, str(args[0]), str(args[1]), args[2] if len(args) > 2 else -1)
+        elif name == "join" and args and isinstance(args[0], list | tuple):
+            _check_join(list(args[0]), text)
+        elif name in ("format", "format_map"):
+            _check_format_string(text, kwargs or (args[0] if name == "format_map" and args else args), name)
+
+
+def make_environment() -> BoundedSandbox:
+    """A fresh environment configured like transformers' chat-template environment."""
+    env = BoundedSandbox(trim_blocks=True, lstrip_blocks=True, finalize=_finalize,
+                         extensions=["jinja2.ext.loopcontrols", GenerationTag])
+    for name, check in _FILTER_GUARDS.items():
+        _guard_filter(env.filters, name, check)
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = strftime_now
+    env.globals["dict"] = _DictBuilder()
+    env.globals["namespace"] = _SafeNamespace
+    lipsum = env.globals["lipsum"]
+    env.globals["lipsum"] = wraps(lipsum)(lambda n=5, *a, **k: (_ints_only(None, n), lipsum(min(n, 100), *a, **k))[1])
+    return env
+
+
+_ENV = make_environment()
+_COMPILED: dict[str, Any] = {}
+_COMPILE_CACHE_SIZE = 512
+
+
+def get_environment() -> BoundedSandbox:
+    """The shared environment every render uses (parse ASTs with it rather than building one)."""
+    return _ENV
+
+
+def compile_template(source: str):  # type: ignore[no-untyped-def]
+    """The compiled template for `source`, cached; failures are cached too, as the analyzer
+    renders the same template dozens of times."""
+    entry = _COMPILED.get(source)
+    if entry is None:
+        try:
+            entry = _ENV.from_string(source)
+        except TemplateSyntaxError as exc:
+            entry = TemplateCompileError(f"template does not compile: line {exc.lineno}: {exc.message}")
+        except Exception as exc:  # noqa: BLE001 - any compiler failure is the template's fault
+            entry = TemplateCompileError(f"template does not compile: {type(exc).__name__}: {exc}")
+        if len(_COMPILED) >= _COMPILE_CACHE_SIZE:
+            _COMPILED.pop(next(iter(_COMPILED)))
+        _COMPILED[source] = entry
+    if isinstance(entry, TemplateCompileError):
+        raise TemplateCompileError(str(entry))
+    return entry
+
+
+# -- rendering --------------------------------------------------------------------------------
+
+
+def render_template(source: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
+                    add_generation_prompt: bool = False, bos_token: str = "", eos_token: str = "",
+                    *, render_limits: RenderLimits | None = None, **kwargs: Any) -> str:
+    """Render `source` like `tokenizer.apply_chat_template(messages, tokenize=False, ...)`.
+
+    Extra keyword arguments become template variables (`enable_thinking=False`, `documents=...`).
+    `render_limits` bounds time and size (default `DEFAULT_LIMITS`).
+    Raises a `TemplateRenderError` subclass with a one-line message on any failure.
+    """
+    template = compile_template(source)
+    variables: dict[str, Any] = {"documents": None}
+    variables.update(kwargs)
+    variables.update(messages=prepare_messages(messages), tools=tools,
+                     add_generation_prompt=add_generation_prompt, bos_token=bos_token, eos_token=eos_token)
+    limits = render_limits or DEFAULT_LIMITS
+    previous = (_budget.deadline, _budget.seconds, _budget.max_chars)
+    _budget.deadline = time.monotonic() + limits.seconds
+    _budget.seconds, _budget.max_chars = limits.seconds, limits.max_chars
+    try:
+        return _stream(template, variables, limits.max_chars)
+    except BaseException as exc:  # noqa: BLE001 - translated, or re-raised below when not ours
+        raise _translate(exc, template) from None
+    finally:
+        _budget.deadline, _budget.seconds, _budget.max_chars = previous
+
+
+def _stream(template: Any, variables: dict[str, Any], max_chars: int) -> str:
+    """Collect the output chunk by chunk, stopping as soon as it passes the size limit."""
+    chunks = []
+    size = 0
+    for chunk in template.root_render_func(template.new_context(variables)):
+        size += len(chunk)
+        if size > max_chars:
+            raise _too_big("the rendered prompt")
+        chunks.append(chunk)
+    return "".join(chunks)
+
+
+def _translate(exc: BaseException, template: Any) -> BaseException:
+    """One clear error per failure kind, with the template line where it happened."""
+    if isinstance(exc, KeyboardInterrupt | SystemExit | GeneratorExit):
+        return exc
+    where = _template_line(exc, template)
+    if isinstance(exc, _ExplicitRaise):
+        return TemplateRaisedError(f"template raised an error{where}: {exc}")
+    if isinstance(exc, SecurityError):
+        return SandboxViolation(f"template tried to escape the sandbox{where}: {exc}")
+    if isinstance(exc, _LimitHit):
+        return RenderLimitExceeded(f"{exc}{where}")
+    if isinstance(exc, RecursionError):
+        return RenderLimitExceeded(f"template recursed too deeply{where}")
+    if isinstance(exc, MemoryError):
+        return RenderLimitExceeded(f"template ran out of memory{where}")
+    if isinstance(exc, UndefinedError):
+        return TemplateRaisedError(f"template failed{where}: {exc}")
+    if isinstance(exc, TemplateError):
+        return TemplateRaisedError(f"template failed{where}: {exc}")
+    text = " ".join(str(exc).split())
+    return TemplateRaisedError(f"template failed{where}: {type(exc).__name__}: {text}")
+
+
+def _template_line(exc: BaseException, template: Any) -> str:
+    """' at line N' for the innermost template frame in the traceback, or ''."""
+    line = None
+    tb: TracebackType | None = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == "<template>":
+            line = template.get_corresponding_lineno(tb.tb_lineno)
+        tb = tb.tb_next
+    return f" at line {line}" if line else ""
