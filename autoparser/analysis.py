@@ -102,9 +102,12 @@ class ToolsAnalysis:
     arg_end: str = ""
     arg_separator: str = ""
     arg_string_raw: bool = True
-    # tag formats that carry a call id: `id_start` ID `id_end`, right after `name_end`
+    arg_key_end_json: str = ""  # when a non-string value is introduced differently from a string
+    # tag formats that carry a call id: `id_start` ID `id_end`, right after `name_end`, or, when
+    # `id_before_name`, right after `call_start` and before `name_start`
     id_start: str = ""
     id_end: str = ""
+    id_before_name: bool = False
     content_allowed: bool = True
 
 

@@ -14,7 +14,7 @@ import re
 _SEGMENT = re.compile(
     r"""
       <[|｜][^<>\n]{0,80}?[|｜]>          # special tokens: <|im_start|>, <｜User｜>
-    | </?[A-Za-z_][\w:.\-]*(?:\s[^<>\n]{0,120})?/?>   # xml-ish tags, with attributes
+    | </?[A-Za-z_|｜][\w:.\-|｜]*(?:\s[^<>\n]{0,120})?/?>   # xml-ish tags, with attributes
     | \[/?[A-Z][A-Z_]*\]                  # bracket tags: [TOOL_CALLS], [/INST]
     | <[^<>\s]{0,60}                      # an open tag cut short: <function=, <invoke
     | \s+
@@ -25,7 +25,7 @@ _SEGMENT = re.compile(
 )
 
 _MARKER = re.compile(
-    r"^(?:<[|｜][^<>\n]*[|｜]>|</?[A-Za-z_][\w:.\-]*(?:\s[^<>\n]*)?/?>|\[/?[A-Z][A-Z_]*\])$"
+    r"^(?:<[|｜][^<>\n]*[|｜]>|</?[A-Za-z_|｜][\w:.\-|｜]*(?:\s[^<>\n]*)?/?>|\[/?[A-Z][A-Z_]*\])$"
 )
 
 
@@ -89,9 +89,10 @@ def first_marker_split(text: str) -> tuple[str, str]:
     (`\\n<function=`); when `text` does not start with a marker, everything is the second part.
     """
     segs = segments(text)
-    if not segs or not is_marker(segs[0]):
+    lead = 1 if segs and segs[0].isspace() else 0
+    if len(segs) <= lead or not is_marker(segs[lead]):
         return "", text
-    return segs[0], "".join(segs[1:])
+    return "".join(segs[: lead + 1]), "".join(segs[lead + 1:])
 
 
 def longest_marker(text: str) -> str:

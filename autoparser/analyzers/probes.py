@@ -15,6 +15,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
+from autoparser.analyzers.diff import common_prefix
 from autoparser.render import TemplateRenderError, render_template
 
 USER_TEXT = "Probe question from the user."
@@ -137,9 +138,13 @@ class Prober:
         """What the model would have generated for `message`: the conversation minus the prompt."""
         prompt = self.prompt(tools=tools, **kwargs)
         full = self.conversation(message, tools=tools, **kwargs)
-        if prompt is None or full is None or not full.startswith(prompt):
+        if prompt is None or full is None:
             return None
-        return full[len(prompt):]
+        if full.startswith(prompt):
+            return full[len(prompt):]
+        # The history renders the reply differently from what the prompt opened (a reasoning block
+        # the prompt forces but the history drops, say): the reply starts where the two diverge.
+        return full[len(common_prefix(prompt, full)):]
 
     def assistant(self, content: str | None = None, **fields: Any) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant"}

@@ -31,7 +31,22 @@ def turn_end(prober: Prober, eos_token: str, **kwargs: Any) -> TurnEnd | None:
         return None
     at = output.index(CONTENT_TEXT)
     after = output[at + len(CONTENT_TEXT):]
-    return TurnEnd(before_content=output[:at], after_content=after, stop=stop_markers(after, eos_token))
+    stop = stop_markers(after, "") or stop_markers(_next_turn_opening(prober, **kwargs), "")
+    if eos_token and eos_token not in stop:
+        stop.append(eos_token)
+    return TurnEnd(before_content=output[:at], after_content=after, stop=stop)
+
+
+def _next_turn_opening(prober: Prober, **kwargs: Any) -> str:
+    """Templates with no end-of-turn marker: the model stops where the next turn would begin."""
+    follow_up = "Probe follow-up from the user."
+    messages = prober.history() + [prober.assistant(CONTENT_TEXT),
+                                   {"role": "user", "content": prober.text(follow_up)}]
+    full = prober.render(messages, add_generation_prompt=False, **kwargs)
+    if not full or CONTENT_TEXT not in full or follow_up not in full:
+        return ""
+    at = full.rindex(CONTENT_TEXT) + len(CONTENT_TEXT)
+    return full[at: full.index(follow_up, at)]
 
 
 def stop_markers(after_content: str, eos_token: str) -> list[str]:

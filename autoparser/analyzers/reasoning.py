@@ -153,6 +153,8 @@ def analyze_reasoning(prober: Prober, facts: TemplateFacts, warnings: list[str])
                             "could not be told apart")
         return result
 
+    if end not in closing_counterpart(start):
+        end = next((c for c in closing_counterpart(start) if c in literals), end)
     prompt_on = toggle.prompt_on if toggle else (generation_prompt(prober) or "")
     if not forced_open:
         forced_open = _ends_with_marker(prompt_on, start)
@@ -174,7 +176,10 @@ def _markers_from_toggle(toggle: Toggle) -> tuple[str, str, bool, bool]:
     if off.startswith(on):
         extra = markers_in(off[len(on):])
         on_markers = markers_in(on)
-        if extra and on_markers:
+        if len(extra) >= 2:
+            start, end = extra[0], extra[1]
+            closed_when_off = True
+        elif extra and on_markers:
             start, end = on_markers[-1], extra[0]
             forced_open = closed_when_off = _ends_with_marker(on, start)
     elif on.startswith(off):
@@ -217,11 +222,21 @@ def _markers_from_history(prober: Prober, kwargs: dict[str, Any]) -> tuple[str, 
         c_at = full.index(CONTENT_TEXT, r_at) if CONTENT_TEXT in full[r_at:] else -1
         if c_at < 0:
             continue
-        before = [s for s in segments(full[:r_at]) if not s.isspace()]
         between = [s for s in segments(full[r_at + len(REASONING_TEXT):c_at]) if is_marker(s)]
-        if before and is_marker(before[-1]) and between:
-            return before[-1], between[0]
+        start = _opening_before(full[:r_at], prober.output(message, **kwargs))
+        if start and between:
+            return start, between[0]
     return "", ""
+
+
+def _opening_before(before_reasoning: str, output: str | None) -> str:
+    """The start marker: all markup the reply writes before its reasoning, else the prompt's last marker."""
+    if output and REASONING_TEXT in output:
+        lead = output[: output.index(REASONING_TEXT)].strip()
+        if lead and len(lead) <= 64 and is_marker(segments(lead)[0]) and is_marker(segments(lead)[-1]):
+            return lead
+    before = [s for s in segments(before_reasoning) if not s.isspace()]
+    return before[-1] if before and is_marker(before[-1]) else ""
 
 
 def _end_marker_from_stripping(prober: Prober, candidates: list[str], kwargs: dict[str, Any]) -> str:

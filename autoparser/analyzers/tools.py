@@ -247,6 +247,9 @@ def _tagged_spans(one: str, two: str | None, tools: ToolsAnalysis) -> list[Span]
     tools.name_end = first_gap[: len(first_gap) - len(tools.arg_start)]
     tools.arg_end = middle_gap[: len(middle_gap) - len(tools.arg_start)]
     tools.arg_key_end = one[key1.end: val1.start]
+    json_key_end = one[key2.end: val2.start]
+    if json_key_end != tools.arg_key_end:
+        tools.arg_key_end_json = json_key_end
     tools.arg_string_raw = raw
     if not tools.arg_start and not tools.arg_key_end:
         return None
@@ -288,8 +291,14 @@ def _tagged_positions(text: str, at: int) -> tuple[Span, Span, Span, Span, bool]
 
 # -- markup around the calls ------------------------------------------------------------------------
 
+_ID_HOLE = "\x01" * len(ID_A)
+
+
 def _markup(one: str, two: str | None, spans: list[Span], tools: ToolsAnalysis,
             reasoning: ReasoningAnalysis, stop: list[str]) -> None:
+    # Ids differ between the calls; a same-length hole keeps the spans valid and lets them align.
+    one = one.replace(ID_A, _ID_HOLE)
+    two = two.replace(ID_A, _ID_HOLE).replace(ID_B, _ID_HOLE) if two is not None else None
     first = spans[0]
     before = _drop_leading_reasoning(one[: first.start], reasoning)
     after = one[first.end:]
@@ -309,11 +318,28 @@ def _markup(one: str, two: str | None, spans: list[Span], tools: ToolsAnalysis,
         tools.section_end = tools.section_end.lstrip()
         tools.section_start = tools.section_start[:-1] if tools.section_start.endswith("[") else tools.section_start
         tools.section_end = tools.section_end[1:] if tools.section_end.startswith("]") else tools.section_end
-    tools.section_start = tools.section_start.strip() if not tools.section_start.strip() else tools.section_start.lstrip()
+    tools.section_start = tools.section_start.lstrip()
     if not tools.section_start.strip():
         tools.section_start = ""
     if not tools.section_end.strip():
         tools.section_end = ""
+    if not tools.call_start.strip():
+        tools.call_separator += tools.call_start
+        tools.call_start = ""
+    if not tools.call_end.strip():
+        tools.call_separator = tools.call_end + tools.call_separator
+        tools.call_end = ""
+    _place_id_hole(tools)
+
+
+def _place_id_hole(tools: ToolsAnalysis) -> None:
+    """A call id written before the name: `call_start` ID `id_end` name_start NAME."""
+    for name in ("section_start", "call_separator"):
+        setattr(tools, name, getattr(tools, name).replace(_ID_HOLE, ""))
+    if _ID_HOLE in tools.call_start:
+        before, _, after = tools.call_start.partition(_ID_HOLE)
+        tools.call_start, tools.id_start, tools.id_end = before, "", after
+        tools.id_before_name = True
 
 
 def _drop_leading_reasoning(text: str, reasoning: ReasoningAnalysis) -> str:
