@@ -142,6 +142,14 @@ class Prober:
             return None
         if full.startswith(prompt):
             return full[len(prompt):]
+        # Some templates write the last user turn differently when it is last (tool lists placed
+        # before it, say): anchor on the last user text and what the prompt writes after it.
+        anchor = self.text(USER_TEXT) if isinstance(self.text(USER_TEXT), str) else USER_TEXT
+        if anchor in prompt and anchor in full:
+            tail = prompt[prompt.rindex(anchor):]
+            at = full.rfind(tail)
+            if at >= 0:
+                return full[at + len(tail):]
         # The history renders the reply differently from what the prompt opened (a reasoning block
         # the prompt forces but the history drops, say): the reply starts where the two diverge.
         return full[len(common_prefix(prompt, full)):]

@@ -50,16 +50,26 @@ def _next_turn_opening(prober: Prober, **kwargs: Any) -> str:
 
 
 def stop_markers(after_content: str, eos_token: str) -> list[str]:
-    """The marker that ends the turn: the first thing after the content that is not whitespace."""
+    """The marker that ends the turn: the last marker of the markup that directly follows the content.
+
+    `<|END_RESPONSE|><|END_OF_TURN_TOKEN|>` ends the turn with its last marker; the first one closes
+    the content. Markup stops at the first text that is not a marker (the next turn's words).
+    """
     stops: list[str] = []
+    markup = []
     for seg in segments(after_content):
         if seg.isspace():
             continue
-        if is_marker(seg) or seg == eos_token:
-            stops.append(seg)
-        elif eos_token and eos_token in after_content:
-            stops.append(eos_token)
-        break
+        if not (is_marker(seg) or seg == eos_token):
+            break
+        markup.append(seg)
+    if markup:
+        stops.append(markup[-1])
+    else:
+        # markup of no known shape (`[e~[`): a short run of non-space text holding punctuation
+        words = after_content.split()
+        if words and len(words[0]) <= 16 and not words[0].isalnum() and any(c.isalpha() for c in words[0]):
+            stops.append(words[0])
     if eos_token and eos_token not in stops:
         stops.append(eos_token)
     return stops

@@ -18,7 +18,7 @@ from typing import Any
 from jinja2 import meta, nodes
 
 from autoparser.analysis import ReasoningAnalysis
-from autoparser.analyzers.diff import is_marker, markers_in, segments
+from autoparser.analyzers.diff import common_prefix, is_marker, markers_in, segments
 from autoparser.analyzers.probes import CONTENT_TEXT, REASONING_FIELDS, REASONING_TEXT, Prober
 from autoparser.analyzers.prompt import generation_prompt
 from autoparser.render import compile_template, make_environment
@@ -191,10 +191,8 @@ def _markers_from_toggle(toggle: Toggle) -> tuple[str, str, bool, bool]:
                 end = extra[1]
                 forced_open = False
     else:
-        n = 0
-        while n < min(len(on), len(off)) and on[n] == off[n]:
-            n += 1
-        on_rest, off_rest = markers_in(on[n:]), markers_in(off[n:])
+        shared = len(common_prefix(on, off))
+        on_rest, off_rest = markers_in(on[shared:]), markers_in(off[shared:])
         if len(off_rest) >= 2 and not on_rest:
             start, end = off_rest[0], off_rest[1]
             closed_when_off = True
@@ -203,6 +201,9 @@ def _markers_from_toggle(toggle: Toggle) -> tuple[str, str, bool, bool]:
             forced_open = _ends_with_marker(on, start)
             if len(off_rest) >= 2 and off_rest[0] == start:
                 end = off_rest[1]
+                closed_when_off = True
+            elif off_rest and off_rest[-1] in closing_counterpart(start):
+                end = off_rest[-1]
                 closed_when_off = True
     return start, end, forced_open, closed_when_off
 

@@ -1,0 +1,89 @@
+"""A readable summary of an analysis for `autoparser analyze`.
+
+Uses `rich` for a table when it is installed (it comes with the `server` extra); plain aligned
+text otherwise, so the core install stays at jinja2 and lark.
+"""
+
+from __future__ import annotations
+
+import json
+
+from autoparser.analysis import Analysis
+
+
+def summary_rows(analysis: Analysis) -> list[tuple[str, str]]:
+    r, c, t = analysis.reasoning, analysis.content, analysis.tools
+    rows = [("generation prompt", _show(analysis.generation_prompt))]
+    if r.mode == "none":
+        rows.append(("reasoning", "none"))
+    else:
+        mode = "forced open when thinking" if r.forced_open else "optional"
+        rows.append(("reasoning", f"{_show(r.start)} … {_show(r.end)} ({mode})"))
+        if r.toggle:
+            default = "on" if r.default_on else "off"
+            rows.append(("thinking switch", f"{r.toggle} = {json.dumps(r.toggle_on)} / "
+                                            f"{json.dumps(r.toggle_off)} (default {default})"))
+    if c.mode == "plain":
+        rows.append(("content", "plain"))
+    else:
+        rows.append(("content", f"{_show(c.start)} … {_show(c.end)} ({c.mode})"))
+    if not t.supported:
+        rows.append(("tool calls", "not supported"))
+    else:
+        rows.append(("tool calls", f"{t.format}{', parallel' if t.parallel else ', one at a time'}"))
+        rows.append(("tool call layout", _layout(analysis)))
+    rows.append(("end of turn", ", ".join(_show(s) for s in analysis.stop) or "-"))
+    rows.append(("triggers", ", ".join(_show(s) for s in analysis.triggers) or "-"))
+    rows.append(("preserved tokens", " ".join(analysis.preserved_tokens) or "-"))
+    for warning in analysis.warnings:
+        rows.append(("warning", warning))
+    return rows
+
+
+def _layout(analysis: Analysis) -> str:
+    t = analysis.tools
+    if t.format == "json":
+        fields = {t.name_field: "NAME", t.args_field: "{ARGS}"}
+        if t.id_field:
+            fields[t.id_field] = "ID"
+        body = json.dumps({t.function_field: fields} if t.function_field else fields)
+        call = t.call_start + body + t.call_end
+        if t.array:
+            call = "[" + call + t.call_separator + "…]"
+    else:
+        name = t.name_start + "NAME" + t.name_end
+        if t.id_start or t.id_end:
+            ident = t.id_start + "ID" + t.id_end
+            name = ident + name if t.id_before_name else name + ident
+        if t.format == "tag_json":
+            args = t.args_start + "{ARGS}" + t.args_end
+        else:
+            args = t.arg_start + "KEY" + t.arg_key_end + "VALUE" + t.arg_end + "…"
+        call = t.call_start + name + args + t.call_end
+    return _show(t.section_start + call + t.section_end)
+
+
+def _show(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)[1:-1] if text else "-"
+
+
+def print_summary(analysis: Analysis, name: str | None = None) -> None:
+    rows = summary_rows(analysis)
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:
+        width = max(len(k) for k, _ in rows)
+        if name:
+            print(name)
+        for key, value in rows:
+            print(f"  {key.ljust(width)}  {value}")
+        return
+    from rich.text import Text
+
+    table = Table(title=Text(name) if name else None, show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column(overflow="fold")
+    for key, value in rows:
+        table.add_row(Text(key), Text(value), style="yellow" if key == "warning" else None)
+    Console().print(table)
