@@ -96,23 +96,34 @@ def analyze_tools(prober: Prober, reasoning: ReasoningAnalysis, stop: list[str],
 
 # -- rendering --------------------------------------------------------------------------------------
 
+# Tool definitions as OpenAI sends them, and flattened to the function objects some templates read.
+TOOL_SHAPES = (PROBE_TOOLS, [t["function"] for t in PROBE_TOOLS])
+
+
 def _render_calls(prober: Prober, kwargs: dict[str, Any]) -> CallRenders | None:
-    for as_text in (False, True):
-        for empty in (None, ""):
-            prober.shape.empty_content = empty
-            one = prober.output(prober.calls_message([(NAME_A, ARGS_A, ID_A)], as_text),
-                                tools=PROBE_TOOLS, **kwargs)
-            if one is None or NAME_A not in one:
-                continue
-            two = prober.output(prober.calls_message([(NAME_A, ARGS_A, ID_A), (NAME_B, ARGS_B, ID_B)], as_text),
-                                tools=PROBE_TOOLS, **kwargs)
-            if two is not None and (NAME_B not in two or NAME_A not in two):
-                two = None
-            prompt = prober.prompt(tools=PROBE_TOOLS, **kwargs) or ""
-            shown = "first_arg" in prompt or "First probe tool" in prompt
-            return CallRenders(one=one, two=two, as_text=as_text, definitions_shown=shown)
+    for tools in TOOL_SHAPES:
+        for as_text in (False, True):
+            for empty in (None, ""):
+                prober.shape.empty_content = empty
+                found = _render_call_pair(prober, tools, as_text, kwargs)
+                if found is not None:
+                    return found
     prober.shape.empty_content = None
     return None
+
+
+def _render_call_pair(prober: Prober, tools: list[dict[str, Any]], as_text: bool,
+                      kwargs: dict[str, Any]) -> CallRenders | None:
+    one = prober.output(prober.calls_message([(NAME_A, ARGS_A, ID_A)], as_text), tools=tools, **kwargs)
+    if one is None or NAME_A not in one:
+        return None
+    two = prober.output(prober.calls_message([(NAME_A, ARGS_A, ID_A), (NAME_B, ARGS_B, ID_B)], as_text),
+                        tools=tools, **kwargs)
+    if two is not None and (NAME_B not in two or NAME_A not in two):
+        two = None
+    prompt = prober.prompt(tools=tools, **kwargs) or ""
+    shown = "first_arg" in prompt or "First probe tool" in prompt
+    return CallRenders(one=one, two=two, as_text=as_text, definitions_shown=shown)
 
 
 # -- finding calls ----------------------------------------------------------------------------------
@@ -319,6 +330,7 @@ def _markup(one: str, two: str | None, spans: list[Span], tools: ToolsAnalysis,
         tools.section_start = tools.section_start[:-1] if tools.section_start.endswith("[") else tools.section_start
         tools.section_end = tools.section_end[1:] if tools.section_end.startswith("]") else tools.section_end
     tools.section_start = tools.section_start.lstrip()
+    tools.section_end = tools.section_end.strip()
     if not tools.section_start.strip():
         tools.section_start = ""
     if not tools.section_end.strip():
