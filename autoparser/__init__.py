@@ -1,5 +1,7 @@
 """autoparser: infer a chat model's output format from its chat template, then parse, constrain and serve it."""
 
+import importlib
+
 from autoparser.analysis import Analysis, ContentAnalysis, ReasoningAnalysis, ToolsAnalysis
 
 __all__ = ["Analysis", "ContentAnalysis", "ReasoningAnalysis", "ToolsAnalysis", "analyze", "load"]
@@ -13,7 +15,12 @@ def analyze(template_source: str, bos_token: str = "", eos_token: str = "", **te
     return _analyze(template_source, bos_token=bos_token, eos_token=eos_token, **template_kwargs)
 
 
-def load(path: str, **kwargs):  # type: ignore[no-untyped-def]
+# Import the submodule first: importing `autoparser.load` later would rebind the package attribute
+# `load` to the module, hiding the function below.
+importlib.import_module("autoparser.load")
+
+
+def load(path: str | None = None, **kwargs):  # type: ignore[no-untyped-def]
     """Load and analyze a template from a .jinja file, tokenizer_config.json, model folder or .gguf."""
     from autoparser.load import load as _load
 

@@ -52,7 +52,7 @@ from typing import Any
 
 from jinja2 import nodes
 from jinja2.compiler import CodeGenerator, Frame
-from jinja2.exceptions import SecurityError, TemplateError, TemplateSyntaxError, UndefinedError
+from jinja2.exceptions import SecurityError, TemplateError, TemplateSyntaxError
 from jinja2.ext import Extension
 from jinja2.runtime import Context
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -130,7 +130,7 @@ _budget = _Budget()
 
 
 def _too_big(what: str) -> _LimitHit:
-    return _LimitHit(f"template output exceeded {_budget.max_chars:,} characters ({what})")
+    return _LimitHit(f"template output would exceed {_budget.max_chars:,} characters (in {what})")
 
 
 def _check_chars(n: int, what: str) -> None:
@@ -276,10 +276,11 @@ def _json_default(value: Any) -> Any:
 def tojson(value: Any, ensure_ascii: bool = False, indent: int | str | None = None,
            separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
     """transformers' `tojson`: no HTML escaping, non-ASCII kept, json.dumps options exposed."""
-    if isinstance(indent, int):
-        _check_int_arg(indent, "tojson indent")
+    width = indent if isinstance(indent, int) else len(indent or "")
+    _check_int_arg(width, "tojson indent")
     if type(value) is not str:
-        _check_estimate(value, "tojson")
+        # every line of indented JSON repeats the indent; price that too
+        _check_chars(_estimated_chars(value, _budget.max_chars) * (1 + max(width, 0)), "tojson")
     text = json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
                       sort_keys=sort_keys, default=_json_default)
     _check_chars(len(text), "tojson")
@@ -291,7 +292,7 @@ def raise_exception(message: Any) -> None:
     raise _ExplicitRaise(str(message))
 
 
-def strftime_now(format: str) -> str:  # noqa: A002 - the name templates call it with
+def strftime_now(format: str) -> str:  # the name templates call it with
     return datetime.now().strftime(format)
 
 
@@ -310,7 +311,7 @@ class _SafeNamespace(Namespace):
     """jinja's `namespace`, refusing underscore-prefixed names as transformers does, so a
     template cannot plant names that shadow the object's internals."""
 
-    def __init__(*args: Any, **kwargs: Any) -> None:  # noqa: N805 - mirrors jinja's signature
+    def __init__(*args: Any, **kwargs: Any) -> None:  # mirrors jinja's signature
         self, args = args[0], args[1:]
         attrs = dict(*args, **kwargs)
         for name in attrs:
@@ -416,11 +417,6 @@ def _replace_check(value: Any, old: Any = "", new: Any = "", count: Any = None, 
     _check_replace(str(value), str(old), str(new), -1 if count is None else count)
 
 
-def _join_check(value: Any, d: Any = "", attribute: Any = None) -> None:
-    if isinstance(value, list | tuple):
-        _check_join(list(value), str(d))
-
-
 def _format_check(value: Any, *args: Any, **kwargs: Any) -> None:
     _check_format_string(str(value), kwargs or args, "format")
 
@@ -436,10 +432,22 @@ def _print_check(value: Any, *args: Any, **kwargs: Any) -> None:
 
 _FILTER_GUARDS = {
     "center": _ints_only, "batch": _ints_only, "slice": _ints_only, "truncate": _ints_only,
-    "wordwrap": _ints_only, "indent": _indent_check, "replace": _replace_check, "join": _join_check,
+    "wordwrap": _ints_only, "indent": _indent_check, "replace": _replace_check,
     "format": _format_check, "sum": _sum_check, "string": _print_check, "pprint": _print_check,
-    "list": _print_check,
 }
+
+
+def _bounded_join(original: Any) -> Any:
+    """`join`, priced first. Lazy inputs (`map()` results) are materialized to be priced, so the
+    guard has to call the filter itself rather than only inspect its arguments."""
+
+    @wraps(original)
+    def join(eval_ctx: Any, value: Any, d: str = "", attribute: Any = None) -> Any:
+        items = list(value)
+        _check_join(items, str(d))
+        return original(eval_ctx, items, d, attribute)
+
+    return join
 
 
 def _finalize(value: Any) -> Any:
@@ -464,6 +472,12 @@ class _BoundedCodeGenerator(CodeGenerator):
     _tick_next_block = False
 
     def visit_For(self, node: nodes.For, frame: Frame) -> None:
+        if node.test is not None and not getattr(node, "autoparser_ticks", False):
+            # `for x in xs if TEST` filters in a generator of its own, outside the loop body; the
+            # test can itself be costly, so it checks the clock too (the tick returns True).
+            tick = nodes.Call(nodes.EnvironmentAttribute("autoparser_tick"), [], [], None, None)
+            node.test = nodes.And(tick, node.test, lineno=node.test.lineno)
+            node.autoparser_ticks = True  # type: ignore[attr-defined]
         self._tick_next_block = True
         super().visit_For(node, frame)
 
@@ -518,10 +532,11 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
 
     # hooks called from compiled template code
 
-    def autoparser_tick(self) -> None:
+    def autoparser_tick(self) -> bool:
         if time.monotonic() > _budget.deadline:
             raise _LimitHit(f"template rendering took longer than {_budget.seconds:g} s "
                             "(a runaway loop or recursion?)")
+        return True
 
     def autoparser_buffer(self) -> _SizedBuffer:
         return _SizedBuffer()
@@ -546,8 +561,11 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
         elif operator == "%" and isinstance(left, str):
             _check_format_string(left, right if isinstance(right, tuple | Mapping) else (right,), "%")
         result = self.binop_table[operator](left, right)
-        if operator == "+" and isinstance(result, _SEQUENCES):
-            _check_chars(len(result), "+")
+        if operator == "+":
+            if isinstance(result, str):
+                _check_chars(len(result), "+")
+            elif isinstance(result, list | tuple):  # shared references make lists print large
+                _check_chars(_estimated_chars(result, _budget.max_chars), "+")
         return result
 
     @staticmethod
@@ -563,10 +581,11 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
             if abs(base).bit_length() * exponent > 100_000:
                 raise _LimitHit(f"template computed a number too large ({base} ** {exponent})")
 
-    def call(__self, __context: Context, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
-        owner = getattr(__obj, "__self__", None)
+    def call(__self, __context: Context, __obj: Any, *args: Any, **kwargs: Any) -> Any:
+        method = getattr(__obj, "__wrapped__", __obj)  # the sandbox wraps str.format
+        owner = getattr(method, "__self__", None)
         if isinstance(owner, str):
-            __self._check_str_method(owner, getattr(__obj, "__name__", ""), args, kwargs)
+            __self._check_str_method(owner, getattr(method, "__name__", ""), args, kwargs)
         return super().call(__context, __obj, *args, **kwargs)
 
     @staticmethod
@@ -590,19 +609,31 @@ def make_environment() -> BoundedSandbox:
                          extensions=["jinja2.ext.loopcontrols", GenerationTag])
     for name, check in _FILTER_GUARDS.items():
         _guard_filter(env.filters, name, check)
+    env.filters["join"] = _bounded_join(env.filters["join"])
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now
     env.globals["dict"] = _DictBuilder()
     env.globals["namespace"] = _SafeNamespace
-    lipsum = env.globals["lipsum"]
-    env.globals["lipsum"] = wraps(lipsum)(lambda n=5, *a, **k: (_ints_only(None, n), lipsum(min(n, 100), *a, **k))[1])
+    env.globals["lipsum"] = _bounded_lipsum(env.globals["lipsum"])
     return env
+
+
+def _bounded_lipsum(lipsum: Any) -> Any:
+    """`lipsum(n, html, min, max)` writes n paragraphs of up to max words; price it first."""
+
+    @wraps(lipsum)
+    def bounded(n: int = 5, html: bool = True, min: int = 20, max: int = 100) -> Any:
+        _check_chars(abs(n) * abs(max) * 12, "lipsum")
+        return lipsum(n, html, min, max)
+
+    return bounded
 
 
 _ENV = make_environment()
 _COMPILED: dict[str, Any] = {}
 _COMPILE_CACHE_SIZE = 512
+_COMPILE_LOCK = threading.Lock()
 
 
 def get_environment() -> BoundedSandbox:
@@ -618,12 +649,15 @@ def compile_template(source: str):  # type: ignore[no-untyped-def]
         try:
             entry = _ENV.from_string(source)
         except TemplateSyntaxError as exc:
-            entry = TemplateCompileError(f"template does not compile: line {exc.lineno}: {exc.message}")
-        except Exception as exc:  # noqa: BLE001 - any compiler failure is the template's fault
-            entry = TemplateCompileError(f"template does not compile: {type(exc).__name__}: {exc}")
-        if len(_COMPILED) >= _COMPILE_CACHE_SIZE:
-            _COMPILED.pop(next(iter(_COMPILED)))
-        _COMPILED[source] = entry
+            message = f"template does not compile: line {exc.lineno}: {exc.message}"
+            entry = TemplateCompileError(" ".join(message.split()))
+        except Exception as exc:  # any compiler failure is the template's fault
+            message = f"template does not compile: {type(exc).__name__}: {exc}"
+            entry = TemplateCompileError(" ".join(message.split()))
+        with _COMPILE_LOCK:
+            if len(_COMPILED) >= _COMPILE_CACHE_SIZE:
+                _COMPILED.pop(next(iter(_COMPILED)))
+            _COMPILED[source] = entry
     if isinstance(entry, TemplateCompileError):
         raise TemplateCompileError(str(entry))
     return entry
@@ -652,7 +686,7 @@ def render_template(source: str, messages: list[dict[str, Any]], tools: list[dic
     _budget.seconds, _budget.max_chars = limits.seconds, limits.max_chars
     try:
         return _stream(template, variables, limits.max_chars)
-    except BaseException as exc:  # noqa: BLE001 - translated, or re-raised below when not ours
+    except BaseException as exc:  # translated, or re-raised below when not ours
         raise _translate(exc, template) from None
     finally:
         _budget.deadline, _budget.seconds, _budget.max_chars = previous
@@ -671,26 +705,26 @@ def _stream(template: Any, variables: dict[str, Any], max_chars: int) -> str:
 
 
 def _translate(exc: BaseException, template: Any) -> BaseException:
-    """One clear error per failure kind, with the template line where it happened."""
+    """One clear, one-line error per failure kind, with the template line where it happened."""
     if isinstance(exc, KeyboardInterrupt | SystemExit | GeneratorExit):
         return exc
     where = _template_line(exc, template)
+    kind: type[TemplateRenderError] = TemplateRaisedError
     if isinstance(exc, _ExplicitRaise):
-        return TemplateRaisedError(f"template raised an error{where}: {exc}")
-    if isinstance(exc, SecurityError):
-        return SandboxViolation(f"template tried to escape the sandbox{where}: {exc}")
-    if isinstance(exc, _LimitHit):
-        return RenderLimitExceeded(f"{exc}{where}")
-    if isinstance(exc, RecursionError):
-        return RenderLimitExceeded(f"template recursed too deeply{where}")
-    if isinstance(exc, MemoryError):
-        return RenderLimitExceeded(f"template ran out of memory{where}")
-    if isinstance(exc, UndefinedError):
-        return TemplateRaisedError(f"template failed{where}: {exc}")
-    if isinstance(exc, TemplateError):
-        return TemplateRaisedError(f"template failed{where}: {exc}")
-    text = " ".join(str(exc).split())
-    return TemplateRaisedError(f"template failed{where}: {type(exc).__name__}: {text}")
+        message = f"template raised an error{where}: {exc}"
+    elif isinstance(exc, SecurityError):
+        kind, message = SandboxViolation, f"template tried to escape the sandbox{where}: {exc}"
+    elif isinstance(exc, _LimitHit):
+        kind, message = RenderLimitExceeded, f"{exc}{where}"
+    elif isinstance(exc, RecursionError):
+        kind, message = RenderLimitExceeded, f"template recursed too deeply{where}"
+    elif isinstance(exc, MemoryError):
+        kind, message = RenderLimitExceeded, f"template ran out of memory{where}"
+    elif isinstance(exc, TemplateError):
+        message = f"template failed{where}: {exc}"
+    else:
+        message = f"template failed{where}: {type(exc).__name__}: {exc}"
+    return kind(" ".join(message.split()))
 
 
 def _template_line(exc: BaseException, template: Any) -> str:

@@ -1,0 +1,137 @@
+"""Where the test suites find real chat templates; none of them are part of the project.
+
+Two corpora:
+
+* llama.cpp's `models/templates/*.jinja`, taken from the pinned llama-cpp-python source package
+  by `tools/fetch_corpus.py` into `$AUTOPARSER_CACHE` (default `~/.cache/autoparser`). Fetched on
+  first use; tests skip with the reason when that fails (no network, no pip).
+* a shared corpus of templates from public repositories plus peer projects' parser test cases,
+  in `shared/corpus/` beside the repository checkout, or `$AUTOPARSER_SHARED` (the `shared`
+  directory, or its `corpus` directory itself). Tests skip when it is absent.
+
+Functions that return lists call `pytest.skip(..., allow_module_level=True)` when the corpus is
+unavailable, so they work inside a test and at collection time. For parametrizing, the
+`*_params()` variants never skip: they return one skipped parameter instead, so the rest of a
+test module still runs.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from functools import cache
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@cache
+def corpus_fetcher() -> ModuleType:
+    """`tools/fetch_corpus.py`, loaded by path: `tools/` is scripts, not a package."""
+    spec = importlib.util.spec_from_file_location("_autoparser_fetch_corpus", REPO / "tools" / "fetch_corpus.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@cache
+def _llamacpp_fetch_error() -> str | None:
+    """Fetch llama.cpp's corpus once per session; the reason it failed, or None."""
+    fetcher = corpus_fetcher()
+    try:
+        fetcher.fetch()
+    except fetcher.FetchError as exc:
+        return f"llama.cpp template corpus unavailable: {exc}"
+    return None
+
+
+def llamacpp_templates() -> list[Path]:
+    """llama.cpp's real templates, fetched on first use."""
+    reason = _llamacpp_fetch_error()
+    if reason:
+        pytest.skip(reason, allow_module_level=True)
+    return sorted(corpus_fetcher().templates_dir().glob("*.jinja"))
+
+
+def deepseek_vocab_gguf() -> Path:
+    """A weight-less GGUF holding DeepSeek's tokenizer vocabulary."""
+    reason = _llamacpp_fetch_error()
+    if reason:
+        pytest.skip(reason, allow_module_level=True)
+    return corpus_fetcher().vocab_path()
+
+
+def shared_corpus_dir() -> Path | None:
+    """The shared corpus directory (holding `templates/` and `peer_cases.jsonl`), or None."""
+    configured = os.environ.get("AUTOPARSER_SHARED")
+    candidates = [Path(configured), Path(configured) / "corpus"] if configured else []
+    candidates.append(REPO.parent / "shared" / "corpus")
+    for candidate in candidates:
+        if (candidate / "templates").is_dir():
+            return candidate
+    return None
+
+
+def _shared_or_skip() -> Path:
+    directory = shared_corpus_dir()
+    if directory is None:
+        pytest.skip("shared corpus not found: set AUTOPARSER_SHARED or place shared/corpus beside the "
+                    "repository", allow_module_level=True)
+    return directory
+
+
+def shared_templates() -> list[Path]:
+    """The shared corpus's templates from public repositories."""
+    return sorted((_shared_or_skip() / "templates").glob("*.jinja"))
+
+
+def peer_cases() -> list[dict[str, Any]]:
+    """Peer projects' parser expectations, one dict per line of `peer_cases.jsonl`."""
+    path = _shared_or_skip() / "peer_cases.jsonl"
+    if not path.is_file():
+        pytest.skip(f"{path.name} missing from the shared corpus", allow_module_level=True)
+    with path.open(encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def all_templates() -> list[Path]:
+    """Both corpora together, whichever are available (possibly empty, never skips)."""
+    return _quietly(llamacpp_templates) + _quietly(shared_templates)
+
+
+def _quietly(source: Any) -> list[Any]:
+    try:
+        return source()
+    except pytest.skip.Exception:
+        return []
+
+
+def _as_params(source: Any) -> list[Any]:
+    try:
+        items = source()
+    except pytest.skip.Exception as exc:
+        return [pytest.param(None, id="corpus-unavailable", marks=pytest.mark.skip(reason=str(exc)))]
+    if not items:
+        return [pytest.param(None, id="corpus-empty", marks=pytest.mark.skip(reason="corpus is empty"))]
+    return [pytest.param(item, id=item.stem if isinstance(item, Path) else str(item.get("id"))) for item in items]
+
+
+def llamacpp_template_params() -> list[Any]:
+    """`llamacpp_templates()` as pytest parameters named after the file."""
+    return _as_params(llamacpp_templates)
+
+
+def shared_template_params() -> list[Any]:
+    """`shared_templates()` as pytest parameters named after the file."""
+    return _as_params(shared_templates)
+
+
+def peer_case_params() -> list[Any]:
+    """`peer_cases()` as pytest parameters named by case id."""
+    return _as_params(peer_cases)
