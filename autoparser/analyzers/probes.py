@@ -111,6 +111,9 @@ class Prober:
             if len(self.errors) < 20:
                 self.errors.append(str(exc))
             text = None
+            if tools is None:
+                # some templates iterate `tools` unguarded: an empty list is how to say "no tools"
+                text = self.render(messages, tools=[], add_generation_prompt=add_generation_prompt, **kwargs)
         self._cache[key] = text
         return text
 
