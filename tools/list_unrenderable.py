@@ -49,7 +49,7 @@ def first_failure(source: str) -> str | None:
     """None when some probe shape renders; otherwise the simplest shape's error, without tools
     and (when different) with a tool offered."""
     first_error: dict[str, str] = {}
-    for label, tools in (("without tools", None), ("with a tool", TOOLS)):
+    for label, tools in (("without tools", None), ("with an empty tool list", []), ("with a tool", TOOLS)):
         for _shape, messages in probe_shapes():
             try:
                 render_template(source, messages, tools=tools, add_generation_prompt=True,
