@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from autoparser.analysis import ContentAnalysis, ReasoningAnalysis
-from autoparser.analyzers.diff import is_marker, segments
+from autoparser.analyzers.diff import cut_at_stop, is_marker, segments
 from autoparser.analyzers.probes import CONTENT_TEXT, REASONING_FIELDS, REASONING_TEXT, Prober
 
 
@@ -34,12 +34,7 @@ def _wrapping(output: str | None, reasoning: ReasoningAnalysis, stop: list[str])
     before = _drop_reasoning(output[:at], reasoning)
     after = output[at + len(CONTENT_TEXT):]
     start = "".join(before).strip()
-    end_segments = []
-    for seg in segments(after):
-        if seg in stop:
-            break
-        end_segments.append(seg)
-    end = "".join(end_segments).strip()
+    end = cut_at_stop(after, stop).strip()
     if start and not any(is_marker(s) for s in segments(start)):
         start = ""
     if end and not any(is_marker(s) for s in segments(end)):

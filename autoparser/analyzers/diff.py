@@ -73,6 +73,12 @@ def strip_suffix(text: str, suffix: str) -> str:
     return text[: len(text) - len(suffix)] if suffix and text.endswith(suffix) else text
 
 
+def cut_at_stop(text: str, stop: list[str]) -> str:
+    """`text` up to the first end-of-turn marker in it."""
+    cut = min((text.find(s) for s in stop if s and s in text), default=len(text))
+    return text[:cut]
+
+
 def markers_in(text: str) -> list[str]:
     """Every complete marker segment in `text`, in order, without repeats."""
     seen: list[str] = []

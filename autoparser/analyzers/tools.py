@@ -24,6 +24,7 @@ from autoparser.analysis import ReasoningAnalysis, ToolsAnalysis
 from autoparser.analyzers.diff import (
     common_prefix,
     common_suffix,
+    cut_at_stop,
     first_marker_split,
     is_marker,
     segments,
@@ -364,12 +365,7 @@ def _drop_leading_reasoning(text: str, reasoning: ReasoningAnalysis) -> str:
 
 
 def _until_stop(text: str, stop: list[str]) -> str:
-    out = []
-    for seg in segments(text):
-        if seg in stop:
-            break
-        out.append(seg)
-    return "".join(out).rstrip()
+    return cut_at_stop(text, stop).rstrip()
 
 
 def _split_tag_markup(tools: ToolsAnalysis) -> None:
