@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from autoparser.analyzers.diff import char_common_prefix, is_marker, segments
-from autoparser.analyzers.probes import CONTENT_TEXT, Prober
+from autoparser.analyzers.diff import char_common_prefix, common_suffix, is_marker, markers_in, segments
+from autoparser.analyzers.probes import CONTENT_TEXT, USER_TEXT, Prober
 
 
 def generation_prompt(prober: Prober, **kwargs: Any) -> str | None:
@@ -31,14 +31,43 @@ def turn_end(prober: Prober, eos_token: str, **kwargs: Any) -> TurnEnd | None:
         return None
     at = output.index(CONTENT_TEXT)
     after = output[at + len(CONTENT_TEXT):]
-    stop = stop_markers(after, "") or stop_markers(_next_turn_opening(prober, **kwargs), "")
+    between = _next_turn_opening(prober, **kwargs)
+    if between:
+        # between a reply and the next user text: the end of the turn, then the user turn's opening
+        closing, opening = _split_turns(prober, between, **kwargs)
+        stop = stop_markers(closing, "") or [m for m in markers_in(opening)][:1]
+    else:
+        stop = stop_markers(after, "")
     if eos_token and eos_token not in stop:
         stop.append(eos_token)
     return TurnEnd(before_content=output[:at], after_content=after, stop=stop)
 
 
+def _split_turns(prober: Prober, between: str, **kwargs: Any) -> tuple[str, str]:
+    """Split the text between two turns into the first one's closing and the next one's opening.
+
+    A turn opens with the marker the generation prompt starts with (`<|im_start|>`); templates
+    whose prompt is always appended show it after the user text instead.
+    """
+    prompt = prober.prompt(**kwargs) or ""
+    gp = generation_prompt(prober, **kwargs) or ""
+    openers = markers_in(gp)[:1]
+    if not openers and USER_TEXT in prompt:
+        openers = [m for m in reversed(markers_in(prompt[prompt.rindex(USER_TEXT):])) if m in between][:1]
+    if openers and openers[0] in between:
+        at = between.rindex(openers[0])
+        return between[:at], between[at:]
+    opening = common_suffix(between, _user_turn_opening(prober, **kwargs))
+    return between[: len(between) - len(opening)], opening
+
+
+def _user_turn_opening(prober: Prober, **kwargs: Any) -> str:
+    prompt = prober.render(prober.history(), add_generation_prompt=False, **kwargs) or ""
+    return prompt[: prompt.rfind(USER_TEXT)] if USER_TEXT in prompt else ""
+
+
 def _next_turn_opening(prober: Prober, **kwargs: Any) -> str:
-    """Templates with no end-of-turn marker: the model stops where the next turn would begin."""
+    """What a template writes between a reply and the next user message's text."""
     follow_up = "Probe follow-up from the user."
     messages = prober.history() + [prober.assistant(CONTENT_TEXT),
                                    {"role": "user", "content": prober.text(follow_up)}]
