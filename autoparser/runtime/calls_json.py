@@ -1,0 +1,324 @@
+"""Calls written as JSON objects: `{"name": ..., "arguments": {...}}`, alone, in an array, bare.
+
+A mixin of `StreamParser` (see `autoparser.runtime.engine` for the modes and the rules every
+mode follows). The object's keys come from the analysis (`name_field`, `args_field`, `id_field`,
+`function_field`); "arguments" and "parameters" are always accepted for the arguments. Arguments
+stream through the JSON scanner as soon as the name is known; arguments written as a JSON string
+(stringified JSON) are collected and checked before they are emitted. `_json_args` also serves
+the JSON arguments of tag formats.
+"""
+
+from __future__ import annotations
+
+import json
+
+from autoparser.runtime.jsonscan import (
+    DONE,
+    ERROR,
+    MORE,
+    JsonScanner,
+    loads_strict,
+    read_string_token,
+    skip_whitespace,
+)
+from autoparser.runtime.markers import FULL, PARTIAL, match_at
+from autoparser.runtime.steps import (
+    A_ITEM,
+    A_OPEN,
+    W_AFTER,
+    W_ARGS_STRING,
+    W_COLON,
+    W_KEY,
+    W_KEY_OR_END,
+    W_OPEN,
+    W_SKIP,
+    W_VALUE,
+)
+
+
+class JsonCalls:
+    """The call modes of JSON-object formats, and JSON argument streaming."""
+
+    def _between_bare(self, text: str, pos: int, final: bool) -> int:
+        """After a call written as a bare JSON object: another may follow after `;` or `,`."""
+        p = skip_whitespace(text, pos)
+        q = p
+        if q < len(text) and text[q] in ";,":
+            q = skip_whitespace(text, q + 1)
+        if q >= len(text) and not final:
+            return pos
+        if q < len(text) and text[q] == "{" and self._tools_allowed():
+            self.out.add_content(text[pos:p])
+            self._begin_call(text[p:q], self._wrapper, W_OPEN)
+            return q
+        self._mode = self._content
+        return pos
+
+    def _json_args(self, text: str, pos: int, final: bool) -> int:
+        scanner = self._scanner
+        newpos, status, emitted = scanner.scan(text, pos, final)
+        if self._args_buffer is not None:
+            self._args_buffer.append(emitted)
+        else:
+            self.out.add_arguments(emitted)
+        if status == MORE:
+            if not final:
+                return newpos
+            self._close_json(scanner.closing(text[newpos:]))
+            return self._finish_broken_json(len(text), incomplete=True)
+        if status == DONE:
+            self._mode = self._after_json
+            return newpos
+        self._close_json(scanner.closing())
+        return self._finish_broken_json(newpos, incomplete=True)
+
+    def _close_json(self, closing: str) -> None:
+        if self._args_buffer is not None:
+            self._args_buffer.append(closing)
+        else:
+            self.out.add_arguments(closing)
+
+    def _finish_broken_json(self, pos: int, incomplete: bool) -> int:
+        """Arguments that broke off (invalid character or end of output) were closed by repair."""
+        if self._spec.format == "json":
+            if not self._emitted:
+                return self._fail_call()
+            return self._to_junk(pos, incomplete=incomplete)
+        if self.out.calls:
+            self.out.calls[-1].incomplete = incomplete
+        self._mode = self._after_args
+        return pos
+
+    # -- JSON-object calls ----------------------------------------------------------------------
+
+    def _wrapper(self, text: str, pos: int, final: bool) -> int:
+        """A call written as a JSON object: {"name": ..., "arguments": {...}, "id": ...}."""
+        spec = self._spec
+        step = self._step
+        if step == W_SKIP or step == W_ARGS_STRING:
+            return self._wrapper_value_scan(text, pos, final)
+        p = skip_whitespace(text, pos)
+        if p >= len(text):
+            if not final:
+                return p
+            return self._wrapper_cut(p)
+        char = text[p]
+        if step == W_OPEN:
+            if char != "{":
+                return self._wrapper_error(p)
+            self._step = W_KEY_OR_END
+            return p + 1
+        if step == W_KEY_OR_END:
+            if char == "}":
+                return self._wrapper_close(p + 1)
+            if char != '"':
+                return self._wrapper_error(p)
+            self._step = W_KEY
+            return p
+        if step == W_KEY:
+            token = read_string_token(text, p, final)
+            if token == "":
+                return p
+            if token is None:
+                return self._wrapper_error(p)
+            key, end = token
+            if spec.markerless and self._first_key and key not in self._known_keys():
+                return self._wrapper_error(p)
+            self._first_key = False
+            self._key = key
+            self._step = W_COLON
+            return end
+        if step == W_COLON:
+            if char != ":":
+                return self._wrapper_error(p)
+            self._step = W_VALUE
+            return p + 1
+        if step == W_VALUE:
+            return self._wrapper_value(text, p, final)
+        # W_AFTER
+        if char == ",":
+            self._step = W_KEY_OR_END
+            return p + 1
+        if char == "}":
+            return self._wrapper_close(p + 1)
+        return self._wrapper_error(p)
+
+    def _known_keys(self) -> set[str]:
+        spec = self._spec
+        keys = {spec.name_field, *spec.args_fields, "type"}
+        if spec.id_field:
+            keys.add(spec.id_field)
+        if spec.function_field:
+            keys.add(spec.function_field)
+        return keys
+
+    def _wrapper_value(self, text: str, p: int, final: bool) -> int:
+        spec = self._spec
+        key = self._key
+        char = text[p]
+        if key == spec.name_field and not self._name and char == '"':
+            token = read_string_token(text, p, final)
+            if token == "":
+                return p
+            if token is None or not token[0] or not spec.name_allowed(token[0]):
+                return self._wrapper_error(p)
+            self._name, end = token
+            self._step = W_AFTER
+            if self._has_args and not self._emitted:
+                self._emit_call()
+                self.out.add_arguments("".join(self._args_buffer or ()))
+                self._args_buffer = None
+            return end
+        if key == spec.id_field and char == '"' and not self._emitted:
+            token = read_string_token(text, p, final)
+            if token == "":
+                return p
+            if token is not None:
+                self._call_id = token[0]
+                self._step = W_AFTER
+                return token[1]
+        if key == spec.function_field and char == "{" and self._level == 0:
+            self._level = 1
+            self._step = W_KEY_OR_END
+            return p + 1
+        if key in spec.args_fields and not self._has_args:
+            if char == "{":
+                q = skip_whitespace(text, p + 1)
+                if q >= len(text) and not final:
+                    return p
+                if q >= len(text) or text[q] not in '"}':
+                    return self._wrapper_error(p)
+                self._has_args = True
+                self._scanner = JsonScanner("{")
+                self._after_json = self._wrapper_after_args
+                if self._name:
+                    self._emit_call()
+                else:
+                    self._args_buffer = []
+                self._mode = self._json_args
+                return p
+            if char == '"':
+                self._scanner = JsonScanner('"')
+                self._value_parts = []
+                self._step = W_ARGS_STRING
+                return p
+            return self._wrapper_error(p)
+        self._scanner = JsonScanner()
+        self._step = W_SKIP
+        return p
+
+    def _wrapper_after_args(self, text: str, pos: int, final: bool) -> int:
+        self._mode = self._wrapper
+        self._step = W_AFTER
+        return pos
+
+    def _wrapper_value_scan(self, text: str, pos: int, final: bool) -> int:
+        """Skip a value of no interest, or collect arguments written as a JSON string."""
+        scanner = self._scanner
+        newpos, status, emitted = scanner.scan(text, pos, final)
+        if self._step == W_ARGS_STRING:
+            self._value_parts.append(emitted)
+        if status == MORE:
+            if final:
+                return self._wrapper_cut(len(text))
+            return newpos
+        if status == ERROR:
+            return self._wrapper_error(newpos)
+        if self._step == W_ARGS_STRING:
+            try:
+                inner = loads_strict(loads_strict("".join(self._value_parts)))
+            except ValueError:
+                inner = None
+            if not isinstance(inner, dict):
+                return self._wrapper_error(newpos)
+            self._has_args = True
+            self._args_buffer = [json.dumps(inner, ensure_ascii=False)]
+            if self._name and not self._emitted:
+                self._emit_call()
+                self.out.add_arguments(self._args_buffer[0])
+                self._args_buffer = None
+        self._scanner = None
+        self._step = W_AFTER
+        return newpos
+
+    def _wrapper_close(self, end: int) -> int:
+        if self._level == 1:
+            self._level = 0
+            self._step = W_AFTER
+            return end
+        if not self._emitted:
+            if not self._name or (not self._has_args and self._spec.markerless):
+                return self._fail_call()
+            self._emit_call()
+            self.out.add_arguments("".join(self._args_buffer) if self._args_buffer else "{}")
+            self._args_buffer = None
+        elif not self._has_args:
+            self.out.add_arguments("{}")
+        if self._spec.array or self._spec.markerless:
+            return self._call_done(end)
+        self._mode = self._after_args
+        self._step = 0
+        return end
+
+    def _wrapper_error(self, pos: int) -> int:
+        if not self._emitted:
+            return self._fail_call()
+        return self._to_junk(pos, incomplete=True)
+
+    def _wrapper_cut(self, pos: int) -> int:
+        """The output ended inside the call object."""
+        if not self._emitted:
+            return self._fail_call()
+        if not self._has_args:
+            self.out.add_arguments("{}")
+        self._end_call(incomplete=True)
+        self._mode = self._content
+        return pos
+
+    # -- calls in a JSON array ------------------------------------------------------------------
+
+    def _array(self, text: str, pos: int, final: bool) -> int:
+        step = self._step
+        p = skip_whitespace(text, pos)
+        if p >= len(text):
+            return self._array_end(p) if final else p
+        char = text[p]
+        if step == A_OPEN:
+            self._step = A_ITEM
+            self._bracketed = char == "["
+            return p + 1 if self._bracketed else p
+        if step == A_ITEM:
+            if char == "{" and self._tools_allowed():
+                self._begin_call(self._array_raw, self._wrapper, W_OPEN)
+                self._array_raw = ""
+                return p
+            if char == "]" and self._bracketed:
+                return self._array_end(p + 1)
+            self._mode = self._raw_mode
+            return p
+        # A_AFTER: after a call
+        if char == "," and self._bracketed:
+            self._step = A_ITEM
+            return p + 1
+        if char == "]" and self._bracketed:
+            return self._array_end(p + 1)
+        if char == "{" and not self._bracketed:
+            self._step = A_ITEM
+            return p
+        return self._array_end(p)
+
+    def _array_end(self, pos: int) -> int:
+        self._in_section = False
+        self._mode = self._after_array
+        return pos
+
+    def _after_array(self, text: str, pos: int, final: bool) -> int:
+        """After the closing bracket: the section's end marker, if the format has one."""
+        p = skip_whitespace(text, pos)
+        if p >= len(text) and not final:
+            return pos
+        found, end = match_at(text, p, self._spec.section_end, final)
+        if found == PARTIAL:
+            return pos
+        self._mode = self._content
+        return end if found == FULL else pos

@@ -1,0 +1,458 @@
+"""The streaming engine: one state machine for every output format, driven by a `Spec`.
+
+Text arrives in chunks. The engine keeps a short buffer and a *mode* (a bound method) that
+consumes a prefix of the buffer and emits into `Output`; a mode that cannot decide yet consumes
+nothing and the text waits for the next chunk. Decisions depend only on the text, never on where
+the chunks were cut, and `finish()` turns every "wait" into a decision, so joining the deltas of
+any chunking gives the same message as one `parse`. Each character is examined a bounded number
+of times: the buffer only ever holds a possible marker prefix, a JSON token, a tool name or a
+whitespace run, so time is linear in the output.
+
+Modes, in the order the output is laid out (see `autoparser.analysis`):
+
+* `_begin`: leading whitespace and an optional reasoning start marker.
+* `_reasoning`: until the reasoning end marker. Tool markup inside reasoning is held back
+  (`_deferred_reasoning`): if the end marker follows it stays reasoning; if the output ends
+  first, the reasoning ended where the tool markup began and the rest is parsed again as
+  content (peers split unclosed reasoning there, and nothing is lost either way).
+* `_content`: visible text; a tool section/call opener switches to the tool modes.
+* `_section`: between calls. The calls themselves are parsed by two mixins:
+  `calls_tagged.TagCalls` (`_tag_header`, `_tagged_args`, `_after_args`) for tag formats and
+  `calls_json.JsonCalls` (`_wrapper`, `_array`, `_between_bare`, and `_json_args`, which
+  streams JSON arguments for both).
+* `_raw_mode`: after a call that failed to parse; its text stays content up to the call's end
+  marker, then calls are looked for again.
+* `_stopped`: after an end-of-turn marker; any further text is content.
+
+A call's name is emitted (with its id) only once its arguments have visibly started well
+(`{` followed by a key or `}`, or the first tagged argument); until then its raw text is held
+so that a malformed call can still go to content whole. After that the call is kept: invalid or
+truncated arguments are closed by the JSON scanner's repair and the call is marked incomplete.
+"""
+
+from __future__ import annotations
+
+from autoparser.runtime.calls_json import JsonCalls
+from autoparser.runtime.calls_tagged import TagCalls
+from autoparser.runtime.channels import Output
+from autoparser.runtime.jsonscan import JsonScanner, is_string_body, skip_whitespace
+from autoparser.runtime.markers import FULL, PARTIAL, MarkerSet, match_at
+from autoparser.runtime.spec import Spec
+from autoparser.runtime.steps import A_AFTER, A_ITEM, A_OPEN, ARGS_START, ID, NAME_START, T_STRING, W_OPEN
+
+
+class StreamParser(TagCalls, JsonCalls):
+    """Incremental parser of one model output; create it with `Parser.stream()`."""
+
+    def __init__(self, spec: Spec, sets: dict[str, MarkerSet]) -> None:
+        self._spec = spec
+        self._sets = sets
+        self.out = Output()
+        self._text = ""
+        self._pos = 0
+        self._mode = self._begin
+        self._step = 0
+        self._finished = False
+        self._plain = not spec.tools_on
+        self._in_section = False
+        self._deferred: list[str] = []
+        self._raw: list[str] | None = None
+        self._bracketed = False
+        self._array_raw = ""
+        self._entry = 0
+        self._in_string = False
+        self._raw_call_end_is_content = True
+        # a call header is name then id, or id then name when the template writes the id first
+        self._header_first = ID if spec.id_before_name else NAME_START
+        self._after_name = ARGS_START if spec.id_before_name else ID
+        self._after_id = NAME_START if spec.id_before_name else ARGS_START
+        self._reset_call()
+
+    # -- public surface ------------------------------------------------------------------------
+
+    def feed(self, chunk: str) -> list[dict]:
+        """Parse the next piece of output; return the deltas it completes (possibly none)."""
+        if self._finished:
+            raise RuntimeError("feed() after finish()")
+        if chunk and self._in_string and self._pos >= len(self._text) and is_string_body(chunk):
+            # the hot path: more characters of a JSON string inside streamed arguments
+            call = self.out.calls[-1]
+            call.append(chunk)
+            return [{"tool_calls": [{"index": call.index, "function": {"arguments": chunk}}]}]
+        if chunk:
+            self._text = self._text[self._pos :] + chunk if self._pos < len(self._text) else chunk
+            self._pos = 0
+            self._run(False)
+        return self.out.take()
+
+    def finish(self) -> list[dict]:
+        """The output is complete: release held-back text, close an open call."""
+        if not self._finished:
+            self._text = self._text[self._pos :]
+            self._pos = 0
+            self._run(True)
+            self._finalize()
+            self._finished = True
+        return self.out.take()
+
+    def message(self) -> dict:
+        """The assistant message parsed so far (final after `finish()`)."""
+        return self.out.message()
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def _run(self, final: bool) -> None:
+        text, pos = self._text, self._pos
+        budget = 4 * len(text) + 64
+        while True:
+            mode, step, raw = self._mode, self._step, self._raw
+            self._entry = pos
+            newpos = mode(text, pos, final)
+            if self._text is not text:  # the mode replaced the text (re-parse of deferred reasoning)
+                text, pos = self._text, newpos
+                budget += 4 * len(text)
+                continue
+            if raw is not None and raw is self._raw and newpos > pos:
+                raw.append(text[pos:newpos])
+            if newpos == pos and self._mode == mode and self._step == step:
+                break
+            pos = newpos
+            if pos >= len(text) and not final:
+                break
+            budget -= 1
+            if budget < 0:  # a safety net: never loop forever on a bug, keep the text as content
+                self.out.add_content(text[pos:])
+                pos = len(text)
+                break
+        self._text, self._pos = text, pos
+        scanner = self._scanner
+        self._in_string = (scanner is not None and scanner.in_string and self._args_buffer is None
+                           and self._mode == self._json_args)
+        if final and pos < len(text):
+            self.out.add_content(text[pos:])
+            self._pos = len(text)
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _tools_allowed(self) -> bool:
+        spec = self._spec
+        if self._plain:
+            return False
+        if spec.strict and self.out.content.started:
+            return False
+        return spec.parallel or not self.out.calls
+
+    def _reset_call(self) -> None:
+        self._name = ""
+        self._call_id = ""
+        self._emitted = False
+        self._scanner: JsonScanner | None = None
+        self._after_json = self._after_args
+        self._args_open = False
+        self._args_end_seen = False
+        self._key = ""
+        self._kind = ""
+        self._value_parts: list[str] = []
+        self._level = 0
+        self._args_buffer: list[str] | None = None
+        self._has_args = False
+        self._first_key = True
+        self._index_digits = ""
+
+    def _begin_call(self, raw_text: str, mode, step: int) -> None:
+        self._reset_call()
+        self._raw = [raw_text]
+        self._mode = mode
+        self._step = step
+
+    def _emit_call(self) -> None:
+        """The call is certain: emit its name and id; its raw text is no longer needed."""
+        spec = self._spec
+        call_id = self._call_id or spec.call_id(len(self.out.calls))
+        self.out.start_call(call_id, self._name)
+        self._emitted = True
+        self._raw = None
+
+    def _fail_call(self, pos: int | None = None) -> int:
+        """The call is malformed before its name was emitted: its raw text becomes content.
+
+        Parsing resumes where the current step began, so text the step skipped over is kept;
+        `pos` is only used when the step consumed text of its own (a closed JSON object).
+        """
+        pos = self._entry if pos is None else pos
+        raw = "".join(self._raw or ())
+        self._raw = None
+        self.out.add_content(raw)
+        self._reset_call()
+        spec = self._spec
+        if spec.markerless:
+            self._mode = self._content
+        elif spec.strict:
+            self._plain = True
+            self._mode = self._content
+        else:
+            self._mode = self._raw_mode
+            self._raw_call_end_is_content = True
+        self._step = 0
+        return pos
+
+    def _end_call(self, incomplete: bool = False) -> None:
+        if incomplete and self.out.calls:
+            self.out.calls[-1].incomplete = True
+        self._reset_call()
+        self._raw = None
+        self._step = 0
+
+    def _call_done(self, pos: int) -> int:
+        """A call ended normally; look for the next one."""
+        self._end_call()
+        spec = self._spec
+        if spec.array:
+            self._mode = self._array
+            self._step = A_AFTER
+        elif spec.markerless:
+            self._mode = self._between_bare
+        else:
+            self._mode = self._section
+        return pos
+
+    def _to_junk(self, pos: int, incomplete: bool = False) -> int:
+        """Text inside an already emitted call that does not fit: close the call, keep the text."""
+        self._end_call(incomplete)
+        if self._spec.strict:
+            self._plain = True
+            self._mode = self._content
+        else:
+            self._mode = self._raw_mode
+            self._raw_call_end_is_content = False
+        return pos
+
+    # -- reasoning -----------------------------------------------------------------------------
+
+    def _begin(self, text: str, pos: int, final: bool) -> int:
+        spec = self._spec
+        p = skip_whitespace(text, pos)
+        if p >= len(text) and not final:
+            return p
+        if spec.reasoning_start:
+            found, end = match_at(text, p, spec.reasoning_start, final)
+            if found == PARTIAL:
+                return p
+            if found == FULL:
+                self._mode = self._reasoning
+                return end
+        self._mode = self._reasoning if spec.start_in_reasoning else self._content
+        return p
+
+    def _reasoning(self, text: str, pos: int, final: bool) -> int:
+        markers = self._sets["reasoning"]
+        hit = markers.find(text, pos)
+        if hit is None:
+            end = len(text) if final else markers.safe_end(text, pos)
+            self.out.add_reasoning(text[pos:end])
+            return end
+        start, found, kind = hit
+        self.out.add_reasoning(text[pos:start])
+        if kind == "end":
+            self._mode = self._content
+            return start + len(found)
+        if kind == "stop":
+            self._mode = self._stopped
+            return start + len(found)
+        self._deferred = []
+        self._mode = self._deferred_reasoning
+        return start
+
+    def _deferred_reasoning(self, text: str, pos: int, final: bool) -> int:
+        markers = self._sets["deferred"]
+        hit = markers.find(text, pos)
+        if hit is not None:
+            start, found, _kind = hit
+            self._deferred.append(text[pos:start])
+            self.out.add_reasoning("".join(self._deferred))
+            self._deferred = []
+            self._mode = self._content
+            return start + len(found)
+        if final:
+            # reasoning was never closed: it ended where the tool markup began
+            self._text = "".join(self._deferred) + text[pos:]
+            self._deferred = []
+            self._mode = self._content
+            return 0
+        end = markers.safe_end(text, pos)
+        self._deferred.append(text[pos:end])
+        return end
+
+    # -- content -------------------------------------------------------------------------------
+
+    def _content(self, text: str, pos: int, final: bool) -> int:
+        markers = self._sets["plain" if self._plain else "content"]
+        hit = markers.find(text, pos)
+        if hit is None:
+            end = len(text) if final else markers.safe_end(text, pos)
+            self.out.add_content(text[pos:end])
+            return end
+        start, found, kind = hit
+        self.out.add_content(text[pos:start])
+        end = start + len(found)
+        if kind == "drop":
+            return end
+        if kind == "stop":
+            self._mode = self._stopped
+            return end
+        if not self._tools_allowed():
+            self.out.add_content(found)
+            return end
+        spec = self._spec
+        if kind == "brace":
+            self._begin_call("", self._wrapper, W_OPEN)
+            return start
+        if kind == "bracket":
+            # a bare JSON array of calls: only when an object follows the bracket
+            p = skip_whitespace(text, end)
+            if p >= len(text) and not final:
+                return start
+            if p >= len(text) or text[p] != "{":
+                self.out.add_content(found)
+                return end
+            self._in_section = True
+            self._bracketed = True
+            self._array_raw = text[start:p]  # content again if the first element is no call
+            self._mode = self._array
+            self._step = A_ITEM
+            return p
+        if kind == "section":
+            self._in_section = True
+            if spec.array:
+                self._mode = self._array
+                self._step = A_OPEN
+            else:
+                self._mode = self._section
+            return end
+        if kind == "named":
+            # the format has no opener of its own: a call begins with its name marker
+            self._begin_call("", self._tag_header, self._header_first)
+            return start
+        self._start_marked_call(found)
+        return end
+
+    def _start_marked_call(self, marker_text: str) -> None:
+        if self._spec.format == "json":
+            self._begin_call(marker_text, self._wrapper, W_OPEN)
+        else:
+            self._begin_call(marker_text, self._tag_header, self._header_first)
+
+    def _stopped(self, text: str, pos: int, final: bool) -> int:
+        self.out.add_content(text[pos:])
+        return len(text)
+
+    # -- between calls -------------------------------------------------------------------------
+
+    def _section(self, text: str, pos: int, final: bool) -> int:
+        spec = self._spec
+        p = skip_whitespace(text, pos)
+        if p > pos:
+            self.out.add_content(text[pos:p])
+        if p >= len(text):
+            return p
+        markers = self._sets["section"]
+        hit = markers.find_at(text, p)
+        if hit is None:
+            if not final and markers.is_prefix(text, p):
+                return p
+            return self._section_text(p)
+        found, kind = hit
+        end = p + len(found)
+        if kind == "sep":
+            return end
+        if kind == "end":
+            self._in_section = False
+            self._mode = self._content
+            return end
+        if kind == "stop":
+            self._mode = self._stopped
+            return end
+        # a call starts here
+        if not self._tools_allowed():
+            self._mode = self._raw_mode
+            return p
+        if kind == "call":
+            self._start_marked_call(found)
+            return end
+        # the call has no opener of its own: it begins with its name marker or a JSON object
+        if spec.format == "json":
+            self._begin_call("", self._wrapper, W_OPEN)
+        else:
+            self._begin_call("", self._tag_header, self._header_first)
+        return p
+
+    def _section_text(self, pos: int) -> int:
+        """Text between calls that starts no call."""
+        spec = self._spec
+        if spec.strict:
+            self._plain = True
+            self._mode = self._content
+        elif self._in_section and spec.section_end:
+            self._mode = self._raw_mode
+        else:
+            self._in_section = False
+            self._mode = self._content
+        return pos
+
+    def _raw_mode(self, text: str, pos: int, final: bool) -> int:
+        markers = self._sets["raw"]
+        hit = markers.find(text, pos)
+        if hit is None:
+            end = len(text) if final else markers.safe_end(text, pos)
+            self.out.add_content(text[pos:end])
+            return end
+        start, found, kind = hit
+        end = start + len(found)
+        if kind == "call_end":
+            # the end of a call whose start went to content too; or, after a call that was
+            # returned, its own end marker
+            self.out.add_content(text[pos:end] if self._raw_call_end_is_content else text[pos:start])
+            self._mode = self._section
+            return end
+        self.out.add_content(text[pos:start])
+        if kind == "stop":
+            self._mode = self._stopped
+        elif kind == "end":
+            self._in_section = False
+            self._mode = self._content
+        elif kind == "section":
+            self._in_section = True
+            if self._spec.array:
+                self._mode = self._array
+                self._step = A_OPEN
+            else:
+                self._mode = self._section
+        elif self._tools_allowed():
+            self._start_marked_call(found)
+        else:
+            self.out.add_content(found)
+        return end
+
+
+    # -- end of output --------------------------------------------------------------------------
+
+    def _finalize(self) -> None:
+        """Close whatever is still open once all text was consumed."""
+        if self._raw is not None:
+            self._fail_call(len(self._text))
+            return
+        if not self._emitted:
+            return
+        mode = self._mode
+        if mode == self._json_args and self._scanner is not None:
+            self._close_json(self._scanner.closing())
+            self._end_call(incomplete=True)
+        elif mode == self._tagged_args:
+            if self._step == T_STRING:
+                self.out.add_arguments('"')
+            self.out.add_arguments("}" if self._args_open else "{}")
+            self._end_call(incomplete=True)
+        elif mode == self._wrapper:
+            self._end_call(incomplete=True)
+        else:
+            self._end_call(incomplete=bool(self.out.calls and self.out.calls[-1].incomplete))

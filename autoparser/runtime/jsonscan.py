@@ -1,0 +1,296 @@
+"""An incremental, validating JSON scanner that streams a value's text while it arrives.
+
+Why our own and not `jiter` or `partial-json-parser`: the runtime must also run inside the
+standalone module that `autoparser generate` writes, which may import only the standard library;
+and streaming needs more than a partial parse of the whole buffer. It needs to consume each
+character once (linear time), say exactly where the value ends or first goes wrong, and only ever
+emit a prefix that a fixed closing suffix turns into valid JSON. Re-parsing the growing buffer
+with a partial parser on every chunk would be quadratic.
+
+The scanner passes the model's text through unchanged with two repairs that keep the result
+valid JSON: raw control characters inside strings are escaped, and a backslash that starts no
+valid escape is doubled. Text that cannot yet be judged (a number or literal still growing, a
+comma whose next element has not started, an escape cut in half) is left unconsumed, so the
+caller keeps it until more text arrives.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+MORE = 0  # everything given was consumed or held back; the value is not finished
+DONE = 1  # the value ended at the returned position
+ERROR = 2  # the character at the returned position cannot continue the value
+
+# in-string text: anything but quote, backslash and control characters, or a complete escape
+_STRING_BODY = re.compile(r'(?:[^"\\\x00-\x1f]+|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*')
+_PARTIAL_ESCAPE = re.compile(r"\\(?:u[0-9a-fA-F]{0,3})?\Z")
+_WHITESPACE = re.compile(r"[ \t\n\r]*")
+_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+_NUMBER_CHARS = re.compile(r"[-+0-9.eE]*")
+_CONTROL_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}
+_LITERALS = ("true", "false", "null")
+_LONGEST_HELD_TOKEN = 512
+_VALUE_STARTS = '{["-0123456789tfn'
+
+# scanner states
+_VALUE = 0  # a value must start here (after ':' or at the top)
+_OBJECT_FIRST = 1  # just after '{': a key or '}'
+_ARRAY_FIRST = 2  # just after '[': a value or ']'
+_COLON = 3  # after a key
+_AFTER = 4  # after a value inside a container: ',' or the closer
+_STRING = 5  # inside a string value
+_KEY = 6  # inside a key string
+_END = 7  # the top-level value is complete
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+def loads_strict(text: str):
+    """`json.loads` without the NaN/Infinity extensions, which would not serialize back to JSON."""
+    return json.loads(text, parse_constant=_reject_constant)
+
+
+def escape_control(char: str) -> str:
+    """The JSON escape for a control character found raw inside a string."""
+    return _CONTROL_ESCAPES.get(char) or f"\\u{ord(char):04x}"
+
+
+def json_string_body(text: str) -> str:
+    """`text` escaped for the inside of a JSON string (no quotes), non-ASCII kept as is."""
+    return json.dumps(text, ensure_ascii=False)[1:-1]
+
+
+class JsonScanner:
+    """Scans one JSON value incrementally; `scan` returns what may be emitted so far.
+
+    `first` restricts the kind of value: "{" accepts only an object. The emitted pieces joined
+    together plus `closing()` always form valid JSON once the value has started.
+    """
+
+    __slots__ = ("state", "stack", "first", "started")
+
+    def __init__(self, first: str = "") -> None:
+        self.state = _VALUE
+        self.stack: list[str] = []
+        self.first = first
+        self.started = False
+
+    @property
+    def done(self) -> bool:
+        return self.state == _END
+
+    @property
+    def in_string(self) -> bool:
+        """Inside a string value: text without quotes, backslashes or control characters passes."""
+        return self.state == _STRING
+
+    def scan(self, text: str, pos: int, final: bool = False) -> tuple[int, int, str]:
+        """Consume `text[pos:]`; return (new position, MORE/DONE/ERROR, text to emit).
+
+        With `final`, nothing more will come: a held number or literal is judged as it is.
+        """
+        out: list[str] = []
+        end = len(text)
+        while pos < end:
+            state = self.state
+            if state == _STRING or state == _KEY:
+                pos = self._string(text, pos, out, final)
+                if pos < 0:
+                    return -pos - 1, MORE, "".join(out)
+                continue
+            if state == _END:
+                return pos, DONE, "".join(out)
+            match = _WHITESPACE.match(text, pos)
+            if match.end() > pos:
+                out.append(match.group())
+                pos = match.end()
+                if pos >= end:
+                    break
+            char = text[pos]
+            if state == _AFTER:
+                if char == ",":
+                    follow = _WHITESPACE.match(text, pos + 1).end()
+                    if follow >= end:
+                        # keep the comma until the next element starts, so a cut here needs no repair
+                        return pos, (ERROR if final else MORE), "".join(out)
+                    nxt = text[follow]
+                    top = self.stack[-1]
+                    if nxt not in ('"' if top == "{" else _VALUE_STARTS):
+                        return pos, ERROR, "".join(out)
+                    out.append(text[pos:follow])
+                    pos = follow
+                    self.state = _VALUE if top == "[" else _OBJECT_FIRST
+                    continue
+                closer = "}" if self.stack[-1] == "{" else "]"
+                if char != closer:
+                    return pos, ERROR, "".join(out)
+                out.append(char)
+                pos += 1
+                self._close_container()
+                continue
+            if state == _COLON:
+                if char != ":":
+                    return pos, ERROR, "".join(out)
+                out.append(char)
+                pos += 1
+                self.state = _VALUE
+                continue
+            if state == _OBJECT_FIRST:
+                if char == '"':
+                    out.append(char)
+                    pos += 1
+                    self.state = _KEY
+                    continue
+                if char == "}":
+                    out.append(char)
+                    pos += 1
+                    self._close_container()
+                    continue
+                return pos, ERROR, "".join(out)
+            if state == _ARRAY_FIRST and char == "]":
+                out.append(char)
+                pos += 1
+                self._close_container()
+                continue
+            # a value starts here
+            if self.first and not self.started and char != self.first:
+                return pos, ERROR, "".join(out)
+            self.started = True
+            if char == "{":
+                self.stack.append("{")
+                self.state = _OBJECT_FIRST
+                out.append(char)
+                pos += 1
+            elif char == "[":
+                self.stack.append("[")
+                self.state = _ARRAY_FIRST
+                out.append(char)
+                pos += 1
+            elif char == '"':
+                self.state = _STRING
+                out.append(char)
+                pos += 1
+            else:
+                taken = self._scalar(text, pos, final)
+                if taken is None:
+                    return pos, ERROR, "".join(out)
+                if taken == "":
+                    return pos, MORE, "".join(out)
+                out.append(taken)
+                pos += len(taken)
+                self._close_value()
+        return pos, (DONE if self.state == _END else MORE), "".join(out)
+
+    def _string(self, text: str, pos: int, out: list[str], final: bool) -> int:
+        """Scan inside a string; return the new position, or -(pos+1) to hold text[pos:]."""
+        end = _STRING_BODY.match(text, pos).end()
+        if end > pos:
+            out.append(text[pos:end])
+        if end >= len(text):
+            return end
+        char = text[end]
+        if char == '"':
+            out.append(char)
+            if self.state == _KEY:
+                self.state = _COLON
+            else:
+                self._close_value()
+            return end + 1
+        if char == "\\":
+            if not final and _PARTIAL_ESCAPE.match(text, end):
+                return -(end + 1)
+            out.append("\\\\")  # a lone backslash: keep it as a literal backslash
+            return end + 1
+        out.append(escape_control(char))
+        return end + 1
+
+    def _scalar(self, text: str, pos: int, final: bool) -> str | None:
+        """A complete number or literal at pos; "" when it may still grow; None when invalid."""
+        char = text[pos]
+        if char in "-0123456789":
+            run = _NUMBER_CHARS.match(text, pos).end()
+            if run >= len(text) and not final and run - pos < _LONGEST_HELD_TOKEN:
+                return ""
+            number = _NUMBER.match(text, pos, run)
+            if number is None or number.end() != run:
+                return None
+            return number.group()
+        for literal in _LITERALS:
+            if literal[0] == char:
+                piece = text[pos : pos + len(literal)]
+                if piece == literal:
+                    return literal
+                if len(piece) < len(literal) and literal.startswith(piece) and not final:
+                    return ""
+                return None
+        return None
+
+    def _close_container(self) -> None:
+        self.stack.pop()
+        self._close_value()
+
+    def _close_value(self) -> None:
+        """A value just ended: move to the state after it."""
+        self.state = _AFTER if self.stack else _END
+
+    def closing(self, held: str = "") -> str:
+        """The text that turns what was emitted (plus a held scalar `held`) into valid JSON."""
+        parts: list[str] = []
+        state = self.state
+        if state == _KEY:
+            parts.append('": null')
+        elif state == _STRING:
+            parts.append('"')
+        elif state == _COLON:
+            parts.append(": null")
+        elif not self.started:
+            return "{}" if self.first == "{" else (_complete_scalar(held) if held.strip() else "null")
+        elif held.strip() and state in (_VALUE, _ARRAY_FIRST):
+            parts.append(_complete_scalar(held))
+        elif state == _VALUE:
+            parts.append("null")
+        for opener in reversed(self.stack):
+            parts.append("}" if opener == "{" else "]")
+        return "".join(parts)
+
+
+def _complete_scalar(held: str) -> str:
+    """Best-effort completion of a number or literal cut short."""
+    held = held.strip()
+    for literal in _LITERALS:
+        if literal.startswith(held):
+            return literal
+    match = _NUMBER.match(held)
+    if match and match.end() == len(held):
+        return held
+    for suffix in ("0", ".0", "e0"):
+        candidate = held.rstrip(".eE+-") + suffix if suffix != "0" else held + suffix
+        if _NUMBER.fullmatch(candidate):
+            return candidate
+    return "null"
+
+
+_STRING_TOKEN = re.compile(r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*"')
+_STRING_TOKEN_PREFIX = re.compile(r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{0,4}|\\)*\Z')
+
+
+def read_string_token(text: str, pos: int, final: bool, limit: int = _LONGEST_HELD_TOKEN):
+    """Decode a complete JSON string token at pos: (value, end), "" if cut short, None if invalid."""
+    match = _STRING_TOKEN.match(text, pos)
+    if match:
+        return json.loads(match.group()), match.end()
+    if not final and len(text) - pos < limit and _STRING_TOKEN_PREFIX.match(text, pos):
+        return ""
+    return None
+
+
+# whether a whole text is plain string content (complete escapes included)
+is_string_body = _STRING_BODY.fullmatch
+
+
+def skip_whitespace(text: str, pos: int) -> int:
+    return _WHITESPACE.match(text, pos).end()

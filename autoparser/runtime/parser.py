@@ -1,0 +1,99 @@
+"""`Parser`: the per-request object that parses whole outputs and creates streams.
+
+Everything that depends only on the analysis and the request (marker sets, the tool table, the
+id nonce) is computed here once; a `StreamParser` then holds just its position and a short
+buffer. `parse` runs the streaming engine over the whole text, so a stream of the same parser
+ends with exactly the message `parse` returns, call ids included.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from autoparser.runtime.calls_tagged import NAME_FORBIDDEN
+from autoparser.runtime.engine import StreamParser
+from autoparser.runtime.markers import MarkerSet
+from autoparser.runtime.spec import Spec
+
+
+def build_marker_sets(spec: Spec) -> dict[str, Any]:
+    """The marker sets each engine mode searches, with what each marker means there."""
+
+    def kinds(*pairs: tuple[str, str]) -> dict[str, str]:
+        table: dict[str, str] = {}
+        for marker, kind in pairs:
+            if marker and marker not in table:
+                table[marker] = kind
+        return table
+
+    stops = [(stop, "stop") for stop in spec.stops]
+    dropped = [(m, "drop") for m in spec.content_markers]
+    if spec.has_reasoning:
+        dropped.append((spec.reasoning_end, "drop"))
+    tool_markers: list[tuple[str, str]] = []
+    if spec.tools_on:
+        tool_markers = [(spec.section_start, "section"), (spec.call_start, "call")]
+        if spec.markerless:
+            tool_markers.append(("[", "bracket") if spec.array else ("{", "brace"))
+        elif spec.format != "json" and not spec.section_start and not spec.call_start:
+            tool_markers.append((spec.name_start, "named"))
+    interrupt = spec.tool_opener if spec.format != "none" else ""
+    section = [(spec.call_start, "call"), (spec.section_end, "end"), *stops, (spec.call_separator, "sep")]
+    if not spec.call_start:
+        section.append(("{" if spec.format == "json" else spec.name_start, "named"))
+    name_stops = [spec.name_end, spec.id_start, spec.args_start, spec.arg_start, spec.call_end]
+    name_pattern = "|".join(re.escape(m) for m in sorted({m for m in name_stops if m}, key=len, reverse=True))
+    forbidden = f"[{NAME_FORBIDDEN}]"
+    return {
+        "reasoning": MarkerSet(kinds((spec.reasoning_end, "end"), *stops, (interrupt, "interrupt"))),
+        "deferred": MarkerSet(kinds((spec.reasoning_end, "end"))),
+        "content": MarkerSet(kinds(*tool_markers, *dropped, *stops)),
+        "plain": MarkerSet(kinds(*dropped, *stops)),
+        "section": MarkerSet(kinds(*section)),
+        "raw": MarkerSet(kinds((spec.call_end, "call_end"), (spec.call_start, "call"),
+                               (spec.section_end, "end"), (spec.section_start, "section"), *stops)),
+        "id_end": MarkerSet(kinds((spec.id_end, "id_end"), (spec.args_start, "args"))),
+        "args_close": MarkerSet(kinds((spec.arg_start if spec.format == "tag_tagged" else "", "arg_start"),
+                                      (spec.call_end, "call_end"), (spec.args_end, "args_end"))),
+        "key_end": MarkerSet(kinds((spec.arg_key_end, "raw"), (spec.arg_key_end_json, "json"))),
+        "between_args": MarkerSet(kinds((spec.arg_start, "arg"), (spec.arg_separator, "sep"),
+                                        (spec.call_end, "call_end"), (spec.call_start, "call"),
+                                        (spec.section_end, "section_end"), *stops)),
+        "value_end": MarkerSet(kinds((spec.arg_end, "end"), *stops)),
+        "name_stop": re.compile(f"{name_pattern}|{forbidden}" if name_pattern else forbidden),
+    }
+
+
+class Parser:
+    """Parses one request's model output, whole (`parse`) or incrementally (`stream`).
+
+    `analysis` is an `Analysis` or its `to_dict()` form. `tools` are OpenAI tool dicts: when
+    given, calls to other names stay content and tagged arguments are typed by each tool's JSON
+    schema. `tool_choice="none"` turns tool parsing off; a `{"type": "function", "function":
+    {"name": ...}}` choice accepts only that name. `tool_call_policy` is "lenient" or "strict"
+    (see the CONTRACT's section 4).
+
+    Tool call dicts carry `"incomplete": true` when their arguments had to be closed by repair
+    (the output was cut off, or the JSON broke off mid-way); such a call should not be executed
+    without checking.
+    """
+
+    def __init__(self, analysis: Any, tools: list[dict[str, Any]] | None = None,
+                 thinking: bool | None = None, parallel_tool_calls: bool = True,
+                 tool_choice: Any = "auto", tool_call_policy: str = "lenient") -> None:
+        data = analysis.to_dict() if hasattr(analysis, "to_dict") else dict(analysis)
+        self.analysis = analysis
+        self.spec = Spec(data, tools, thinking, parallel_tool_calls, tool_choice, tool_call_policy)
+        self._sets = build_marker_sets(self.spec)
+
+    def stream(self) -> StreamParser:
+        """A new incremental parser: `feed(chunk)` -> deltas, `finish()` -> deltas, `message()`."""
+        return StreamParser(self.spec, self._sets)
+
+    def parse(self, text: str) -> dict[str, Any]:
+        """The assistant message for a complete model output."""
+        stream = self.stream()
+        stream.feed(text)
+        stream.finish()
+        return stream.message()

@@ -1,0 +1,157 @@
+"""What a parser needs to know, computed once per `Parser` from the analysis and the request.
+
+The runtime reads the analysis as a plain dict (`Analysis.to_dict()` form) so that the standalone
+module, which embeds that dict, runs the very same code without the `autoparser` package.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from typing import Any
+
+from autoparser.runtime.markers import core, leading_ws, trailing_ws
+
+_INDEX_DIGITS = re.compile(r"[0-9]+")
+_ARGS_KEYS = ("arguments", "parameters")
+
+
+def thinking_enabled(analysis: dict[str, Any], thinking: bool | None) -> bool:
+    """Whether reasoning is on for this request (mirrors `Analysis.thinking_enabled`)."""
+    reasoning = analysis.get("reasoning") or {}
+    if reasoning.get("mode", "none") == "none":
+        return False
+    if thinking is None or not reasoning.get("toggle"):
+        return bool(reasoning.get("default_on", True))
+    return bool(thinking)
+
+
+def value_kind(schema: Any) -> str:
+    """How a tagged argument's raw text becomes JSON: "string", "json" or "auto" (guess)."""
+    if not isinstance(schema, dict):
+        return "auto"
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        real = [k for k in kind if k != "null"]
+        if real == ["string"]:
+            return "string"
+        return "auto" if "string" in real else "json"
+    if kind == "string":
+        return "string"
+    if isinstance(kind, str):
+        return "json"
+    enum = schema.get("enum")
+    if isinstance(enum, list) and enum and all(isinstance(v, str) for v in enum):
+        return "string"
+    return "auto"
+
+
+def schema_type(schema: Any) -> str | None:
+    if isinstance(schema, dict) and isinstance(schema.get("type"), str):
+        return schema["type"]
+    return None
+
+
+def _tool_table(tools: list[dict[str, Any]] | None) -> dict[str, dict[str, Any]] | None:
+    """Tool name -> {argument name: schema}, or None when the request named no tools."""
+    if not tools:
+        return None
+    table: dict[str, dict[str, Any]] = {}
+    for tool in tools:
+        function = tool.get("function", tool) if isinstance(tool, dict) else {}
+        name = function.get("name")
+        if not isinstance(name, str):
+            continue
+        parameters = function.get("parameters") or {}
+        properties = parameters.get("properties") if isinstance(parameters, dict) else None
+        table[name] = properties if isinstance(properties, dict) else {}
+    return table
+
+
+def _split_index(marker: str) -> tuple[str, str]:
+    """Split a name-end marker at a call index the template numbers (`:0<|x|>` -> `:`, `<|x|>`)."""
+    match = _INDEX_DIGITS.search(marker)
+    if match is None:
+        return marker, ""
+    return marker[: match.start()], marker[match.end() :]
+
+
+class Spec:
+    """Marker cores, modes and tool tables for one parser; shared by all its streams."""
+
+    def __init__(self, analysis: dict[str, Any], tools: list[dict[str, Any]] | None,
+                 thinking: bool | None, parallel_tool_calls: bool, tool_choice: Any,
+                 tool_call_policy: str) -> None:
+        if tool_call_policy not in ("lenient", "strict"):
+            raise ValueError(f"tool_call_policy must be 'lenient' or 'strict', not {tool_call_policy!r}")
+        reasoning = analysis.get("reasoning") or {}
+        content = analysis.get("content") or {}
+        tool_format = analysis.get("tools") or {}
+
+        self.reasoning_mode = reasoning.get("mode", "none")
+        self.has_reasoning = self.reasoning_mode != "none" and bool(core(reasoning.get("end")))
+        self.reasoning_start = core(reasoning.get("start")) if self.has_reasoning else ""
+        self.reasoning_end = core(reasoning.get("end")) if self.has_reasoning else ""
+        self.start_in_reasoning = (self.has_reasoning and bool(reasoning.get("forced_open"))
+                                   and thinking_enabled(analysis, thinking))
+        self.content_markers = [m for m in (core(content.get("start")), core(content.get("end"))) if m]
+        self.stops = [core(s) for s in analysis.get("stop") or [] if core(s)]
+
+        self.format = tool_format.get("format", "none") if tool_format.get("supported", True) else "none"
+        self.tools = _tool_table(tools)
+        self.allowed = set(self.tools) if self.tools is not None else None
+        if isinstance(tool_choice, dict):
+            chosen = (tool_choice.get("function") or {}).get("name")
+            if chosen:
+                self.allowed = {chosen}
+        self.tools_on = self.format in ("json", "tag_json", "tag_tagged") and tool_choice != "none"
+        self.parallel = bool(parallel_tool_calls)
+        self.strict = tool_call_policy == "strict"
+
+        get = tool_format.get
+        self.section_start = core(get("section_start"))
+        self.section_end = core(get("section_end"))
+        self.array = bool(get("array")) and self.format == "json"
+        self.call_start = "" if self.array else core(get("call_start"))
+        self.call_end = "" if self.array else core(get("call_end"))
+        self.call_separator = "" if self.array else core(get("call_separator"))
+        self.name_start = core(get("name_start"))
+        name_end = core(get("name_end"))
+        self.name_end, self.name_end_tail = _split_index(name_end)
+        self.name_end_indexed = self.name_end != name_end
+        self.id_start = core(get("id_start"))
+        self.id_end = core(get("id_end"))
+        self.id_before_name = bool(get("id_before_name"))
+        self.args_start = core(get("args_start"))
+        self.args_end = core(get("args_end"))
+        self.arg_start = core(get("arg_start"))
+        self.arg_key_end = core(get("arg_key_end"))
+        self.arg_key_end_json = core(get("arg_key_end_json"))
+        self.arg_key_trail = trailing_ws(get("arg_key_end"))
+        self.arg_end = core(get("arg_end"))
+        self.arg_end_lead = leading_ws(get("arg_end"))
+        self.arg_separator = core(get("arg_separator"))
+        self.arg_string_raw = bool(get("arg_string_raw", True))
+        self.name_field = get("name_field") or "name"
+        args_field = get("args_field") or "arguments"
+        self.args_fields = (args_field,) + tuple(k for k in _ARGS_KEYS if k != args_field)
+        self.id_field = get("id_field") or None
+        self.function_field = get("function_field") or None
+        # a call with no marker before it: a bare JSON object in the content (Llama 3.x style)
+        self.markerless = (self.format == "json" and not self.section_start and not self.call_start)
+        # what opens tool calls in content; also what ends an unclosed reasoning block
+        self.tool_opener = self.section_start or self.call_start
+        if not self.tool_opener and self.format in ("tag_json", "tag_tagged"):
+            self.tool_opener = self.name_start
+        self.nonce = secrets.token_hex(6)
+
+    def call_id(self, index: int) -> str:
+        return f"call_{self.nonce}{index:02d}"
+
+    def name_allowed(self, name: str) -> bool:
+        return self.allowed is None or name in self.allowed
+
+    def argument_schema(self, tool: str, key: str) -> Any:
+        if self.tools is None:
+            return None
+        return (self.tools.get(tool) or {}).get(key)

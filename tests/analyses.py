@@ -1,0 +1,283 @@
+"""Hand-built analyses of well-known output formats, for runtime unit tests.
+
+They spell out, field by field, what the analyzer should infer from each family's real template
+(the markers were copied from those templates' rendering code), so the runtime can be tested on
+its own. Tests that need the analyzer's real output use `autoparser.analyze` instead.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from autoparser.analysis import Analysis, ReasoningAnalysis, ToolsAnalysis
+
+DS_BOS = "<｜begin▁of▁sentence｜>"
+DS_EOS = "<｜end▁of▁sentence｜>"
+DS_SECTION = ("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>")
+DS_CALL = ("<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>")
+DS_SEP = "<｜tool▁sep｜>"
+
+
+def _think(**kwargs: Any) -> ReasoningAnalysis:
+    return ReasoningAnalysis(mode="tagged", start="<think>", end="</think>", **kwargs)
+
+
+def deepseek_v31() -> Analysis:
+    """DeepSeek V3.1: `NAME<｜tool▁sep｜>{json}`; thinking switched by `thinking`, off by default."""
+    return Analysis(
+        generation_prompt="<｜Assistant｜><think></think>",
+        reasoning=_think(forced_open=True, toggle="thinking", default_on=False, closed_when_off=True),
+        tools=ToolsAnalysis(supported=True, format="tag_json", section_start=DS_SECTION[0],
+                            section_end=DS_SECTION[1], call_start=DS_CALL[0], call_end=DS_CALL[1],
+                            name_end=DS_SEP, parallel=True),
+        stop=[DS_EOS], preserved_tokens=["<think>", "</think>", *DS_SECTION, *DS_CALL, DS_SEP],
+        triggers=[DS_SECTION[0]])
+
+
+def _fenced_tools() -> ToolsAnalysis:
+    return ToolsAnalysis(supported=True, format="tag_json", section_start=DS_SECTION[0],
+                         section_end=DS_SECTION[1], call_start=DS_CALL[0], call_end=DS_CALL[1],
+                         call_separator="\n", name_start="function" + DS_SEP, name_end="\n",
+                         args_start="```json\n", args_end="\n```", parallel=True)
+
+
+def deepseek_v3_0324() -> Analysis:
+    """DeepSeek V3 / V3-0324: `function<｜tool▁sep｜>NAME` then a ```json fence; no reasoning."""
+    return Analysis(generation_prompt="<｜Assistant｜>", tools=_fenced_tools(), stop=[DS_EOS],
+                    triggers=[DS_SECTION[0]])
+
+
+def deepseek_r1() -> Analysis:
+    """DeepSeek R1 (distill template): the prompt opens `<think>`; tool calls fenced like V3."""
+    return Analysis(generation_prompt="<｜Assistant｜><think>\n",
+                    reasoning=_think(forced_open=True), tools=_fenced_tools(), stop=[DS_EOS],
+                    triggers=[DS_SECTION[0]])
+
+
+def hermes() -> Analysis:
+    """Hermes / Qwen2.5: `<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`."""
+    return Analysis(
+        generation_prompt="<|im_start|>assistant\n",
+        tools=ToolsAnalysis(supported=True, format="json", call_start="<tool_call>\n",
+                            call_end="\n</tool_call>", call_separator="\n", parallel=True),
+        stop=["<|im_end|>"], triggers=["<tool_call>"])
+
+
+def qwen3() -> Analysis:
+    """Qwen3: Hermes-style calls plus `<think>` reasoning switched by `enable_thinking`."""
+    analysis = hermes()
+    analysis.reasoning = _think(toggle="enable_thinking", default_on=True, closed_when_off=True)
+    return analysis
+
+
+def qwen3_coder() -> Analysis:
+    """Qwen3-Coder: `<function=NAME>` with `<parameter=KEY>` values, strings raw."""
+    return Analysis(
+        generation_prompt="<|im_start|>assistant\n",
+        tools=ToolsAnalysis(supported=True, format="tag_tagged", call_start="<tool_call>\n",
+                            call_end="</function>\n</tool_call>", call_separator="\n",
+                            name_start="<function=", name_end=">\n", arg_start="<parameter=",
+                            arg_key_end=">\n", arg_end="\n</parameter>\n", parallel=True),
+        stop=["<|im_end|>"], triggers=["<tool_call>"])
+
+
+def glm45() -> Analysis:
+    """GLM-4.5: `<tool_call>NAME\\n<arg_key>K</arg_key>\\n<arg_value>V</arg_value>\\n</tool_call>`."""
+    return Analysis(
+        generation_prompt="<|assistant|>",
+        reasoning=_think(toggle="enable_thinking", default_on=True, closed_when_off=True),
+        tools=ToolsAnalysis(supported=True, format="tag_tagged", call_start="<tool_call>",
+                            call_end="</tool_call>", call_separator="\n", name_end="\n",
+                            arg_start="<arg_key>", arg_key_end="</arg_key>\n<arg_value>",
+                            arg_end="</arg_value>\n", parallel=True),
+        stop=["<|user|>", "<|observation|>", "<|endoftext|>"], triggers=["<tool_call>"])
+
+
+def mistral_array() -> Analysis:
+    """Mistral v0.3 / Nemo: `[TOOL_CALLS] [{"name": ..., "arguments": {...}, "id": ...}]`."""
+    return Analysis(
+        generation_prompt="[/INST]",
+        tools=ToolsAnalysis(supported=True, format="json", array=True, section_start="[TOOL_CALLS]",
+                            call_start="[", call_end="]", call_separator=", ", id_field="id",
+                            parallel=True),
+        stop=["</s>"], triggers=["[TOOL_CALLS]"])
+
+
+def mistral_compact() -> Analysis:
+    """Devstral / Mistral Small 3.2 (v11 tokenizer): `[TOOL_CALLS]NAME[ARGS]{json}`."""
+    return Analysis(
+        generation_prompt="[/INST]",
+        tools=ToolsAnalysis(supported=True, format="tag_json", call_start="[TOOL_CALLS]",
+                            name_end="[ARGS]", parallel=True),
+        stop=["</s>"], triggers=["[TOOL_CALLS]"])
+
+
+def llama31() -> Analysis:
+    """Llama 3.1/3.2 JSON tool calling: a bare `{"name": ..., "parameters": {...}}` object."""
+    return Analysis(
+        generation_prompt="<|start_header_id|>assistant<|end_header_id|>\n\n",
+        tools=ToolsAnalysis(supported=True, format="json", args_field="parameters", parallel=False),
+        stop=["<|eot_id|>", "<|eom_id|>"])
+
+
+def bare_json_array() -> Analysis:
+    """xLAM / Cogito style: the calls are a bare JSON array, `[{"name": ..., "arguments": ...}]`."""
+    return Analysis(
+        generation_prompt="<|im_start|>assistant\n",
+        tools=ToolsAnalysis(supported=True, format="json", array=True, call_start="[", call_end="]",
+                            call_separator=", ", parallel=True),
+        stop=["<|im_end|>"])
+
+
+def kimi_k2() -> Analysis:
+    """Kimi-K2: `<|tool_call_begin|>functions.NAME:IDX<|tool_call_argument_begin|>{json}`.
+
+    The template numbers calls (`:0`, `:1`, ...); the digits in `name_end` stand for that index.
+    """
+    return Analysis(
+        generation_prompt="<|im_assistant|>assistant<|im_middle|>",
+        tools=ToolsAnalysis(supported=True, format="tag_json",
+                            section_start="<|tool_calls_section_begin|>",
+                            section_end="<|tool_calls_section_end|>", call_start="<|tool_call_begin|>",
+                            call_end="<|tool_call_end|>", name_start="functions.",
+                            name_end=":0<|tool_call_argument_begin|>", parallel=True),
+        stop=["<|im_end|>"], triggers=["<|tool_calls_section_begin|>"])
+
+
+def kimi_k2_thinking() -> Analysis:
+    analysis = kimi_k2()
+    analysis.reasoning = _think()
+    return analysis
+
+
+def deepseek_v32() -> Analysis:
+    """DeepSeek V3.2 DSML: `string="true"` values are raw text, `string="false"` ones JSON."""
+    dsml = "｜DSML｜"
+    return Analysis(
+        generation_prompt="<｜Assistant｜></think>",
+        reasoning=_think(forced_open=True, toggle="thinking", default_on=False, closed_when_off=True),
+        tools=ToolsAnalysis(supported=True, format="tag_tagged",
+                            section_start=f"\n\n<{dsml}function_calls>\n",
+                            section_end=f"</{dsml}function_calls>", call_start=f"<{dsml}invoke name=\"",
+                            name_end="\">\n", call_end=f"</{dsml}invoke>\n",
+                            arg_start=f"<{dsml}parameter name=\"", arg_key_end="\" string=\"true\">",
+                            arg_end=f"</{dsml}parameter>\n", arg_key_end_json="\" string=\"false\">",
+                            parallel=True),
+        stop=[DS_EOS])
+
+
+def deepseek_v4() -> Analysis:
+    """DeepSeek V4: DSML like V3.2 inside a `<｜DSML｜tool_calls>` block."""
+    analysis = deepseek_v32()
+    analysis.tools.section_start = "\n\n<｜DSML｜tool_calls>\n"
+    analysis.tools.section_end = "</｜DSML｜tool_calls>"
+    return analysis
+
+
+def deepseek_r1_0528() -> Analysis:
+    """DeepSeek R1-0528: the model writes `<think>` itself (the prompt does not open it)."""
+    analysis = deepseek_r1()
+    analysis.generation_prompt = "<｜Assistant｜>"
+    analysis.reasoning = _think()
+    return analysis
+
+
+def qwen3_thinking() -> Analysis:
+    """Qwen3 *-Thinking-2507: the prompt opens `<think>`; there is no switch."""
+    analysis = hermes()
+    analysis.generation_prompt = "<|im_start|>assistant\n<think>\n"
+    analysis.reasoning = _think(forced_open=True)
+    return analysis
+
+
+def kimi_k15() -> Analysis:
+    """Kimi k1.5 reasoning with `◁think▷`/`◁/think▷` markers; no tool calling."""
+    return Analysis(reasoning=ReasoningAnalysis(mode="tagged", start="◁think▷", end="◁/think▷"),
+                    stop=["<|im_end|>"])
+
+
+FAMILIES = {
+    "deepseek_v31": deepseek_v31,
+    "deepseek_v3_0324": deepseek_v3_0324,
+    "deepseek_r1": deepseek_r1,
+    "hermes": hermes,
+    "qwen3": qwen3,
+    "qwen3_coder": qwen3_coder,
+    "glm45": glm45,
+    "mistral_array": mistral_array,
+    "mistral_compact": mistral_compact,
+    "llama31": llama31,
+    "bare_json_array": bare_json_array,
+    "kimi_k2": kimi_k2,
+    "deepseek_v32": deepseek_v32,
+    "deepseek_v4": deepseek_v4,
+    "deepseek_r1_0528": deepseek_r1_0528,
+    "qwen3_thinking": qwen3_thinking,
+    "kimi_k15": kimi_k15,
+}
+
+WEATHER_TOOLS = [
+    {"type": "function", "function": {
+        "name": "get_weather", "description": "Weather for a city.",
+        "parameters": {"type": "object", "properties": {
+            "city": {"type": "string"}, "days": {"type": "integer"},
+            "options": {"type": "object"}}, "required": ["city"]}}},
+    {"type": "function", "function": {
+        "name": "search", "description": "Search the web.",
+        "parameters": {"type": "object", "properties": {"query": {"type": "string"}}}}},
+]
+
+
+def render_output(analysis: Analysis, reasoning: str | None = None, content: str = "",
+                  calls: list[tuple[str, dict[str, Any]]] = (), thinking: bool | None = None,
+                  stop: bool = True) -> str:
+    """A model output in the analysis's format (the inverse of parsing), for round-trip tests.
+
+    Written from the layout in `autoparser.analysis`; string argument values of tag formats are
+    written raw, everything else as JSON.
+    """
+    r, t = analysis.reasoning, analysis.tools
+    out = ""
+    if reasoning is not None:
+        opened = r.forced_open and analysis.thinking_enabled(thinking)
+        out += ("" if opened else r.start) + reasoning + r.end
+    out += content
+    if calls:
+        out += t.section_start
+        rendered = [_render_call(t, index, name, args) for index, (name, args) in enumerate(calls)]
+        if t.format == "json" and t.array:
+            out += "[" + ", ".join(rendered) + "]"  # call_start/call_end are the brackets
+        elif t.format == "json" and not t.call_start:
+            out += "; ".join(rendered)
+        else:
+            out += t.call_separator.join(rendered)
+        out += t.section_end
+    if stop and analysis.stop:
+        out += analysis.stop[0]
+    return out
+
+
+def _render_call(t: ToolsAnalysis, index: int, name: str, args: dict[str, Any]) -> str:
+    dumps = json.dumps
+    if t.format == "json":
+        body: dict[str, Any] = {t.name_field: name, t.args_field: args}
+        if t.function_field:
+            body = {"type": "function", t.function_field: body}
+        return ("" if t.array else t.call_start) + dumps(body, ensure_ascii=False) + ("" if t.array else t.call_end)
+    name_end = t.name_end
+    digits = re.search(r"[0-9]+", name_end)
+    if digits:
+        name_end = name_end[: digits.start()] + str(index) + name_end[digits.end():]
+    head = t.call_start + t.name_start + name + name_end
+    if t.format == "tag_json":
+        return head + t.args_start + dumps(args, ensure_ascii=False) + t.args_end + t.call_end
+    parts = []
+    for key, value in args.items():
+        if isinstance(value, str) and t.arg_string_raw:
+            parts.append(t.arg_start + key + t.arg_key_end + value + t.arg_end)
+        else:
+            key_end = t.arg_key_end_json or t.arg_key_end
+            parts.append(t.arg_start + key + key_end + dumps(value, ensure_ascii=False) + t.arg_end)
+    return head + t.arg_separator.join(parts) + t.call_end

@@ -1,0 +1,241 @@
+"""Hypothesis properties of the parser runtime, over many output formats.
+
+* round trip: an output written in the format (by `analyses.render_output`) parses back to the
+  reasoning, content and tool calls it was written from;
+* stream == whole: for any way of cutting an output into chunks, the streamed message (and the
+  concatenation of its deltas) equals the whole-text parse;
+* nothing lost: every letter and digit of the output is a structural marker or appears in the reasoning,
+  the content, a tool call's name, id or arguments;
+* robustness: random text, marker soup and truncated outputs never raise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections import Counter
+from typing import Any
+
+import analyses
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from autoparser.runtime import Parser
+from autoparser.runtime.markers import core, flexible_pattern
+
+FAMILIES = ["deepseek_v31", "deepseek_v3_0324", "deepseek_r1", "hermes", "qwen3", "qwen3_coder", "glm45",
+            "mistral_array", "mistral_compact", "llama31", "bare_json_array", "kimi_k2", "deepseek_v32"]
+
+# AUTOPARSER_HYPOTHESIS_EXAMPLES raises the number of examples for a longer search
+SETTINGS = settings(max_examples=int(os.environ.get("AUTOPARSER_HYPOTHESIS_EXAMPLES", "60")), deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow])
+
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {
+        "city": {"type": "string"}, "note": {"type": "string"}, "days": {"type": "integer"},
+        "options": {"type": "object"}, "tags": {"type": "array"}, "flag": {"type": "boolean"}}}}},
+    {"type": "function", "function": {"name": "search_web", "parameters": {"type": "object", "properties": {
+        "query": {"type": "string"}}}}},
+]
+SCHEMA_TYPES = {"city": "string", "note": "string", "query": "string", "days": "integer",
+                "options": "object", "tags": "array", "flag": "boolean"}
+
+# visible text without anything a marker or a bare JSON call could start with
+plain_text = st.text(st.characters(blacklist_categories=("Cs", "Cc"), blacklist_characters="<>[]{}|｜◁▷`"),
+                     max_size=40).filter(lambda s: s.strip() == s or True)
+# JSON string values: anything, markers included (JSON escaping protects them)
+json_strings = st.text(st.characters(blacklist_categories=("Cs",)), max_size=30)
+json_values = st.recursive(st.none() | st.booleans() | st.integers(-10**6, 10**6) | json_strings,
+                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+                               st.text(st.characters(whitelist_categories=("Ll",)), min_size=1, max_size=6),
+                               inner, max_size=3), max_leaves=6)
+
+
+def _value_for(key: str, raw_strings: bool):
+    kind = SCHEMA_TYPES[key]
+    if kind == "string":
+        # raw tagged strings must not contain the format's own markers
+        return plain_text if raw_strings else json_strings
+    if kind == "integer":
+        return st.integers(-1000, 1000)
+    if kind == "boolean":
+        return st.booleans()
+    if kind == "array":
+        return st.lists(json_values, max_size=3)
+    return st.dictionaries(st.text(st.characters(whitelist_categories=("Ll",)), min_size=1, max_size=6),
+                           json_values, max_size=3)
+
+
+@st.composite
+def calls(draw, raw_strings: bool):
+    count = draw(st.integers(0, 3))
+    result = []
+    for _ in range(count):
+        if draw(st.booleans()):
+            keys = draw(st.lists(st.sampled_from(["city", "note", "days", "options", "tags", "flag"]),
+                                 unique=True, max_size=4))
+            result.append(("get_weather", {k: draw(_value_for(k, raw_strings)) for k in keys}))
+        else:
+            result.append(("search_web", {"query": draw(_value_for("query", raw_strings))}))
+    return result
+
+
+def _analysis(family: str):
+    return getattr(analyses, family)()
+
+
+def _messages_equal_after_chunking(parser: Parser, text: str, cuts: list[int]) -> dict[str, Any]:
+    whole = parser.parse(text)
+    bounds = sorted({c % (len(text) + 1) for c in cuts})
+    pieces = [text[a:b] for a, b in zip([0, *bounds], [*bounds, len(text)], strict=True)]
+    stream = parser.stream()
+    deltas = []
+    for piece in pieces:
+        deltas += stream.feed(piece)
+    deltas += stream.finish()
+    assert stream.message() == whole
+    assert _join_deltas(deltas) == _without_incomplete_flags(whole)
+    return whole
+
+
+def _join_deltas(deltas: list[dict[str, Any]]) -> dict[str, Any]:
+    """Rebuild a message from deltas as an OpenAI client does."""
+    reasoning, content, calls_by_index = [], [], {}
+    for delta in deltas:
+        assert len(delta) == 1
+        if "reasoning_content" in delta:
+            reasoning.append(delta["reasoning_content"])
+        elif "content" in delta:
+            content.append(delta["content"])
+        else:
+            for item in delta["tool_calls"]:
+                call = calls_by_index.get(item["index"])
+                if call is None:
+                    call = calls_by_index[item["index"]] = {"id": item["id"], "type": item["type"],
+                                                            "function": {"name": item["function"]["name"],
+                                                                         "arguments": ""}}
+                call["function"]["arguments"] += item["function"].get("arguments", "")
+    return {"role": "assistant", "reasoning_content": "".join(reasoning) or None,
+            "content": "".join(content) or None, "tool_calls": [calls_by_index[i] for i in sorted(calls_by_index)]}
+
+
+def _without_incomplete_flags(message: dict[str, Any]) -> dict[str, Any]:
+    return dict(message, tool_calls=[{k: v for k, v in c.items() if k != "incomplete"}
+                                     for c in message["tool_calls"]])
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@SETTINGS
+@given(data=st.data())
+def test_round_trip(family: str, data) -> None:
+    analysis = _analysis(family)
+    tool_format = analysis.tools
+    reasoning = None
+    thinking = data.draw(st.sampled_from([None, True, False])) if analysis.reasoning.toggle else None
+    opened = analysis.reasoning.forced_open and analysis.thinking_enabled(thinking)
+    if analysis.reasoning.mode != "none" and (opened or data.draw(st.booleans())):
+        # a prompt that opened reasoning needs its end marker; otherwise the model may open it
+        reasoning = data.draw(plain_text)
+    content = data.draw(plain_text)
+    written = data.draw(calls(raw_strings=tool_format.format == "tag_tagged"))
+    if not tool_format.parallel or (tool_format.format == "json" and not tool_format.call_start
+                                    and not tool_format.section_start):
+        written = written[:1]
+    text = analyses.render_output(analysis, reasoning, content, written, thinking=thinking)
+    parser = Parser(analysis, tools=TOOLS, thinking=thinking)
+    cuts = data.draw(st.lists(st.integers(0, 10**6), max_size=12))
+    message = _messages_equal_after_chunking(parser, text, cuts)
+    assert (message["reasoning_content"] or "") == (reasoning or "").strip()
+    assert (message["content"] or "") == content.strip()
+    assert [c["function"]["name"] for c in message["tool_calls"]] == [name for name, _ in written]
+    for call, (_name, args) in zip(message["tool_calls"], written, strict=True):
+        assert json.loads(call["function"]["arguments"]) == args
+        assert "incomplete" not in call
+    assert len({c["id"] for c in message["tool_calls"]}) == len(written)
+
+
+def _marker_texts(analysis) -> list[str]:
+    data = analysis.to_dict() if hasattr(analysis, "to_dict") else analysis
+    texts = [data["reasoning"]["start"], data["reasoning"]["end"], data["content"]["start"],
+             data["content"]["end"], *data["stop"]]
+    tools = data["tools"]
+    for key in ("section_start", "section_end", "call_start", "call_end", "call_separator", "name_start",
+                "name_end", "args_start", "args_end", "arg_start", "arg_key_end", "arg_key_end_json",
+                "arg_end", "arg_separator", "id_start", "id_end"):
+        texts.append(tools.get(key) or "")
+    texts = [re.sub(r"[0-9]+", "", t) if t is tools.get("name_end") else t for t in texts]
+    return [core(t) for t in texts if core(t)]
+
+
+@st.composite
+def marker_soup(draw, analysis):
+    """Text mixing the format's markers, JSON punctuation, words and whitespace."""
+    pieces = _marker_texts(analysis) + ['{"name": "get_weather", "arguments": {"city": "Paris"}}', "{", "}",
+                                        '"', ":", ",", "get_weather", "search_web", "\\", "[", "]", "0"]
+    words = st.text(st.characters(whitelist_categories=("Ll", "Lu", "Nd")), min_size=1, max_size=8)
+    parts = draw(st.lists(st.one_of(st.sampled_from(pieces), words, st.sampled_from([" ", "\n", "\t"])),
+                          max_size=30))
+    return "".join(parts)
+
+
+def _words(text: str) -> Counter:
+    """Letters and digits, counted one by one (markers removed in between may join words)."""
+    return Counter(re.findall(r"[^\W_]", text))
+
+
+def _structural_words(analysis, text: str) -> str:
+    """The text with the markers (and a JSON call's own keys) blanked out."""
+    for marker in sorted(_marker_texts(analysis), key=len, reverse=True):
+        text = re.sub(flexible_pattern(marker), " ", text)
+    tools = analysis.tools
+    if tools.format == "json":
+        for key in {tools.name_field, tools.args_field, "arguments", "parameters", "type", tools.id_field or "",
+                    tools.function_field or ""}:
+            if key:
+                text = text.replace(f'"{key}"', " ")
+    return text
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@SETTINGS
+@given(data=st.data())
+def test_stream_equals_whole_and_nothing_lost(family: str, data) -> None:
+    analysis = _analysis(family)
+    text = data.draw(marker_soup(analysis))
+    thinking = data.draw(st.sampled_from([None, True, False]))
+    policy = data.draw(st.sampled_from(["lenient", "strict"]))
+    parser = Parser(analysis, thinking=thinking, tool_call_policy=policy)
+    cuts = data.draw(st.lists(st.integers(0, 10**6), max_size=12))
+    message = _messages_equal_after_chunking(parser, text, cuts)
+    produced = " ".join([message["reasoning_content"] or "", message["content"] or ""]
+                        + [f"{c['id']} {c['function']['name']} {c['function']['arguments']}"
+                           for c in message["tool_calls"]])
+    missing = _words(_structural_words(analysis, text)) - _words(produced)
+    assert not missing, (text, message)
+    for call in message["tool_calls"]:
+        assert isinstance(json.loads(call["function"]["arguments"]), dict)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@SETTINGS
+@given(data=st.data())
+def test_truncated_outputs_never_raise(family: str, data) -> None:
+    analysis = _analysis(family)
+    written = data.draw(calls(raw_strings=analysis.tools.format == "tag_tagged"))
+    text = analyses.render_output(analysis, "some thought", "Some text.", written, stop=False)
+    cut = data.draw(st.integers(0, len(text)))
+    parser = Parser(analysis, tools=TOOLS)
+    cuts = data.draw(st.lists(st.integers(0, 10**6), max_size=8))
+    message = _messages_equal_after_chunking(parser, text[:cut], cuts)
+    for call in message["tool_calls"]:
+        assert isinstance(json.loads(call["function"]["arguments"]), dict)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@SETTINGS
+@given(text=st.text(max_size=200), cuts=st.lists(st.integers(0, 10**6), max_size=10))
+def test_random_text_never_raises(family: str, text: str, cuts: list[int]) -> None:
+    parser = Parser(_analysis(family))
+    _messages_equal_after_chunking(parser, text, cuts)

@@ -1,0 +1,125 @@
+"""Streaming behaviour of the runtime: delta shapes, what is held back, when names and ids appear."""
+
+from __future__ import annotations
+
+import json
+
+import analyses
+from analyses import DS_CALL, DS_EOS, DS_SECTION, DS_SEP, WEATHER_TOOLS
+
+from autoparser.runtime import Parser
+
+V31_CALL = (DS_SECTION[0] + DS_CALL[0] + "get_weather" + DS_SEP + '{"city": "Paris", "note": "' + "x" * 40
+            + '"}' + DS_CALL[1] + DS_SECTION[1] + DS_EOS)
+
+
+def feed_chars(stream, text: str) -> list[list[dict]]:
+    return [stream.feed(char) for char in text] + [stream.finish()]
+
+
+def test_delta_shapes_follow_the_openai_chunk_format() -> None:
+    parser = Parser(analyses.deepseek_v31(), thinking=True)
+    stream = parser.stream()
+    text = "Plan.</think>Intro. " + V31_CALL
+    deltas = [d for batch in feed_chars(stream, text) for d in batch]
+    kinds = [next(iter(d)) for d in deltas]
+    assert kinds[0] == "reasoning_content" and "content" in kinds and kinds[-1] == "tool_calls"
+    header = next(d for d in deltas if "tool_calls" in d)["tool_calls"][0]
+    assert header == {"index": 0, "id": header["id"], "type": "function",
+                      "function": {"name": "get_weather", "arguments": ""}}
+    fragments = [d["tool_calls"][0] for d in deltas if "tool_calls" in d][1:]
+    assert all(set(f) == {"index", "function"} and set(f["function"]) == {"arguments"} for f in fragments)
+    assert "".join(f["function"]["arguments"] for f in fragments) == stream.message()["tool_calls"][0][
+        "function"]["arguments"]
+
+
+def test_name_is_emitted_once_before_the_arguments_end() -> None:
+    stream = Parser(analyses.deepseek_v31()).stream()
+    batches = feed_chars(stream, V31_CALL)
+    headers = [i for i, batch in enumerate(batches) for d in batch if "id" in d.get("tool_calls", [{}])[0]]
+    assert len(headers) == 1
+    argument_batches = [i for i, batch in enumerate(batches)
+                        for d in batch if d.get("tool_calls") and "id" not in d["tool_calls"][0]]
+    # arguments stream in many pieces, starting right after the name
+    assert len(argument_batches) > 30
+    assert argument_batches[0] <= headers[0] + 2
+
+
+def test_markers_and_their_prefixes_are_never_emitted() -> None:
+    stream = Parser(analyses.deepseek_v31()).stream()
+    content = []
+    for char in "Hello <｜tool" + "▁calls▁begin｜>":
+        content += [d["content"] for d in stream.feed(char) if "content" in d]
+    assert "".join(content) == "Hello"
+    assert stream.feed(DS_CALL[0] + "get_weath") == []  # inside the tool section now
+
+
+def test_text_that_only_looks_like_a_marker_is_released() -> None:
+    stream = Parser(analyses.hermes()).stream()
+    out = stream.feed("a <tool") + stream.feed("box> b")
+    assert "".join(d["content"] for d in out) == "a <toolbox> b"
+
+
+def test_trailing_whitespace_waits_for_more_text() -> None:
+    stream = Parser(analyses.hermes()).stream()
+    assert stream.feed("Hello  ") == [{"content": "Hello"}]
+    assert stream.feed("\n") == []
+    assert stream.feed("world") == [{"content": "  \nworld"}]
+    assert stream.feed('\n<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>\n')[0]["tool_calls"]
+    assert stream.finish() == []
+    assert stream.message()["content"] == "Hello  \nworld"
+
+
+def test_stream_message_equals_parse_including_ids() -> None:
+    parser = Parser(analyses.hermes())
+    text = '<tool_call>\n{"name": "a", "arguments": {}}\n</tool_call><tool_call>\n{"name": "b", "arguments": {}}' \
+           '\n</tool_call>'
+    stream = parser.stream()
+    feed_chars(stream, text)
+    whole = parser.parse(text)
+    assert stream.message() == whole
+    ids = [c["id"] for c in whole["tool_calls"]]
+    assert len(set(ids)) == 2 and all(i.startswith("call_") for i in ids)
+    assert Parser(analyses.hermes()).parse(text)["tool_calls"][0]["id"] != ids[0]  # a new nonce per parser
+
+
+def test_tagged_string_values_stream_character_by_character() -> None:
+    parser = Parser(analyses.qwen3_coder(), tools=WEATHER_TOOLS)
+    stream = parser.stream()
+    stream.feed("<tool_call>\n<function=get_weather>\n<parameter=city>\nLos An")
+    pieces = stream.feed("ge")
+    assert pieces == [{"tool_calls": [{"index": 0, "function": {"arguments": "ge"}}]}]
+    stream.feed("les\n</parameter>\n</function>\n</tool_call>")
+    stream.finish()
+    assert json.loads(stream.message()["tool_calls"][0]["function"]["arguments"]) == {"city": "Los Angeles"}
+
+
+def test_non_string_tagged_values_wait_for_their_end() -> None:
+    stream = Parser(analyses.qwen3_coder(), tools=WEATHER_TOOLS).stream()
+    stream.feed("<tool_call>\n<function=get_weather>\n<parameter=days>\n1")
+    assert stream.feed("2") == []
+    out = stream.feed("\n</parameter>\n")
+    assert "".join(d["tool_calls"][0]["function"]["arguments"] for d in out) == "12"
+
+
+def test_reasoning_with_tool_markup_is_held_until_decided() -> None:
+    """Inside reasoning, tool markup waits: `</think>` later keeps it reasoning; none re-parses it."""
+    parser = Parser(analyses.deepseek_v31(), thinking=True)
+    stream = parser.stream()
+    assert stream.feed("Think " + DS_SECTION[0] + "inner") == [{"reasoning_content": "Think"}]
+    assert stream.feed("</think>") == [{"reasoning_content": " " + DS_SECTION[0] + "inner"}]
+
+
+def test_feed_after_finish_is_an_error() -> None:
+    stream = Parser(analyses.hermes()).stream()
+    stream.finish()
+    try:
+        stream.feed("x")
+    except RuntimeError:
+        return
+    raise AssertionError("feed() after finish() must raise")
+
+
+def test_empty_output() -> None:
+    assert Parser(analyses.deepseek_r1()).parse("") == {"role": "assistant", "reasoning_content": None,
+                                                      "content": None, "tool_calls": []}
