@@ -25,7 +25,10 @@ A CALL depends on `tools.format`:
   object; `args_start`/`args_end` are a wrapper such as a ```` ```json ```` fence.
 * ``tag_tagged``: ``name_start NAME name_end`` then per argument
   ``arg_start KEY arg_key_end VALUE arg_end`` (separated by `arg_separator`); string values are
-  raw text when `arg_string_raw`, every other value is JSON.
+  raw text when `arg_string_raw`, every other value is JSON; `arg_key_end_json` replaces
+  `arg_key_end` before a non-string value when the template writes them differently. With
+  `arg_python`, every value is a Python literal (`'text'`, `42`, `True`, `None`), as in
+  ``[get_weather(location='Paris', days=3)]``.
 """
 
 from __future__ import annotations
@@ -102,6 +105,7 @@ class ToolsAnalysis:
     arg_end: str = ""
     arg_separator: str = ""
     arg_string_raw: bool = True
+    arg_python: bool = False  # values are Python literals (`name(key='text', n=42)` call syntax)
     arg_key_end_json: str = ""  # when a non-string value is introduced differently from a string
     # tag formats that carry a call id: `id_start` ID `id_end`, right after `name_end`, or, when
     # `id_before_name`, right after `call_start` and before `name_start`
@@ -109,6 +113,9 @@ class ToolsAnalysis:
     id_end: str = ""
     id_before_name: bool = False
     content_allowed: bool = True
+    # The generation prompt ends with the call opener (`>>>`): the output starts inside a call
+    # header, where `content.start` (a recipient such as `all\n`) introduces plain content instead.
+    opened_by_prompt: bool = False
 
 
 @dataclass

@@ -126,15 +126,9 @@ def _arguments_as_text(message: dict[str, Any]) -> dict[str, Any]:
 
 
 def strip_turn_end(output: str, stop: list[str]) -> str:
-    text = output.rstrip()
-    changed = True
-    while changed:
-        changed = False
-        for marker in stop:
-            if marker and text.endswith(marker):
-                text = text[: -len(marker)].rstrip()
-                changed = True
-    return text
+    """The output up to its first end-of-turn marker; some templates render the next turn after it."""
+    cut = min((output.find(m) for m in stop if m and m in output), default=len(output))
+    return output[:cut].rstrip()
 
 
 def _expected(message: dict[str, Any], output: str) -> dict[str, Any]:

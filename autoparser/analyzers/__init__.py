@@ -49,6 +49,11 @@ def analyze(source: str, bos_token: str = "", eos_token: str = "", **template_kw
     analysis.stop = stop
     analysis.content = analyze_content(prober, reasoning, stop, quiet)
     analysis.tools = analyze_tools(prober, reasoning, stop, quiet, warnings)
+    if analysis.tools.opened_by_prompt and turn is not None and analysis.content.mode == "plain":
+        # the prompt opened a call header: plain content is introduced by its own recipient text
+        opener = turn.before_content
+        if opener.strip() and len(opener) <= 32:
+            analysis.content.mode, analysis.content.start = "wrapped", opener
     analysis.preserved_tokens = _preserved_tokens(analysis)
     analysis.triggers = tool_triggers(analysis.tools)
     if not analysis.tools.supported:

@@ -50,6 +50,21 @@ def common_prefix(a: str, b: str) -> str:
     return "".join(out)
 
 
+def matched_ignoring_space(prefix: str, text: str) -> int:
+    """How far into `text` the segments of `prefix` match, whitespace segments skipped on both sides."""
+    wanted = [s for s in segments(prefix) if not s.isspace()]
+    at = matched = 0
+    for seg in segments(text):
+        if matched == len(wanted):
+            break
+        if not seg.isspace():
+            if seg != wanted[matched]:
+                break
+            matched += 1
+        at += len(seg)
+    return at
+
+
 def common_suffix(a: str, b: str) -> str:
     out = []
     for x, y in zip(reversed(segments(a)), reversed(segments(b)), strict=False):

@@ -15,7 +15,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from autoparser.analyzers.diff import common_prefix
+from autoparser.analyzers.diff import common_prefix, matched_ignoring_space
 from autoparser.render import TemplateRenderError, render_template
 
 USER_TEXT = "Probe question from the user."
@@ -147,12 +147,14 @@ class Prober:
             return full[len(prompt):]
         # Some templates write the last user turn differently when it is last (tool lists placed
         # before it, say): anchor on the last user text and what the prompt writes after it.
-        anchor = self.text(USER_TEXT) if isinstance(self.text(USER_TEXT), str) else USER_TEXT
-        if anchor in prompt and anchor in full:
-            tail = prompt[prompt.rindex(anchor):]
+        if USER_TEXT in prompt and USER_TEXT in full:
+            tail = prompt[prompt.rindex(USER_TEXT):]
             at = full.rfind(tail)
             if at >= 0:
                 return full[at + len(tail):]
+            # the same, with whitespace between segments allowed to differ
+            start = full.rindex(USER_TEXT)
+            return full[start + matched_ignoring_space(tail, full[start:]):]
         # The history renders the reply differently from what the prompt opened (a reasoning block
         # the prompt forces but the history drops, say): the reply starts where the two diverge.
         return full[len(common_prefix(prompt, full)):]

@@ -40,6 +40,7 @@ from autoparser.analyzers.probes import (
     PROBE_TOOLS,
     Prober,
 )
+from autoparser.analyzers.prompt import generation_prompt
 
 _FENCE_OPEN = re.compile(r"```[\w.+-]*[ \t]*\n?$")
 _FENCE_CLOSE = re.compile(r"^\s*```")
@@ -89,6 +90,7 @@ def analyze_tools(prober: Prober, reasoning: ReasoningAnalysis, stop: list[str],
                         "stay in content")
         return ToolsAnalysis(supported=False)
     _markup(one, two, spans, tools, reasoning, stop)
+    _opened_by_prompt(tools, generation_prompt(prober, **kwargs) or "")
     if tools.format in ("tag_json", "tag_tagged"):
         _split_tag_markup(tools)
     _find_tag_id(one, spans, tools)
@@ -252,7 +254,7 @@ def _tagged_spans(one: str, two: str | None, tools: ToolsAnalysis) -> list[Span]
     found = _tagged_positions(one, name_at + len(NAME_A))
     if found is None:
         return None
-    key1, val1, key2, val2, raw = found
+    key1, val1, key2, val2, style = found
     first_gap = one[name_at + len(NAME_A): key1.start]
     middle_gap = one[val1.end: key2.start]
     tools.arg_start = common_suffix(first_gap, middle_gap)
@@ -262,7 +264,12 @@ def _tagged_spans(one: str, two: str | None, tools: ToolsAnalysis) -> list[Span]
     json_key_end = one[key2.end: val2.start]
     if json_key_end != tools.arg_key_end:
         tools.arg_key_end_json = json_key_end
-    tools.arg_string_raw = raw
+    tools.arg_string_raw = style == "raw"
+    tools.arg_python = style == "python"
+    if tools.arg_python:
+        # literals end themselves: what follows one is a separator, not a closing tag
+        tools.arg_separator, tools.arg_end = tools.arg_end, ""
+    raw = style == "raw"
     if not tools.arg_start and not tools.arg_key_end:
         return None
     spans = [Span(name_at, val2.end)]
@@ -279,26 +286,28 @@ def _tagged_spans(one: str, two: str | None, tools: ToolsAnalysis) -> list[Span]
     return spans
 
 
-def _tagged_positions(text: str, at: int) -> tuple[Span, Span, Span, Span, bool] | None:
+def _tagged_positions(text: str, at: int) -> tuple[Span, Span, Span, Span, str] | None:
+    """Where A's argument keys and values are, and how a string value is written.
+
+    The style is "json" for `"alpha value"`, "python" for `'alpha value'` (Python call syntax,
+    where every value is a literal), "raw" for the bare text.
+    """
     key1 = text.find("first_arg", at)
     if key1 < 0:
         return None
-    raw = True
-    val1 = text.find('"alpha value"', key1)
-    if val1 >= 0 and text.find("alpha value", key1) == val1 + 1:
-        raw = False
-        val1_span = Span(val1, val1 + len('"alpha value"'))
-    else:
-        val1 = text.find("alpha value", key1)
-        if val1 < 0:
-            return None
-        val1_span = Span(val1, val1 + len("alpha value"))
+    bare = text.find("alpha value", key1)
+    if bare < 0:
+        return None
+    style = {'"': "json", "'": "python"}.get(text[bare - 1], "raw")
+    if style != "raw" and text[bare + len("alpha value"): bare + len("alpha value") + 1] != text[bare - 1]:
+        style = "raw"
+    val1_span = Span(bare - 1, bare + len("alpha value") + 1) if style != "raw" else Span(bare, bare + len("alpha value"))
     key2 = text.find("second_arg", val1_span.end)
     val2 = text.find("42", key2 + len("second_arg")) if key2 >= 0 else -1
     if key2 < 0 or val2 < 0:
         return None
     return (Span(key1, key1 + len("first_arg")), val1_span, Span(key2, key2 + len("second_arg")),
-            Span(val2, val2 + 2), raw)
+            Span(val2, val2 + 2), style)
 
 
 # -- markup around the calls ------------------------------------------------------------------------
@@ -343,6 +352,15 @@ def _markup(one: str, two: str | None, spans: list[Span], tools: ToolsAnalysis,
         tools.call_separator = tools.call_end + tools.call_separator
         tools.call_end = ""
     _place_id_hole(tools)
+
+
+def _opened_by_prompt(tools: ToolsAnalysis, prompt: str) -> None:
+    """The prompt already wrote the first call's opener; later calls repeat it as a separator."""
+    opener = tools.call_separator.strip()
+    if tools.call_start or tools.section_start or not opener or not prompt.rstrip().endswith(opener):
+        return
+    tools.call_start, tools.call_separator = opener, tools.call_separator.replace(opener, "", 1)
+    tools.opened_by_prompt = True
 
 
 def _place_id_hole(tools: ToolsAnalysis) -> None:
