@@ -55,7 +55,7 @@ from jinja2.compiler import CodeGenerator, Frame
 from jinja2.exceptions import SecurityError, TemplateError, TemplateSyntaxError
 from jinja2.ext import Extension
 from jinja2.runtime import Context
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.sandbox import ImmutableSandboxedEnvironment, SandboxedEnvironment, modifies_known_mutable
 from jinja2.utils import Namespace, pass_eval_context
 
 __all__ = [
@@ -124,6 +124,7 @@ class _Budget(threading.local):
     deadline: float = math.inf
     seconds: float = DEFAULT_LIMITS.seconds
     max_chars: int = DEFAULT_LIMITS.max_chars
+    allow_mutation: bool = False
 
 
 _budget = _Budget()
@@ -548,6 +549,11 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
 
     # sandbox policy
 
+    def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
+        if _budget.allow_mutation and modifies_known_mutable(obj, attr):
+            return SandboxedEnvironment.is_safe_attribute(self, obj, attr, value)
+        return super().is_safe_attribute(obj, attr, value)
+
     def unsafe_undefined(self, obj: Any, attribute: str) -> Any:
         """Fail at the access, not later: an escape attempt is an error, never a silent blank."""
         raise SecurityError(f"access to attribute {attribute!r} of {type(obj).__name__!r} "
@@ -685,11 +691,31 @@ def render_template(source: str, messages: list[dict[str, Any]], tools: list[dic
     _budget.deadline = time.monotonic() + limits.seconds
     _budget.seconds, _budget.max_chars = limits.seconds, limits.max_chars
     try:
+        try:
+            return _stream(template, variables, limits.max_chars)
+        except SecurityError as exc:
+            if not _is_mutation(exc):
+                raise
+        # Templates that append to their own lists (Kimi's tool-call bookkeeping) fail in
+        # transformers' immutable sandbox; llama.cpp renders them. Retry allowing list and dict
+        # mutation only: every other sandbox rule still holds.
+        _budget.allow_mutation = True
         return _stream(template, variables, limits.max_chars)
     except BaseException as exc:  # translated, or re-raised below when not ours
         raise _translate(exc, template) from None
     finally:
         _budget.deadline, _budget.seconds, _budget.max_chars = previous
+        _budget.allow_mutation = False
+
+
+_MUTATORS = ("append", "extend", "insert", "pop", "remove", "clear", "update", "setdefault", "popitem",
+             "add", "discard", "sort", "reverse")
+
+
+def _is_mutation(exc: SecurityError) -> bool:
+    text = str(exc)
+    return any(f"attribute {name!r} of " in text for name in _MUTATORS) and (
+        "'list' object" in text or "'dict' object" in text or "'set' object" in text)
 
 
 def _stream(template: Any, variables: dict[str, Any], max_chars: int) -> str:

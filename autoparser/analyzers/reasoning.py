@@ -19,7 +19,16 @@ from jinja2 import meta, nodes
 
 from autoparser.analysis import ReasoningAnalysis
 from autoparser.analyzers.diff import common_prefix, is_marker, markers_in, segments
-from autoparser.analyzers.probes import CONTENT_TEXT, REASONING_FIELDS, REASONING_TEXT, Prober
+from autoparser.analyzers.probes import (
+    ARGS_A,
+    CONTENT_TEXT,
+    ID_A,
+    NAME_A,
+    PROBE_TOOLS,
+    REASONING_FIELDS,
+    REASONING_TEXT,
+    Prober,
+)
 from autoparser.analyzers.prompt import generation_prompt
 from autoparser.render import compile_template, make_environment
 
@@ -214,19 +223,25 @@ def _ends_with_marker(text: str, marker: str) -> bool:
 
 
 def _markers_from_history(prober: Prober, kwargs: dict[str, Any]) -> tuple[str, str]:
+    """Markers around reasoning a past reply carries; some templates keep it only beside tool calls."""
     for name in REASONING_FIELDS:
-        message = prober.assistant(CONTENT_TEXT, **{name: REASONING_TEXT})
-        full = prober.conversation(message, **kwargs)
-        if not full or REASONING_TEXT not in full or CONTENT_TEXT not in full:
-            continue
-        r_at = full.index(REASONING_TEXT)
-        c_at = full.index(CONTENT_TEXT, r_at) if CONTENT_TEXT in full[r_at:] else -1
-        if c_at < 0:
-            continue
-        between = [s for s in segments(full[r_at + len(REASONING_TEXT):c_at]) if is_marker(s)]
-        start = _opening_before(full[:r_at], prober.output(message, **kwargs))
-        if start and between:
-            return start, between[0]
+        candidates = [(prober.assistant(CONTENT_TEXT, **{name: REASONING_TEXT}), None, CONTENT_TEXT)]
+        for as_text in (False, True):
+            call = prober.calls_message([(NAME_A, ARGS_A, ID_A)], as_text)
+            call[name] = REASONING_TEXT
+            candidates.append((call, PROBE_TOOLS, NAME_A))
+        for message, tools, after in candidates:
+            full = prober.conversation(message, tools=tools, **kwargs)
+            if not full or REASONING_TEXT not in full:
+                continue
+            r_at = full.index(REASONING_TEXT)
+            next_at = full.find(after, r_at)
+            if next_at < 0:
+                continue
+            between = [s for s in segments(full[r_at + len(REASONING_TEXT):next_at]) if is_marker(s)]
+            start = _opening_before(full[:r_at], prober.output(message, tools=tools, **kwargs))
+            if start and between:
+                return start, between[0]
     return "", ""
 
 
