@@ -125,6 +125,7 @@ class _Budget(threading.local):
     seconds: float = DEFAULT_LIMITS.seconds
     max_chars: int = DEFAULT_LIMITS.max_chars
     allow_mutation: bool = False
+    inputs: frozenset[int] = frozenset()
 
 
 _budget = _Budget()
@@ -550,7 +551,7 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
     # sandbox policy
 
     def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
-        if _budget.allow_mutation and modifies_known_mutable(obj, attr):
+        if _budget.allow_mutation and id(obj) not in _budget.inputs and modifies_known_mutable(obj, attr):
             return SandboxedEnvironment.is_safe_attribute(self, obj, attr, value)
         return super().is_safe_attribute(obj, attr, value)
 
@@ -699,13 +700,24 @@ def render_template(source: str, messages: list[dict[str, Any]], tools: list[dic
         # Templates that append to their own lists (Kimi's tool-call bookkeeping) fail in
         # transformers' immutable sandbox; llama.cpp renders them. Retry allowing list and dict
         # mutation only: every other sandbox rule still holds.
-        _budget.allow_mutation = True
+        _budget.allow_mutation, _budget.inputs = True, frozenset(_container_ids(variables))
         return _stream(template, variables, limits.max_chars)
     except BaseException as exc:  # translated, or re-raised below when not ours
         raise _translate(exc, template) from None
     finally:
         _budget.deadline, _budget.seconds, _budget.max_chars = previous
-        _budget.allow_mutation = False
+        _budget.allow_mutation, _budget.inputs = False, frozenset()
+
+
+def _container_ids(value: Any, seen: set[int] | None = None) -> set[int]:
+    """Ids of every list, dict and set reachable from the inputs: those stay immutable."""
+    seen = set() if seen is None else seen
+    if isinstance(value, list | dict | set) and id(value) not in seen:
+        seen.add(id(value))
+        items = value.values() if isinstance(value, dict) else value
+        for item in items:
+            _container_ids(item, seen)
+    return seen
 
 
 _MUTATORS = ("append", "extend", "insert", "pop", "remove", "clear", "update", "setdefault", "popitem",

@@ -385,3 +385,13 @@ def test_rendering_is_fast() -> None:
     for _ in range(200):
         render_template(source, messages, add_generation_prompt=True)
     assert (time.perf_counter() - started) / 200 < 0.005
+
+
+def test_a_template_may_mutate_its_own_lists_but_not_its_inputs() -> None:
+    from autoparser.render import SandboxViolation, render_template
+
+    source = "{% set seen = namespace(ids=[]) %}{% set _ = seen.ids.append('a') %}{{ seen.ids | tojson }}"
+    assert render_template(source, [{"role": "user", "content": "hi"}]) == '["a"]'
+    with pytest.raises(SandboxViolation):
+        render_template("{% set _ = seen.append(1) %}{% set _ = messages.append(1) %}",
+                        [{"role": "user", "content": "hi"}], seen=[])
