@@ -105,6 +105,7 @@ class ToolsAnalysis:
     arg_end: str = ""
     arg_separator: str = ""
     arg_string_raw: bool = True
+    arg_end_keyed: bool = False  # `arg_end` names its key, written `{key}`: <city>Paris</city>
     arg_python: bool = False  # values are Python literals (`name(key='text', n=42)` call syntax)
     arg_key_end_json: str = ""  # when a non-string value is introduced differently from a string
     # tag formats that carry a call id: `id_start` ID `id_end`, right after `name_end`, or, when

@@ -42,6 +42,7 @@ from autoparser.analyzers.probes import (
 )
 from autoparser.analyzers.prompt import generation_prompt
 
+KEY_HOLE = "{key}"
 _FENCE_OPEN = re.compile(r"```[\w.+-]*[ \t]*\n?$")
 _FENCE_CLOSE = re.compile(r"^\s*```")
 
@@ -264,6 +265,10 @@ def _tagged_spans(one: str, two: str | None, tools: ToolsAnalysis) -> list[Span]
     json_key_end = one[key2.end: val2.start]
     if json_key_end != tools.arg_key_end:
         tools.arg_key_end_json = json_key_end
+    if "first_arg" in tools.arg_end:
+        # a closing tag named after its key: <first_arg>…</first_arg>
+        tools.arg_end = tools.arg_end.replace("first_arg", KEY_HOLE)
+        tools.arg_end_keyed = True
     tools.arg_string_raw = style == "raw"
     tools.arg_python = style == "python"
     if tools.arg_python:
@@ -403,10 +408,8 @@ def _split_tag_markup(tools: ToolsAnalysis) -> None:
                 tools.args_end = tools.call_end[: close.end()]
                 tools.call_end = tools.call_end[close.end():]
     if tools.format == "tag_tagged" and tools.arg_end:
-        tools.call_end = strip_prefix(tools.call_end, tools.arg_end)
-        if not tools.call_end and tools.arg_end:
-            # the last argument's closing tag is what the rendered call ends with
-            pass
+        last_arg_end = tools.arg_end.replace(KEY_HOLE, "second_arg")
+        tools.call_end = strip_prefix(tools.call_end, last_arg_end)
 
 
 def _find_tag_id(one: str, spans: list[Span], tools: ToolsAnalysis) -> None:
