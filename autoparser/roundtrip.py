@@ -126,8 +126,9 @@ def _arguments_as_text(message: dict[str, Any]) -> dict[str, Any]:
 
 
 def strip_turn_end(output: str, stop: list[str]) -> str:
-    """The output up to its first end-of-turn marker; some templates render the next turn after it."""
-    cut = min((output.find(m) for m in stop if m and m in output), default=len(output))
+    """The output up to its last end-of-turn marker: some templates render the next turn's opening
+    after it, and some write an end-of-turn marker inside the reply (a turn change before a call)."""
+    cut = max((output.rfind(m) for m in stop if m and m in output), default=len(output))
     return output[:cut].rstrip()
 
 
