@@ -1,0 +1,222 @@
+"""One request's output, token by token: stop strings, special tokens, parsing, extras.
+
+`Completion` is the sans-IO core of the server. The generation loop feeds it each token's
+text and forwards the OpenAI deltas it returns; it knows nothing about HTTP, threads or
+llama.cpp, so the same object gives the streamed chunks and the non-streamed message, which
+therefore agree by construction. The steps, in order:
+
+1. tokens whose text is a special token the output language does not use are dropped when
+   `skip_special_tokens` is set (markers the parser needs are always kept);
+2. stop strings end the output (`StopMatcher`, with hold-back);
+3. the parser stream (`Analysis.parser(...).stream()`) turns text into deltas;
+4. with `separate_reasoning` off, reasoning deltas go back into `content` between the
+   template's reasoning markers;
+5. the `extensions` record (reasoning chunks, tool-call start/args/end events) is collected.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from autoparser.server.stops import StopMatcher
+
+
+class DeltaStream(Protocol):
+    """The part of the parser runtime's stream the server uses."""
+
+    def feed(self, text: str) -> list[dict[str, Any]]: ...
+    def finish(self) -> list[dict[str, Any]]: ...
+    def message(self) -> dict[str, Any]: ...
+
+
+@dataclass
+class OutputOptions:
+    stops: list[str] = field(default_factory=list)
+    kept_stops: frozenset[str] = frozenset()
+    """Stop strings that stay in the output (the request's, with `include_stop_str_in_output`)."""
+    dropped_tokens: frozenset[str] = frozenset()
+    """Token texts removed from the output (special tokens that are not markers)."""
+    separate_reasoning: bool = True
+    reasoning_start: str = ""
+    reasoning_end: str = ""
+    collect_extensions: bool = False
+
+
+@dataclass
+class ReasoningInliner:
+    """Puts reasoning back into content with its markers (`separate_reasoning: false`).
+
+    The start marker opens the first reasoning text; the end marker is written when content or
+    a tool call follows reasoning, or at the end when the model did write the end marker.
+    """
+
+    start: str
+    end: str
+    _open: bool = False
+    _closed: bool = False
+
+    def convert(self, deltas: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for delta in deltas:
+            if "reasoning_content" in delta:
+                text = delta["reasoning_content"]
+                if not self._open:
+                    self._open = True
+                    text = self.start + text
+                out.append({"content": text})
+                continue
+            if self._open and not self._closed:
+                self._closed = True
+                out.append({"content": self.end})
+            out.append(delta)
+        return _merge_content(out)
+
+    def close(self, end_seen: bool) -> list[dict[str, Any]]:
+        if self._open and not self._closed and end_seen:
+            self._closed = True
+            return [{"content": self.end}]
+        return []
+
+    def message(self, message: dict[str, Any], end_seen: bool) -> dict[str, Any]:
+        """The non-streamed form of the same conversion."""
+        reasoning = message.get("reasoning_content")
+        if not reasoning:
+            return {**message, "reasoning_content": None}
+        closed = end_seen or bool(message.get("content")) or bool(message.get("tool_calls"))
+        content = self.start + reasoning + (self.end if closed else "") + (message.get("content") or "")
+        return {**message, "reasoning_content": None, "content": content}
+
+
+def _merge_content(deltas: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Adjacent content deltas become one, so a marker never travels alone."""
+    merged: list[dict[str, Any]] = []
+    for delta in deltas:
+        if merged and set(delta) == {"content"} and set(merged[-1]) == {"content"}:
+            merged[-1] = {"content": merged[-1]["content"] + delta["content"]}
+        else:
+            merged.append(delta)
+    return merged
+
+
+@dataclass
+class ExtensionsRecorder:
+    """The non-streaming `extensions` record: reasoning chunks and tool-call events."""
+
+    reasoning_chunks: list[str] = field(default_factory=list)
+    tool_call_chunks: list[dict[str, Any]] = field(default_factory=list)
+    _ids: dict[int, str] = field(default_factory=dict)
+    _open: int | None = None
+
+    def record(self, deltas: list[dict[str, Any]]) -> None:
+        for delta in deltas:
+            if delta.get("reasoning_content"):
+                self.reasoning_chunks.append(delta["reasoning_content"])
+            for call in delta.get("tool_calls") or []:
+                self._record_call(call)
+
+    def _record_call(self, call: dict[str, Any]) -> None:
+        index = call.get("index", 0)
+        function = call.get("function") or {}
+        if index not in self._ids:
+            self._end_open_call()
+            self._ids[index] = call.get("id") or f"call_{index}"
+            self._open = index
+            self.tool_call_chunks.append({"type": "start", "tool_call_id": self._ids[index],
+                                          "tool_name": function.get("name", "")})
+        if function.get("arguments"):
+            self.tool_call_chunks.append({"type": "args", "tool_call_id": self._ids[index],
+                                          "delta": function["arguments"]})
+
+    def _end_open_call(self) -> None:
+        if self._open is not None:
+            self.tool_call_chunks.append({"type": "end", "tool_call_id": self._ids[self._open]})
+            self._open = None
+
+    def result(self) -> dict[str, Any]:
+        self._end_open_call()
+        return {"reasoning_chunks": self.reasoning_chunks, "tool_call_chunks": self.tool_call_chunks}
+
+
+class Completion:
+    """Feed token texts, get deltas; then `finish`, `message` and `finish_reason`."""
+
+    def __init__(self, stream: DeltaStream, options: OutputOptions):
+        self._stream = stream
+        self._options = options
+        self._stops = StopMatcher(options.stops, kept=options.kept_stops)
+        self._inliner = (None if options.separate_reasoning
+                         else ReasoningInliner(options.reasoning_start, options.reasoning_end))
+        self._extensions = ExtensionsRecorder() if options.collect_extensions else None
+        self._pieces: list[str] = []
+        self._finished = False
+        self.stop_string: str | None = None
+
+    @property
+    def stopped(self) -> bool:
+        """A stop string was found: the generation should end now."""
+        return self._stops.done
+
+    @property
+    def text(self) -> str:
+        """The generated text released so far (markers included, stop string excluded)."""
+        return "".join(self._pieces)
+
+    def feed(self, token_text: str) -> list[dict[str, Any]]:
+        if self._stops.done or token_text in self._options.dropped_tokens:
+            return []
+        match = self._stops.feed(token_text)
+        if match.stop is not None:
+            self.stop_string = match.stop
+        return self._parse(match.text)
+
+    def finish(self) -> list[dict[str, Any]]:
+        """End of generation: release held text and close the parser."""
+        if self._finished:
+            return []
+        self._finished = True
+        held = self._stops.flush()
+        if held.stop is not None:
+            self.stop_string = held.stop
+        deltas = self._parse(held.text)
+        raw = self._stream.finish()
+        if self._extensions is not None:
+            self._extensions.record(raw)
+        if self._inliner is not None:
+            raw = self._inliner.convert(raw) + self._inliner.close(self._reasoning_end_seen())
+        return deltas + raw
+
+    def message(self) -> dict[str, Any]:
+        message = dict(self._stream.message())
+        message["role"] = "assistant"
+        if self._inliner is not None:
+            message = self._inliner.message(message, self._reasoning_end_seen())
+        return message
+
+    def finish_reason(self, generation_reason: str) -> str:
+        """OpenAI's finish_reason from the generation loop's (`stop`, `length`, ...)."""
+        if self.stop_string is not None:
+            return "stop"
+        if generation_reason == "length":
+            return "length"
+        if self.message().get("tool_calls"):
+            return "tool_calls"
+        return "stop"
+
+    def extensions(self) -> dict[str, Any] | None:
+        return None if self._extensions is None else self._extensions.result()
+
+    def _parse(self, text: str) -> list[dict[str, Any]]:
+        if not text:
+            return []
+        self._pieces.append(text)
+        deltas = self._stream.feed(text)
+        if self._extensions is not None:
+            self._extensions.record(deltas)
+        if self._inliner is not None:
+            deltas = self._inliner.convert(deltas)
+        return deltas
+
+    def _reasoning_end_seen(self) -> bool:
+        end = self._options.reasoning_end
+        return bool(end) and end in self.text

@@ -1,0 +1,59 @@
+"""OpenAI error objects, and the exception that carries one through the server.
+
+Every failure a client can see has the OpenAI shape
+``{"error": {"message", "type", "param", "code"}}`` and an HTTP status that matches it, so the
+official clients raise their usual exception classes (`BadRequestError`, `AuthenticationError`,
+...). Raising `APIError` anywhere below the route is enough; the app turns it into a response.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# The `type` strings OpenAI's API uses for each status.
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+    500: "server_error",
+    503: "server_error",
+}
+
+
+@dataclass
+class APIError(Exception):
+    """A failure to report to the client as an OpenAI error object with `status`."""
+
+    status: int
+    message: str
+    param: str | None = None
+    code: str | None = None
+    type: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        super().__init__(self.message)
+
+    def body(self) -> dict[str, Any]:
+        return error_body(self.status, self.message, param=self.param, code=self.code, type=self.type)
+
+
+def error_body(status: int, message: str, *, param: str | None = None, code: str | None = None,
+               type: str | None = None) -> dict[str, Any]:
+    """The JSON body of an OpenAI error response."""
+    error_type = type or ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
+
+
+def bad_request(message: str, param: str | None = None, code: str | None = None) -> APIError:
+    return APIError(400, message, param=param, code=code)
+
+
+def overloaded(retry_after_s: int) -> APIError:
+    """503 for a full queue; `Retry-After` tells well-behaved clients when to come back."""
+    return APIError(503, "The server is busy: the request queue is full. Retry later.",
+                    code="queue_full", headers={"Retry-After": str(retry_after_s)})

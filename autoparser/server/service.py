@@ -1,0 +1,336 @@
+"""From a checked request to a generation job: prompt, limits, grammar, parser, sampling.
+
+`ChatService` holds what start-up produced once (the template `Analysis`, the engine, the
+server's defaults) and turns each request into a `PreparedChat`. Everything that can refuse a
+request (a template that raises, a prompt that does not fit, an unknown tool) happens here,
+before the request takes a place in the queue, so a refusal costs no generation time.
+Grammars and parsers are cached by their inputs: building them is the slow part, and clients
+send the same tool set again and again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from autoparser.analysis import Analysis, ReasoningAnalysis
+from autoparser.server import protocol
+from autoparser.server.completion import Completion, OutputOptions
+from autoparser.server.errors import APIError, bad_request
+from autoparser.server.protocol import ChatCompletionRequest
+from autoparser.server.worker import ReasoningPhase
+
+log = logging.getLogger("autoparser.server")
+
+# Template variables the server sets itself; a request cannot override them.
+RESERVED_TEMPLATE_VARS = {"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"}
+
+# OpenAI's sampling defaults; llama.cpp's own (top_k=40, min_p=0.05, temperature 0.8) would
+# surprise a client that sent none of these fields.
+DEFAULT_SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0,
+                    "presence_penalty": 0.0, "frequency_penalty": 0.0, "repetition_penalty": 1.0}
+
+
+@dataclass
+class ServerSettings:
+    model_name: str = "autoparser"
+    tool_call_policy: str = "lenient"
+    max_queue: int = 16
+    max_body_bytes: int = 8 * 1024 * 1024
+    api_key: str | None = None
+    reasoning_budget: int | None = None
+    """Default most reasoning tokens per request; None lets the model think until it stops."""
+
+
+@dataclass
+class PreparedChat:
+    """Everything the generation loop and the response need for one request."""
+
+    request: ChatCompletionRequest
+    prompt: str
+    prompt_tokens: list[int]
+    max_tokens: int
+    sampling: Any
+    grammar: Any
+    reasoning: ReasoningPhase | None
+    stop_token_ids: tuple[int, ...]
+    completion: Completion
+    warnings: list[str] = field(default_factory=list)
+
+
+class LRU:
+    """A small least-recently-used cache for grammars and parsers."""
+
+    def __init__(self, size: int = 64):
+        self._size = size
+        self._items: OrderedDict[str, Any] = OrderedDict()
+        self._lock = threading.Lock()  # requests are prepared on a thread pool
+
+    def get(self, key: str, make: Callable[[], Any]) -> Any:
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key]
+            value = make()
+            self._items[key] = value
+            if len(self._items) > self._size:
+                self._items.popitem(last=False)
+            return value
+
+
+class ChatService:
+    """The model-wide state requests need (analysis, engine, settings, caches) and `prepare`."""
+
+    def __init__(self, analysis: Analysis, engine: Any, settings: ServerSettings):
+        self.analysis = analysis
+        self.engine = engine
+        self.settings = settings
+        self.special_tokens: frozenset[str] = frozenset(getattr(engine, "special_tokens", ()) or ())
+        # Text -> id lets the grammar write `<[id]>`, the token reference form that always parses.
+        self.special_token_ids = {text: token for text in self.special_tokens
+                                  if (token := engine.token_id(text)) is not None}
+        self._end_of_turn_ids, self._end_of_turn_texts = self._end_of_turn()
+        self._unused_specials = self.special_tokens - self._marker_tokens()
+        self._grammars = LRU()
+        self._parsers = LRU()
+
+    # -- per request ---------------------------------------------------------------------------
+
+    def prepare(self, request: ChatCompletionRequest) -> PreparedChat:
+        messages = protocol.template_messages(request.messages)
+        tools = protocol.tool_dicts(request)
+        tool_choice = protocol.tool_choice_value(request)
+        reasoning = self.analysis.reasoning
+        thinking = protocol.requested_thinking(request, reasoning.toggle, reasoning.toggle_on)
+        prompt = self.render(messages, tools, thinking, request.chat_template_kwargs or {})
+        prompt_tokens = self.engine.tokenize(prompt, parse_special=True, add_bos=False)
+        max_tokens = self.clip_max_tokens(len(prompt_tokens), protocol.requested_max_tokens(request))
+        policy = request.tool_call_policy or self.settings.tool_call_policy
+        budget = protocol.thinking_budget(request)
+        if budget is None:
+            budget = self.settings.reasoning_budget
+        warnings: list[str] = []
+        grammar, phase = None, None
+        in_reasoning = self.starts_in_reasoning(prompt)
+        if in_reasoning:  # whatever variable opened it (templates accept aliases), the output starts there
+            thinking = True
+        if in_reasoning and (budget is not None or self.constrained(request, tools, tool_choice)):
+            answer_grammar, warnings = self.grammar(request, tools, tool_choice, None, after_reasoning=True)
+            phase = ReasoningPhase(
+                end_text=reasoning.end, end_tokens=self.engine.tokenize(reasoning.end, parse_special=True),
+                answer_grammar=answer_grammar, budget=budget, no_eos=self.answer_required(request, tool_choice))
+        else:
+            grammar, warnings = self.grammar(request, tools, tool_choice, thinking)
+        stream = self.parser(tools, thinking, request.parallel_tool_calls, tool_choice, policy).stream()
+        return PreparedChat(
+            request=request, prompt=prompt, prompt_tokens=prompt_tokens, max_tokens=max_tokens,
+            sampling=self.sampling(request), grammar=grammar, reasoning=phase,
+            stop_token_ids=self.stop_token_ids(request),
+            completion=Completion(stream, self.output_options(request)), warnings=warnings)
+
+    def starts_in_reasoning(self, prompt: str) -> bool:
+        """Whether the rendered prompt leaves the model inside reasoning (it ends with the opener)."""
+        r = self.analysis.reasoning
+        return (r.mode != "none" and bool(r.start.strip()) and bool(r.end)
+                and prompt.rstrip().endswith(r.start.rstrip()))
+
+    def constrained(self, request: ChatCompletionRequest, tools: list[dict[str, Any]] | None,
+                    tool_choice: Any) -> bool:
+        """Whether this request's answer runs under a grammar."""
+        if protocol.response_schema(request) is not None:
+            return True
+        return bool(tools) and tool_choice != "none" and self.analysis.tools.supported
+
+    @staticmethod
+    def answer_required(request: ChatCompletionRequest, tool_choice: Any) -> bool:
+        forced = tool_choice == "required" or isinstance(tool_choice, dict)
+        return forced or protocol.response_schema(request) is not None
+
+    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+               thinking: bool | None, template_kwargs: dict[str, Any]) -> str:
+        from autoparser.render import TemplateRenderError
+
+        reserved = RESERVED_TEMPLATE_VARS & set(template_kwargs)
+        if reserved:
+            raise bad_request(f"chat_template_kwargs may not set {sorted(reserved)}.",
+                              param="chat_template_kwargs")
+        kwargs = {**self.analysis.thinking_kwargs(thinking), **template_kwargs}
+        try:
+            return self.analysis.render(messages, tools=tools, add_generation_prompt=True, **kwargs)
+        except TemplateRenderError as exc:
+            raise APIError(400, f"The chat template cannot render this conversation: {exc}",
+                           param="messages", code="template_error") from None
+
+    def clip_max_tokens(self, prompt_length: int, requested: int | None) -> int:
+        """The completion budget: what was asked for, at most what the context has left."""
+        n_ctx = int(self.engine.n_ctx)
+        remaining = n_ctx - prompt_length
+        if remaining < 1:
+            raise APIError(400, f"The prompt is {prompt_length} tokens long, which leaves no room "
+                                f"for a completion in the model's context of {n_ctx} tokens.",
+                           param="messages", code="context_length_exceeded")
+        return remaining if requested is None else min(requested, remaining)
+
+    def sampling(self, request: ChatCompletionRequest) -> Any:
+        from autoparser.llama.engine import SamplingParams
+
+        values = dict(DEFAULT_SAMPLING)
+        for name in (*DEFAULT_SAMPLING, "seed"):
+            value = getattr(request, name)
+            if value is not None:
+                values[name] = value
+        if values["top_k"] < 0:  # vLLM spells "no top-k" as -1
+            values["top_k"] = 0
+        return SamplingParams(**values)
+
+    def stop_token_ids(self, request: ChatCompletionRequest) -> tuple[int, ...]:
+        ids = list(request.stop_token_ids or ())
+        if not request.ignore_eos:
+            ids.extend(self._end_of_turn_ids)
+        return tuple(dict.fromkeys(ids))
+
+    def output_options(self, request: ChatCompletionRequest) -> OutputOptions:
+        user_stops = protocol.stop_strings(request)
+        internal = [] if request.ignore_eos else self._end_of_turn_texts
+        # The end-of-turn token ends generation; if the engine hands it over, it is not output.
+        dropped = set() if request.ignore_eos else set(self._end_of_turn_special_texts())
+        if request.skip_special_tokens:
+            dropped |= self._unused_specials
+        return OutputOptions(
+            stops=user_stops + internal,
+            kept_stops=frozenset(user_stops) if request.include_stop_str_in_output else frozenset(),
+            dropped_tokens=frozenset(dropped),
+            separate_reasoning=request.separate_reasoning,
+            reasoning_start=self.analysis.reasoning.start,
+            reasoning_end=self.analysis.reasoning.end,
+            collect_extensions=request.extensions and not request.stream)
+
+    # -- grammar and parser --------------------------------------------------------------------
+
+    def grammar(self, request: ChatCompletionRequest, tools: list[dict[str, Any]] | None,
+                tool_choice: Any, thinking: bool | None,
+                after_reasoning: bool = False) -> tuple[Any, list[str]]:
+        """The grammar for this request, as the engine's `GrammarSpec`, and its warnings.
+
+        Forced tool calls (`required`, named) get the full grammar; `auto` with tools gets a lazy
+        grammar that wakes on the analysis' triggers; `none` generates freely, unless
+        `response_format` asks for JSON. A forced tool choice wins over `response_format`.
+        With `after_reasoning`, the grammar covers only what follows the reasoning.
+        """
+        schema = protocol.response_schema(request)
+        forced = tool_choice == "required" or isinstance(tool_choice, dict)
+        if not forced and schema is not None:
+            result = self._grammars.get(_key("schema", schema), lambda: self._schema_grammar(schema))
+        elif self.constrained(request, tools, tool_choice):
+            key = _key("tools", tools, tool_choice, thinking, request.parallel_tool_calls, after_reasoning)
+            result = self._grammars.get(key, lambda: self._tools_grammar(
+                tools or [], tool_choice, thinking, request.parallel_tool_calls, after_reasoning))
+        else:
+            return None, []
+        warnings = list(getattr(result, "warnings", []) or [])
+        for warning in warnings:
+            log.warning("grammar: %s", warning)
+        return self._grammar_spec(result), warnings
+
+    def parser(self, tools: list[dict[str, Any]] | None, thinking: bool | None, parallel: bool,
+               tool_choice: Any, policy: str) -> Any:
+        key = _key(tools, thinking, parallel, tool_choice, policy)
+        return self._parsers.get(key, lambda: self.analysis.parser(
+            tools=tools, thinking=thinking, parallel_tool_calls=parallel, tool_choice=tool_choice,
+            tool_call_policy=policy))
+
+    def _answer_analysis(self) -> Analysis:
+        """The analysis of what follows reasoning: the same output language without reasoning."""
+        return dataclasses.replace(self.analysis, reasoning=ReasoningAnalysis())
+
+    def _tools_grammar(self, tools: list[dict[str, Any]], tool_choice: Any, thinking: bool | None,
+                       parallel: bool, after_reasoning: bool) -> Any:
+        from autoparser.generators.gbnf import build_grammar
+
+        analysis = self._answer_analysis() if after_reasoning else self.analysis
+        return self._checked(lambda: build_grammar(
+            analysis, tools=tools, tool_choice=tool_choice, thinking=None if after_reasoning else thinking,
+            parallel_tool_calls=parallel, special_tokens=self.special_token_ids))
+
+    def _schema_grammar(self, schema: dict[str, Any]) -> Any:
+        """JSON following `schema`, from the start of the answer.
+
+        Prompts that open reasoning get it after the reasoning (the reasoning phase). Where the
+        model could only choose to open reasoning itself, the JSON starts at once: no thinking.
+        """
+        from autoparser.generators.gbnf import json_object_grammar, json_schema_grammar
+
+        if schema == {"type": "object"}:
+            return self._checked(json_object_grammar)
+        return self._checked(lambda: json_schema_grammar(schema))
+
+    def _checked(self, build: Callable[[], Any]) -> Any:
+        """Build a grammar and have llama.cpp check it now, so a bad one is this request's 400
+        rather than a failure in the middle of its stream (results are cached, so once)."""
+        from autoparser.llama.grammar_check import validate_gbnf, validate_trigger_patterns
+
+        try:
+            result = build()
+            validate_gbnf(result.gbnf, getattr(result, "root", "root"), vocab=self.engine)
+            validate_trigger_patterns(list(result.trigger_patterns))
+        except (ValueError, TypeError, KeyError) as exc:
+            raise APIError(400, f"Cannot build a grammar for this request: {exc}",
+                           param="tools", code="grammar_error") from None
+        return result
+
+    def _grammar_spec(self, result: Any) -> Any:
+        """`GrammarResult` -> the engine's `GrammarSpec`.
+
+        The trigger patterns are complete; trigger words that are one token of the vocabulary
+        also trigger on that token, which saves matching text.
+        """
+        from autoparser.llama.engine import GrammarSpec
+
+        trigger_tokens = [token for token in map(self._single_token, result.trigger_words) if token is not None]
+        return GrammarSpec(gbnf=result.gbnf, root=getattr(result, "root", "root"), lazy=bool(result.lazy),
+                           trigger_patterns=list(result.trigger_patterns), trigger_tokens=trigger_tokens)
+
+    def _single_token(self, text: str) -> int | None:
+        """The token id of `text` when it is one token.
+
+        Runs while the worker generates, so it only tokenizes: the engine's `token_id` decodes
+        pieces through a buffer the generation loop shares.
+        """
+        if text in self.special_token_ids:
+            return self.special_token_ids[text]
+        tokens = self.engine.tokenize(text, parse_special=True)
+        return tokens[0] if len(tokens) == 1 else None
+
+    # -- start-up facts ------------------------------------------------------------------------
+
+    def _end_of_turn(self) -> tuple[list[int], list[str]]:
+        """The analysis' end-of-turn strings, as token ids where they are one token."""
+        ids: list[int] = []
+        texts: list[str] = []
+        for stop in self.analysis.stop:
+            token = self.engine.token_id(stop)
+            if token is not None:
+                ids.append(token)
+            else:
+                texts.append(stop)
+        return ids, texts
+
+    def _end_of_turn_special_texts(self) -> list[str]:
+        return [stop for stop in self.analysis.stop if stop in self.special_tokens]
+
+    def _marker_tokens(self) -> set[str]:
+        """Special tokens that occur inside a marker the parser reads; they are never skipped."""
+        markers = [value for part in (self.analysis.reasoning, self.analysis.content, self.analysis.tools)
+                   for value in vars(part).values() if isinstance(value, str) and value]
+        markers += self.analysis.preserved_tokens + self.analysis.triggers
+        return {token for token in self.special_tokens if any(token in marker for marker in markers)}
+
+
+def _key(*parts: Any) -> str:
+    return json.dumps(parts, sort_keys=True, ensure_ascii=False, default=str)

@@ -1,0 +1,222 @@
+"""`autoparser serve`: check the arguments, load the model, analyze its template, serve.
+
+Start-up failures a user can cause (a missing model, a template that does not compile, a port
+in use, a public address without an API key) end with one line on stderr and a non-zero exit
+code, never a traceback: 2 for bad arguments or input files, 1 for the environment.
+The listening socket is bound before the model loads, so a port in use fails at once, and
+`--port 0` takes a free port (the line "listening on http://HOST:PORT" says which).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("autoparser.server")
+
+
+class StartupError(Exception):
+    """A start-up failure to report as one line; `exit_code` 2 for bad input, 1 otherwise."""
+
+    def __init__(self, message: str, exit_code: int = 2):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    """The `serve` options, for `autoparser serve` and `python -m autoparser.server`."""
+    parser.add_argument("--model", required=True, help="the GGUF model file")
+    parser.add_argument("--chat-template-file", default=None,
+                        help="use this chat template instead of the GGUF's tokenizer.chat_template")
+    parser.add_argument("--n-gpu-layers", type=int, default=0,
+                        help="layers to offload to the GPU; -1 offloads all (default 0)")
+    parser.add_argument("--n-ctx", type=int, default=4096, help="context length in tokens (default 4096)")
+    parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: half the cores)")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to bind (default 127.0.0.1; other addresses need --api-key)")
+    parser.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    parser.add_argument("--api-key", default=os.environ.get("AUTOPARSER_API_KEY"),
+                        help="require 'Authorization: Bearer KEY' (default: $AUTOPARSER_API_KEY)")
+    parser.add_argument("--max-queue", type=int, default=16,
+                        help="requests that may wait for the model; more get 503 (default 16)")
+    parser.add_argument("--tool-call-policy", choices=("lenient", "strict"), default="lenient",
+                        help="default policy for text around tool calls (default lenient)")
+    parser.add_argument("--reasoning-budget", type=int, default=None,
+                        help="default most reasoning tokens per request, after which the server closes "
+                             "the reasoning itself (default: no limit)")
+    parser.add_argument("--served-model-name", default=None,
+                        help="the model id clients see (default: the GGUF file name)")
+    parser.add_argument("--max-body-bytes", type=int, default=8 * 1024 * 1024,
+                        help="largest accepted request body (default 8 MiB)")
+    parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+
+
+def run_server(args: argparse.Namespace) -> int:
+    """Serve until interrupted; returns the process exit code."""
+    _configure_logging(getattr(args, "log_level", "info"))
+    try:
+        _check_arguments(args)
+        sock = bind_socket(args.host, args.port)
+    except StartupError as exc:
+        print(f"autoparser serve: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    engine = None
+    try:
+        engine = load_engine(args)
+        analysis = analyze_template(args, engine)
+        return _serve(args, sock, engine, analysis)
+    except StartupError as exc:
+        print(f"autoparser serve: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    finally:
+        sock.close()
+        if engine is not None:
+            engine.close()
+
+
+# -- steps -----------------------------------------------------------------------------------------
+
+
+def _check_arguments(args: argparse.Namespace) -> None:
+    if not is_loopback(args.host) and not args.api_key:
+        raise StartupError(f"refusing to listen on {args.host} without --api-key; "
+                           "without a key the server only binds to a loopback address")
+    model = Path(args.model)
+    if not model.is_file():
+        raise StartupError(f"model file not found: {args.model}")
+    if args.chat_template_file and not Path(args.chat_template_file).exists():
+        raise StartupError(f"chat template file not found: {args.chat_template_file}")
+    if args.n_ctx < 16:
+        raise StartupError(f"--n-ctx must be at least 16, got {args.n_ctx}")
+    if args.max_queue < 0:
+        raise StartupError(f"--max-queue must not be negative, got {args.max_queue}")
+    if not 0 <= args.port <= 65535:
+        raise StartupError(f"--port must be between 0 and 65535, got {args.port}")
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """The listening socket, bound now so that a port in use is reported before loading."""
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host.strip("[]"), port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        reason = "the port is already in use" if exc.errno in (98, 48, 10048) else exc.strerror
+        raise StartupError(f"cannot listen on {host}:{port}: {reason}", exit_code=1) from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def load_engine(args: argparse.Namespace) -> Any:
+    from autoparser.llama.engine import Engine
+
+    try:
+        engine = Engine(args.model, n_ctx=args.n_ctx, n_gpu_layers=args.n_gpu_layers, n_threads=args.threads)
+    except Exception as exc:  # llama.cpp reports any load failure as an exception or a NULL model
+        raise StartupError(f"cannot load the model {args.model}: {exc}", exit_code=2) from None
+    if engine.gpu_offload:
+        say(f"GPU: used ({'all' if args.n_gpu_layers < 0 else args.n_gpu_layers} layers offloaded)")
+    elif args.n_gpu_layers != 0:
+        say("GPU: not used (this llama-cpp-python build has no GPU support; running on the CPU)")
+    else:
+        say("GPU: not used (--n-gpu-layers 0; running on the CPU)")
+    return engine
+
+
+def template_source(args: argparse.Namespace, engine: Any) -> tuple[str, str]:
+    """(Jinja text, where it came from): the --chat-template-file, else the GGUF's metadata."""
+    if args.chat_template_file:
+        try:
+            from autoparser.load import load_template
+        except ImportError:
+            load_template = None
+        try:
+            if load_template is not None:
+                return load_template(args.chat_template_file).source, args.chat_template_file
+            return Path(args.chat_template_file).read_text(encoding="utf-8"), args.chat_template_file
+        except Exception as exc:  # the loader's errors carry a one-line reason
+            raise StartupError(f"cannot read the chat template {args.chat_template_file}: {exc}") from None
+    if not engine.chat_template:
+        raise StartupError(f"{args.model} has no tokenizer.chat_template; pass --chat-template-file")
+    return engine.chat_template, f"{Path(args.model).name} (tokenizer.chat_template)"
+
+
+def analyze_template(args: argparse.Namespace, engine: Any) -> Any:
+    from autoparser import analyze
+
+    source, origin = template_source(args, engine)
+    try:
+        analysis = analyze(source, bos_token=engine.bos_token, eos_token=engine.eos_token)
+    except Exception as exc:  # a template that does not compile or raises on every probe
+        raise StartupError(f"the chat template from {origin} cannot be used: {exc}") from None
+    from autoparser.summary import summary_rows
+
+    log.info("template: %s", origin)
+    for name, value in summary_rows(analysis):
+        log.info("analysis: %s: %s", name, value)
+    return analysis
+
+
+def _serve(args: argparse.Namespace, sock: socket.socket, engine: Any, analysis: Any) -> int:
+    import uvicorn
+
+    from autoparser.server.app import create_app
+    from autoparser.server.service import ChatService, ServerSettings
+    from autoparser.server.worker import GenerationWorker
+
+    settings = ServerSettings(
+        model_name=args.served_model_name or Path(args.model).stem,
+        tool_call_policy=args.tool_call_policy, max_queue=args.max_queue,
+        max_body_bytes=args.max_body_bytes, api_key=args.api_key,
+        reasoning_budget=getattr(args, "reasoning_budget", None))
+    service = ChatService(analysis, engine, settings)
+    worker = GenerationWorker(engine, max_queue=settings.max_queue)
+    worker.start()
+    app = create_app(service, worker)
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    config = uvicorn.Config(app, log_level=args.log_level, timeout_graceful_shutdown=3,
+                            access_log=args.log_level == "debug")
+    server = uvicorn.Server(config)
+    log.info("model %r, context %d tokens, queue %d", settings.model_name, engine.n_ctx, settings.max_queue)
+    say(f"listening on http://{shown}:{port}")
+    try:
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:  # uvicorn shut down gracefully, then re-raised the signal
+        pass
+    finally:
+        worker.stop()
+    return 0
+
+
+def say(line: str) -> None:
+    """A start-up fact printed whatever the log level: the GPU use and the address."""
+    print(f"autoparser: {line}", file=sys.stderr, flush=True)
+
+
+def _configure_logging(level: str) -> None:
+    logger = logging.getLogger("autoparser")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("autoparser: %(message)s"))
+        logger.addHandler(handler)
+        logger.propagate = False
+    logger.setLevel(level.upper())

@@ -1,0 +1,60 @@
+"""`serve` start-up failures: one clear line on stderr, a non-zero exit, never a traceback."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+from server_harness import find_template, run_serve, tiny_model
+
+
+@pytest.fixture(scope="module")
+def model() -> Path:
+    return tiny_model(find_template("deepseek-ai-DeepSeek-V3.1.jinja"))
+
+
+def assert_one_clear_line(result, fragment: str) -> None:  # type: ignore[no-untyped-def]
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1, result.stderr
+    assert fragment in errors[0]
+
+
+def test_missing_model(tmp_path: Path) -> None:
+    result = run_serve("--model", str(tmp_path / "nope.gguf"), "--port", "0")
+    assert_one_clear_line(result, "model file not found")
+    assert result.returncode == 2
+
+
+def test_public_address_needs_an_api_key(model: Path) -> None:
+    result = run_serve("--model", str(model), "--host", "0.0.0.0", "--port", "0")
+    assert_one_clear_line(result, "without --api-key")
+    assert result.returncode == 2
+
+
+def test_port_in_use(model: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        result = run_serve("--model", str(model), "--port", str(port))
+    assert_one_clear_line(result, "already in use")
+    assert result.returncode == 1
+
+
+def test_template_that_does_not_compile(model: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jinja"
+    bad.write_text("{% for message in messages %}{{ message.content }", encoding="utf-8")
+    result = run_serve("--model", str(model), "--port", "0", "--chat-template-file", str(bad))
+    assert_one_clear_line(result, "bad.jinja")
+    assert result.returncode == 2
+
+
+def test_file_that_is_not_a_model(tmp_path: Path) -> None:
+    fake = tmp_path / "fake.gguf"
+    fake.write_bytes(b"not a gguf at all")
+    result = run_serve("--model", str(fake), "--port", "0")
+    assert_one_clear_line(result, "cannot load the model")
+    assert result.returncode == 2
