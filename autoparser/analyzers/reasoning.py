@@ -143,7 +143,7 @@ def analyze_reasoning(prober: Prober, facts: TemplateFacts, warnings: list[str])
     if toggle:
         start, end, forced_open, closed_when_off = _markers_from_toggle(toggle)
 
-    history_start, history_end = _markers_from_history(prober, on_kwargs)
+    history_start, history_end, beside_tools_only = _markers_from_history(prober, on_kwargs)
     if history_end:
         result.rendered_in_history = True
         start = start or history_start
@@ -167,7 +167,9 @@ def analyze_reasoning(prober: Prober, facts: TemplateFacts, warnings: list[str])
     prompt_on = toggle.prompt_on if toggle else (generation_prompt(prober) or "")
     if not forced_open:
         forced_open = _ends_with_marker(prompt_on, start)
-    result.mode = "tagged"
+    # "tools_only": the only evidence is reasoning kept beside tool calls in the history
+    only_beside_tools = beside_tools_only and not toggle and not forced_open and start == history_start
+    result.mode = "tools_only" if only_beside_tools else "tagged"
     result.start, result.end = start, end
     result.forced_open = forced_open
     result.closed_when_off = closed_when_off
@@ -222,7 +224,7 @@ def _ends_with_marker(text: str, marker: str) -> bool:
     return bool(segs) and segs[-1] == marker
 
 
-def _markers_from_history(prober: Prober, kwargs: dict[str, Any]) -> tuple[str, str]:
+def _markers_from_history(prober: Prober, kwargs: dict[str, Any]) -> tuple[str, str, bool]:
     """Markers around reasoning a past reply carries; some templates keep it only beside tool calls."""
     for name in REASONING_FIELDS:
         candidates = [(prober.assistant(CONTENT_TEXT, **{name: REASONING_TEXT}), None, CONTENT_TEXT)]
@@ -241,8 +243,8 @@ def _markers_from_history(prober: Prober, kwargs: dict[str, Any]) -> tuple[str, 
             between = [s for s in segments(full[r_at + len(REASONING_TEXT):next_at]) if is_marker(s)]
             start = _opening_before(full[:r_at], prober.output(message, tools=tools, **kwargs))
             if start and between:
-                return start, between[0]
-    return "", ""
+                return start, between[0], tools is not None
+    return "", "", False
 
 
 def _opening_before(before_reasoning: str, output: str | None) -> str:
