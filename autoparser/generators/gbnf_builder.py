@@ -261,7 +261,7 @@ def json_int(b: GrammarBuilder) -> str:
 def json_number(b: GrammarBuilder) -> str:
     return b.fixed(
         "json-number",
-        f'{json_int(b)} ( "." [0-9]{{1,{FRAC_DIGITS}}} )? ( [eE] [-+]? [0-9]{{1,3}} )?',
+        f'{json_int(b)} ( "." [0-9]{{1,{FRAC_DIGITS}}} )? ( [eE] [-+]? [0-9]{{1,2}} )?',
     )
 
 

@@ -30,6 +30,7 @@ from autoparser.llama.grammar_check import create_grammar_sampler, find_token_re
 from autoparser.llama.lazy_guard import LazyTriggerGuard
 from autoparser.llama.sampling import GrammarSpec, SamplingParams, TokenSampler
 from autoparser.llama.token_trie import TokenTrie
+from autoparser.llama.utf8 import incomplete_tail
 
 __all__ = ["Engine", "GeneratedToken", "GenerationStats", "GrammarSpec", "SamplingParams"]
 
@@ -92,6 +93,7 @@ class Engine:
             llama_cpp.llama_model_free(self._model)
             raise
         self._local = threading.local()
+        self._utf8_tail = b""
         self.vocab_ptr: int = llama_cpp.llama_model_get_vocab(self._model)
         self.n_vocab: int = llama_cpp.llama_vocab_n_tokens(self.vocab_ptr)
         self.n_ctx: int = llama_cpp.llama_n_ctx(self._ctx)
@@ -350,6 +352,7 @@ class Engine:
     ) -> Iterator[GeneratedToken]:
         start = time.perf_counter()
         stats.cached_tokens = self._prefill(prompt)
+        self._utf8_tail = b""
         sampler.feed_prompt(prompt)
         mark = time.perf_counter()
         stats.prefill_ms = (mark - start) * 1000.0
@@ -389,10 +392,12 @@ class Engine:
         """
         logits = self._logits()
         token = sampler.sample(logits)
-        if guard is None or token is None or token in stop_ids or self.is_eog(token):
-            return token
         excluded: list[int] = []
-        while token is not None and not guard.is_safe(token):
+        while token is not None and token not in stop_ids and not self.is_eog(token):
+            tail = incomplete_tail(self._utf8_tail + self.token_to_piece(token))
+            if tail is not None and (guard is None or guard.is_safe(token)):
+                self._utf8_tail = tail
+                return token
             excluded.append(token)
             if len(excluded) > _MAX_TRIGGER_RETRIES:
                 return None
