@@ -55,3 +55,62 @@ def test_missing_file_is_one_line_exit_2(tmp_path: Path) -> None:
 def test_no_template_given_is_exit_2() -> None:
     done = run("analyze")
     assert done.returncode == 2 and "TEMPLATE" in done.stderr
+
+
+V31_OUTPUT = ("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"location\": \"Paris\"}"
+              "<｜tool▁call▁end｜><｜tool▁calls▁end｜><｜end▁of▁sentence｜>")
+
+
+def test_parse_prints_the_message() -> None:
+    done = run("parse", str(FIXTURES / "deepseek_v31_style.jinja"), stdin=V31_OUTPUT)
+    assert done.returncode == 0, done.stderr
+    message = json.loads(done.stdout)
+    assert message["tool_calls"][0]["function"]["name"] == "get_weather"
+    assert json.loads(message["tool_calls"][0]["function"]["arguments"]) == {"location": "Paris"}
+
+
+def test_parse_stream_prints_deltas_that_add_up(tmp_path: Path) -> None:
+    tools = tmp_path / "tools.json"
+    tools.write_text(json.dumps([{"type": "function", "function": {
+        "name": "get_weather", "parameters": {"type": "object", "properties": {"location": {"type": "string"}}}}}]))
+    done = run("parse", str(FIXTURES / "deepseek_v31_style.jinja"), "--stream", "--tools", str(tools),
+               stdin=V31_OUTPUT)
+    assert done.returncode == 0, done.stderr
+    deltas = [json.loads(line) for line in done.stdout.splitlines()]
+    arguments = "".join(d["tool_calls"][0]["function"].get("arguments", "") for d in deltas if "tool_calls" in d)
+    assert json.loads(arguments) == {"location": "Paris"}
+    assert not any("content" in d for d in deltas)
+
+
+def test_bad_tools_file_is_one_line_exit_2(tmp_path: Path) -> None:
+    tools = tmp_path / "tools.json"
+    tools.write_text("{not json")
+    done = run("parse", str(FIXTURES / "deepseek_v31_style.jinja"), "--tools", str(tools), stdin="hi")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+
+
+def test_generate_writes_a_standalone_module(tmp_path: Path) -> None:
+    target = tmp_path / "my_parser.py"
+    done = run("generate", str(FIXTURES / "deepseek_fenced.jinja"), "-o", str(target))
+    assert done.returncode == 0, done.stderr
+    output = ("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
+              "{\"location\": \"Paris\"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>")
+    script = f"import json, my_parser; print(json.dumps(my_parser.parse({output!r})))"
+    ran = subprocess.run([sys.executable, "-I", "-S", "-c", f"import sys; sys.path.insert(0, {str(tmp_path)!r}); {script}"],
+                         capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    assert json.loads(json.loads(ran.stdout)["tool_calls"][0]["function"]["arguments"]) == {"location": "Paris"}
+
+
+def test_gbnf_and_lark_print_grammars(tmp_path: Path) -> None:
+    tools = tmp_path / "tools.json"
+    tools.write_text(json.dumps([{"type": "function", "function": {
+        "name": "get_weather", "parameters": {"type": "object", "properties": {"location": {"type": "string"}},
+                                              "required": ["location"]}}}]))
+    gbnf = run("analyze", str(FIXTURES / "deepseek_v31_style.jinja"), "--gbnf", "--tools", str(tools),
+               "--tool-choice", "required")
+    assert gbnf.returncode == 0, gbnf.stderr
+    assert "root" in gbnf.stdout and "get_weather" in gbnf.stdout
+    lark = run("analyze", str(FIXTURES / "deepseek_v31_style.jinja"), "--lark", "--tools", str(tools))
+    assert lark.returncode == 0, lark.stderr
+    assert "get_weather" in lark.stdout
