@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autoparser.analysis import Analysis
+from autoparser.analyzers.diff import is_marker, segments
 from autoparser.analyzers.probes import Prober
 from autoparser.render import TemplateRenderError
 
@@ -126,10 +127,25 @@ def _arguments_as_text(message: dict[str, Any]) -> dict[str, Any]:
 
 
 def strip_turn_end(output: str, stop: list[str]) -> str:
-    """The output up to its last end-of-turn marker: some templates render the next turn's opening
-    after it, and some write an end-of-turn marker inside the reply (a turn change before a call)."""
-    cut = max((output.rfind(m) for m in stop if m and m in output), default=len(output))
-    return output[:cut].rstrip()
+    """The output without its end of turn, and without a next turn's opening some templates render
+    after it (`<|im_end|>\n<|im_start|>assistant`). An end-of-turn marker followed by more of the
+    reply (a turn change before a tool call) stays."""
+    text = output.rstrip()
+    changed = True
+    while changed:
+        changed = False
+        for marker in stop:
+            if marker and text.endswith(marker):
+                text, changed = text[: -len(marker)].rstrip(), True
+            at = text.rfind(marker) if marker else -1
+            if at >= 0 and _only_turn_markup(text[at + len(marker):]):
+                text, changed = text[:at].rstrip(), True
+    return text
+
+
+def _only_turn_markup(text: str) -> bool:
+    words = [s for s in segments(text) if s[:1].isalnum() and not is_marker(s)]
+    return len(text) <= 160 and len(words) <= 2
 
 
 def _expected(message: dict[str, Any], output: str) -> dict[str, Any]:

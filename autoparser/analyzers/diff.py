@@ -16,7 +16,7 @@ _SEGMENT = re.compile(
       <[|｜][^<>\n]{0,80}?[|｜]>          # special tokens: <|im_start|>, <｜User｜>
     | </?[A-Za-z_|｜][\w:.\-|｜]*(?:\s[^<>\n]{0,120})?/?>   # xml-ish tags, with attributes
     | \[/?[A-Z][A-Z_]*\]                  # bracket tags: [TOOL_CALLS], [/INST]
-    | [\[\]](?=\w*[~!@#$%^&*|])[\w~!@#$%^&*|]{1,8}[\[\]]   # symbol-bracket tokens: ]~b], [e~[
+    | [\[\]](?=\w*[~!@#$%^&*|])[\w~!@#$%^&*|]{1,16}[\[\]]   # symbol-bracket tokens: ]~b], [|endofturn|]
     | <[^<>\s]{0,60}                      # an open tag cut short: <function=, <invoke
     | \s+
     | \w+
@@ -27,7 +27,7 @@ _SEGMENT = re.compile(
 
 _MARKER = re.compile(
     r"^(?:<[|｜][^<>\n]*[|｜]>|</?[A-Za-z_|｜][\w:.\-|｜]*(?:\s[^<>\n]*)?/?>|\[/?[A-Z][A-Z_]*\]"
-    r"|[\[\]](?=\w*[~!@#$%^&*|])[\w~!@#$%^&*|]{1,8}[\[\]])$"
+    r"|[\[\]](?=\w*[~!@#$%^&*|])[\w~!@#$%^&*|]{1,16}[\[\]])$"
 )
 
 

@@ -51,7 +51,7 @@ def _split_turns(prober: Prober, between: str, **kwargs: Any) -> tuple[str, str]
     """
     prompt = prober.prompt(**kwargs) or ""
     gp = generation_prompt(prober, **kwargs) or ""
-    openers = markers_in(gp)[:1]
+    openers = [m for m in markers_in(gp)[:1] if m in between]
     if not openers and USER_TEXT in prompt:
         openers = [m for m in reversed(markers_in(prompt[prompt.rindex(USER_TEXT):])) if m in between][:1]
     if openers and openers[0] in between:
