@@ -11,7 +11,7 @@ import json
 import re
 from typing import Any
 
-from autoparser.analysis import Analysis, ReasoningAnalysis, ToolsAnalysis
+from autoparser.analysis import Analysis, ContentAnalysis, ReasoningAnalysis, ToolsAnalysis
 
 DS_BOS = "<｜begin▁of▁sentence｜>"
 DS_EOS = "<｜end▁of▁sentence｜>"
@@ -198,6 +198,84 @@ def kimi_k15() -> Analysis:
                     stop=["<|im_end|>"])
 
 
+def lfm2_python() -> Analysis:
+    """LFM2.5: Python call syntax in a bracketed section, `[name(key='text', n=3), ...]`."""
+    return Analysis(
+        generation_prompt="<|im_start|>assistant\n", reasoning=_think(),
+        tools=ToolsAnalysis(supported=True, format="tag_tagged", section_start="<|tool_call_start|>[",
+                            section_end="]<|tool_call_end|>", call_end=")", call_separator=", ",
+                            name_end="(", arg_key_end="=", arg_separator=", ", arg_string_raw=False,
+                            arg_python=True, parallel=True),
+        stop=["<|im_end|>"], triggers=["<|tool_call_start|>"])
+
+
+def llama32_pythonic() -> Analysis:
+    """Llama 3.2 "pythonic" calls as vLLM's template writes them: `[name(key=value, ...)]` with
+    string values unquoted, so `, ` and `)` inside a value are told apart by what follows."""
+    return Analysis(
+        generation_prompt="<|start_header_id|>assistant<|end_header_id|>\n\n",
+        tools=ToolsAnalysis(supported=True, format="tag_tagged", section_start="[", section_end="]",
+                            call_end=")", call_separator=", ", name_end="(", arg_key_end="=",
+                            arg_end=", ", parallel=True),
+        stop=["<|eot_id|>"])
+
+
+def minicpm3_kwargs() -> Analysis:
+    """MiniCPM3: one `name(key=<JSON>,key=<JSON>)` line per call inside a python fence."""
+    return Analysis(
+        generation_prompt="<|im_start|>assistant\n",
+        tools=ToolsAnalysis(supported=True, format="tag_tagged",
+                            section_start="<|tool_call_start|>\n```python\n",
+                            section_end="```\n<|tool_call_end|>", call_end=")\n", name_end="(",
+                            arg_key_end="=", arg_end=",", arg_string_raw=False, parallel=True),
+        stop=["<|im_end|>"], triggers=["<|tool_call_start|>"])
+
+
+def functionary_v32() -> Analysis:
+    """Functionary v3.2: the prompt ends with `>>>`; the output starts with a recipient, a tool
+    name (`get_weather\n{...}`) or `all` (`all\nThe answer`), and `>>>` opens the next one."""
+    return Analysis(
+        generation_prompt="<|start_header_id|>assistant<|end_header_id|>\n\n>>>",
+        content=ContentAnalysis(mode="wrapped", start="all\n"),
+        tools=ToolsAnalysis(supported=True, format="tag_json", name_start=">>>", name_end="\n",
+                            parallel=True, opened_by_prompt=True),
+        stop=["<|eot_id|>"])
+
+
+def glm4_tool_only() -> Analysis:
+    """GLM-4 (vLLM's tool-only template): the prompt ends with `<tool_call>`, the output starts
+    with the call's name and its tagged arguments."""
+    return Analysis(
+        generation_prompt="<|assistant|>\n<tool_call>",
+        tools=ToolsAnalysis(supported=True, format="tag_tagged", call_start="<tool_call>",
+                            call_end="\n</tool_call>", call_separator="\n", arg_start="\n<arg_key>",
+                            arg_key_end="</arg_key>\n<arg_value>", arg_end="</arg_value>", parallel=True,
+                            opened_by_prompt=True),
+        stop=["<|user|>"])
+
+
+def keyed_tags() -> Analysis:
+    """MiniMax-style: each argument in a tag named after its key, `<city>Paris</city>`."""
+    return Analysis(
+        generation_prompt="<|assistant|>",
+        tools=ToolsAnalysis(supported=True, format="tag_tagged", section_start="<tool_calls>\n",
+                            section_end="</tool_calls>", name_start="<invoke name=\"", name_end="\">\n",
+                            call_end="</invoke>\n", arg_start="<", arg_key_end=">", arg_end="</{key}>\n",
+                            arg_end_keyed=True, parallel=True),
+        stop=["<|end|>"])
+
+
+def gpt_oss() -> Analysis:
+    """gpt-oss (harmony): channels; a call is ` to=functions.NAME<|channel|>commentary json<|message|>{...}`."""
+    return Analysis(
+        generation_prompt="<|start|>assistant",
+        reasoning=ReasoningAnalysis(mode="tagged", start="<|channel|>analysis<|message|>", end="<|end|>"),
+        content=ContentAnalysis(mode="wrapped", start="<|channel|>final<|message|>", end="<|return|>"),
+        tools=ToolsAnalysis(supported=True, format="tag_json", section_start=" to=functions.",
+                            name_end="<|channel|>commentary json<|message|>", call_end="<|call|>"),
+        stop=["<|return|>"])
+
+
 FAMILIES = {
     "deepseek_v31": deepseek_v31,
     "deepseek_v3_0324": deepseek_v3_0324,
@@ -216,6 +294,13 @@ FAMILIES = {
     "deepseek_r1_0528": deepseek_r1_0528,
     "qwen3_thinking": qwen3_thinking,
     "kimi_k15": kimi_k15,
+    "lfm2_python": lfm2_python,
+    "llama32_pythonic": llama32_pythonic,
+    "minicpm3_kwargs": minicpm3_kwargs,
+    "functionary_v32": functionary_v32,
+    "glm4_tool_only": glm4_tool_only,
+    "keyed_tags": keyed_tags,
+    "gpt_oss": gpt_oss,
 }
 
 WEATHER_TOOLS = [
@@ -243,10 +328,15 @@ def render_output(analysis: Analysis, reasoning: str | None = None, content: str
     if reasoning is not None:
         opened = r.forced_open and analysis.thinking_enabled(thinking)
         out += ("" if opened else r.start) + reasoning + r.end
+    if t.opened_by_prompt and content:
+        out += analysis.content.start  # the recipient that makes the opened header content
     out += content
     if calls:
         out += t.section_start
         rendered = [_render_call(t, index, name, args) for index, (name, args) in enumerate(calls)]
+        if t.opened_by_prompt and not out:
+            # the prompt wrote the first call's opener
+            rendered[0] = rendered[0][len(t.call_start + t.name_start):]
         if t.format == "json" and t.array:
             out += "[" + ", ".join(rendered) + "]"  # call_start/call_end are the brackets
         elif t.format == "json" and not t.call_start:
@@ -274,10 +364,15 @@ def _render_call(t: ToolsAnalysis, index: int, name: str, args: dict[str, Any]) 
     if t.format == "tag_json":
         return head + t.args_start + dumps(args, ensure_ascii=False) + t.args_end + t.call_end
     parts = []
+    # keys with no marker before them (`name(key=value, ...)`): the end marker goes between values
+    between = not t.arg_start
     for key, value in args.items():
-        if isinstance(value, str) and t.arg_string_raw:
-            parts.append(t.arg_start + key + t.arg_key_end + value + t.arg_end)
+        arg_end = "" if between else t.arg_end.replace("{key}", key) if t.arg_end_keyed else t.arg_end
+        if t.arg_python:
+            parts.append(t.arg_start + key + t.arg_key_end + repr(value) + arg_end)
+        elif isinstance(value, str) and t.arg_string_raw:
+            parts.append(t.arg_start + key + t.arg_key_end + value + arg_end)
         else:
             key_end = t.arg_key_end_json or t.arg_key_end
-            parts.append(t.arg_start + key + key_end + dumps(value, ensure_ascii=False) + t.arg_end)
-    return head + t.arg_separator.join(parts) + t.call_end
+            parts.append(t.arg_start + key + key_end + dumps(value, ensure_ascii=False) + arg_end)
+    return head + ((t.arg_end if between else "") + t.arg_separator).join(parts) + t.call_end

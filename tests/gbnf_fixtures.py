@@ -130,6 +130,82 @@ def plain_content() -> Analysis:
     return Analysis(stop=["</s>"])
 
 
+def lfm2_python() -> Analysis:
+    """LFM2.5: Python call syntax, `[name(key='text', n=3)]` between special tokens."""
+    return Analysis(
+        generation_prompt="<|im_start|>assistant\n", reasoning=_think(False),
+        tools=ToolsAnalysis(supported=True, format="tag_tagged", section_start="<|tool_call_start|>[",
+                            section_end="]<|tool_call_end|>", call_end=")", call_separator=", ",
+                            name_end="(", arg_key_end="=", arg_separator=", ", arg_string_raw=False,
+                            arg_python=True, parallel=True),
+        stop=["<|im_end|>"], preserved_tokens=["<think>", "</think>", "<|tool_call_start|>", "<|tool_call_end|>"],
+        triggers=["<|tool_call_start|>"])
+
+
+def llama32_pythonic() -> Analysis:
+    """Llama 3.2 "pythonic": `[name(key=value, ...)]`, strings unquoted."""
+    return Analysis(
+        generation_prompt="<|start_header_id|>assistant<|end_header_id|>\n\n",
+        tools=ToolsAnalysis(supported=True, format="tag_tagged", section_start="[", section_end="]",
+                            call_end=")", call_separator=", ", name_end="(", arg_key_end="=",
+                            arg_end=", ", parallel=True),
+        stop=["<|eot_id|>"])
+
+
+def minicpm3() -> Analysis:
+    """MiniCPM3: `name(key=<JSON>,key=<JSON>)` lines in a python fence."""
+    return Analysis(
+        generation_prompt="<|im_start|>assistant\n",
+        tools=ToolsAnalysis(supported=True, format="tag_tagged",
+                            section_start="<|tool_call_start|>\n```python\n",
+                            section_end="```\n<|tool_call_end|>", call_end=")\n", name_end="(",
+                            arg_key_end="=", arg_end=",", arg_string_raw=False, parallel=True),
+        stop=["<|im_end|>"], triggers=["<|tool_call_start|>"])
+
+
+def functionary_v32() -> Analysis:
+    """Functionary v3.2: the prompt ends with `>>>`; a name (or `all` for content) starts the output."""
+    return Analysis(
+        generation_prompt="<|start_header_id|>assistant<|end_header_id|>\n\n>>>",
+        content=ContentAnalysis(mode="wrapped", start="all\n"),
+        tools=ToolsAnalysis(supported=True, format="tag_json", name_start=">>>", name_end="\n",
+                            parallel=True, opened_by_prompt=True),
+        stop=["<|eot_id|>"])
+
+
+def glm4_tool_only() -> Analysis:
+    """GLM-4 tool-only template: the prompt ends with `<tool_call>`."""
+    return Analysis(
+        generation_prompt="<|assistant|>\n<tool_call>",
+        tools=ToolsAnalysis(supported=True, format="tag_tagged", call_start="<tool_call>",
+                            call_end="\n</tool_call>", call_separator="\n", arg_start="\n<arg_key>",
+                            arg_key_end="</arg_key>\n<arg_value>", arg_end="</arg_value>", parallel=True,
+                            opened_by_prompt=True),
+        stop=["<|user|>"])
+
+
+def keyed_tags() -> Analysis:
+    """MiniMax-style: each argument in a tag named after its key."""
+    return Analysis(
+        generation_prompt="<|assistant|>",
+        tools=ToolsAnalysis(supported=True, format="tag_tagged", section_start="<tool_calls>\n",
+                            section_end="</tool_calls>", name_start="<invoke name=\"", name_end="\">\n",
+                            call_end="</invoke>\n", arg_start="<", arg_key_end=">", arg_end="</{key}>\n",
+                            arg_end_keyed=True, parallel=True),
+        stop=["<|end|>"], triggers=["<tool_calls>"])
+
+
+def gpt_oss() -> Analysis:
+    """gpt-oss (harmony): ` to=functions.NAME<|channel|>commentary json<|message|>{...}<|call|>`."""
+    return Analysis(
+        generation_prompt="<|start|>assistant",
+        reasoning=ReasoningAnalysis(mode="tagged", start="<|channel|>analysis<|message|>", end="<|end|>"),
+        content=ContentAnalysis(mode="wrapped", start="<|channel|>final<|message|>", end="<|return|>"),
+        tools=ToolsAnalysis(supported=True, format="tag_json", section_start=" to=functions.",
+                            name_end="<|channel|>commentary json<|message|>", call_end="<|call|>"),
+        stop=["<|return|>"], triggers=[" to=functions."])
+
+
 ANALYSES = {
     "deepseek-v3.1": deepseek_v31,
     "deepseek-r1": deepseek_r1,
@@ -142,6 +218,13 @@ ANALYSES = {
     "mistral-small-3.2": mistral_small,
     "kimi-k2": kimi_k2,
     "wrapped-answer": wrapped_answer,
+    "lfm2.5": lfm2_python,
+    "llama3.2-pythonic": llama32_pythonic,
+    "minicpm3": minicpm3,
+    "functionary-v3.2": functionary_v32,
+    "glm4-tool-only": glm4_tool_only,
+    "keyed-tags": keyed_tags,
+    "gpt-oss": gpt_oss,
 }
 
 
@@ -261,4 +344,15 @@ OUTPUTS = {
         + _DS_ARGS1 + "<|tool_call_end|><|tool_call_begin|>functions.get_weather:1<|tool_call_argument_begin|>"
         + _DS_ARGS2 + "<|tool_call_end|><|tool_calls_section_end|>"
     ),
+    "lfm2.5": "<|tool_call_start|>[get_weather(location='Paris', days=3), get_weather(location='Rome')]<|tool_call_end|>",
+    "llama3.2-pythonic": "[get_weather(location=Paris, France, days=3), get_weather(location=Rome)]",
+    "minicpm3": ('<|tool_call_start|>\n```python\nget_weather(location="Paris",days=3)\nget_weather(location="Rome")\n'
+                 "```\n<|tool_call_end|>"),
+    "functionary-v3.2": 'get_weather\n{"location": "Paris", "days": 3}>>>get_weather\n{"location": "Rome"}',
+    "glm4-tool-only": ("get_weather\n<arg_key>location</arg_key>\n<arg_value>Paris</arg_value>\n<arg_key>days</arg_key>\n"
+                       "<arg_value>3</arg_value>\n</tool_call>\n<tool_call>get_weather\n<arg_key>location</arg_key>\n"
+                       "<arg_value>Rome</arg_value>\n</tool_call>"),
+    "keyed-tags": ('<tool_calls>\n<invoke name="get_weather">\n<location>Paris</location>\n<days>3</days>\n</invoke>\n'
+                   '<invoke name="get_weather">\n<location>Rome</location>\n</invoke>\n</tool_calls>'),
+    "gpt-oss": ' to=functions.get_weather<|channel|>commentary json<|message|>{"location": "Paris", "days": 3}<|call|>',
 }

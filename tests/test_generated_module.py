@@ -23,7 +23,9 @@ from autoparser.generators.module import generate_module
 from autoparser.runtime import Parser
 
 FAMILIES = ["deepseek_v31", "deepseek_v3_0324", "deepseek_r1", "hermes", "qwen3", "qwen3_coder", "glm45",
-            "mistral_array", "mistral_compact", "llama31", "bare_json_array", "kimi_k2", "deepseek_v32"]
+            "mistral_array", "mistral_compact", "llama31", "bare_json_array", "kimi_k2", "deepseek_v32",
+            "lfm2_python", "llama32_pythonic", "minicpm3_kwargs", "functionary_v32", "glm4_tool_only",
+            "keyed_tags", "gpt_oss"]
 
 DRIVER = r"""
 import importlib.util, json, sys
@@ -55,6 +57,9 @@ def _outputs(family: str) -> list[str]:
         analyses.render_output(analysis, None, "Plain answer with {braces} and <angles>.", []),
         analyses.render_output(analysis, "Some thought.", "Text.", [("get_weather", {"city": "Paris"})],
                                thinking=True),
+        # non-string values (Python literals where the format writes them: True, None, {'a': 1})
+        analyses.render_output(analysis, None, "", [("get_weather", {"city": "Oslo", "days": 2,
+                                                                     "options": {"a": [1, None, True]}})]),
         analyses.render_output(analysis, None, "", [("get_weather", {"city": 'Quote " brace } </tool_call>',
                                                                      "days": 3}),
                                                     ("search_web", {"query": "naïve ☃\nline"})]),

@@ -164,6 +164,8 @@ def project_case_disagreements(analysis: Analysis) -> list[str]:
         result = roundtrip.run_case(analysis, case, message)
         if result.status != "pass":
             continue  # not applicable, or the runtime's own round-trip failure
+        if any(call.get("incomplete") for call in result.got.get("tool_calls") or []):
+            continue  # the output was cut inside a call (at an end-of-turn marker): no complete sentence
         thinking = True if message.get("reasoning_content") else None  # as `run_case` parses
         grammar = lark_message(analysis, result.output, thinking, tools=roundtrip.TOOLS)
         if grammar != comparable(result.got):

@@ -26,7 +26,10 @@ from autoparser.runtime import Parser
 from autoparser.runtime.markers import core, flexible_pattern
 
 FAMILIES = ["deepseek_v31", "deepseek_v3_0324", "deepseek_r1", "hermes", "qwen3", "qwen3_coder", "glm45",
-            "mistral_array", "mistral_compact", "llama31", "bare_json_array", "kimi_k2", "deepseek_v32"]
+            "mistral_array", "mistral_compact", "llama31", "bare_json_array", "kimi_k2", "deepseek_v32",
+            # Python call syntax, unquoted kwargs, JSON kwargs; calls opened by the prompt; keyed end tags
+            "lfm2_python", "llama32_pythonic", "minicpm3_kwargs", "functionary_v32", "glm4_tool_only",
+            "keyed_tags", "gpt_oss"]
 
 # AUTOPARSER_HYPOTHESIS_EXAMPLES raises the number of examples for a longer search
 SETTINGS = settings(max_examples=int(os.environ.get("AUTOPARSER_HYPOTHESIS_EXAMPLES", "60")), deadline=None,
@@ -47,38 +50,57 @@ plain_text = st.text(st.characters(blacklist_categories=("Cs", "Cc"), blacklist_
                      max_size=40).filter(lambda s: s.strip() == s or True)
 # JSON string values: anything, markers included (JSON escaping protects them)
 json_strings = st.text(st.characters(blacklist_categories=("Cs",)), max_size=30)
-json_values = st.recursive(st.none() | st.booleans() | st.integers(-10**6, 10**6) | json_strings,
-                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
-                               st.text(st.characters(whitelist_categories=("Ll",)), min_size=1, max_size=6),
-                               inner, max_size=3), max_leaves=6)
+# strings written unquoted where `, key=` and `)` end a value (`name(key=value, ...)`): a value holding
+# them could not be told from the call's structure, in any parser
+kwargs_text = st.text(st.characters(blacklist_categories=("Cs", "Cc"), blacklist_characters="<>[]{}|｜◁▷`,()='\""),
+                      max_size=40)
 
 
-def _value_for(key: str, raw_strings: bool):
+def _json_values(strings):
+    return st.recursive(st.none() | st.booleans() | st.integers(-10**6, 10**6) | strings,
+                        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+                            st.text(st.characters(whitelist_categories=("Ll",)), min_size=1, max_size=6),
+                            inner, max_size=3), max_leaves=6)
+
+
+json_values = _json_values(json_strings)
+
+
+def _strings_for(analysis):
+    """String values the format can carry unambiguously."""
+    t = analysis.tools
+    if t.format != "tag_tagged" or not t.arg_string_raw:
+        return json_strings  # JSON or Python quoting protects anything
+    # raw tagged strings must not contain the format's own markers
+    return plain_text if t.arg_start else kwargs_text
+
+
+def _value_for(key: str, strings):
     kind = SCHEMA_TYPES[key]
     if kind == "string":
-        # raw tagged strings must not contain the format's own markers
-        return plain_text if raw_strings else json_strings
+        return strings
     if kind == "integer":
         return st.integers(-1000, 1000)
     if kind == "boolean":
         return st.booleans()
+    values = json_values if strings is json_strings or strings is plain_text else _json_values(strings)
     if kind == "array":
-        return st.lists(json_values, max_size=3)
+        return st.lists(values, max_size=3)
     return st.dictionaries(st.text(st.characters(whitelist_categories=("Ll",)), min_size=1, max_size=6),
-                           json_values, max_size=3)
+                           values, max_size=3)
 
 
 @st.composite
-def calls(draw, raw_strings: bool):
+def calls(draw, strings):
     count = draw(st.integers(0, 3))
     result = []
     for _ in range(count):
         if draw(st.booleans()):
             keys = draw(st.lists(st.sampled_from(["city", "note", "days", "options", "tags", "flag"]),
                                  unique=True, max_size=4))
-            result.append(("get_weather", {k: draw(_value_for(k, raw_strings)) for k in keys}))
+            result.append(("get_weather", {k: draw(_value_for(k, strings)) for k in keys}))
         else:
-            result.append(("search_web", {"query": draw(_value_for("query", raw_strings))}))
+            result.append(("search_web", {"query": draw(_value_for("query", strings))}))
     return result
 
 
@@ -139,7 +161,7 @@ def test_round_trip(family: str, data) -> None:
         # a prompt that opened reasoning needs its end marker; otherwise the model may open it
         reasoning = data.draw(plain_text)
     content = data.draw(plain_text)
-    written = data.draw(calls(raw_strings=tool_format.format == "tag_tagged"))
+    written = data.draw(calls(_strings_for(analysis)))
     if not tool_format.parallel or (tool_format.format == "json" and not tool_format.call_start
                                     and not tool_format.section_start):
         written = written[:1]
@@ -185,10 +207,29 @@ def _words(text: str) -> Counter:
     return Counter(re.findall(r"[^\W_]", text))
 
 
+_ESCAPE = re.compile(r"\\(?:x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|[0-7]{1,3}|[\s\S])")
+
+
+def _as_json_spelling(text: str) -> str:
+    """Python's constants as JSON spells them (`None` is `null`), case aside."""
+    return re.sub(r"\bNone\b", "null", text).lower()
+
+
+def _literal_values(analysis) -> bool:
+    t = analysis.tools
+    return t.format == "tag_tagged" and (t.arg_python or not t.arg_string_raw)
+
+
 def _structural_words(analysis, text: str) -> str:
-    """The text with the markers (and a JSON call's own keys) blanked out."""
+    """The text with the markers (and a JSON call's own keys) blanked out.
+
+    Where values are literals, an escape is an encoding of the character it stands for (and
+    `None` is spelled `null` in JSON): those are compared as their decoded form.
+    """
     for marker in sorted(_marker_texts(analysis), key=len, reverse=True):
         text = re.sub(flexible_pattern(marker), " ", text)
+    if _literal_values(analysis):
+        text = _as_json_spelling(_ESCAPE.sub(" ", text))
     tools = analysis.tools
     if tools.format == "json":
         for key in {tools.name_field, tools.args_field, "arguments", "parameters", "type", tools.id_field or "",
@@ -212,6 +253,8 @@ def test_stream_equals_whole_and_nothing_lost(family: str, data) -> None:
     produced = " ".join([message["reasoning_content"] or "", message["content"] or ""]
                         + [f"{c['id']} {c['function']['name']} {c['function']['arguments']}"
                            for c in message["tool_calls"]])
+    if _literal_values(analysis):
+        produced = _as_json_spelling(produced)
     missing = _words(_structural_words(analysis, text)) - _words(produced)
     assert not missing, (text, message)
     for call in message["tool_calls"]:
@@ -223,7 +266,7 @@ def test_stream_equals_whole_and_nothing_lost(family: str, data) -> None:
 @given(data=st.data())
 def test_truncated_outputs_never_raise(family: str, data) -> None:
     analysis = _analysis(family)
-    written = data.draw(calls(raw_strings=analysis.tools.format == "tag_tagged"))
+    written = data.draw(calls(_strings_for(analysis)))
     text = analyses.render_output(analysis, "some thought", "Some text.", written, stop=False)
     cut = data.draw(st.integers(0, len(text)))
     parser = Parser(analysis, tools=TOOLS)

@@ -123,3 +123,17 @@ def test_feed_after_finish_is_an_error() -> None:
 def test_empty_output() -> None:
     assert Parser(analyses.deepseek_r1()).parse("") == {"role": "assistant", "reasoning_content": None,
                                                       "content": None, "tool_calls": []}
+
+
+def test_a_chunk_with_a_raw_control_character_inside_a_string_is_fast() -> None:
+    """The in-string fast path tests whole chunks; one that fails late must not backtrack
+    exponentially (it once took seconds for a 40-character chunk)."""
+    import time
+
+    stream = Parser(analyses.hermes()).stream()
+    stream.feed('<tool_call>\n{"name": "get_weather", "arguments": {"city": "')
+    started = time.perf_counter()
+    stream.feed("naïve ☃ " * 8 + "\nline")
+    stream.finish()
+    assert time.perf_counter() - started < 0.5
+    assert json.loads(stream.message()["tool_calls"][0]["function"]["arguments"])["city"].endswith("\nline")

@@ -8,11 +8,17 @@ typed by that tool's JSON schema (`schema_gbnf`). What `tool_choice` makes of it
 * ``"required"`` / a named tool: reasoning, then at least one call (exactly one when
   `parallel_tool_calls` is false); no content, which keeps the grammar simple and the model
   on task;
+* a prompt that already opened a call (`tools.opened_by_prompt`): the output starts with the
+  rest of a call, or with the recipient that introduces content; never lazy;
 * ``"auto"``: a *lazy* grammar. Generation is free until a trigger pattern matches, then the
   grammar applies from the trigger onwards (llama.cpp starts it at the pattern's first capture
   group). The patterns refuse to match inside reasoning: with reasoning on they require the
   reasoning end marker before the trigger. ``lazy=False`` gives the full language instead
   (content, then optionally the calls), which tests sample from.
+
+Tagged values written as literals (Python call syntax) accept JSON and Python quoting and
+constants; where keys have no marker before them (`name(key=value, ...)`), a value's end
+marker goes between values only, and unquoted text may hold commas except before `key=`.
 
 Free text ("reasoning up to ``</think>``") has no negative look-ahead in GBNF, so it is written
 as the automaton of texts that do not contain the markers that end it (Aho–Corasick states,
@@ -46,6 +52,7 @@ from autoparser.generators.gbnf_builder import (
     complement_ranges,
     json_object,
     json_string,
+    json_value,
     literal,
     optional,
     repeat,
@@ -62,6 +69,8 @@ from autoparser.generators.schema_gbnf import (
     ordered_members,
     schema_to_gbnf,
 )
+from autoparser.runtime.calls_tagged import is_weak
+from autoparser.runtime.spec import KEY_HOLE
 
 GAP_MAX = 4  # whitespace allowed around structural markers (the parser ignores it)
 ID_TEXT = "[a-zA-Z0-9_.:\\-]{1,64}"
@@ -293,6 +302,10 @@ class OutputGrammar:
         self.limit = free_text_limit
         self.end_tokens = [t for t in end_tokens if t]
         self._pending_warnings: list[SchemaWarnings] = []
+        # tagged values written as literals (`name(key='text', n=3)`), keys with no marker before them
+        self.literal = self.t.format == "tag_tagged" and (self.t.arg_python or not self.t.arg_string_raw)
+        self.bare_keys = self.t.format == "tag_tagged" and not self.t.arg_start.strip()
+        self.opened = self.t.opened_by_prompt and self.t.format in ("json", "tag_json", "tag_tagged")
         if self.choice != "none" and not self.tools:
             self.choice = "none"
         if self.choice != "none" and not (self.t.supported and self.t.format in ("json", "tag_json", "tag_tagged")):
@@ -303,6 +316,8 @@ class OutputGrammar:
     # -- top level ----------------------------------------------------------------------
 
     def build(self) -> GrammarResult:
+        if self.opened:
+            return self.build_opened()
         if self.choice == "none":
             self.b.set("root", seq(self.reasoning(), self.content(None)) or '""')
             return self.result(False)
@@ -323,6 +338,31 @@ class OutputGrammar:
         else:
             options.append(section)
         self.b.set("root", seq(self.reasoning(), alt(*[o or '""' for o in options])))
+        return self.result(False)
+
+    def build_opened(self) -> GrammarResult:
+        """The prompt ended with the call opener: the output starts with a call's name, or (when
+        content is allowed) with the recipient that introduces content (`all`). Never lazy:
+        the output is inside a call from its first character."""
+        t = self.t
+        recipient = literal(self.a.content.start) if self.a.content.start.strip() else ""
+        content = seq(recipient, self.content(None)) if recipient else self.content(None)
+        if self.choice == "none":
+            self.b.set("root", content or '""')
+            return self.result(False)
+        call = self.b.define("call", alt(*[self.call(tool, opened=True) for tool in self.tools]))
+        call_end = self.call_closing()
+        calls = seq(call, call_end)
+        if self.parallel:
+            opener = seq(self.tok.marker(t.call_start), self.tok.marker(t.name_start))
+            sep = self.tok.marker(t.call_separator) if t.call_separator.strip() else ""
+            nxt = self.b.define("call-next", seq(sep, self.gap(), opener, call, call_end))
+            calls = seq(calls, f"{nxt}*")
+        calls = self.b.define("tool-calls", calls)
+        if self.choice == "auto" and recipient:
+            self.b.set("root", alt(content, calls))
+        else:
+            self.b.set("root", calls)
         return self.result(False)
 
     def result(self, lazy: bool, triggers: list[str] | None = None) -> GrammarResult:
@@ -347,7 +387,8 @@ class OutputGrammar:
         closed = seq(text, self.tok.marker(end))
         if r.forced_open or not r.start.strip():
             return closed
-        return optional(seq(self.gap(), self.tok.marker(r.start.strip()), closed))
+        # some templates write the end marker alone for an empty reasoning block
+        return optional(seq(self.gap(), alt(seq(self.tok.marker(r.start.strip()), closed), self.tok.marker(end))))
 
     def call_markers(self) -> list[str]:
         """Texts content may not contain: what opens a tool call, and every other marker the
@@ -356,7 +397,8 @@ class OutputGrammar:
         found = [self.t.section_start or self.t.call_start, *self.a.triggers, *self.a.stop]
         if r.mode != "none":
             found += [r.start, r.end]
-        found += [c.start, c.end]
+        # a recipient (`all`, the content start of a prompt-opened call) is no marker inside content
+        found += [c.end] if self.opened else [c.start, c.end]
         return sorted({m.strip() for m in found if m and m.strip()})
 
     def content(self, before: str | None) -> str:
@@ -417,6 +459,14 @@ class OutputGrammar:
                 marker = marker[:marker.index(stop.strip())]
         return marker
 
+    def call_closing(self) -> str:
+        """The call's end marker. Right after a raw value (`name(key=value)`) no whitespace comes
+        between: the parser would read it as part of the value."""
+        if self.bare_keys and not self.literal:
+            core = self.until_stop(self.t.call_end).strip()
+            return self.tok.marker(core) if core else ""
+        return self.closing(self.t.call_end)
+
     def closing(self, marker: str) -> str:
         """A marker that closes a call or the section. Its surrounding whitespace is flexible
         (bounded), as the parser finds markers by their core and templates differ in newlines."""
@@ -445,7 +495,7 @@ class OutputGrammar:
             calls = self.json_array(call, first_call_start)
         else:
             call_start = self.tok.marker(t.call_start)
-            call_end = self.closing(t.call_end)
+            call_end = self.call_closing()
             one = b.define("call-wrapped", seq(call_start, call, call_end))
             first = one if first_call_start == call_start else seq(first_call_start, call, call_end)
             calls = first
@@ -466,17 +516,19 @@ class OutputGrammar:
         sep = seq(w, '","', w) if t.call_separator.strip() in (",", "") else self.tok.marker(t.call_separator)
         nxt = b.define("call-next", seq(sep, call))
         opener = seq(call_start, seq(w, '"["') if not opens else "", w)
-        closer = seq(w, '"]"' if not closes else "", self.closing(t.call_end))
+        closer = seq(w, '"]"' if not closes else "", self.call_closing())
         return seq(opener, call, f"{nxt}*" if self.parallel else "", closer)
 
-    def call(self, tool: Mapping[str, Any]) -> str:
+    def call(self, tool: Mapping[str, Any], opened: bool = False) -> str:
+        """One call of `tool`; `opened`: without its name start, which the prompt wrote."""
         name = _tool_name(tool)
         params = _tool_function(tool).get("parameters") or {"type": "object", "properties": {}}
         fmt = self.t.format
         hint = rule_name(f"{name}-call")
         if fmt == "json":
             return self.b.define(hint, self.json_call(name, params))
-        head = seq(self.tok.marker(self.t.name_start), literal(name), self.name_end())
+        name_start = "" if opened else self.tok.marker(self.t.name_start)
+        head = seq(name_start, literal(name), self.name_end())
         if self.t.id_start or self.t.id_end:
             call_id = seq(self.tok.marker(self.t.id_start), ID_TEXT, self.tok.marker(self.t.id_end))
             head = seq(call_id, head) if getattr(self.t, "id_before_name", False) else seq(head, call_id)
@@ -556,46 +608,114 @@ class OutputGrammar:
         required = [r for r in schema.get("required") or [] if isinstance(r, str)]
         members = []
         json_key_end = getattr(t, "arg_key_end_json", "") or t.arg_key_end
+        # where keys have no marker before them, a short end marker (`, `) goes between values only:
+        # the parser lets the last value's end marker be left out before the call's end
+        between = self.bare_keys and is_weak(t.arg_end.strip())
+        separator = seq(self.tok.marker(t.arg_end), self.tok.marker(t.arg_separator)) if between \
+            else self.tok.marker(t.arg_separator)
         for key in list(props) + [r for r in required if r not in props]:
             sub = props.get(key, True)
             value, raw = self.tagged_value(converter, name, key, sub)
             key_end = t.arg_key_end if raw else json_key_end
             member = b.define(rule_name(f"{name}-arg-{key}"),
                               seq(self.tok.marker(t.arg_start), literal(key), self.tok.marker(key_end),
-                                  value, self.tok.marker(t.arg_end)))
+                                  value, "" if between else self.tok.marker(self.arg_end(key))))
             members.append((member, key in required))
         extra = None
         if "properties" not in schema and schema.get("additionalProperties", True) is not False:
-            value = self.raw_text(f"{name}-extra")
+            value = self.literal_value(converter, None, f"{name}-extra") if self.literal \
+                else self.raw_text(f"{name}-extra")
             extra = b.define(rule_name(f"{name}-arg-extra"),
                              seq(self.tok.marker(t.arg_start), "[a-zA-Z0-9_.\\-]{1,64}",
-                                 self.tok.marker(t.arg_key_end), value, self.tok.marker(t.arg_end)))
+                                 self.tok.marker(t.arg_key_end), value,
+                                 "" if between or t.arg_end_keyed else self.tok.marker(t.arg_end)))
         self.flush_schema_warnings()
-        body = ordered_members(b, rule_name(f"{name}-args"), members, self.tok.marker(t.arg_separator), extra)
+        body = ordered_members(b, rule_name(f"{name}-args"), members, separator, extra)
         return body
+
+    def arg_end(self, key: str) -> str:
+        """The argument's end marker; a closing tag may name the key (`</{key}>`)."""
+        t = self.t
+        return t.arg_end.replace(KEY_HOLE, key) if t.arg_end_keyed else t.arg_end
+
+    def literal_value(self, converter: SchemaConverter, sub: Any, hint: str) -> str:
+        """A value written as a literal: strings in JSON or Python quotes, the constants in either
+        spelling, anything else as JSON (which the parser reads as a literal too)."""
+        b = self.b
+        py_string = b.fixed("py-string", "\"'\" ( [^'\\\\] | \"\\\\\" [^\\x00-\\x1F] )* \"'\"")
+        if sub is None:
+            return alt(json_string(b), py_string, json_value(b))
+        if _is_plain_string(sub) and not ("const" in sub or "enum" in sub or "pattern" in sub or "format" in sub):
+            return alt(json_string(b), py_string)
+        declared = sub.get("type") if isinstance(sub, dict) else None
+        if declared == "boolean":
+            return b.fixed("py-bool", '"true" | "false" | "True" | "False"')
+        if declared == "null":
+            return b.fixed("py-null", '"null" | "None"')
+        return converter.convert(sub, f"$/properties/{hint}", rule_name(f"{hint}-value"))
 
     def tagged_value(self, converter: SchemaConverter, name: str, key: str, sub: Any) -> tuple[str, bool]:
         """The value of one tagged argument, and whether it is raw text (else JSON)."""
         resolved = sub
         if isinstance(sub, dict) and "$ref" in sub and len(sub) == 1:
             resolved = converter.resolve(sub["$ref"], f"$/properties/{key}")
+        if self.literal:
+            return self.literal_value(converter, resolved, f"{name}-{key}"), not self.t.arg_key_end_json
         if self.t.arg_string_raw and _is_plain_string(resolved):
-            return self.raw_string(converter, f"{name}-{key}", resolved, f"$/properties/{key}"), True
+            return self.raw_string(converter, f"{name}-{key}", resolved, f"$/properties/{key}", key), True
         return converter.convert(sub, f"$/properties/{key}", rule_name(f"{name}-args-{key}")), False
 
-    def raw_text(self, hint: str) -> str:
+    def raw_text(self, hint: str, key: str = "") -> str:
         """Raw argument text: up to `arg_end`, containing nothing the parser would stop at."""
         t = self.t
-        stops = [t.arg_end, t.arg_start, t.call_end, t.section_end, *self.a.stop]
-        return text_excluding(self.b, "raw-text", stops, t.arg_end, self.limit)
+        end = self.arg_end(key) if key else t.arg_end
+        if self.bare_keys and self.limit is None and (t.arg_end.strip() or t.arg_separator.strip()) == ",":
+            return self.comma_text()
+        stops = [end, t.arg_start, t.call_end, t.section_end, *self.a.stop]
+        return text_excluding(self.b, "raw-text", stops, end, self.limit)
 
-    def raw_string(self, converter: SchemaConverter, hint: str, schema: dict, path: str) -> str:
+    def comma_text(self) -> str:
+        """Raw text in `name(key=value, key=value)`: a comma ends a value only before `key=`, so
+        the text may hold commas, only never one followed by a key and `=` (nor the call's end
+        or an end of turn). An automaton: plain text, after a comma, in a word after a comma,
+        in spaces after that word; every state may end the value. Words are read as the parser
+        reads keys (letters of any script, digits, `_.-`)."""
+        b, t = self.b, self.t
+        if "comma-text" in b.rules:
+            return "comma-text"
+
+        def ranges(chars: str) -> Ranges:
+            return [(ord(c), ord(c)) for c in chars]
+
+        firsts = ranges("".join(sorted({m.strip()[0] for m in [t.call_end, t.section_end, *self.a.stop]
+                                        if m.strip()} | {","})))
+        key_end = ranges((t.arg_key_end.strip() or "=")[0])
+        spaces = ranges(" \t\n\r")
+        starts: Ranges = [(ord("a"), ord("z")), (ord("A"), ord("Z")), (ord("_"), ord("_")), (0x80, 0x10FFFF)]
+        word = [*starts, (ord("0"), ord("9")), (ord("."), ord(".")), (ord("-"), ord("-"))]
+
+        def cls(allowed: Ranges) -> str:
+            return char_class(allowed) or '""'
+
+        def other(*excluded: Ranges) -> str:
+            return cls(complement_ranges([r for group in excluded for r in group]))
+
+        b.set("comma-text", f'( {other(firsts)} comma-text | "," comma-after )?')
+        b.set("comma-after", f'( {cls(spaces)} comma-after | "," comma-after | {cls(starts)} comma-word | '
+                             f'{other(firsts, spaces, starts)} comma-text )?')
+        b.set("comma-word", f'( {cls(word)} comma-word | {cls(spaces)} comma-space | "," comma-after | '
+                            f'{other(firsts, spaces, word, key_end)} comma-text )?')
+        b.set("comma-space", f'( {cls(spaces)} comma-space | "," comma-after | '
+                             f'{other(firsts, spaces, key_end)} comma-text )?')
+        return "comma-text"
+
+    def raw_string(self, converter: SchemaConverter, hint: str, schema: dict, path: str, key: str = "") -> str:
         """A string value written as raw text up to `arg_end`."""
         if "const" in schema:
             return literal(str(schema["const"]))
         if isinstance(schema.get("enum"), list):
             return alt(*[literal(v) for v in schema["enum"] if isinstance(v, str)] or ['""'])
-        end = self.t.arg_end
+        end = self.arg_end(key) if key else self.t.arg_end
         exclude: Ranges = [(ord(end[0]), ord(end[0]))] if end else []
         pattern, fmt = schema.get("pattern"), schema.get("format")
         if isinstance(pattern, str):
@@ -607,13 +727,15 @@ class OutputGrammar:
             return format_rule(self.b, fmt)
         elif fmt is not None:
             converter.w.add(path, "format", f"{fmt!r} is not supported; not enforced")
+        if self.bare_keys and self.limit is None and (self.t.arg_end.strip() or self.t.arg_separator.strip()) == ",":
+            return self.comma_text()
         lo, hi = schema.get("minLength", 0), schema.get("maxLength")
         if (lo or hi is not None) and pattern is None:
             lo, hi = converter._length_bounds(lo, hi, path, "minLength", "maxLength")
             cls = char_class(_complement_of([end[0]] if end else []))
             assert cls is not None
             return repeat(cls, lo, hi) or '""'
-        return self.raw_text(hint)
+        return self.raw_text(hint, key)
 
 
 def _is_plain_string(schema: Any) -> bool:

@@ -38,6 +38,12 @@ The language is what the runtime (`autoparser.runtime`, lenient policy) reads as
 * tool names are an alternative over the given tools' names (or the `tool_choice` function),
   any name when no tools are given; arguments are any JSON object, or tagged key/value pairs
   converted with each tool's JSON schema (strings stay strings, other types are parsed as JSON).
+  Values written as literals (Python call syntax) are JSON values with Python's spellings
+  allowed, read by the runtime's own conversion. Where keys have no marker before them, the
+  weak markers after a value (``, `` ``)``) and a closing quote count only where the call
+  continues after them: look-aheads that mirror the runtime's checks (`_Follows`).
+* a prompt that opened a call: the output starts with that call's rest, with the recipient
+  that introduces content, or with content.
 
 Output outside the language makes `parse_with_lark` raise, where the runtime recovers (invalid
 JSON, unknown tool names, truncated calls): on everything inside it the two build the same
@@ -55,6 +61,9 @@ from functools import lru_cache
 from typing import Any
 
 from autoparser.analysis import Analysis
+from autoparser.runtime.calls_tagged import NAME_FORBIDDEN, convert_literal_value, is_weak
+from autoparser.runtime.pyliteral import decode_string_body
+from autoparser.runtime.spec import KEY_HOLE, value_kind
 
 __all__ = ["generate_lark", "parse_with_lark", "lark_parser"]
 
@@ -87,6 +96,15 @@ _RSQB.2: "]"
 _COMMA.2: ","
 _COLON.2: ":"
 """.strip()
+
+# Python literals as tool calls written in Python call syntax spell them: JSON, plus single-quoted
+# strings and Python's names for the constants
+PYTHON_TERMINALS = (JSON_TERMINALS
+                    .replace('STRING.2: /"(?:[^"\\\\]|\\\\[\\s\\S])*"/',
+                             'STRING.2: /"(?:[^"\\\\]|\\\\[\\s\\S])*"|\'(?:[^\'\\\\]|\\\\[\\s\\S])*\'/')
+                    .replace('TRUE.2: "true"', 'TRUE.2: "true" | "True"')
+                    .replace('FALSE.2: "false"', 'FALSE.2: "false" | "False"')
+                    .replace('NULL.2: "null"', 'NULL.2: "null" | "None"'))
 
 # JSON punctuation that analyses name as markers (array calls) is the JSON terminal itself:
 # two terminals for one string in one parser state would make the lexer pick arbitrarily.
@@ -142,6 +160,7 @@ class Marker:
     text: str
     indexed: bool = False
     suffix: str = ""  # regex appended to the pattern, e.g. a lookahead
+    keyed: bool = False  # `{key}` in the text stands for an argument's key (`</{key}>`)
 
     @property
     def pieces(self) -> tuple[str, ...]:
@@ -172,6 +191,9 @@ class Marker:
     def pattern(self) -> str:
         """Regex source matching the marker."""
         index = self.index_match
+        if self.keyed:
+            hole = _regex_escape(KEY_HOLE)
+            return r"\s*".join(_regex_escape(piece).replace(hole, _KEY_REGEX) for piece in self.pieces) + self.suffix
         if index is None:
             return r"\s*".join(_regex_escape(piece) for piece in self.pieces) + self.suffix
         joined = " ".join(self.pieces)
@@ -181,12 +203,14 @@ class Marker:
 
     def definition(self) -> str:
         """The right-hand side of the marker's terminal definition."""
-        if len(self.pieces) == 1 and self.index_match is None:
+        if len(self.pieces) == 1 and self.index_match is None and not self.keyed and not self.suffix:
             return _lark_string(self.pieces[0])
         return "/" + self.pattern() + "/"
 
 
 _INDEX_DIGITS = re.compile(r"[0-9]+")
+_KEY_REGEX = r"[^\W\d][\w.\-]*"  # a key with no marker before it, as the runtime reads one
+_NAME_REGEX = "[^" + NAME_FORBIDDEN.replace('"', r"\x22") + "]+"  # a name with no marker before it
 
 
 def _unique(markers: list[Marker]) -> list[Marker]:
@@ -202,6 +226,7 @@ def _unique(markers: list[Marker]) -> list[Marker]:
 
 def _text_regex(stop_before: list[Marker], *, forbid_chars: str = "",
                 not_at_start: list[Marker] | None = None, not_at_start_chars: str = "",
+                not_at_start_regex: str = "",
                 unless_later: tuple[Marker, Marker] | None = None) -> str:
     """Regex for a run of text that contains none of `stop_before` and none of `forbid_chars`.
 
@@ -231,6 +256,8 @@ def _text_regex(stop_before: list[Marker], *, forbid_chars: str = "",
     body = "(?:" + "|".join(alternatives) + ")+"
     starts = [m.pattern() for m in _unique([m for m in (not_at_start or []) if m.present])]
     starts += [_regex_escape(c) for c in not_at_start_chars]
+    if not_at_start_regex:
+        starts.append(not_at_start_regex)
     if starts:
         body = r"(?!\s*(?:" + "|".join(starts) + "))" + body
     return "/" + body + "/"
@@ -247,6 +274,7 @@ class _Grammar:
     rules: list[str] = field(default_factory=list)
     terminals: list[str] = field(default_factory=list)
     json_needed: bool = False
+    python_literals: bool = False  # JSON values may be spelled the Python way ('text', True, None)
 
     def rule(self, text: str) -> None:
         self.rules.append(text)
@@ -288,7 +316,7 @@ class _Grammar:
             parts.append(JSON_RULES)
         parts.append("\n".join(self.terminals))
         if self.json_needed:
-            parts.append(JSON_TERMINALS)
+            parts.append(PYTHON_TERMINALS if self.python_literals else JSON_TERMINALS)
         parts.append("WS: /\\s+/\n%ignore WS")
         return "\n\n".join(parts) + "\n"
 
@@ -368,21 +396,62 @@ def generate_lark(analysis: Analysis, tools: list[dict[str, Any]] | None = None,
 
     opener = _section_opener(analysis) if calls else Marker("")
     bare_json = calls and not opener.present  # calls are bare JSON: the body is either content or calls
-    calls_then_text = _calls_then_text(g, analysis, tool_choice, parallel_tool_calls) if calls else ""
+    opened = t.opened_by_prompt and t.supported and t.format in ("json", "tag_json", "tag_tagged")
+    recipient = Marker(c.start) if opened else Marker("")
+    if opened:
+        bare_json = False
+        reasoning_case = "none"  # the output starts inside a call header, after any reasoning
+    calls_then_text = _calls_then_text(g, analysis, "auto" if opened else tool_choice,
+                                       parallel_tool_calls) if calls else ""
     if bare_json:
         calls_then_text = "tool_calls" if tool_choice == "required" else ""
-    _start_rules(g, analysis, reasoning_case, end, stops, calls_then_text, opener)
+    if opened:
+        calls_then_text = _opened_rules(g, analysis, calls, recipient, calls_then_text, end)
+    else:
+        _start_rules(g, analysis, reasoning_case, end, stops, calls_then_text, opener)
+    opened_calls = opened and calls  # `start` has its own layout (`_opened_rules`)
     if bare_json:
         g.rule(_seq("body:", calls_then_text or "(content | tool_calls)?", end))
-    else:
+    elif not opened_calls:
         g.rule(_seq("body: content?", calls_then_text, end))
     if not (bare_json and tool_choice == "required"):
-        _content_rules(g, analysis, reasoning_case, stops, calls, bare_json)
+        _content_rules(g, analysis, reasoning_case, stops, calls, bare_json, recipient.present, names)
     if calls:
         _tool_rules(g, analysis, names, parallel_tool_calls, _grouped(analysis, bare_json))
     if stops:
         g.terminal("END_OF_TURN", " | ".join(m.definition() for m in stops))
     return g.text()
+
+
+def _opened_rules(g: _Grammar, analysis: Analysis, calls: bool, recipient: Marker, calls_then_text: str,
+                  end: str) -> str:
+    """`start` when the generation prompt ends with the call opener (`>>>`, `<tool_call>`).
+
+    The output starts inside a call header: the rest of a call (`opened_call`), or the recipient
+    (`all`) that introduces content instead. Later calls have their opener; where the opener is
+    followed by the recipient, content follows. Returns the calls part of `body`, with that
+    alternative added.
+    """
+    t = analysis.tools
+    if recipient.present:
+        # the whitespace after the recipient belongs to it, as the runtime reads it (`all\n`)
+        g.own_marker("RECIPIENT", Marker(recipient.text, suffix=r"\s*"))
+    if not calls:
+        g.rule(_seq("start:", "RECIPIENT?" if recipient.present else "", "body"))
+        return calls_then_text
+    # the header may also hold no call at all: then it is content
+    heads = ["opened_call trailing?", "content"]
+    if recipient.present:
+        heads.append("RECIPIENT content?")
+        opener = _seq(g.reference("CALL_START", Marker(t.call_start)), g.reference("NAME_START", Marker(t.name_start)))
+        if opener and calls_then_text.endswith("*"):
+            # `>>>all` + text after calls: content again
+            calls_then_text = f"({calls_then_text[:-1]} | {opener} RECIPIENT trailing?)*"
+    g.rule(_seq("start:", "(" + " | ".join(heads) + ")", "body_rest"))
+    g.rule(_seq("body_rest:", calls_then_text, end) if _seq(calls_then_text, end) else "body_rest:")
+    if t.format == "json":
+        g.rule(_seq("opened_call: call_object", g.reference("CALL_END", Marker(t.call_end))))
+    return calls_then_text
 
 
 def _grouped(analysis: Analysis, bare_json: bool) -> bool:
@@ -450,7 +519,8 @@ def _start_rules(g: _Grammar, analysis: Analysis, case: str, end: str, stops: li
 
 
 def _content_rules(g: _Grammar, analysis: Analysis, reasoning_case: str, stops: list[Marker],
-                   calls: bool, bare_json: bool) -> None:
+                   calls: bool, bare_json: bool, recipient: bool = False,
+                   names: list[str] | None = None) -> None:
     """`content`: free text, or text wrapped in the content markers; `trailing`: text after a call.
 
     Text stops before every marker that may follow it, and never begins with whitespace before
@@ -460,7 +530,8 @@ def _content_rules(g: _Grammar, analysis: Analysis, reasoning_case: str, stops: 
     """
     r, c, t = analysis.reasoning, analysis.content, analysis.tools
     wrapped = c.mode != "plain"
-    content_start = Marker(c.start) if wrapped else Marker("")
+    # a recipient (`all`) stands only where a call's name would, not around content
+    content_start = Marker(c.start) if wrapped and not recipient else Marker("")
     content_end = Marker(c.end) if wrapped else Marker("")
     stray = reasoning_case != "none"
     text = "_text" if stray else "CONTENT_TEXT"
@@ -483,14 +554,47 @@ def _content_rules(g: _Grammar, analysis: Analysis, reasoning_case: str, stops: 
         followers.append(_section_opener(analysis))
     leading = [Marker(r.start) if reasoning_case == "optional" else Marker(""), content_start]
     text_regex = _text_regex(followers, not_at_start=[*leading, *followers],
-                             not_at_start_chars=("[" if t.array else "{") if bare_json else "")
+                             not_at_start_chars=("[" if t.array else "{") if bare_json else "",
+                             not_at_start_regex=_opened_call_start(analysis, names) if calls else "")
     g.terminal("CONTENT_TEXT", text_regex, TEXT_PRIORITY)
     if trailing:
         call_opener = next((m for m in (Marker(t.call_start), Marker(t.name_start)) if m.present), Marker(""))
         continuing = [Marker(t.section_end), Marker(t.call_separator), call_opener]
         json_opener = "{" if t.format == "json" and not call_opener.present else ""
         g.terminal("TRAILING_TEXT", _text_regex(followers, not_at_start=[*followers, *continuing],
-                                                not_at_start_chars=json_opener), TEXT_PRIORITY)
+                                                not_at_start_chars=json_opener,
+                                                not_at_start_regex=_bare_name_start(analysis, names)),
+                   TEXT_PRIORITY)
+
+
+def _opened_call_start(analysis: Analysis, names: list[str] | None) -> str:
+    """When the prompt opened a call, content may not begin like that call's rest (a name, then
+    what follows names): the runtime reads that as the call."""
+    t = analysis.tools
+    if not t.opened_by_prompt:
+        return ""
+    name = "(?:" + "|".join(_regex_escape(n) for n in _longest_first(names)) + ")" if names else _NAME_REGEX
+    name_end = Marker(t.name_end, indexed=True)
+    if t.format == "json":
+        return r"\{"
+    if name_end.present:
+        after = name_end.pattern()
+    elif t.format == "tag_json":
+        after = Marker(t.args_start).pattern() if Marker(t.args_start).present else r"\{"
+    else:
+        after = "|".join(m.pattern() for m in (Marker(t.arg_start), Marker(t.call_end)) if m.present) or r"\Z"
+    return name + r"\s*(?:" + after + ")"
+
+
+def _bare_name_start(analysis: Analysis, names: list[str] | None) -> str:
+    """Where calls have no marker of their own, text after a call may not begin like the next
+    call (its name and name end): the runtime reads that as a call."""
+    t = analysis.tools
+    if t.format not in ("tag_json", "tag_tagged") or Marker(t.call_start).present or Marker(t.name_start).present:
+        return ""
+    name = "(?:" + "|".join(_regex_escape(n) for n in _longest_first(names)) + ")" if names else _NAME_REGEX
+    name_end = Marker(t.name_end, indexed=True)
+    return name + (r"\s*" + name_end.pattern() if name_end.present else "")
 
 
 def _tool_rules(g: _Grammar, analysis: Analysis, names: list[str] | None, parallel: bool,
@@ -567,35 +671,159 @@ def _longest_first(names: list[str]) -> list[str]:
     return sorted(names, key=lambda n: (-len(n), n))
 
 
+class _Follows:
+    """Look-ahead regexes for where a value ends when keys have no marker before them.
+
+    The runtime (`autoparser.runtime.calls_tagged`) lets a weak end marker (``, ``, ``)``) end a
+    value only where the call continues after it (``, days=``, ``)`` then ``]``), and a quote end
+    a string only where the value ends after it; these are the same checks written as regexes.
+    A strong marker (tags, special tokens) needs no check.
+    """
+
+    def __init__(self, analysis: Analysis, stops: list[Marker]) -> None:
+        t = analysis.tools
+        self.arg_end = Marker(t.arg_end, keyed=t.arg_end_keyed)
+        self.call_end = Marker(t.call_end)
+        self.separator = Marker(t.arg_separator)
+        self.section_end = Marker(t.section_end)
+        self.call_separator = Marker(t.call_separator)
+        self.call_start = Marker(t.call_start)
+        self.arg_start = Marker(t.arg_start)
+        self.key_ends = [m for m in (Marker(t.arg_key_end), Marker(t.arg_key_end_json)) if m.present]
+        self.name_end = Marker(t.name_end.split("0")[0] if _INDEX_DIGITS.search(t.name_end) else t.name_end)
+        self.bare_names = t.format in ("tag_json", "tag_tagged") and not Marker(t.call_start).present \
+            and not Marker(t.name_start).present
+        self.stops = stops
+
+    @staticmethod
+    def _any(patterns: list[str]) -> str:
+        return "(?:" + "|".join(p for p in patterns if p) + ")"
+
+    def after(self, marker: Marker, follow: str) -> str:
+        """`marker`, and when it is weak, what must follow it."""
+        if not marker.present:
+            return ""
+        if follow and is_weak(" ".join(marker.pieces)):
+            return marker.pattern() + f"(?={follow})"
+        return marker.pattern()
+
+    def ends(self) -> list[str]:
+        """What ends the text: the section's end, an end of turn, the end of the output."""
+        return [m.pattern() for m in (self.section_end, *self.stops) if m.present] + [r"\Z"]
+
+    def key(self) -> str:
+        return r"\s*" + _KEY_REGEX + r"\s*" + self._any([m.pattern() for m in self.key_ends])
+
+    def name(self) -> str:
+        tail = r"\s*" + self.name_end.pattern() if self.name_end.present else ""
+        return r"\s*" + _NAME_REGEX + tail
+
+    def next_argument(self) -> str:
+        return r"\s*" + self.arg_start.pattern() if self.arg_start.present else self.key()
+
+    def after_call(self) -> str:
+        if not self.section_end.present:
+            return ""
+        options = [self.after(self.call_separator, self.name() if self.bare_names else ""),
+                   self.call_start.pattern() if self.call_start.present else "", *self.ends()]
+        if self.bare_names and not self.call_separator.present:
+            options.append(self.name()[3:])
+        return r"\s*" + self._any(options)
+
+    def after_arg_end(self) -> str:
+        options = [self.after(self.call_end, self.after_call()), *self.ends()]
+        if self.separator.present:
+            options.append(self.after(self.separator, self.next_argument()))
+        else:
+            options.append(self.next_argument()[3:] if not self.arg_start.present else self.arg_start.pattern())
+        return r"\s*" + self._any(options)
+
+    def after_value(self) -> str:
+        return r"\s*" + self._any([self.after(self.arg_end, self.after_arg_end()),
+                                   self.after(self.call_end, self.after_call()),
+                                   self.after(self.separator, self.next_argument()), *self.ends()])
+
+    def value_stops(self) -> list[Marker]:
+        """The markers that end a raw value (text), each with its check as a look-ahead suffix."""
+        stops = [self._checked(self.arg_end, self.after_arg_end()),
+                 self._checked(self.call_end, self.after_call())]
+        if not self.arg_end.present:
+            stops.append(self._checked(self.separator, self.next_argument()))
+        return [m for m in stops if m.present] + self.stops
+
+    def _checked(self, marker: Marker, follow: str) -> Marker:
+        if marker.present and follow and is_weak(" ".join(marker.pieces)):
+            return Marker(marker.text, keyed=marker.keyed, suffix=f"(?={follow})")
+        return marker
+
+    def quoted_string(self) -> str:
+        """A quoted literal string at a value's place: a quote ends it only where the value ends."""
+        follow = self.after_value()
+        bodies = [f"{q}(?:[^{q}\\\\]|\\\\[\\s\\S]|{q}(?!{follow}))*{q}(?={follow})" for q in ("'", r"\x22")]
+        return "/" + "|".join(bodies) + "/"
+
+
 def _tagged_call_rules(g: _Grammar, analysis: Analysis, names: list[str] | None) -> None:
     """``[id] name_start NAME name_end [id] ARGS``: ARGS is a JSON object or tagged arguments."""
     t = analysis.tools
     name_start, name_end = Marker(t.name_start), Marker(t.name_end, indexed=True)
     args_start, args_end = Marker(t.args_start), Marker(t.args_end)
-    arg_start, arg_key_end, arg_end = Marker(t.arg_start), Marker(t.arg_key_end), Marker(t.arg_end)
+    arg_start, arg_key_end = Marker(t.arg_start), Marker(t.arg_key_end)
+    arg_end = Marker(t.arg_end, keyed=t.arg_end_keyed)
     call_id = _call_id_rule(g, analysis)
     head = [g.marker("NAME_START", name_start), "TOOL_NAME", g.marker("NAME_END", name_end)]
     head = [call_id, *head] if t.id_before_name else [*head, call_id]
+    if t.opened_by_prompt:
+        # the prompt wrote the opener: the output's first call starts with its name
+        opened_head = [item for item in head if item not in ("NAME_START", "CALL_START")]
+        call_end = g.reference("CALL_END", Marker(t.call_end))
     if t.format == "tag_json":
         g.json_needed = True
-        g.rule(_seq("tagged_call:", *head, g.marker("ARGS_START", args_start), "object",
-                    g.marker("ARGS_END", args_end)))
+        args = [g.marker("ARGS_START", args_start), "object", g.marker("ARGS_END", args_end)]
+        g.rule(_seq("tagged_call:", *head, *args))
+        if t.opened_by_prompt:
+            g.rule(_seq("opened_call:", *opened_head, *args, call_end))
         after_name = [args_start]
         name_forbid = "{"
     else:
+        bare_keys = not arg_start.present
+        literal = t.arg_python or not t.arg_string_raw
+        follows = _Follows(analysis, _stop_markers(analysis))
+        if literal:
+            g.json_needed = True
+            g.python_literals = True
         separator = g.marker("ARG_SEPARATOR", Marker(t.arg_separator))
         arguments = f"(argument ({separator}? argument)*)?" if separator else "argument*"
         g.rule(_seq("tagged_call:", *head, arguments))
+        if t.opened_by_prompt:
+            g.rule(_seq("opened_call:", *opened_head, arguments, call_end))
         json_key_end = Marker(t.arg_key_end_json)
         opening = g.marker("ARG_START", arg_start)
         key_end = g.marker("ARG_KEY_END", arg_key_end)
         if json_key_end.present:  # the marker after the key says whether the value is a string or JSON
             key_end = f"({key_end} | {g.marker('ARG_KEY_END_JSON', json_key_end)})"
-        g.rule(_seq("argument:", opening, "ARG_KEY", key_end, "ARG_VALUE?", g.marker("ARG_END", arg_end)))
+        closing = g.marker("ARG_END", arg_end)
+        if closing and (bare_keys or literal):
+            closing += "?"  # the end marker may be left out before the call's end
+        if literal:
+            g.rule(_seq("argument:", opening, "ARG_KEY", key_end, "arg_value", closing))
+            g.rule("?arg_value: ARG_STRING | object | array | NUMBER | TRUE | FALSE | NULL")
+            g.terminal("ARG_STRING", follows.quoted_string())
+        else:
+            g.rule(_seq("argument:", opening, "ARG_KEY", key_end, "ARG_VALUE?", closing))
         key_stops = [m for m in (arg_key_end, json_key_end) if m.present]
-        g.terminal("ARG_KEY", _text_regex(key_stops, forbid_chars=r"\n"), TEXT_PRIORITY)
-        value_stops = [arg_end] if arg_end.present else [Marker(t.arg_separator), arg_start, Marker(t.call_end)]
-        g.terminal("ARG_VALUE", _text_regex(value_stops), TEXT_PRIORITY)
+        if bare_keys:
+            g.terminal("ARG_KEY", "/" + _KEY_REGEX + "/", TEXT_PRIORITY)
+        else:
+            g.terminal("ARG_KEY", _text_regex(key_stops, forbid_chars=r"\n"), TEXT_PRIORITY)
+        if not literal:
+            if bare_keys:
+                value_stops = follows.value_stops()
+            elif arg_end.present:
+                value_stops = [arg_end]
+            else:
+                value_stops = [Marker(t.arg_separator), arg_start, Marker(t.call_end)]
+            g.terminal("ARG_VALUE", _text_regex(value_stops), TEXT_PRIORITY)
         after_name = [arg_start, Marker(t.call_end)]
         name_forbid = ""
     if names is None:
@@ -633,7 +861,7 @@ def lark_parser(grammar: str):  # type: ignore[no-untyped-def]
     """A compiled Lark parser for `grammar` (cached: building the LALR tables costs milliseconds)."""
     from lark import Lark
 
-    return Lark(grammar, parser="lalr", lexer="contextual", maybe_placeholders=False)
+    return Lark(grammar, parser="lalr", lexer="contextual", maybe_placeholders=False, propagate_positions=True)
 
 
 def parse_with_lark(analysis: Analysis, text: str, tools: list[dict[str, Any]] | None = None,
@@ -647,7 +875,7 @@ def parse_with_lark(analysis: Analysis, text: str, tools: list[dict[str, Any]] |
     grammar = generate_lark(analysis, tools=tools, thinking=thinking, parallel_tool_calls=parallel_tool_calls,
                             tool_choice=tool_choice)
     tree = lark_parser(grammar).parse(text)
-    builder = _MessageBuilder(analysis, _schemas(tools))
+    builder = _MessageBuilder(analysis, _schemas(tools), text)
     builder.visit(tree)
     return builder.message()
 
@@ -684,9 +912,10 @@ def _json_of(node: Any) -> Any:
 class _MessageBuilder:
     """Walks a parse tree in output order and collects the message's parts."""
 
-    def __init__(self, analysis: Analysis, schemas: dict[str, dict[str, Any]] | None) -> None:
+    def __init__(self, analysis: Analysis, schemas: dict[str, dict[str, Any]] | None, text: str = "") -> None:
         self.analysis = analysis
         self.schemas = schemas
+        self.text = text
         self.reasoning: list[str] = []
         self.content: list[str] = []
         self.calls: list[dict[str, Any]] = []
@@ -703,13 +932,17 @@ class _MessageBuilder:
                 self.content.extend(str(tok) for tok in child.children if tok.type in ("CONTENT_TEXT", "TRAILING_TEXT"))
             elif child.data == "tool_call":
                 self.calls.append(self._call(child))
+            elif child.data == "opened_call":
+                self.calls.append(self._call(child, opened=True))
             else:
                 self.visit(child)
 
-    def _call(self, tree: Any) -> dict[str, Any]:
+    def _call(self, tree: Any, opened: bool = False) -> dict[str, Any]:
         from lark import Tree
 
         body = next(child for child in tree.children if isinstance(child, Tree))
+        if opened and body.data != "call_object":
+            body = tree  # the rest of a tagged call: its name and arguments are the tree's own
         if body.data == "call_object":
             name, arguments, call_id = self._json_call(body)
         else:
@@ -753,27 +986,59 @@ class _MessageBuilder:
         return name, arguments, call_id
 
     def _argument(self, tool: str, tree: Any) -> tuple[str, Any]:
+        from lark import Token
+
         t = self.analysis.tools
-        key, raw, key_end, json_value = "", "", t.arg_key_end, False
-        for tok in tree.children:
-            if tok.type == "ARG_KEY":
-                key = str(tok).strip()
-            elif tok.type == "ARG_VALUE":
-                raw = str(tok)
-            elif tok.type == "ARG_KEY_END_JSON":
+        key, raw, key_end, json_value, literal = "", "", t.arg_key_end, False, None
+        for child in tree.children:
+            if not isinstance(child, Token):
+                literal = child
+            elif child.type == "ARG_KEY":
+                key = str(child).strip()
+            elif child.type == "ARG_VALUE":
+                raw = str(child)
+            elif child.type == "ARG_KEY_END_JSON":
                 key_end, json_value = t.arg_key_end_json, True
+            elif child.type in ("ARG_STRING", "NUMBER", "TRUE", "FALSE", "NULL"):
+                literal = child
+        if t.arg_python or not t.arg_string_raw:
+            return key, self._literal_argument(tool, key, literal, json_value)
         raw = _trim_once(raw, Marker(key_end).trailing_ws, Marker(t.arg_end).leading_ws)
         if Marker(t.arg_key_end_json).present:  # the key's end marker told the value's kind
             schema = {"type": "object" if json_value else "string"}
         else:
             schema = None if self.schemas is None else self.schemas.get(tool, {}).get(key)
-        return key, _tagged_value(raw, schema, t.arg_string_raw)
+        return key, _tagged_value(_without_cdata(raw), schema, t.arg_string_raw)
+
+    def _literal_argument(self, tool: str, key: str, node: Any, json_value: bool) -> Any:
+        """A value written as a literal, read as the runtime reads it: a quoted string is its
+        decoded text, anything else is converted by the runtime's own function."""
+        from lark import Token
+
+        schema = None if self.schemas is None else self.schemas.get(tool, {}).get(key)
+        kind = "json" if json_value else value_kind(schema)
+        if isinstance(node, Token) and node.type == "ARG_STRING" and kind != "json":
+            return decode_string_body(str(node)[1:-1])
+        if isinstance(node, Token):
+            raw = str(node)
+        else:
+            raw = self.text[node.meta.start_pos:node.meta.end_pos]
+        return json.loads(convert_literal_value(raw, kind, schema))
 
     def message(self) -> dict[str, Any]:
         reasoning = "".join(self.reasoning).strip() or None
         content = "".join(self.content).strip() or None
         return {"role": "assistant", "reasoning_content": reasoning, "content": content,
                 "tool_calls": self.calls}
+
+
+def _without_cdata(value: str) -> str:
+    """A raw value wrapped in an XML CDATA section, as the runtime reads it: the section's text."""
+    opening, closing = "<![CDATA[", "]]>"
+    if value.startswith(opening) and closing in value:
+        inner, _, rest = value[len(opening):].partition(closing)
+        return inner + rest
+    return value
 
 
 def _trim_once(value: str, leading: str, trailing: str) -> str:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 RUNTIME_DIR = Path(__file__).resolve().parents[1] / "runtime"
-RUNTIME_MODULES = ("jsonscan", "markers", "channels", "spec", "steps", "calls_tagged", "calls_json", "engine", "parser")
+RUNTIME_MODULES = ("jsonscan", "pyliteral", "markers", "channels", "spec", "steps", "calls_tagged", "calls_json", "engine", "parser")
 
 _PACKAGE_IMPORT = re.compile(r"^from autoparser\.runtime\.\w+ import (?:\([^)]*\)|[^\n]*)\n", re.MULTILINE)
 _STDLIB_IMPORT = re.compile(r"^(?:import [\w.]+|from [\w.]+ import (?:\([^)]*\)|[^\n]*))\n", re.MULTILINE)

@@ -82,7 +82,9 @@ class JsonCalls:
         """Arguments that broke off (invalid character or end of output) were closed by repair."""
         if self._spec.format == "json":
             if not self._emitted:
-                return self._fail_call()
+                if not (self._name and self._args_buffer is not None):
+                    return self._fail_call()
+                self._emit_buffered_call()  # cut off while waiting for its id: still a call
             return self._to_junk(pos, incomplete=incomplete)
         if self.out.calls:
             self.out.calls[-1].incomplete = incomplete
@@ -164,10 +166,8 @@ class JsonCalls:
                 return self._wrapper_error(p)
             self._name, end = token
             self._step = W_AFTER
-            if self._has_args and not self._emitted:
-                self._emit_call()
-                self.out.add_arguments("".join(self._args_buffer or ()))
-                self._args_buffer = None
+            if self._has_args and not self._emitted and not self._waiting_for_id():
+                self._emit_buffered_call()
             return end
         if key == spec.id_field and char == '"' and not self._emitted:
             token = read_string_token(text, p, final)
@@ -176,6 +176,8 @@ class JsonCalls:
             if token is not None:
                 self._call_id = token[0]
                 self._step = W_AFTER
+                if self._name and self._has_args and self._mode == self._wrapper:
+                    self._emit_buffered_call()
                 return token[1]
         if key == spec.function_field and char == "{" and self._level == 0:
             self._level = 1
@@ -191,7 +193,7 @@ class JsonCalls:
                 self._has_args = True
                 self._scanner = JsonScanner("{")
                 self._after_json = self._wrapper_after_args
-                if self._name:
+                if self._name and not self._waiting_for_id():
                     self._emit_call()
                 else:
                     self._args_buffer = []
@@ -206,6 +208,19 @@ class JsonCalls:
         self._scanner = JsonScanner()
         self._step = W_SKIP
         return p
+
+    def _waiting_for_id(self) -> bool:
+        """Whether the call's id may still come: the format names an id key and none was read.
+
+        Templates write the id after the arguments too (`{"name", "arguments", "id"}`); the
+        model's own id is returned, so the call waits for it (its arguments are buffered)
+        until the id or the end of the object."""
+        return bool(self._spec.id_field) and not self._call_id
+
+    def _emit_buffered_call(self) -> None:
+        self._emit_call()
+        self.out.add_arguments("".join(self._args_buffer or ()))
+        self._args_buffer = None
 
     def _wrapper_after_args(self, text: str, pos: int, final: bool) -> int:
         self._mode = self._wrapper
@@ -233,10 +248,8 @@ class JsonCalls:
                 return self._wrapper_error(newpos)
             self._has_args = True
             self._args_buffer = [json.dumps(inner, ensure_ascii=False)]
-            if self._name and not self._emitted:
-                self._emit_call()
-                self.out.add_arguments(self._args_buffer[0])
-                self._args_buffer = None
+            if self._name and not self._emitted and not self._waiting_for_id():
+                self._emit_buffered_call()
         self._scanner = None
         self._step = W_AFTER
         return newpos

@@ -10,13 +10,17 @@ whitespace run, so time is linear in the output.
 
 Modes, in the order the output is laid out (see `autoparser.analysis`):
 
-* `_begin`: leading whitespace and an optional reasoning start marker.
+* `_begin`: leading whitespace and an optional reasoning start marker; or, when the generation
+  prompt ended with the call opener (`tools.opened_by_prompt`), `_opened`: the output starts
+  inside a call header, where the recipient marker (`all`) introduces content instead.
 * `_reasoning`: until the reasoning end marker. Tool markup inside reasoning is held back
   (`_deferred_reasoning`): if the end marker follows it stays reasoning; if the output ends
   first, the reasoning ended where the tool markup began and the rest is parsed again as
   content (peers split unclosed reasoning there, and nothing is lost either way).
 * `_content`: visible text; a tool section/call opener switches to the tool modes.
-* `_section`: between calls. The calls themselves are parsed by two mixins:
+* `_section`: between calls. Where calls have no marker of their own, a name starts one. The
+  section's opener is held until a call in it is certain: a section holding no call is content,
+  its markers included (`[` in `see [1]`). The calls themselves are parsed by two mixins:
   `calls_tagged.TagCalls` (`_tag_header`, `_tagged_args`, `_after_args`) for tag formats and
   `calls_json.JsonCalls` (`_wrapper`, `_array`, `_between_bare`, and `_json_args`, which
   streams JSON arguments for both).
@@ -36,9 +40,21 @@ from autoparser.runtime.calls_json import JsonCalls
 from autoparser.runtime.calls_tagged import TagCalls
 from autoparser.runtime.channels import Output
 from autoparser.runtime.jsonscan import JsonScanner, is_string_body, skip_whitespace
-from autoparser.runtime.markers import FULL, PARTIAL, MarkerSet, match_at
+from autoparser.runtime.markers import FULL, PARTIAL, MarkerSet, core, match_at
 from autoparser.runtime.spec import Spec
-from autoparser.runtime.steps import A_AFTER, A_ITEM, A_OPEN, ARGS_START, ID, NAME_START, T_STRING, W_OPEN
+from autoparser.runtime.steps import (
+    A_AFTER,
+    A_ITEM,
+    A_OPEN,
+    ARGS_START,
+    ID,
+    NAME,
+    NAME_START,
+    T_LIT_BUFFER,
+    T_LIT_STRING,
+    T_STRING,
+    W_OPEN,
+)
 
 
 class StreamParser(TagCalls, JsonCalls):
@@ -62,6 +78,10 @@ class StreamParser(TagCalls, JsonCalls):
         self._entry = 0
         self._in_string = False
         self._raw_call_end_is_content = True
+        # the text that opened the current section, held until a call in it is certain: a section
+        # holding no call (`[1, 2]` where `[` opens Python-style calls) is content, markers and all
+        self._opener: str | None = None
+        self._section_has_call = False
         # a call header is name then id, or id then name when the template writes the id first
         self._header_first = ID if spec.id_before_name else NAME_START
         self._after_name = ARGS_START if spec.id_before_name else ID
@@ -158,9 +178,18 @@ class StreamParser(TagCalls, JsonCalls):
         self._has_args = False
         self._first_key = True
         self._index_digits = ""
+        self._cdata = False  # inside a raw string value's CDATA section
+        self._quote = ""  # a literal string value's quote, and whether it is a raw (r'') string
+        self._raw_string = False
+        self._lit_depth = 0  # inside a collected literal value: bracket depth, open quote, escape
+        self._lit_quote = ""
+        self._lit_escape = False
 
     def _begin_call(self, raw_text: str, mode, step: int) -> None:
         self._reset_call()
+        if self._opener is not None:
+            raw_text = self._opener + raw_text
+            self._opener = None
         self._raw = [raw_text]
         self._mode = mode
         self._step = step
@@ -172,6 +201,9 @@ class StreamParser(TagCalls, JsonCalls):
         self.out.start_call(call_id, self._name)
         self._emitted = True
         self._raw = None
+        self._opener = None
+        if self._in_section:
+            self._section_has_call = True
 
     def _fail_call(self, pos: int | None = None) -> int:
         """The call is malformed before its name was emitted: its raw text becomes content.
@@ -234,6 +266,8 @@ class StreamParser(TagCalls, JsonCalls):
         p = skip_whitespace(text, pos)
         if p >= len(text) and not final:
             return p
+        if spec.opened_by_prompt:
+            return self._opened(text, p, final)
         if spec.reasoning_start:
             found, end = match_at(text, p, spec.reasoning_start, final)
             if found == PARTIAL:
@@ -242,6 +276,26 @@ class StreamParser(TagCalls, JsonCalls):
                 self._mode = self._reasoning
                 return end
         self._mode = self._reasoning if spec.start_in_reasoning else self._content
+        return p
+
+    def _opened(self, text: str, p: int, final: bool) -> int:
+        """The prompt ended with the call opener: the output starts with a call's name, or with
+        the recipient (`all`) that introduces content instead."""
+        spec = self._spec
+        if self._tools_allowed():
+            if spec.format == "json":
+                self._begin_call("", self._wrapper, W_OPEN)
+            else:
+                self._begin_call("", self._tag_header, ID if spec.id_before_name else NAME)
+            return p
+        self._mode = self._content
+        if spec.recipient:
+            found, end = match_at(text, p, spec.recipient, final)
+            if found == PARTIAL:
+                self._mode = self._begin
+                return p
+            if found == FULL:
+                return end
         return p
 
     def _reasoning(self, text: str, pos: int, final: bool) -> int:
@@ -303,7 +357,6 @@ class StreamParser(TagCalls, JsonCalls):
         if not self._tools_allowed():
             self.out.add_content(found)
             return end
-        spec = self._spec
         if kind == "brace":
             self._begin_call("", self._wrapper, W_OPEN)
             return start
@@ -322,12 +375,7 @@ class StreamParser(TagCalls, JsonCalls):
             self._step = A_ITEM
             return p
         if kind == "section":
-            self._in_section = True
-            if spec.array:
-                self._mode = self._array
-                self._step = A_OPEN
-            else:
-                self._mode = self._section
+            self._open_section(found)
             return end
         if kind == "named":
             # the format has no opener of its own: a call begins with its name marker
@@ -335,6 +383,24 @@ class StreamParser(TagCalls, JsonCalls):
             return start
         self._start_marked_call(found)
         return end
+
+    def _open_section(self, found: str) -> None:
+        self._in_section = True
+        if self._spec.array:
+            self._mode = self._array
+            self._step = A_OPEN
+        else:
+            self._opener = found
+            self._section_has_call = False
+            self._mode = self._section
+
+    def _release_opener(self) -> None:
+        """The section turned out to hold no call: its opener is content (unless content drops it
+        anyway, as a content marker that also opens the section)."""
+        if self._opener is not None:
+            if core(self._opener) not in self._spec.content_markers:
+                self.out.add_content(self._opener)
+            self._opener = None
 
     def _start_marked_call(self, marker_text: str) -> None:
         if self._spec.format == "json":
@@ -352,13 +418,20 @@ class StreamParser(TagCalls, JsonCalls):
         spec = self._spec
         p = skip_whitespace(text, pos)
         if p > pos:
-            self.out.add_content(text[pos:p])
+            if self._opener is not None:
+                self._opener += text[pos:p]
+            else:
+                self.out.add_content(text[pos:p])
         if p >= len(text):
             return p
         markers = self._sets["section"]
         hit = markers.find_at(text, p)
+        if markers.undecided(text, p, hit, final):
+            return p
         if hit is None:
-            if not final and markers.is_prefix(text, p):
+            if spec.bare_names and self._tools_allowed() and self._sets["name_stop"].match(text, p) is None:
+                # a call with no marker of its own starts with its name
+                self._begin_call("", self._tag_header, self._header_first)
                 return p
             return self._section_text(p)
         found, kind = hit
@@ -366,14 +439,19 @@ class StreamParser(TagCalls, JsonCalls):
         if kind == "sep":
             return end
         if kind == "end":
+            if self._in_section and not self._section_has_call:
+                self._release_opener()
+                self.out.add_content(found)  # the end of a section that held no call
             self._in_section = False
             self._mode = self._content
             return end
         if kind == "stop":
+            self._release_opener()
             self._mode = self._stopped
             return end
         # a call starts here
         if not self._tools_allowed():
+            self._release_opener()
             self._mode = self._raw_mode
             return p
         if kind == "call":
@@ -389,6 +467,7 @@ class StreamParser(TagCalls, JsonCalls):
     def _section_text(self, pos: int) -> int:
         """Text between calls that starts no call."""
         spec = self._spec
+        self._release_opener()
         if spec.strict:
             self._plain = True
             self._mode = self._content
@@ -418,15 +497,12 @@ class StreamParser(TagCalls, JsonCalls):
         if kind == "stop":
             self._mode = self._stopped
         elif kind == "end":
+            if self._in_section and not self._section_has_call:
+                self.out.add_content(found)  # the end of a section that held no call
             self._in_section = False
             self._mode = self._content
         elif kind == "section":
-            self._in_section = True
-            if self._spec.array:
-                self._mode = self._array
-                self._step = A_OPEN
-            else:
-                self._mode = self._section
+            self._open_section(found)
         elif self._tools_allowed():
             self._start_marked_call(found)
         else:
@@ -438,6 +514,7 @@ class StreamParser(TagCalls, JsonCalls):
 
     def _finalize(self) -> None:
         """Close whatever is still open once all text was consumed."""
+        self._release_opener()
         if self._raw is not None:
             self._fail_call(len(self._text))
             return
@@ -448,8 +525,10 @@ class StreamParser(TagCalls, JsonCalls):
             self._close_json(self._scanner.closing())
             self._end_call(incomplete=True)
         elif mode == self._tagged_args:
-            if self._step == T_STRING:
+            if self._step in (T_STRING, T_LIT_STRING):
                 self.out.add_arguments('"')
+            elif self._step == T_LIT_BUFFER:
+                self.out.add_arguments("null")
             self.out.add_arguments("}" if self._args_open else "{}")
             self._end_call(incomplete=True)
         elif mode == self._wrapper:

@@ -24,7 +24,8 @@ DONE = 1  # the value ended at the returned position
 ERROR = 2  # the character at the returned position cannot continue the value
 
 # in-string text: anything but quote, backslash and control characters, or a complete escape
-_STRING_BODY = re.compile(r'(?:[^"\\\x00-\x1f]+|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*')
+# possessive: a failed `fullmatch` must not retry every way of splitting a run (exponential time)
+_STRING_BODY = re.compile(r'(?:[^"\\\x00-\x1f]++|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*+')
 _PARTIAL_ESCAPE = re.compile(r"\\(?:u[0-9a-fA-F]{0,3})?\Z")
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
 _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")

@@ -152,6 +152,12 @@ class MarkerSet:
             return None
         return match.group(), self.kinds[match.lastindex - 1]
 
+    def undecided(self, text: str, pos: int, hit, final: bool) -> bool:
+        """Whether more text could still change what `find_at` found at pos (`hit`): the text
+        from pos is still the beginning of a marker, maybe a longer one than was found (`<`
+        found, `</invoke>` may follow)."""
+        return not final and self.is_prefix(text, pos)
+
     def is_prefix(self, text: str, pos: int) -> bool:
         """Whether text[pos:] (non-empty) could still grow into one of the markers."""
         if self.prefix_pattern is not None:

@@ -14,7 +14,7 @@ from typing import Any
 from autoparser.runtime.calls_tagged import NAME_FORBIDDEN
 from autoparser.runtime.engine import StreamParser
 from autoparser.runtime.markers import MarkerSet
-from autoparser.runtime.spec import Spec
+from autoparser.runtime.spec import KEY_HOLE, Spec
 
 
 def build_marker_sets(spec: Spec) -> dict[str, Any]:
@@ -42,6 +42,22 @@ def build_marker_sets(spec: Spec) -> dict[str, Any]:
     section = [(spec.call_start, "call"), (spec.section_end, "end"), *stops, (spec.call_separator, "sep")]
     if not spec.call_start:
         section.append(("{" if spec.format == "json" else spec.name_start, "named"))
+    value_enders: list[tuple[str, str]] = []
+    if spec.bare_keys:
+        # `name(key=value)`: a value's end marker may be left out before the call's end or the next
+        # argument (checked by what follows, see `calls_tagged`)
+        value_enders = [(spec.call_end, "call_end"), (spec.arg_separator, "sep")]
+    keyed: dict[str, MarkerSet] = {}
+
+    def keyed_value_end(key: str) -> MarkerSet:
+        """The value end markers when the end marker names the argument's key (`</city>`)."""
+        markers = keyed.get(key)
+        if markers is None:
+            markers = MarkerSet(kinds((spec.arg_end.replace(KEY_HOLE, key), "end"), *stops, *value_enders))
+            if len(keyed) < 256:
+                keyed[key] = markers
+        return markers
+
     name_stops = [spec.name_end, spec.id_start, spec.args_start, spec.arg_start, spec.call_end]
     name_pattern = "|".join(re.escape(m) for m in sorted({m for m in name_stops if m}, key=len, reverse=True))
     forbidden = f"[{NAME_FORBIDDEN}]"
@@ -59,8 +75,16 @@ def build_marker_sets(spec: Spec) -> dict[str, Any]:
         "key_end": MarkerSet(kinds((spec.arg_key_end, "raw"), (spec.arg_key_end_json, "json"))),
         "between_args": MarkerSet(kinds((spec.arg_start, "arg"), (spec.arg_separator, "sep"),
                                         (spec.call_end, "call_end"), (spec.call_start, "call"),
-                                        (spec.section_end, "section_end"), *stops)),
-        "value_end": MarkerSet(kinds((spec.arg_end, "end"), *stops)),
+                                        (spec.section_end, "section_end"), *stops,
+                                        # after a literal value (or a bracketed one between weak
+                                        # markers), its end marker is still ahead
+                                        (spec.arg_end if spec.literal_values or spec.bare_keys else "",
+                                         "sep"))),
+        "value_end": MarkerSet(kinds((spec.arg_end, "end"), *stops, *value_enders)),
+        "keyed_value_end": keyed_value_end,
+        # where a literal value may end: before these markers' first characters (or whitespace)
+        "value_boundary": frozenset(m[0] for m in (spec.arg_end, spec.call_end, spec.section_end, *spec.stops,
+                                                   spec.arg_separator) if m),
         "name_stop": re.compile(f"{name_pattern}|{forbidden}" if name_pattern else forbidden),
     }
 

@@ -14,6 +14,7 @@ from autoparser.runtime.markers import core, leading_ws, trailing_ws
 
 _INDEX_DIGITS = re.compile(r"[0-9]+")
 _ARGS_KEYS = ("arguments", "parameters")
+KEY_HOLE = "{key}"  # where an argument's end marker names its key (`</{key}>`)
 
 
 def thinking_enabled(analysis: dict[str, Any], thinking: bool | None) -> bool:
@@ -94,7 +95,7 @@ class Spec:
         self.reasoning_end = core(reasoning.get("end")) if self.has_reasoning else ""
         self.start_in_reasoning = (self.has_reasoning and bool(reasoning.get("forced_open"))
                                    and thinking_enabled(analysis, thinking))
-        self.content_markers = [m for m in (core(content.get("start")), core(content.get("end"))) if m]
+        content_start, content_end = core(content.get("start")), core(content.get("end"))
         self.stops = [core(s) for s in analysis.get("stop") or [] if core(s)]
 
         self.format = tool_format.get("format", "none") if tool_format.get("supported", True) else "none"
@@ -129,6 +130,7 @@ class Spec:
         self.arg_key_end_json = core(get("arg_key_end_json"))
         self.arg_key_trail = trailing_ws(get("arg_key_end"))
         self.arg_end = core(get("arg_end"))
+        self.arg_end_keyed = bool(get("arg_end_keyed")) and KEY_HOLE in self.arg_end
         self.arg_end_lead = leading_ws(get("arg_end"))
         self.arg_separator = core(get("arg_separator"))
         self.arg_string_raw = bool(get("arg_string_raw", True))
@@ -143,6 +145,25 @@ class Spec:
         self.tool_opener = self.section_start or self.call_start
         if not self.tool_opener and self.format in ("tag_json", "tag_tagged"):
             self.tool_opener = self.name_start
+        self.arg_python = bool(get("arg_python")) and self.format == "tag_tagged"
+        # values written as literals (Python call syntax, or JSON): their own syntax says where
+        # they end, not the arg_end marker alone
+        self.literal_values = self.format == "tag_tagged" and (self.arg_python or not self.arg_string_raw)
+        # keys with no marker before them (`name(key=value, ...)`): the markers around values are
+        # short punctuation that values may contain too, so an end marker counts only where what
+        # follows it continues the call (`, next_key=`, `)` then `]`)
+        self.bare_keys = self.format == "tag_tagged" and not self.arg_start
+        # calls with no marker of their own (`[name(...), name(...)]`, `to=functions.NAME`): inside
+        # a section, a call starts with its name
+        self.bare_names = (self.format in ("tag_json", "tag_tagged") and not self.call_start
+                           and not self.name_start)
+        # the generation prompt ends with the call opener: the output starts inside a call header,
+        # where the content start marker (a recipient such as `all`) introduces content instead
+        self.opened_by_prompt = bool(get("opened_by_prompt")) and self.format in ("json", "tag_json", "tag_tagged")
+        self.recipient = ""
+        if self.opened_by_prompt and content_start:
+            self.recipient, content_start = content_start, ""
+        self.content_markers = [m for m in (content_start, content_end) if m]
         self.nonce = secrets.token_hex(6)
 
     def call_id(self, index: int) -> str:

@@ -1,0 +1,169 @@
+"""Python literals in model output (`'text'`, `3`, `True`, `None`, `['a']`, `{'k': 1}`), read as JSON.
+
+Templates that write tool calls in Python call syntax (``name(key='text', n=42)``), and templates
+that print a value with Jinja's ``{{ value }}``, show Python's spelling of values. Two pieces:
+
+* `decode_escape` decodes one backslash escape of a quoted string, so that a string value can be
+  streamed as it arrives; it says when the escape is cut short and more text is needed.
+* `literal_to_json` turns a complete literal into a JSON value. JSON is tried first (templates
+  also write values with ``tojson``), then `ast.literal_eval`, then both spellings mixed
+  (``{'a': true}``). `ast.literal_eval` evaluates no code: it accepts only literal syntax.
+
+Standard library only: the standalone module inlines the runtime.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import re
+
+_SIMPLE_ESCAPES = {"\\": "\\", "'": "'", '"': '"', "n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f",
+                   "v": "\v", "a": "\a", "/": "/", "\n": ""}
+_HEX_LENGTHS = {"x": 2, "u": 4, "U": 8}
+_HEX = re.compile(r"[0-9a-fA-F]*")
+_OCTAL = re.compile(r"[0-7]{1,3}")
+_LOW_SURROGATE = re.compile(r"\\u[dD][c-fC-F][0-9a-fA-F]{2}")
+_LOW_SURROGATE_PREFIX = re.compile(r"\\(?:u(?:[dD](?:[c-fC-F][0-9a-fA-F]{0,1})?)?)?\Z")
+_JSON_WORDS = re.compile(r"\b(true|false|null)\b")
+_PY_WORDS = {"true": "True", "false": "False", "null": "None"}
+_STRINGS = re.compile(r"""('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")""", re.S)
+_NON_DECIMAL = re.compile(r"(?<![\w.])[+-]?0[xXoObB]")
+MAX_LITERAL = 1_000_000  # longer texts are not evaluated (ast would build a huge tree)
+
+
+def decode_escape(text: str, pos: int, final: bool) -> tuple[str, int] | None:
+    """Decode the escape starting with the backslash at `text[pos]`: (characters, end).
+
+    None when the escape is cut short and more text may complete it (never with `final`).
+    Unknown escapes keep their backslash, as Python does; ``\\/`` is a slash, as in JSON.
+    A UTF-16 surrogate pair written as two ``\\u`` escapes becomes one character; a lone
+    surrogate, which no UTF-8 text can hold, becomes U+FFFD.
+    """
+    if pos + 1 >= len(text):
+        return None if not final else ("\\", pos + 1)
+    char = text[pos + 1]
+    if char in _SIMPLE_ESCAPES:
+        return _SIMPLE_ESCAPES[char], pos + 2
+    if char == "\r":  # a line continuation written with CRLF
+        end = pos + 3 if text.startswith("\n", pos + 2) else pos + 2
+        return "", end
+    if char in "01234567":
+        digits = _OCTAL.match(text, pos + 1).group()
+        if len(digits) < 3 and pos + 1 + len(digits) >= len(text) and not final:
+            return None
+        return chr(int(digits, 8)), pos + 1 + len(digits)
+    length = _HEX_LENGTHS.get(char)
+    if length is None:
+        return "\\" + char, pos + 2
+    digits = _HEX.match(text, pos + 2, pos + 2 + length).group()
+    if len(digits) < length:
+        if not final and pos + 2 + len(digits) >= len(text):
+            return None
+        return "\\" + char, pos + 2  # a malformed escape stays as written
+    code = int(digits, 16)
+    end = pos + 2 + length
+    if code > 0x10FFFF:
+        return "\\" + char, pos + 2
+    if 0xD800 <= code < 0xDC00:
+        low = _LOW_SURROGATE.match(text, end)
+        if low:
+            second = int(low.group()[2:], 16)
+            return chr(0x10000 + ((code - 0xD800) << 10) + (second - 0xDC00)), low.end()
+        if not final and _LOW_SURROGATE_PREFIX.match(text, end):
+            return None
+        return "\ufffd", end
+    if 0xDC00 <= code < 0xE000:
+        return "\ufffd", end
+    return chr(code), end
+
+
+def decode_string_body(body: str, raw: bool = False) -> str:
+    """The text of a quoted string's body, its escapes decoded (kept as written when `raw`)."""
+    if raw or "\\" not in body:
+        return body
+    out: list[str] = []
+    pos = 0
+    while True:
+        slash = body.find("\\", pos)
+        if slash < 0:
+            out.append(body[pos:])
+            return "".join(out)
+        out.append(body[pos:slash])
+        decoded, pos = decode_escape(body, slash, True)
+        out.append(decoded)
+
+
+_JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+
+
+def is_json_number(text: str) -> bool:
+    """Whether `text` is one JSON number that is finite as a double (`1e999` is not)."""
+    if len(text) > 400 or not _JSON_NUMBER.fullmatch(text):
+        return False
+    return not math.isinf(float(text))
+
+
+class NotALiteral(ValueError):
+    """The text is neither JSON nor a Python literal that has a JSON form."""
+
+
+def literal_to_json(text: str):
+    """The JSON value of a complete JSON or Python literal; raises `NotALiteral`."""
+    text = text.strip()
+    if not text or len(text) > MAX_LITERAL:
+        raise NotALiteral(text[:40])
+    try:
+        return as_json(json.loads(text, parse_constant=_reject))  # 1e999 is no JSON number
+    except (ValueError, RecursionError):
+        pass
+    if _NON_DECIMAL.search(_STRINGS.sub("''", text)):
+        raise NotALiteral(text[:40])  # 0x1F, 0o17, 0b1: JSON has no such numbers; keep the text
+    for candidate in (text, _python_words(text)):
+        try:
+            value = ast.literal_eval(candidate)
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            continue
+        try:
+            return as_json(value)
+        except (ValueError, RecursionError):
+            break
+    raise NotALiteral(text[:40])
+
+
+def _reject(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _python_words(text: str) -> str:
+    """JSON's `true`/`false`/`null` spelled the Python way, outside quoted strings."""
+    parts = _STRINGS.split(text)
+    for index in range(0, len(parts), 2):
+        parts[index] = _JSON_WORDS.sub(lambda m: _PY_WORDS[m.group(1)], parts[index])
+    return "".join(parts)
+
+
+def as_json(value):
+    """A Python literal's value with JSON types: tuples and sets as lists, keys as strings."""
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        if math.isnan(value) or math.isinf(value):
+            raise ValueError("not a JSON number")
+        return value
+    if isinstance(value, list | tuple | set | frozenset):
+        return [as_json(item) for item in value]
+    if isinstance(value, dict):
+        return {_json_key(key): as_json(item) for key, item in value.items()}
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    raise ValueError(f"{type(value).__name__} has no JSON form")
+
+
+def _json_key(key) -> str:
+    if isinstance(key, str):
+        return key
+    if key is None or isinstance(key, bool | int | float):
+        return json.dumps(key)
+    raise ValueError("a key with no JSON form")

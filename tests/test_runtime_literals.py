@@ -1,0 +1,232 @@
+"""Unit tests of the runtime's newer formats: Python call syntax, keys without markers, calls
+opened by the generation prompt, keyed end tags, and values printed the Python way."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import analyses
+import pytest
+from analyses import WEATHER_TOOLS
+
+from autoparser.runtime import Parser
+from autoparser.runtime.pyliteral import NotALiteral, decode_escape, decode_string_body, literal_to_json
+
+TOOLS = WEATHER_TOOLS + [
+    {"type": "function", "function": {"name": "toggle", "parameters": {"type": "object", "properties": {
+        "on": {"type": "boolean"}, "tags": {"type": "array"}, "extra": {"type": "null"}}}}},
+]
+LFM = ("<|tool_call_start|>[", "]<|tool_call_end|>")
+
+
+def parse(analysis: Any, text: str, **options: Any) -> dict[str, Any]:
+    """Parse whole and char by char; both must agree."""
+    parser = Parser(analysis, **options)
+    whole = parser.parse(text)
+    stream = parser.stream()
+    for char in text:
+        stream.feed(char)
+    stream.finish()
+    assert stream.message() == whole
+    return whole
+
+
+def calls(message: dict[str, Any]) -> list[tuple[str, Any]]:
+    return [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in message["tool_calls"]]
+
+
+# -- Python literals -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("text", "value"), [
+    ("3", 3), ("-2.5", -2.5), ("True", True), ("None", None), ("'it\\'s'", "it's"),
+    ("[1, 'a', None]", [1, "a", None]), ("(1, 2)", [1, 2]), ("{'a': {'b': False}}", {"a": {"b": False}}),
+    ('{"a": true, "b": null}', {"a": True, "b": None}), ("{'a': true}", {"a": True}), ("{1: 2}", {"1": 2}),
+    ('"\\ud83d\\ude00"', "😀"),
+])
+def test_literals_become_json(text: str, value: Any) -> None:
+    assert literal_to_json(text) == value
+
+
+@pytest.mark.parametrize("text", ["abc", "0x1F", "1e999", "f(1)", "__import__('os')", "1 +", "", "{1, [2]}"])
+def test_what_is_no_literal(text: str) -> None:
+    with pytest.raises(NotALiteral):
+        literal_to_json(text)
+
+
+def test_escapes_decode_as_python_does() -> None:
+    assert decode_string_body(r"a\nb\t\x41\u00e9\U0001F600\101\q\/") == "a\nb\tAé😀A\\q/"
+    assert decode_string_body(r"lone \ud800 surrogate") == "lone \ufffd surrogate"
+    assert decode_escape("\\x4", 0, final=False) is None  # cut short: wait for more
+    assert decode_escape("\\", 0, final=True) == ("\\", 1)
+
+
+def test_python_call_syntax() -> None:
+    text = (f"Let me look.{LFM[0]}get_weather(city='Paris, France', days=3, options={{'units': 'metric'}}), "
+            f"toggle(on=True, tags=['a', 'b'], extra=None){LFM[1]}<|im_end|>")
+    message = parse(analyses.lfm2_python(), text, tools=TOOLS)
+    assert message["content"] == "Let me look."
+    assert calls(message) == [("get_weather", {"city": "Paris, France", "days": 3, "options": {"units": "metric"}}),
+                              ("toggle", {"on": True, "tags": ["a", "b"], "extra": None})]
+
+
+def test_python_strings_with_escapes_quotes_and_markers() -> None:
+    text = (f"{LFM[0]}get_weather(city='it\\'s \"x\"\\n<|tool_call_end|> ]) ', days=1), "
+            f"get_weather(city=\"a', b=c\"){LFM[1]}")
+    message = parse(analyses.lfm2_python(), text, tools=TOOLS)
+    assert calls(message) == [("get_weather", {"city": "it's \"x\"\n<|tool_call_end|> ]) ", "days": 1}),
+                              ("get_weather", {"city": "a', b=c"})]
+
+
+def test_unescaped_quotes_end_a_string_only_where_the_call_continues() -> None:
+    # templates that write "'" + value + "'" leave quotes inside the text as they are
+    text = f"{LFM[0]}get_weather(city='He said 'hi', then left', days=2){LFM[1]}"
+    assert calls(parse(analyses.lfm2_python(), text, tools=TOOLS)) == [
+        ("get_weather", {"city": "He said 'hi', then left", "days": 2})]
+
+
+def test_string_values_stream_as_they_arrive() -> None:
+    stream = Parser(analyses.lfm2_python(), tools=TOOLS).stream()
+    stream.feed(f"{LFM[0]}get_weather(city='Par")
+    arguments = "".join(d["tool_calls"][0]["function"].get("arguments", "")
+                        for d in stream.feed("is") if "tool_calls" in d)
+    assert arguments == "is"
+
+
+def test_quoted_number_for_an_integer_parameter() -> None:
+    text = f"{LFM[0]}get_weather(days='4', city=3){LFM[1]}"
+    assert calls(parse(analyses.lfm2_python(), text, tools=TOOLS)) == [("get_weather", {"days": 4, "city": "3"})]
+
+
+def test_json_values_as_keyword_arguments() -> None:
+    text = ('<|tool_call_start|>\n```python\nget_weather(city="Paris, France",days=3,options={"a": [1, null]})\n'
+            'search(query="x")\n```\n<|tool_call_end|>')
+    assert calls(parse(analyses.minicpm3_kwargs(), text, tools=TOOLS)) == [
+        ("get_weather", {"city": "Paris, France", "days": 3, "options": {"a": [1, None]}}), ("search", {"query": "x"})]
+
+
+def test_a_bracket_that_opens_no_call_stays_content() -> None:
+    message = parse(analyses.llama32_pythonic(), "See [1, 2] and [note(s)].", tools=TOOLS)
+    assert message == {"role": "assistant", "reasoning_content": None, "content": "See [1, 2] and [note(s)].",
+                       "tool_calls": []}
+
+
+def test_cut_off_inside_a_python_string() -> None:
+    message = parse(analyses.lfm2_python(), f"{LFM[0]}get_weather(city='Par", tools=TOOLS)
+    assert calls(message) == [("get_weather", {"city": "Par"})]
+    assert message["tool_calls"][0]["incomplete"] is True
+
+
+# -- keys without markers, raw values ------------------------------------------------------------
+
+
+def test_unquoted_values_with_commas_and_parentheses() -> None:
+    text = "[get_weather(city=Paris, France (west), days=3), search(query=a, b)]<|eot_id|>"
+    assert calls(parse(analyses.llama32_pythonic(), text, tools=TOOLS)) == [
+        ("get_weather", {"city": "Paris, France (west)", "days": 3}), ("search", {"query": "a, b"})]
+
+
+def test_the_last_value_ends_at_the_call_end() -> None:
+    # `arg_end` (`, `) is written between values only: the last one ends at `)`
+    text = "[get_weather(days=3, city=Rome)]"
+    assert calls(parse(analyses.llama32_pythonic(), text, tools=TOOLS)) == [("get_weather", {"days": 3, "city": "Rome"})]
+
+
+def test_a_call_with_no_arguments() -> None:
+    assert calls(parse(analyses.lfm2_python(), f"{LFM[0]}search(){LFM[1]}", tools=TOOLS)) == [("search", {})]
+
+
+def test_text_that_is_no_call_inside_the_section_stays_content() -> None:
+    message = parse(analyses.lfm2_python(), f"{LFM[0]}not a call{LFM[1]}", tools=TOOLS)
+    assert message["tool_calls"] == []
+    assert message["content"] == f"{LFM[0]}not a call{LFM[1]}"
+
+
+# -- calls opened by the prompt ------------------------------------------------------------------
+
+
+def test_output_starts_with_a_call_name() -> None:
+    text = 'get_weather\n{"city": "Paris"}>>>search\n{"query": "x"}<|eot_id|>'
+    message = parse(analyses.functionary_v32(), text, tools=TOOLS)
+    assert message["content"] is None
+    assert calls(message) == [("get_weather", {"city": "Paris"}), ("search", {"query": "x"})]
+
+
+def test_recipient_introduces_content() -> None:
+    text = 'all\nI will check all of it.>>>get_weather\n{"city": "Paris"}>>>all\nDone, all good.'
+    message = parse(analyses.functionary_v32(), text, tools=TOOLS)
+    assert message["content"] == "I will check all of it.Done, all good."
+    assert calls(message) == [("get_weather", {"city": "Paris"})]
+
+
+def test_recipient_with_tools_off() -> None:
+    message = parse(analyses.functionary_v32(), "all\nHello.", tool_choice="none")
+    assert (message["content"], message["tool_calls"]) == ("Hello.", [])
+
+
+def test_a_name_starting_like_the_recipient_is_a_call() -> None:
+    tools = [{"type": "function", "function": {"name": "allocate", "parameters": {}}}]
+    message = parse(analyses.functionary_v32(), 'allocate\n{"n": 1}', tools=tools)
+    assert calls(message) == [("allocate", {"n": 1})]
+
+
+def test_opened_tagged_call() -> None:
+    text = ("get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n</tool_call>\n"
+            "<tool_call>search\n<arg_key>query</arg_key>\n<arg_value>x</arg_value>\n</tool_call>")
+    assert calls(parse(analyses.glm4_tool_only(), text, tools=TOOLS)) == [
+        ("get_weather", {"city": "Paris"}), ("search", {"query": "x"})]
+
+
+def test_opened_header_that_holds_no_call_is_content() -> None:
+    message = parse(analyses.glm4_tool_only(), "Sorry, I cannot.", tools=TOOLS)
+    assert (message["content"], message["tool_calls"]) == ("Sorry, I cannot.", [])
+
+
+# -- other shapes ----------------------------------------------------------------------------------
+
+
+def test_end_tags_named_after_the_key() -> None:
+    text = ('<tool_calls>\n<invoke name="get_weather">\n<city>a </b> c</city>\n<days>3</days>\n</invoke>\n'
+            "</tool_calls>")
+    assert calls(parse(analyses.keyed_tags(), text, tools=TOOLS)) == [("get_weather", {"city": "a </b> c", "days": 3})]
+
+
+def test_a_call_named_right_after_the_section_start() -> None:
+    text = ' to=functions.get_weather<|channel|>commentary json<|message|>{"city": "Paris"}<|call|>'
+    assert calls(parse(analyses.gpt_oss(), text, tools=TOOLS)) == [("get_weather", {"city": "Paris"})]
+
+
+def test_raw_values_printed_the_python_way() -> None:
+    # `{{ value }}` in a template prints True, None and {'a': 1}; string parameters stay as written
+    text = ("<tool_call>\n<function=toggle>\n<parameter=on>\nTrue\n</parameter>\n<parameter=tags>\n['x', None]\n"
+            "</parameter>\n</function>\n</tool_call><tool_call>\n<function=get_weather>\n<parameter=city>\nNone\n"
+            "</parameter>\n<parameter=options>\n{'a': 1}\n</parameter>\n</function>\n</tool_call>")
+    assert calls(parse(analyses.qwen3_coder(), text, tools=TOOLS)) == [
+        ("toggle", {"on": True, "tags": ["x", None]}), ("get_weather", {"city": "None", "options": {"a": 1}})]
+
+
+def test_cdata_around_a_raw_string() -> None:
+    text = ("<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value><![CDATA[a </arg_value> b]]>"
+            "</arg_value>\n</tool_call>")
+    assert calls(parse(analyses.glm45(), text, tools=TOOLS)) == [("get_weather", {"city": "a </arg_value> b"})]
+
+
+def test_numbers_keep_their_spelling() -> None:
+    text = "<tool_call>get_weather\n<arg_key>days</arg_key>\n<arg_value>1e2</arg_value>\n</tool_call>"
+    message = parse(analyses.glm45(), text, tools=TOOLS)
+    assert message["tool_calls"][0]["function"]["arguments"] == '{"days": 1e2}'
+
+
+def test_mistral_id_after_the_arguments_is_read() -> None:
+    text = '[TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Tokyo"}, "id": "abc123xyz"}]</s>'
+    message = parse(analyses.mistral_array(), text, tools=TOOLS)
+    assert calls(message) == [("get_weather", {"city": "Tokyo"})]
+    assert message["tool_calls"][0]["id"] == "abc123xyz"
+
+
+def test_mistral_call_cut_off_before_its_id() -> None:
+    message = parse(analyses.mistral_array(), '[TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "To',
+                    tools=TOOLS)
+    assert calls(message) == [("get_weather", {"city": "To"})]
+    assert message["tool_calls"][0]["incomplete"] is True
