@@ -393,14 +393,19 @@ class Engine:
         logits = self._logits()
         token = sampler.sample(logits)
         excluded: list[int] = []
+        fallback: int | None = None  # allowed, but breaks UTF-8: better than stopping
         while token is not None and token not in stop_ids and not self.is_eog(token):
+            safe = guard is None or guard.is_safe(token)
             tail = incomplete_tail(self._utf8_tail + self.token_to_piece(token))
-            if tail is not None and (guard is None or guard.is_safe(token)):
+            if safe and tail is not None:
                 self._utf8_tail = tail
                 return token
+            if safe and fallback is None:
+                fallback = token
             excluded.append(token)
             if len(excluded) > _MAX_TRIGGER_RETRIES:
-                return None
+                self._utf8_tail = b""
+                return fallback
             token = sampler.sample(logits, exclude=excluded)
         return token
 
