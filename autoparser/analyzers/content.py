@@ -44,9 +44,9 @@ def _wrapping(output: str | None, reasoning: ReasoningAnalysis, stop: list[str])
 
 def _drop_reasoning(before: str, reasoning: ReasoningAnalysis) -> list[str]:
     """The segments before the content, minus an (empty) reasoning block."""
+    if reasoning.mode != "none" and reasoning.end and reasoning.end in before:
+        return segments(before[before.rindex(reasoning.end) + len(reasoning.end):])
     segs = segments(before)
     if reasoning.mode == "none":
         return segs
-    if reasoning.end in segs:
-        return segs[len(segs) - segs[::-1].index(reasoning.end):]
     return [s for s in segs if s != reasoning.start]

@@ -52,6 +52,8 @@ def _split_turns(prober: Prober, between: str, **kwargs: Any) -> tuple[str, str]
     prompt = prober.prompt(**kwargs) or ""
     gp = generation_prompt(prober, **kwargs) or ""
     openers = [m for m in markers_in(gp)[:1] if m in between]
+    if not openers:
+        openers = _marker_before_role(between)
     if not openers and USER_TEXT in prompt:
         openers = [m for m in reversed(markers_in(prompt[prompt.rindex(USER_TEXT):])) if m in between][:1]
     if openers and openers[0] in between:
@@ -59,6 +61,16 @@ def _split_turns(prober: Prober, between: str, **kwargs: Any) -> tuple[str, str]
         return between[:at], between[at:]
     opening = common_suffix(between, _user_turn_opening(prober, **kwargs))
     return between[: len(between) - len(opening)], opening
+
+
+def _marker_before_role(between: str) -> list[str]:
+    """The marker that opens a `<|im_user|>user<|im_middle|>`-style header: the one before the role."""
+    segs = segments(between)
+    for at in range(len(segs) - 1, 0, -1):
+        if segs[at].lower() == "user":
+            before = [s for s in segs[:at] if not s.isspace()]
+            return before[-1:] if before and is_marker(before[-1]) else []
+    return []
 
 
 def _user_turn_opening(prober: Prober, **kwargs: Any) -> str:

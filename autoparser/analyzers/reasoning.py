@@ -188,7 +188,7 @@ def _markers_from_toggle(toggle: Toggle) -> tuple[str, str, bool, bool]:
         extra = markers_in(off[len(on):])
         on_markers = markers_in(on)
         if len(extra) >= 2:
-            start, end = extra[0], extra[1]
+            start, end = _opening_words(off[len(on):], extra[0], extra[1]), extra[1]
             closed_when_off = True
         elif extra and on_markers:
             start, end = on_markers[-1], extra[0]
@@ -205,7 +205,7 @@ def _markers_from_toggle(toggle: Toggle) -> tuple[str, str, bool, bool]:
         shared = len(common_prefix(on, off))
         on_rest, off_rest = markers_in(on[shared:]), markers_in(off[shared:])
         if len(off_rest) >= 2 and not on_rest:
-            start, end = off_rest[0], off_rest[1]
+            start, end = _opening_words(off[shared:], off_rest[0], off_rest[1]), off_rest[1]
             closed_when_off = True
         elif on_rest:
             start = on_rest[0]
@@ -219,20 +219,31 @@ def _markers_from_toggle(toggle: Toggle) -> tuple[str, str, bool, bool]:
     return start, end, forced_open, closed_when_off
 
 
+def _opening_words(text: str, start: str, end: str) -> str:
+    """The start marker with a channel name that follows it (`<|channel>thought`), if any."""
+    at = text.find(start)
+    stop = text.find(end, at + len(start))
+    opening = text[at:stop].strip() if at >= 0 and stop > at else start
+    if opening != start and ("\n" in opening or len(opening) > 48 or " " in opening):
+        return start
+    return opening
+
+
 def _ends_with_marker(text: str, marker: str) -> bool:
     segs = [s for s in segments(text) if not s.isspace()]
     return bool(segs) and segs[-1] == marker
 
 
 def _markers_from_history(prober: Prober, kwargs: dict[str, Any]) -> tuple[str, str, bool]:
-    """Markers around reasoning a past reply carries; some templates keep it only beside tool calls."""
+    """Markers around reasoning a past reply carries; some templates keep it only beside tool calls.
+
+    The end marker is what the reply writes between its reasoning and whatever follows, whether
+    an answer or a tool call: their common markup (`<|end|><|start|>assistant` re-opens a message
+    in channel formats), or the first marker when only one of them renders.
+    """
     for name in REASONING_FIELDS:
-        candidates = [(prober.assistant(CONTENT_TEXT, **{name: REASONING_TEXT}), None, CONTENT_TEXT)]
-        for as_text in (False, True):
-            call = prober.calls_message([(NAME_A, ARGS_A, ID_A)], as_text)
-            call[name] = REASONING_TEXT
-            candidates.append((call, PROBE_TOOLS, NAME_A))
-        for message, tools, after in candidates:
+        start, closings, beside_tools = "", [], True
+        for message, tools, after in _reasoning_messages(prober, name):
             full = prober.conversation(message, tools=tools, **kwargs)
             if not full or REASONING_TEXT not in full:
                 continue
@@ -240,11 +251,38 @@ def _markers_from_history(prober: Prober, kwargs: dict[str, Any]) -> tuple[str, 
             next_at = full.find(after, r_at)
             if next_at < 0:
                 continue
-            between = [s for s in segments(full[r_at + len(REASONING_TEXT):next_at]) if is_marker(s)]
-            start = _opening_before(full[:r_at], prober.output(message, tools=tools, **kwargs))
-            if start and between:
-                return start, between[0], tools is not None
+            closing = full[r_at + len(REASONING_TEXT):next_at]
+            if not any(is_marker(s) for s in segments(closing)):
+                continue
+            start = start or _opening_before(full[:r_at], prober.output(message, tools=tools, **kwargs))
+            closings.append(closing)
+            beside_tools = beside_tools and tools is not None
+            if len(closings) == 2 or (tools is not None and closings):
+                break
+        if start and closings:
+            return start, _closing_marker(closings), beside_tools
     return "", "", False
+
+
+def _reasoning_messages(prober: Prober, name: str) -> list[tuple[dict[str, Any], Any, str]]:
+    messages: list[tuple[dict[str, Any], Any, str]] = [
+        (prober.assistant(CONTENT_TEXT, **{name: REASONING_TEXT}), None, CONTENT_TEXT)]
+    for as_text in (False, True):
+        call = prober.calls_message([(NAME_A, ARGS_A, ID_A)], as_text)
+        call[name] = REASONING_TEXT
+        messages.append((call, PROBE_TOOLS, NAME_A))
+    return messages
+
+
+def _closing_marker(closings: list[str]) -> str:
+    first = next(s for s in segments(closings[0]) if is_marker(s))
+    if len(closings) < 2:
+        return first
+    shared = common_prefix(closings[0].strip(), closings[1].strip()).strip()
+    segs = segments(shared)
+    if shared and len(shared) <= 48 and is_marker(segs[0]) and segs[0] == first:
+        return shared
+    return first
 
 
 def _opening_before(before_reasoning: str, output: str | None) -> str:

@@ -213,6 +213,8 @@ def _json_spans(one: str, two: str | None, tools: ToolsAnalysis, call: JsonCall)
         for key, value in container.items():
             if value == ID_A:
                 tools.id_field = key
+    if tools.id_field is None:
+        tools.id_field = _numbered_id_field(two, call.value)
     spans = [Span(call.start, call.end)]
     if two is not None:
         first = _json_call(two)
@@ -224,6 +226,17 @@ def _json_spans(one: str, two: str | None, tools: ToolsAnalysis, call: JsonCall)
     after = one[call.end:].lstrip()
     tools.array = before.endswith("[") and after.startswith("]")
     return spans
+
+
+def _numbered_id_field(two: str | None, first: dict[str, Any]) -> str | None:
+    """A key the template fills with the call's position ("0", "1") instead of the given id."""
+    second = _json_call(two, NAME_B, ARGS_B) if two is not None else None
+    if second is None:
+        return None
+    for key, value in first.items():
+        if str(value) == "0" and str(second.value.get(key)) == "1":
+            return key
+    return None
 
 
 def _json_args_span(text: str, args: dict[str, Any], after: int = 0) -> Span | None:
@@ -265,6 +278,10 @@ def _tagged_spans(one: str, two: str | None, tools: ToolsAnalysis) -> list[Span]
     json_key_end = one[key2.end: val2.start]
     if json_key_end != tools.arg_key_end:
         tools.arg_key_end_json = json_key_end
+        # a string opened by its own quote (`key:<|"|>text<|"|>,`): the quote closes it, the rest separates
+        quote = tools.arg_key_end[len(json_key_end):] if tools.arg_key_end.startswith(json_key_end) else ""
+        if quote.strip() and tools.arg_end.startswith(quote) and tools.arg_end != quote:
+            tools.arg_end, tools.arg_separator = quote, tools.arg_end[len(quote):]
     if "first_arg" in tools.arg_end:
         # a closing tag named after its key: <first_arg>…</first_arg>
         tools.arg_end = tools.arg_end.replace("first_arg", KEY_HOLE)
