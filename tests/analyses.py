@@ -1,4 +1,4 @@
-"""Hand-built analyses of well-known output formats, for runtime unit tests.
+"""Hand-built analyses of well-known output formats, and helpers, for runtime unit tests.
 
 They spell out, field by field, what the analyzer should infer from each family's real template
 (the markers were copied from those templates' rendering code), so the runtime can be tested on
@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 from autoparser.analysis import Analysis, ContentAnalysis, ReasoningAnalysis, ToolsAnalysis
+from autoparser.runtime import Parser
 
 DS_BOS = "<｜begin▁of▁sentence｜>"
 DS_EOS = "<｜end▁of▁sentence｜>"
@@ -376,3 +377,21 @@ def _render_call(t: ToolsAnalysis, index: int, name: str, args: dict[str, Any]) 
             key_end = t.arg_key_end_json or t.arg_key_end
             parts.append(t.arg_start + key + key_end + dumps(value, ensure_ascii=False) + arg_end)
     return head + ((t.arg_end if between else "") + t.arg_separator).join(parts) + t.call_end
+
+
+def parse(analysis: Any, text: str, **options: Any) -> dict[str, Any]:
+    """Parse whole and char by char; both must agree."""
+    parser = Parser(analysis, **options)
+    whole = parser.parse(text)
+    stream = parser.stream()
+    for char in text:
+        stream.feed(char)
+    stream.finish()
+    streamed = stream.message()
+    assert streamed == whole, f"streamed {streamed!r} != whole {whole!r}"
+    return whole
+
+
+def calls(message: dict[str, Any]) -> list[tuple[str, Any]]:
+    """A message's tool calls as (name, decoded arguments) pairs."""
+    return [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in message["tool_calls"]]

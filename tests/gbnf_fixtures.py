@@ -3,15 +3,20 @@
 Each analysis spells out a format as the chat templates of those families render it; the
 `OUTPUTS` are what those templates render for an assistant turn (the model's output), used to
 check that a grammar admits real text. They keep the grammar tests independent of the analyzer.
+Formats that the runtime tests also use come from `analyses`, with the special tokens and
+triggers a grammar needs added, so both suites test one spelling of each format.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import analyses
+from analyses import DS_EOS, DS_SEP
+
 from autoparser.analysis import Analysis, ContentAnalysis, ReasoningAnalysis, ToolsAnalysis
 
-DS_CALLS_BEGIN, DS_CALLS_END = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
-DS_CALL_BEGIN, DS_CALL_END, DS_SEP = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"
-DS_EOS = "<｜end▁of▁sentence｜>"
+(DS_CALLS_BEGIN, DS_CALLS_END), (DS_CALL_BEGIN, DS_CALL_END) = analyses.DS_SECTION, analyses.DS_CALL
 DS_SPECIALS = [DS_CALLS_BEGIN, DS_CALLS_END, DS_CALL_BEGIN, DS_CALL_END, DS_SEP, DS_EOS, "<think>", "</think>"]
 
 
@@ -22,49 +27,28 @@ def _think(forced_open: bool, toggle: str | None = None, default_on: bool = True
 
 
 def deepseek_v31() -> Analysis:
-    return Analysis(
-        generation_prompt="<｜Assistant｜><think>",
-        reasoning=_think(True, toggle="thinking", default_on=False, closed_when_off=True),
-        tools=ToolsAnalysis(supported=True, format="tag_json", section_start=DS_CALLS_BEGIN,
-                            section_end=DS_CALLS_END, call_start=DS_CALL_BEGIN, call_end=DS_CALL_END,
-                            parallel=True, name_end=DS_SEP),
-        stop=[DS_EOS], preserved_tokens=DS_SPECIALS, triggers=[DS_CALLS_BEGIN])
+    """V3.1 as rendered with thinking on: the prompt ends with an open `<think>`."""
+    return replace(analyses.deepseek_v31(), generation_prompt="<｜Assistant｜><think>",
+                   preserved_tokens=DS_SPECIALS)
 
 
 def deepseek_r1() -> Analysis:
     """R1 / V3-0324: ``function<｜tool▁sep｜>NAME`` then the arguments in a json fence."""
-    return Analysis(
-        generation_prompt="<｜Assistant｜>",
-        reasoning=_think(False),
-        tools=ToolsAnalysis(supported=True, format="tag_json", section_start=DS_CALLS_BEGIN,
-                            section_end=DS_CALLS_END, call_start=DS_CALL_BEGIN, call_end=DS_CALL_END,
-                            call_separator="\n", parallel=True, name_start="function" + DS_SEP,
-                            name_end="\n", args_start="```json\n", args_end="\n```"),
-        stop=[DS_EOS], preserved_tokens=DS_SPECIALS, triggers=[DS_CALLS_BEGIN])
+    return replace(analyses.deepseek_r1_0528(), preserved_tokens=DS_SPECIALS)
 
 
 def deepseek_v3_0324() -> Analysis:
-    a = deepseek_r1()
-    a.reasoning = ReasoningAnalysis()
-    return a
+    return replace(analyses.deepseek_v3_0324(), preserved_tokens=DS_SPECIALS)
 
 
 def qwen3() -> Analysis:
     """Hermes-style JSON inside ``<tool_call>`` tags, optional reasoning with a switch."""
-    return Analysis(
-        generation_prompt="<|im_start|>assistant\n",
-        reasoning=_think(False, toggle="enable_thinking", closed_when_off=True),
-        tools=ToolsAnalysis(supported=True, format="json", call_start="<tool_call>\n",
-                            call_end="\n</tool_call>", call_separator="\n", parallel=True),
-        stop=["<|im_end|>"], preserved_tokens=["<think>", "</think>", "<tool_call>", "</tool_call>", "<|im_end|>"],
-        triggers=["<tool_call>"])
+    return replace(analyses.qwen3(),
+                   preserved_tokens=["<think>", "</think>", "<tool_call>", "</tool_call>", "<|im_end|>"])
 
 
 def hermes() -> Analysis:
-    a = qwen3()
-    a.reasoning = ReasoningAnalysis()
-    a.preserved_tokens = ["<tool_call>", "</tool_call>", "<|im_end|>"]
-    return a
+    return replace(analyses.hermes(), preserved_tokens=["<tool_call>", "</tool_call>", "<|im_end|>"])
 
 
 def qwen3_coder() -> Analysis:
@@ -108,14 +92,10 @@ def mistral_small() -> Analysis:
 
 
 def kimi_k2() -> Analysis:
-    return Analysis(
-        tools=ToolsAnalysis(supported=True, format="tag_json", section_start="<|tool_calls_section_begin|>",
-                            section_end="<|tool_calls_section_end|>", call_start="<|tool_call_begin|>",
-                            call_end="<|tool_call_end|>", parallel=True, name_start="functions.",
-                            name_end=":0<|tool_call_argument_begin|>"),
-        stop=["<|im_end|>"], triggers=["<|tool_calls_section_begin|>"],
-        preserved_tokens=["<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
-                          "<|tool_call_end|>", "<|tool_call_argument_begin|>", "<|im_end|>"])
+    return replace(analyses.kimi_k2(), generation_prompt="",
+                   preserved_tokens=["<|tool_calls_section_begin|>", "<|tool_calls_section_end|>",
+                                     "<|tool_call_begin|>", "<|tool_call_end|>",
+                                     "<|tool_call_argument_begin|>", "<|im_end|>"])
 
 
 def wrapped_answer() -> Analysis:
@@ -132,78 +112,18 @@ def plain_content() -> Analysis:
 
 def lfm2_python() -> Analysis:
     """LFM2.5: Python call syntax, `[name(key='text', n=3)]` between special tokens."""
-    return Analysis(
-        generation_prompt="<|im_start|>assistant\n", reasoning=_think(False),
-        tools=ToolsAnalysis(supported=True, format="tag_tagged", section_start="<|tool_call_start|>[",
-                            section_end="]<|tool_call_end|>", call_end=")", call_separator=", ",
-                            name_end="(", arg_key_end="=", arg_separator=", ", arg_string_raw=False,
-                            arg_python=True, parallel=True),
-        stop=["<|im_end|>"], preserved_tokens=["<think>", "</think>", "<|tool_call_start|>", "<|tool_call_end|>"],
-        triggers=["<|tool_call_start|>"])
-
-
-def llama32_pythonic() -> Analysis:
-    """Llama 3.2 "pythonic": `[name(key=value, ...)]`, strings unquoted."""
-    return Analysis(
-        generation_prompt="<|start_header_id|>assistant<|end_header_id|>\n\n",
-        tools=ToolsAnalysis(supported=True, format="tag_tagged", section_start="[", section_end="]",
-                            call_end=")", call_separator=", ", name_end="(", arg_key_end="=",
-                            arg_end=", ", parallel=True),
-        stop=["<|eot_id|>"])
-
-
-def minicpm3() -> Analysis:
-    """MiniCPM3: `name(key=<JSON>,key=<JSON>)` lines in a python fence."""
-    return Analysis(
-        generation_prompt="<|im_start|>assistant\n",
-        tools=ToolsAnalysis(supported=True, format="tag_tagged",
-                            section_start="<|tool_call_start|>\n```python\n",
-                            section_end="```\n<|tool_call_end|>", call_end=")\n", name_end="(",
-                            arg_key_end="=", arg_end=",", arg_string_raw=False, parallel=True),
-        stop=["<|im_end|>"], triggers=["<|tool_call_start|>"])
-
-
-def functionary_v32() -> Analysis:
-    """Functionary v3.2: the prompt ends with `>>>`; a name (or `all` for content) starts the output."""
-    return Analysis(
-        generation_prompt="<|start_header_id|>assistant<|end_header_id|>\n\n>>>",
-        content=ContentAnalysis(mode="wrapped", start="all\n"),
-        tools=ToolsAnalysis(supported=True, format="tag_json", name_start=">>>", name_end="\n",
-                            parallel=True, opened_by_prompt=True),
-        stop=["<|eot_id|>"])
-
-
-def glm4_tool_only() -> Analysis:
-    """GLM-4 tool-only template: the prompt ends with `<tool_call>`."""
-    return Analysis(
-        generation_prompt="<|assistant|>\n<tool_call>",
-        tools=ToolsAnalysis(supported=True, format="tag_tagged", call_start="<tool_call>",
-                            call_end="\n</tool_call>", call_separator="\n", arg_start="\n<arg_key>",
-                            arg_key_end="</arg_key>\n<arg_value>", arg_end="</arg_value>", parallel=True,
-                            opened_by_prompt=True),
-        stop=["<|user|>"])
+    return replace(analyses.lfm2_python(),
+                   preserved_tokens=["<think>", "</think>", "<|tool_call_start|>", "<|tool_call_end|>"])
 
 
 def keyed_tags() -> Analysis:
     """MiniMax-style: each argument in a tag named after its key."""
-    return Analysis(
-        generation_prompt="<|assistant|>",
-        tools=ToolsAnalysis(supported=True, format="tag_tagged", section_start="<tool_calls>\n",
-                            section_end="</tool_calls>", name_start="<invoke name=\"", name_end="\">\n",
-                            call_end="</invoke>\n", arg_start="<", arg_key_end=">", arg_end="</{key}>\n",
-                            arg_end_keyed=True, parallel=True),
-        stop=["<|end|>"], triggers=["<tool_calls>"])
+    return replace(analyses.keyed_tags(), triggers=["<tool_calls>"])
 
 
 def gpt_oss() -> Analysis:
     """gpt-oss (harmony): ` to=functions.NAME<|channel|>commentary json<|message|>{...}<|call|>`."""
-    return Analysis(
-        generation_prompt="<|start|>assistant",
-        reasoning=ReasoningAnalysis(mode="tagged", start="<|channel|>analysis<|message|>", end="<|end|>"),
-        content=ContentAnalysis(mode="wrapped", start="<|channel|>final<|message|>", end="<|return|>"),
-        tools=ToolsAnalysis(supported=True, format="tag_json", section_start=" to=functions.",
-                            name_end="<|channel|>commentary json<|message|>", call_end="<|call|>"),
-        stop=["<|return|>"], triggers=[" to=functions."])
+    return replace(analyses.gpt_oss(), triggers=[" to=functions."])
 
 
 ANALYSES = {
@@ -219,10 +139,10 @@ ANALYSES = {
     "kimi-k2": kimi_k2,
     "wrapped-answer": wrapped_answer,
     "lfm2.5": lfm2_python,
-    "llama3.2-pythonic": llama32_pythonic,
-    "minicpm3": minicpm3,
-    "functionary-v3.2": functionary_v32,
-    "glm4-tool-only": glm4_tool_only,
+    "llama3.2-pythonic": analyses.llama32_pythonic,
+    "minicpm3": analyses.minicpm3_kwargs,
+    "functionary-v3.2": analyses.functionary_v32,
+    "glm4-tool-only": analyses.glm4_tool_only,
     "keyed-tags": keyed_tags,
     "gpt-oss": gpt_oss,
 }

@@ -6,25 +6,7 @@ import json
 from typing import Any
 
 import analyses
-from analyses import DS_CALL, DS_EOS, DS_SECTION, DS_SEP, WEATHER_TOOLS
-
-from autoparser.runtime import Parser
-
-
-def parse(analysis: Any, text: str, **options: Any) -> dict[str, Any]:
-    """Parse whole and char by char; both must agree."""
-    parser = Parser(analysis, **options)
-    whole = parser.parse(text)
-    stream = parser.stream()
-    for char in text:
-        stream.feed(char)
-    stream.finish()
-    assert stream.message() == whole
-    return whole
-
-
-def calls(message: dict[str, Any]) -> list[tuple[str, Any]]:
-    return [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in message["tool_calls"]]
+from analyses import DS_CALL, DS_EOS, DS_SECTION, DS_SEP, WEATHER_TOOLS, calls, parse
 
 
 def v31_call(name: str, args: str) -> str:

@@ -3,12 +3,11 @@ opened by the generation prompt, keyed end tags, and values printed the Python w
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import analyses
 import pytest
-from analyses import WEATHER_TOOLS
+from analyses import WEATHER_TOOLS, calls, parse
 
 from autoparser.runtime import Parser
 from autoparser.runtime.pyliteral import NotALiteral, decode_escape, decode_string_body, literal_to_json
@@ -18,22 +17,6 @@ TOOLS = WEATHER_TOOLS + [
         "on": {"type": "boolean"}, "tags": {"type": "array"}, "extra": {"type": "null"}}}}},
 ]
 LFM = ("<|tool_call_start|>[", "]<|tool_call_end|>")
-
-
-def parse(analysis: Any, text: str, **options: Any) -> dict[str, Any]:
-    """Parse whole and char by char; both must agree."""
-    parser = Parser(analysis, **options)
-    whole = parser.parse(text)
-    stream = parser.stream()
-    for char in text:
-        stream.feed(char)
-    stream.finish()
-    assert stream.message() == whole
-    return whole
-
-
-def calls(message: dict[str, Any]) -> list[tuple[str, Any]]:
-    return [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in message["tool_calls"]]
 
 
 # -- Python literals -----------------------------------------------------------------------------

@@ -29,22 +29,14 @@ def require_llama() -> None:
     tiny_model.require_llama()
 
 
-CONTROL = [
-    "<｜begin▁of▁sentence｜>",
-    "<｜end▁of▁sentence｜>",
-    "<｜User｜>",
-    "<｜Assistant｜>",
-    "<｜tool▁calls▁begin｜>",
-    "<｜tool▁calls▁end｜>",
-    "<｜tool▁call▁begin｜>",
-    "<｜tool▁call▁end｜>",
-    "<｜tool▁sep｜>",
-    "<｜tool▁outputs▁begin｜>",
-    "<｜tool▁outputs▁end｜>",
-    "<｜tool▁output▁begin｜>",
-    "<｜tool▁output▁end｜>",
-]
-USER_DEFINED = ["<think>", "</think>"]
+def control_tokens() -> list[str]:
+    """The DeepSeek-V3 markers the builder writes as CONTROL tokens (its own list, not a copy)."""
+    return list(builder().CONTROL_TOKENS)
+
+
+def user_defined_tokens() -> list[str]:
+    """The reasoning markers the builder writes as USER_DEFINED tokens."""
+    return list(builder().USER_DEFINED_TOKENS)
 
 
 def metadata(path: Path, *keys: str) -> dict[str, object]:
@@ -86,19 +78,20 @@ def test_engine_reports_template_and_markers(tiny_engine, tiny_template) -> None
     assert tiny_engine.bos_token == "<｜begin▁of▁sentence｜>"
     assert tiny_engine.eos_token == "<｜end▁of▁sentence｜>"
     assert tiny_engine.chat_template == tiny_template
-    assert set(CONTROL + USER_DEFINED) <= tiny_engine.special_tokens
+    assert set(control_tokens() + user_defined_tokens()) <= tiny_engine.special_tokens
 
 
 def test_special_tokens_have_deepseek_types_and_are_single_tokens(tiny_engine) -> None:
     import llama_cpp
 
-    for text in CONTROL + USER_DEFINED:
+    control = control_tokens()
+    for text in control + user_defined_tokens():
         token = tiny_engine.token_id(text)
         assert token is not None, text
         assert tiny_engine.tokenize(text) == [token]
         attrs = llama_cpp.llama_vocab_get_attr(tiny_engine.vocab_ptr, token)
         wanted = (
-            llama_cpp.LLAMA_TOKEN_ATTR_CONTROL if text in CONTROL else llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED
+            llama_cpp.LLAMA_TOKEN_ATTR_CONTROL if text in control else llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED
         )
         assert attrs & wanted, text
     assert tiny_engine.is_eog(tiny_engine.token_id("<｜end▁of▁sentence｜>"))

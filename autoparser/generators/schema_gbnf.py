@@ -27,6 +27,8 @@ import copy
 import json
 import math
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -538,16 +540,19 @@ class SchemaConverter:
 
     # -- containers ------------------------------------------------------------------------
 
-    def _guarded(self) -> list[str]:
+    @contextmanager
+    def _guarded(self) -> Iterator[None]:
+        """Inside an object or array a "{" or "[" is consumed: no reference being expanded
+        recurses unguarded any more, until the container is left."""
         saved, self._unguarded = self._unguarded, []
-        return saved
-
-    def visit_object(self, schema: dict, path: str, hint: str) -> str:
-        saved = self._guarded()
         try:
-            return self._visit_object(schema, path, hint)
+            yield
         finally:
             self._unguarded = saved
+
+    def visit_object(self, schema: dict, path: str, hint: str) -> str:
+        with self._guarded():
+            return self._visit_object(schema, path, hint)
 
     def _visit_object(self, schema: dict, path: str, hint: str) -> str:
         b, w = self.b, ws(self.b)
@@ -589,11 +594,8 @@ class SchemaConverter:
             self.w.add(path, "maxProperties", f"{hi} is not enforced")
 
     def visit_array(self, schema: dict, path: str, hint: str) -> str:
-        saved = self._guarded()
-        try:
+        with self._guarded():
             return self._visit_array(schema, path, hint)
-        finally:
-            self._unguarded = saved
 
     def _visit_array(self, schema: dict, path: str, hint: str) -> str:
         b, w = self.b, ws(self.b)

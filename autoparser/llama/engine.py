@@ -238,9 +238,8 @@ class Engine:
         stats.prompt_tokens = len(prompt)
         sampler = self._make_sampler(sampling, grammar, ignore_eos, max_tokens)
         guard = self._lazy_guard(grammar) if grammar is not None and grammar.lazy else None
-        return self._run(
-            prompt, max_tokens, sampler, guard, set(stop_token_ids), ignore_eos, should_stop, stats
-        )
+        steps = self._loop(prompt, max_tokens, sampler, guard, set(stop_token_ids), ignore_eos, should_stop, stats)
+        return self._run(steps, sampler, stats)
 
     def _check_prompt(self, prompt: list[int]) -> None:
         if not prompt:
@@ -315,23 +314,14 @@ class Engine:
         return self._trie
 
     def _run(
-        self,
-        prompt: list[int],
-        max_tokens: int,
-        sampler: TokenSampler,
-        guard: LazyTriggerGuard | None,
-        stop_ids: set[int],
-        ignore_eos: bool,
-        should_stop: Callable[[], bool] | None,
-        stats: GenerationStats,
+        self, steps: Iterator[GeneratedToken], sampler: TokenSampler, stats: GenerationStats
     ) -> Iterator[GeneratedToken]:
+        """Runs `steps` (a `_loop`, not yet started) holding the engine, then frees the sampler."""
         if not self._lock.acquire(blocking=False):
             sampler.close()
             raise RuntimeError("the engine is already generating; one generation at a time")
         try:
-            yield from self._loop(
-                prompt, max_tokens, sampler, guard, stop_ids, ignore_eos, should_stop, stats
-            )
+            yield from steps
         finally:
             if not stats.finish_reason:
                 stats.finish_reason = "cancelled"

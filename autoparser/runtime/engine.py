@@ -36,6 +36,8 @@ truncated arguments are closed by the JSON scanner's repair and the call is mark
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from autoparser.runtime.calls_json import JsonCalls
 from autoparser.runtime.calls_tagged import TagCalls
 from autoparser.runtime.channels import Output
@@ -259,6 +261,14 @@ class StreamParser(TagCalls, JsonCalls):
             self._raw_call_end_is_content = False
         return pos
 
+    @staticmethod
+    def _unmarked(markers: MarkerSet, text: str, pos: int, final: bool, emit: Callable[[str], None]) -> int:
+        """No marker ahead: emit the text up to where one could still begin (all of it when
+        `final`), and return where the emitted text stops."""
+        end = len(text) if final else markers.safe_end(text, pos)
+        emit(text[pos:end])
+        return end
+
     # -- reasoning -----------------------------------------------------------------------------
 
     def _begin(self, text: str, pos: int, final: bool) -> int:
@@ -302,9 +312,7 @@ class StreamParser(TagCalls, JsonCalls):
         markers = self._sets["reasoning"]
         hit = markers.find(text, pos)
         if hit is None:
-            end = len(text) if final else markers.safe_end(text, pos)
-            self.out.add_reasoning(text[pos:end])
-            return end
+            return self._unmarked(markers, text, pos, final, self.out.add_reasoning)
         start, found, kind = hit
         self.out.add_reasoning(text[pos:start])
         if kind == "end":
@@ -343,9 +351,7 @@ class StreamParser(TagCalls, JsonCalls):
         markers = self._sets["plain" if self._plain else "content"]
         hit = markers.find(text, pos)
         if hit is None:
-            end = len(text) if final else markers.safe_end(text, pos)
-            self.out.add_content(text[pos:end])
-            return end
+            return self._unmarked(markers, text, pos, final, self.out.add_content)
         start, found, kind = hit
         self.out.add_content(text[pos:start])
         end = start + len(found)
@@ -482,9 +488,7 @@ class StreamParser(TagCalls, JsonCalls):
         markers = self._sets["raw"]
         hit = markers.find(text, pos)
         if hit is None:
-            end = len(text) if final else markers.safe_end(text, pos)
-            self.out.add_content(text[pos:end])
-            return end
+            return self._unmarked(markers, text, pos, final, self.out.add_content)
         start, found, kind = hit
         end = start + len(found)
         if kind == "call_end":
