@@ -799,9 +799,10 @@ def _tagged_call_rules(g: _Grammar, analysis: Analysis, names: list[str] | None)
             g.rule(_seq("opened_call:", *opened_head, arguments, call_end))
         json_key_end = Marker(t.arg_key_end_json)
         opening = g.marker("ARG_START", arg_start)
-        key_end = g.marker("ARG_KEY_END", arg_key_end)
+        key_end = plain_key_end = g.marker("ARG_KEY_END", arg_key_end)
         if json_key_end.present:  # the marker after the key says whether the value is a string or JSON
-            key_end = f"({key_end} | {g.marker('ARG_KEY_END_JSON', json_key_end)})"
+            json_key_end_ref = g.marker("ARG_KEY_END_JSON", json_key_end)
+            key_end = f"({key_end} | {json_key_end_ref})"
         closing = g.marker("ARG_END", arg_end)
         if closing and (bare_keys or literal):
             closing += "?"  # the end marker may be left out before the call's end
@@ -809,6 +810,13 @@ def _tagged_call_rules(g: _Grammar, analysis: Analysis, names: list[str] | None)
             g.rule(_seq("argument:", opening, "ARG_KEY", key_end, "arg_value", closing))
             g.rule("?arg_value: ARG_STRING | object | array | NUMBER | TRUE | FALSE | NULL")
             g.terminal("ARG_STRING", follows.quoted_string())
+        elif json_key_end.present:
+            # the marker after the key tells a string, which runs to its end marker, from a JSON
+            # value, which ends at the separator or the call's end (`days:3,location:<|"|>…<|"|>`)
+            string_arg = _seq(opening, "ARG_KEY", plain_key_end, "ARG_VALUE?", closing)
+            json_arg = _seq(opening, "ARG_KEY", json_key_end_ref, "ARG_JSON_VALUE?",
+                            closing + ("" if closing.endswith("?") or not closing else "?"))
+            g.rule(f"argument: {string_arg} | {json_arg}")
         else:
             g.rule(_seq("argument:", opening, "ARG_KEY", key_end, "ARG_VALUE?", closing))
         key_stops = [m for m in (arg_key_end, json_key_end) if m.present]
@@ -823,6 +831,13 @@ def _tagged_call_rules(g: _Grammar, analysis: Analysis, names: list[str] | None)
                 value_stops = [arg_end]
             else:
                 value_stops = [Marker(t.arg_separator), arg_start, Marker(t.call_end)]
+            if json_key_end.present:
+                # a JSON value here is a number, boolean or null in practice: it ends at the separator
+                json_stops = [m for m in (arg_end, Marker(t.arg_separator), arg_start, Marker(t.call_end))
+                              if m.present]
+                g.terminal("ARG_JSON_VALUE", _text_regex(json_stops), TEXT_PRIORITY)
+                if arg_end.present:
+                    value_stops = [arg_end]
             g.terminal("ARG_VALUE", _text_regex(value_stops), TEXT_PRIORITY)
         after_name = [arg_start, Marker(t.call_end)]
         name_forbid = ""
@@ -995,7 +1010,7 @@ class _MessageBuilder:
                 literal = child
             elif child.type == "ARG_KEY":
                 key = str(child).strip()
-            elif child.type == "ARG_VALUE":
+            elif child.type in ("ARG_VALUE", "ARG_JSON_VALUE"):
                 raw = str(child)
             elif child.type == "ARG_KEY_END_JSON":
                 key_end, json_value = t.arg_key_end_json, True
