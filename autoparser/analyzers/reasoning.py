@@ -30,7 +30,7 @@ from autoparser.analyzers.probes import (
     Prober,
 )
 from autoparser.analyzers.prompt import generation_prompt
-from autoparser.render import compile_template, make_environment
+from autoparser.render import compile_template, get_environment
 
 STANDARD_VARIABLES = {
     "messages", "tools", "add_generation_prompt", "bos_token", "eos_token", "raise_exception",
@@ -50,7 +50,7 @@ class TemplateFacts:
 
 def template_facts(source: str) -> TemplateFacts:
     compile_template(source)  # raises a clear error for a template that does not compile
-    ast = make_environment().parse(source)
+    ast = get_environment().parse(source)
     variables = sorted(meta.find_undeclared_variables(ast) - STANDARD_VARIABLES)
     literals: list[str] = []
     for const in ast.find_all(nodes.Const):

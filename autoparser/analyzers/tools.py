@@ -94,7 +94,7 @@ def analyze_tools(prober: Prober, reasoning: ReasoningAnalysis, stop: list[str],
     _opened_by_prompt(tools, generation_prompt(prober, **kwargs) or "")
     if tools.format in ("tag_json", "tag_tagged"):
         _split_tag_markup(tools)
-    _find_tag_id(one, spans, tools)
+    _find_tag_id(tools)
     return tools
 
 
@@ -429,7 +429,7 @@ def _split_tag_markup(tools: ToolsAnalysis) -> None:
         tools.call_end = strip_prefix(tools.call_end, last_arg_end)
 
 
-def _find_tag_id(one: str, spans: list[Span], tools: ToolsAnalysis) -> None:
+def _find_tag_id(tools: ToolsAnalysis) -> None:
     if tools.format == "json" or not tools.name_end or ID_A not in tools.name_end:
         return
     at = tools.name_end.index(ID_A)
