@@ -21,7 +21,6 @@ def generation_prompt(prober: Prober, **kwargs: Any) -> str | None:
 @dataclass
 class TurnEnd:
     before_content: str = ""  # what the output carries before the content (after the prompt)
-    after_content: str = ""   # what follows the content: the end of turn, as rendered
     stop: list[str] = field(default_factory=list)
 
 
@@ -35,12 +34,12 @@ def turn_end(prober: Prober, eos_token: str, **kwargs: Any) -> TurnEnd | None:
     if between:
         # between a reply and the next user text: the end of the turn, then the user turn's opening
         closing, opening = _split_turns(prober, between, **kwargs)
-        stop = stop_markers(closing, "") or [m for m in markers_in(opening)][:1]
+        stop = stop_markers(closing) or markers_in(opening)[:1]
     else:
-        stop = stop_markers(after, "")
+        stop = stop_markers(after)
     if eos_token and eos_token not in stop:
         stop.append(eos_token)
-    return TurnEnd(before_content=output[:at], after_content=after, stop=stop)
+    return TurnEnd(before_content=output[:at], stop=stop)
 
 
 def _split_turns(prober: Prober, between: str, **kwargs: Any) -> tuple[str, str]:
@@ -90,7 +89,7 @@ def _next_turn_opening(prober: Prober, **kwargs: Any) -> str:
     return full[at: full.index(follow_up, at)]
 
 
-def stop_markers(after_content: str, eos_token: str) -> list[str]:
+def stop_markers(after_content: str) -> list[str]:
     """The marker that ends the turn: the last marker of the markup that directly follows the content.
 
     `<|END_RESPONSE|><|END_OF_TURN_TOKEN|>` ends the turn with its last marker; the first one closes
@@ -101,7 +100,7 @@ def stop_markers(after_content: str, eos_token: str) -> list[str]:
     for seg in segments(after_content):
         if seg.isspace():
             continue
-        if not (is_marker(seg) or seg == eos_token):
+        if not is_marker(seg):
             break
         markup.append(seg)
     if markup:
@@ -111,6 +110,4 @@ def stop_markers(after_content: str, eos_token: str) -> list[str]:
         words = after_content.split()
         if words and len(words[0]) <= 16 and not words[0].isalnum() and any(c.isalpha() for c in words[0]):
             stops.append(words[0])
-    if eos_token and eos_token not in stops:
-        stops.append(eos_token)
     return stops
