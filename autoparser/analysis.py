@@ -187,20 +187,21 @@ class Analysis:
 
     def parser(self, tools: list[dict[str, Any]] | None = None, thinking: bool | None = None,
                parallel_tool_calls: bool = True, tool_choice: Any = "auto",
-               tool_call_policy: str = "lenient"):
+               tool_call_policy: str = "lenient", prompt: str | None = None):
         from autoparser.runtime import Parser
 
         return Parser(self, tools=tools, thinking=thinking, parallel_tool_calls=parallel_tool_calls,
-                      tool_choice=tool_choice, tool_call_policy=tool_call_policy)
+                      tool_choice=tool_choice, tool_call_policy=tool_call_policy, prompt=prompt)
 
     def gbnf(self, tools: list[dict[str, Any]] | None = None, tool_choice: Any = "auto",
              thinking: bool | None = None, parallel_tool_calls: bool = True,
-             special_tokens: set[str] | list[str] | None = None, **kwargs: Any) -> str:
+             special_tokens: set[str] | list[str] | None = None, prompt: str | None = None,
+             **kwargs: Any) -> str:
         from autoparser.generators.gbnf import generate_gbnf
 
         return generate_gbnf(self, tools=tools, tool_choice=tool_choice, thinking=thinking,
                              parallel_tool_calls=parallel_tool_calls,
-                             special_tokens=special_tokens, **kwargs)
+                             special_tokens=special_tokens, prompt=prompt, **kwargs)
 
     def lark(self, tools: list[dict[str, Any]] | None = None, thinking: bool | None = None) -> str:
         from autoparser.generators.lark import generate_lark

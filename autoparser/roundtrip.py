@@ -72,6 +72,8 @@ class CaseResult:
     output: str = ""
     expected: dict[str, Any] = field(default_factory=dict)
     got: dict[str, Any] = field(default_factory=dict)
+    thinking: bool | None = None  # the request's thinking flag the output was parsed with
+    prompt: str = ""  # the rendered prompt the output continues
 
 
 def run_case(analysis: Analysis, case: str, message: dict[str, Any]) -> CaseResult:
@@ -105,9 +107,10 @@ def run_case(analysis: Analysis, case: str, message: dict[str, Any]) -> CaseResu
     try:
         got = analysis.parser(tools=TOOLS, thinking=thinking).parse(output)
     except Exception as exc:  # a crash is a failure to report, not to hide
-        return CaseResult(case, "fail", f"parser raised {type(exc).__name__}: {exc}", output, expected)
+        return CaseResult(case, "fail", f"parser raised {type(exc).__name__}: {exc}", output, expected,
+                          thinking=thinking, prompt=base)
     cause = compare(expected, got)
-    return CaseResult(case, "fail" if cause else "pass", cause, output, expected, got)
+    return CaseResult(case, "fail" if cause else "pass", cause, output, expected, got, thinking, base)
 
 
 def _shaped(prober: Prober, message: dict[str, Any]) -> dict[str, Any]:

@@ -85,10 +85,10 @@ def test_unclosed_reasoning_ends_at_a_tool_section_when_no_end_marker_follows() 
     assert (m["reasoning_content"], m["content"], m["tool_calls"]) == ("r " + call, "done", [])
 
 
-def test_a_stray_reasoning_end_marker_in_content_is_dropped() -> None:
+def test_a_later_reasoning_end_marker_in_content_is_text() -> None:
     m = parse_with_lark(analysis_of("deepseek_v3_1"), "a</think>b</think>c", thinking=True)
-    assert (m["reasoning_content"], m["content"]) == ("a", "bc")
-    assert parse_with_lark(analysis_of("deepseek_v3_1"), "ab</think>c", thinking=False)["content"] == "abc"
+    assert (m["reasoning_content"], m["content"]) == ("a", "b</think>c")
+    assert parse_with_lark(analysis_of("deepseek_v3_1"), "ab</think>c", thinking=False)["content"] == "ab</think>c"
 
 
 def test_text_between_and_after_calls_is_content() -> None:

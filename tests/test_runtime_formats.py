@@ -36,9 +36,10 @@ def test_v31_thinking_on_starts_in_reasoning() -> None:
     assert (message["reasoning_content"], message["content"]) == ("Think first.", "The answer.")
 
 
-def test_v31_thinking_off_drops_a_stray_end_marker() -> None:
+def test_v31_thinking_off_keeps_an_end_marker_inside_the_answer_as_text() -> None:
+    """The prompt closed reasoning: a later `</think>` is part of the answer (nothing is lost)."""
     message = parse(analyses.deepseek_v31(), "Hidden?</think>Answer." + DS_EOS, thinking=False)
-    assert message == {"role": "assistant", "reasoning_content": None, "content": "Hidden?Answer.",
+    assert message == {"role": "assistant", "reasoning_content": None, "content": "Hidden?</think>Answer.",
                        "tool_calls": []}
 
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
 
 import analyses
-from analyses import DS_CALL, DS_EOS, DS_SECTION, DS_SEP, WEATHER_TOOLS
+from analyses import DS_CALL, DS_EOS, DS_SECTION, DS_SEP, WEATHER_TOOLS, without_generated_ids
 
 from autoparser.runtime import Parser
 
@@ -70,17 +71,37 @@ def test_trailing_whitespace_waits_for_more_text() -> None:
     assert stream.message()["content"] == "Hello  \nworld"
 
 
-def test_stream_message_equals_parse_including_ids() -> None:
+def test_stream_message_carries_the_ids_its_deltas_carried() -> None:
     parser = Parser(analyses.hermes())
     text = '<tool_call>\n{"name": "a", "arguments": {}}\n</tool_call><tool_call>\n{"name": "b", "arguments": {}}' \
            '\n</tool_call>'
     stream = parser.stream()
-    feed_chars(stream, text)
+    deltas = [d for batch in feed_chars(stream, text) for d in batch]
     whole = parser.parse(text)
-    assert stream.message() == whole
-    ids = [c["id"] for c in whole["tool_calls"]]
-    assert len(set(ids)) == 2 and all(i.startswith("call_") for i in ids)
-    assert Parser(analyses.hermes()).parse(text)["tool_calls"][0]["id"] != ids[0]  # a new nonce per parser
+    assert without_generated_ids(stream.message()) == without_generated_ids(whole)
+    streamed_ids = [d["tool_calls"][0]["id"] for d in deltas if "id" in d.get("tool_calls", [{}])[0]]
+    assert [c["id"] for c in stream.message()["tool_calls"]] == streamed_ids
+    assert all(re.fullmatch(r"call_[0-9a-f]{24}", i) for i in streamed_ids)
+
+
+def test_call_ids_never_repeat_across_calls_parses_and_parsers() -> None:
+    text = "".join(f'<tool_call>\n{{"name": "f{i}", "arguments": {{}}}}\n</tool_call>' for i in range(5))
+    seen: list[str] = []
+    for _ in range(3):
+        parser = Parser(analyses.hermes())
+        for _ in range(3):
+            seen += [c["id"] for c in parser.parse(text)["tool_calls"]]
+            stream = parser.stream()
+            feed_chars(stream, text)
+            seen += [c["id"] for c in stream.message()["tool_calls"]]
+    assert len(seen) == 3 * 3 * 2 * 5 and len(set(seen)) == len(seen)
+
+
+def test_an_id_the_format_writes_is_passed_through() -> None:
+    kimi = analyses.kimi_k2()
+    text = analyses.render_output(kimi, None, "", [("get_weather", {"city": "Paris"})])
+    message = analyses.parse(kimi, text, tools=WEATHER_TOOLS)
+    assert message["tool_calls"][0]["id"] == "functions.get_weather:0"
 
 
 def test_tagged_string_values_stream_character_by_character() -> None:
@@ -99,7 +120,9 @@ def test_non_string_tagged_values_wait_for_their_end() -> None:
     stream.feed("<tool_call>\n<function=get_weather>\n<parameter=days>\n1")
     assert stream.feed("2") == []
     out = stream.feed("\n</parameter>\n")
-    assert "".join(d["tool_calls"][0]["function"]["arguments"] for d in out) == "12"
+    # the key goes out with its value, so a value never written is never invented
+    assert "".join(d["tool_calls"][0]["function"]["arguments"] for d in out) == '{"days": 12'
+
 
 
 def test_reasoning_with_tool_markup_is_held_until_decided() -> None:

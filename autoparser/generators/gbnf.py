@@ -70,7 +70,7 @@ from autoparser.generators.schema_gbnf import (
     schema_to_gbnf,
 )
 from autoparser.runtime.calls_tagged import is_weak
-from autoparser.runtime.spec import KEY_HOLE
+from autoparser.runtime.spec import CLOSED, KEY_HOLE, OPEN, start_state
 
 GAP_MAX = 4  # whitespace allowed around structural markers (the parser ignores it)
 ID_TEXT = "[a-zA-Z0-9_.:\\-]{1,64}"
@@ -289,7 +289,8 @@ class OutputGrammar:
     def __init__(self, analysis: Analysis, tools: list[Mapping[str, Any]] | None, tool_choice: Any,
                  thinking: bool | None, parallel_tool_calls: bool,
                  special_tokens: Iterable[str] | Mapping[str, int] | None, lazy: bool,
-                 free_text_limit: int | None = None, end_tokens: Iterable[str] = ()):
+                 free_text_limit: int | None = None, end_tokens: Iterable[str] = (),
+                 prompt: str | None = None):
         self.a = analysis
         self.t = analysis.tools
         self.warnings: list[str] = []
@@ -297,6 +298,10 @@ class OutputGrammar:
         self.b = GrammarBuilder()
         self.choice, self.tools = _chosen_tools(list(tools or []), tool_choice)
         self.thinking = analysis.thinking_enabled(thinking)
+        # where the output starts, as the parser sees it: inside reasoning the prompt opened,
+        # in content (reasoning closed or not opened this turn, or a prefilled answer), or free
+        self.start, self.continued = start_state(analysis.to_dict(), thinking, prompt)
+        self.forced = self.start == OPEN
         self.parallel = parallel_tool_calls and self.t.parallel
         self.lazy = lazy
         self.limit = free_text_limit
@@ -305,7 +310,8 @@ class OutputGrammar:
         # tagged values written as literals (`name(key='text', n=3)`), keys with no marker before them
         self.literal = self.t.format == "tag_tagged" and (self.t.arg_python or not self.t.arg_string_raw)
         self.bare_keys = self.t.format == "tag_tagged" and not self.t.arg_start.strip()
-        self.opened = self.t.opened_by_prompt and self.t.format in ("json", "tag_json", "tag_tagged")
+        self.opened = (self.t.opened_by_prompt and self.t.format in ("json", "tag_json", "tag_tagged")
+                       and self.start != CLOSED)
         if self.choice != "none" and not self.tools:
             self.choice = "none"
         if self.choice != "none" and not (self.t.supported and self.t.format in ("json", "tag_json", "tag_tagged")):
@@ -375,7 +381,9 @@ class OutputGrammar:
     # -- reasoning and content ------------------------------------------------------------
 
     def reasoning_active(self) -> bool:
-        return self.a.reasoning.mode != "none" and self.thinking and bool(self.a.reasoning.end.strip())
+        if self.a.reasoning.mode == "none" or not self.a.reasoning.end.strip() or self.start == CLOSED:
+            return False
+        return self.forced or self.thinking
 
     def reasoning(self) -> str:
         r = self.a.reasoning
@@ -385,7 +393,7 @@ class OutputGrammar:
         end = r.end.strip()  # whitespace around it belongs to the texts on either side
         text = text_excluding(self.b, "reasoning", [end, *self.a.stop], end, self.limit)
         closed = seq(text, self.tok.marker(end))
-        if r.forced_open or not r.start.strip():
+        if self.forced or not r.start.strip():
             return closed
         # some templates write the end marker alone for an empty reasoning block
         return optional(seq(self.gap(), alt(seq(self.tok.marker(r.start.strip()), closed), self.tok.marker(end))))
@@ -441,7 +449,7 @@ class OutputGrammar:
         if not self.reasoning_active():
             return [group], list(triggers)
         end = _regex_escape(r.end.strip())
-        if r.forced_open or not r.start.strip():
+        if self.forced or not r.start.strip():
             return [f"{end}[\\s\\S]*?{group}"], []
         start = _regex_escape(r.start.strip())
         no_reasoning = "^(?!\\s*" + start + ")[\\s\\S]*?" + group
@@ -760,7 +768,8 @@ def _is_plain_string(schema: Any) -> bool:
 def build_grammar(analysis: Analysis, tools: list[Mapping[str, Any]] | None = None, tool_choice: Any = "auto",
                   thinking: bool | None = None, parallel_tool_calls: bool = True,
                   special_tokens: Iterable[str] | Mapping[str, int] | None = None, lazy: bool = True,
-                  free_text_limit: int | None = None, end_tokens: Iterable[str] = (), **_: Any) -> GrammarResult:
+                  free_text_limit: int | None = None, end_tokens: Iterable[str] = (), prompt: str | None = None,
+                  **_: Any) -> GrammarResult:
     """The grammar of a request, with its lazy triggers and warnings.
 
     `lazy=False` gives the full language for ``"auto"`` instead of a lazy grammar.
@@ -769,10 +778,12 @@ def build_grammar(analysis: Analysis, tools: list[Mapping[str, Any]] | None = No
     is led to a complete output; with it, free text also avoids the first character of the
     markers that end it. `end_tokens`: texts of the model's end-of-generation tokens (the server
     knows them); a closing marker that contains one is cut before it, as for the analysis's stop
-    strings. Raises ValueError for a `tool_choice` naming a tool not in `tools`.
+    strings. `prompt`: the rendered prompt the output continues; the grammar starts where it
+    leaves the model, as the parser does (`thinking` is the fallback without one). Raises
+    ValueError for a `tool_choice` naming a tool not in `tools`.
     """
     return OutputGrammar(analysis, tools, tool_choice, thinking, parallel_tool_calls, special_tokens,
-                         lazy, free_text_limit, end_tokens).build()
+                         lazy, free_text_limit, end_tokens, prompt).build()
 
 
 def generate_gbnf(analysis: Analysis, tools: list[Mapping[str, Any]] | None = None, tool_choice: Any = "auto",

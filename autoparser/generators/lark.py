@@ -33,7 +33,7 @@ The language is what the runtime (`autoparser.runtime`, lenient policy) reads as
   inside reasoning (a repeated start marker is allowed). Otherwise an optional
   ``start REASONING end`` block comes first (with thinking switched off too: templates still
   show closed blocks). Reasoning without its end marker runs to the end of the output, or to a
-  tool-call section when no end marker follows anywhere. An end marker inside content is dropped.
+  tool-call section when no end marker follows anywhere. An end marker inside content is text.
 * text before, between and after calls is content;
 * tool names are an alternative over the given tools' names (or the `tool_choice` function),
   any name when no tools are given; arguments are any JSON object, or tagged key/value pairs
@@ -525,7 +525,7 @@ def _content_rules(g: _Grammar, analysis: Analysis, reasoning_case: str, stops: 
 
     Text stops before every marker that may follow it, and never begins with whitespace before
     such a marker: that whitespace is structural. A reasoning end marker found in content is
-    dropped, as the runtime does. Text after a call may not begin with what continues the
+    text, as the runtime reads it. Text after a call may not begin with what continues the
     calls (a call opener, a separator, the section end), which is why it has its own terminal.
     """
     r, c, t = analysis.reasoning, analysis.content, analysis.tools
@@ -944,7 +944,13 @@ class _MessageBuilder:
             if child.data == "reasoning":
                 self.reasoning.append(str(child.children[0]))
             elif child.data in ("content", "trailing"):
-                self.content.extend(str(tok) for tok in child.children if tok.type in ("CONTENT_TEXT", "TRAILING_TEXT"))
+                # a reasoning end marker inside the answer is text, as the runtime reads it; one
+                # before anything else closes an empty reasoning block
+                for tok in child.children:
+                    if tok.type == "REASONING_END" and not (self.reasoning or self.content or self.calls):
+                        continue
+                    if tok.type in ("CONTENT_TEXT", "TRAILING_TEXT", "REASONING_END"):
+                        self.content.append(str(tok))
             elif child.data == "tool_call":
                 self.calls.append(self._call(child))
             elif child.data == "opened_call":

@@ -69,8 +69,11 @@ class JsonCalls:
         if status == DONE:
             self._mode = self._after_json
             return newpos
+        held = scanner.held_raw()  # a member whose value is unreadable stays the model's text
         self._close_json(scanner.closing())
-        return self._finish_broken_json(newpos, incomplete=True)
+        pos = self._finish_broken_json(newpos, incomplete=True)
+        self.out.add_content(held)
+        return pos
 
     def _close_json(self, closing: str) -> None:
         if self._args_buffer is not None:

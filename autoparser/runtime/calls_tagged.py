@@ -191,6 +191,8 @@ class TagCalls:
                 self._step = ARGS_BEGIN
                 return p
             found, end = match_at(text, p, spec.args_start, final)
+            if found == NONE and spec.args_start_bare:
+                found, end = match_at(text, p, spec.args_start_bare, final)
             if found == PARTIAL:
                 return p
             self._step = ARGS_BEGIN
@@ -371,7 +373,7 @@ class TagCalls:
             self._step = T_KEY
             return end
         # the call ends (or the next call / end of section starts without the end marker)
-        self.out.add_arguments("}" if self._args_open else "{}")
+        self.out.close_arguments(self._args_open)
         self._end_call()
         self._mode = self._section
         return end if kind == "call_end" else p
@@ -388,12 +390,7 @@ class TagCalls:
             hit = markers.find(text, p)
         if hit is None or hit == NO:
             if final and self._emitted:
-                # cut off inside a key: keep the partial key (nothing is lost), with no value
-                partial = text[p:].strip()
-                if partial:
-                    self.out.add_arguments(("{" if not self._args_open else ", ")
-                                           + json.dumps(partial, ensure_ascii=False) + ": null")
-                    self._args_open = True
+                # cut off inside a key: only arguments whose values were written are kept
                 return self._close_tagged(len(text), incomplete=True)
             if final or hit == NO or len(text) - p > MAX_NAME:
                 return self._key_failed(p)
@@ -410,7 +407,8 @@ class TagCalls:
             self._kind = "json"
         else:
             self._kind = value_kind(schema)
-        self.out.add_arguments(("{" if not self._args_open else ", ") + json.dumps(key, ensure_ascii=False) + ": ")
+        # the key goes out with its value's first text: a value never written is never invented
+        self.out.key_pending = ("{" if not self._args_open else ", ") + json.dumps(key, ensure_ascii=False) + ": "
         self._args_open = True
         self._value_parts = []
         self._step = T_KEY_TRAIL
@@ -440,7 +438,7 @@ class TagCalls:
         return self._close_tagged(p, incomplete=True, junk=True)
 
     def _close_tagged(self, pos: int, incomplete: bool, junk: bool = False) -> int:
-        self.out.add_arguments("}" if self._args_open else "{}")
+        self.out.close_arguments(self._args_open)
         if junk:
             return self._to_junk(pos, incomplete=incomplete)
         self._end_call(incomplete)
@@ -556,8 +554,7 @@ class TagCalls:
             end = len(text) if final else safe
             self._value_parts.append(text[pos:end])
             if final:
-                raw = "".join(self._value_parts)
-                self.out.add_arguments(convert_tagged_value(raw, self._kind, self._schema()))
+                # cut off inside a value whose end is unknown: the argument is left out
                 return self._close_tagged(len(text), incomplete=True)
             return end
         value_end, marker_end, kind = hit
@@ -592,7 +589,6 @@ class TagCalls:
         if p >= len(text):
             if not final:
                 return pos
-            self.out.add_arguments("null")
             return self._close_tagged(p, incomplete=True)
         match = _QUOTE_OPEN.match(text, p)
         if match is None and not final and _QUOTE_PREFIX.match(text, p):

@@ -83,7 +83,7 @@ class ToolCall:
 class Output:
     """Collects the message and the deltas of the current `feed`, merging neighbours of one kind."""
 
-    __slots__ = ("reasoning", "content", "calls", "deltas", "_last")
+    __slots__ = ("reasoning", "content", "calls", "deltas", "_last", "key_pending")
 
     def __init__(self) -> None:
         self.reasoning = TextChannel()
@@ -91,6 +91,8 @@ class Output:
         self.calls: list[ToolCall] = []
         self.deltas: list[dict] = []
         self._last: object = None
+        # an argument's key (`, "city": `), emitted only with the first text of its value
+        self.key_pending = ""
 
     def take(self) -> list[dict]:
         deltas = self.deltas
@@ -126,6 +128,8 @@ class Output:
     def add_arguments(self, text: str) -> None:
         if not text:
             return
+        if self.key_pending:
+            text, self.key_pending = self.key_pending + text, ""
         call = self.calls[-1]
         call.append(text)
         if self._last is call:
@@ -133,6 +137,13 @@ class Output:
         else:
             self.deltas.append({"tool_calls": [{"index": call.index, "function": {"arguments": text}}]})
             self._last = call
+
+    def close_arguments(self, opened: bool) -> None:
+        """Close the arguments object; a key still waiting for its value is dropped with it."""
+        pending, self.key_pending = self.key_pending, ""
+        if pending:
+            opened = not pending.startswith("{")
+        self.add_arguments("}" if opened else "{}")
 
     def message(self) -> dict:
         return {"role": "assistant", "reasoning_content": self.reasoning.value(),

@@ -43,7 +43,7 @@ from autoparser.runtime.calls_tagged import TagCalls
 from autoparser.runtime.channels import Output
 from autoparser.runtime.jsonscan import JsonScanner, is_string_body, skip_whitespace
 from autoparser.runtime.markers import FULL, PARTIAL, MarkerSet, core, match_at
-from autoparser.runtime.spec import Spec
+from autoparser.runtime.spec import CLOSED, IMPLIED, Spec
 from autoparser.runtime.steps import (
     A_AFTER,
     A_ITEM,
@@ -52,7 +52,6 @@ from autoparser.runtime.steps import (
     ID,
     NAME,
     NAME_START,
-    T_LIT_BUFFER,
     T_LIT_STRING,
     T_STRING,
     W_OPEN,
@@ -199,7 +198,7 @@ class StreamParser(TagCalls, JsonCalls):
     def _emit_call(self) -> None:
         """The call is certain: emit its name and id; its raw text is no longer needed."""
         spec = self._spec
-        call_id = self._call_id or spec.call_id(len(self.out.calls))
+        call_id = self._call_id or spec.call_id()
         self.out.start_call(call_id, self._name)
         self._emitted = True
         self._raw = None
@@ -273,20 +272,58 @@ class StreamParser(TagCalls, JsonCalls):
 
     def _begin(self, text: str, pos: int, final: bool) -> int:
         spec = self._spec
+        if spec.continued:
+            # the prompt ended inside the assistant's own text: this output goes on with it
+            channel = self.out.reasoning if spec.start_in_reasoning else self.out.content
+            channel.started = True
+            self._mode = self._reasoning if spec.start_in_reasoning else self._content
+            return pos
         p = skip_whitespace(text, pos)
         if p >= len(text) and not final:
             return p
-        if spec.opened_by_prompt:
+        if spec.opened_by_prompt and spec.start != CLOSED:
             return self._opened(text, p, final)
-        if spec.reasoning_start:
-            found, end = match_at(text, p, spec.reasoning_start, final)
-            if found == PARTIAL:
-                return p
-            if found == FULL:
-                self._mode = self._reasoning
-                return end
-        self._mode = self._reasoning if spec.start_in_reasoning else self._content
+        # an explicit start (repeated, when the prompt opened reasoning), or an end marker alone
+        # (an empty reasoning block)
+        enders = () if spec.start_in_reasoning else ((spec.reasoning_end, self._content),)
+        for marker, mode in ((spec.reasoning_start, self._reasoning), *enders):
+            if marker and spec.start != CLOSED:
+                found, end = match_at(text, p, marker, final)
+                if found == PARTIAL:
+                    return p
+                if found == FULL:
+                    self._mode = mode
+                    return end
+        if spec.start_in_reasoning:
+            self._mode = self._reasoning
+            return p
+        if spec.start == IMPLIED:
+            self._deferred = []
+            self._mode = self._implied
+            return p
+        self._mode = self._content
         return p
+
+    def _implied(self, text: str, pos: int, final: bool) -> int:
+        """Reasoning the template implies but the output did not open: text is held until an end
+        marker makes it reasoning, or an end of turn, tool markup or the end of output makes it
+        content (parsed again from its start)."""
+        markers = self._sets["reasoning"]
+        hit = markers.find(text, pos)
+        if hit is not None and hit[2] == "end":
+            start, found, _kind = hit
+            self.out.add_reasoning("".join(self._deferred) + text[pos:start])
+            self._deferred = []
+            self._mode = self._content
+            return start + len(found)
+        if hit is not None or final:
+            self._text = "".join(self._deferred) + text[pos:]
+            self._deferred = []
+            self._mode = self._content
+            return 0
+        end = markers.safe_end(text, pos)
+        self._deferred.append(text[pos:end])
+        return end
 
     def _opened(self, text: str, p: int, final: bool) -> int:
         """The prompt ended with the call opener: the output starts with a call's name, or with
@@ -531,9 +568,7 @@ class StreamParser(TagCalls, JsonCalls):
         elif mode == self._tagged_args:
             if self._step in (T_STRING, T_LIT_STRING):
                 self.out.add_arguments('"')
-            elif self._step == T_LIT_BUFFER:
-                self.out.add_arguments("null")
-            self.out.add_arguments("}" if self._args_open else "{}")
+            self.out.close_arguments(self._args_open)
             self._end_call(incomplete=True)
         elif mode == self._wrapper:
             self._end_call(incomplete=True)

@@ -70,15 +70,22 @@ class JsonScanner:
 
     `first` restricts the kind of value: "{" accepts only an object. The emitted pieces joined
     together plus `closing()` always form valid JSON once the value has started.
+
+    Nothing is invented: an object member (its comma, key and colon) or an array element's comma
+    is held back until the value after it has validly started, so a cut or an error before that
+    drops the member whole (`held_raw()` gives its text back) instead of closing it with `null`.
     """
 
-    __slots__ = ("state", "stack", "first", "started")
+    __slots__ = ("state", "stack", "first", "started", "holding", "pending", "pending_raw")
 
     def __init__(self, first: str = "") -> None:
         self.state = _VALUE
         self.stack: list[str] = []
         self.first = first
         self.started = False
+        self.holding = False  # a member or element is held until its value starts
+        self.pending: list[str] = []  # its emitted text from earlier calls of `scan`
+        self.pending_raw: list[str] = []  # and its source text
 
     @property
     def done(self) -> bool:
@@ -95,16 +102,17 @@ class JsonScanner:
         With `final`, nothing more will come: a held number or literal is judged as it is.
         """
         out: list[str] = []
+        hold = [0, pos]  # where held text starts in `out` and in `text`
         end = len(text)
         while pos < end:
             state = self.state
             if state == _STRING or state == _KEY:
                 pos = self._string(text, pos, out, final)
                 if pos < 0:
-                    return -pos - 1, MORE, "".join(out)
+                    return self._result(text, -pos - 1, MORE, out, hold)
                 continue
             if state == _END:
-                return pos, DONE, "".join(out)
+                return self._result(text, pos, DONE, out, hold)
             match = _WHITESPACE.match(text, pos)
             if match.end() > pos:
                 out.append(match.group())
@@ -117,31 +125,34 @@ class JsonScanner:
                     follow = _WHITESPACE.match(text, pos + 1).end()
                     if follow >= end:
                         # keep the comma until the next element starts, so a cut here needs no repair
-                        return pos, (ERROR if final else MORE), "".join(out)
+                        return self._result(text, pos, MORE, out, hold)
                     nxt = text[follow]
                     top = self.stack[-1]
                     if nxt not in ('"' if top == "{" else _VALUE_STARTS):
-                        return pos, ERROR, "".join(out)
+                        return self._result(text, pos, ERROR, out, hold)
+                    self._hold(out, pos, hold)
                     out.append(text[pos:follow])
                     pos = follow
                     self.state = _VALUE if top == "[" else _OBJECT_FIRST
                     continue
                 closer = "}" if self.stack[-1] == "{" else "]"
                 if char != closer:
-                    return pos, ERROR, "".join(out)
+                    return self._result(text, pos, ERROR, out, hold)
                 out.append(char)
                 pos += 1
                 self._close_container()
                 continue
             if state == _COLON:
                 if char != ":":
-                    return pos, ERROR, "".join(out)
+                    return self._result(text, pos, ERROR, out, hold)
                 out.append(char)
                 pos += 1
                 self.state = _VALUE
                 continue
             if state == _OBJECT_FIRST:
                 if char == '"':
+                    if not self.holding:
+                        self._hold(out, pos, hold)
                     out.append(char)
                     pos += 1
                     self.state = _KEY
@@ -151,7 +162,7 @@ class JsonScanner:
                     pos += 1
                     self._close_container()
                     continue
-                return pos, ERROR, "".join(out)
+                return self._result(text, pos, ERROR, out, hold)
             if state == _ARRAY_FIRST and char == "]":
                 out.append(char)
                 pos += 1
@@ -159,7 +170,9 @@ class JsonScanner:
                 continue
             # a value starts here
             if self.first and not self.started and char != self.first:
-                return pos, ERROR, "".join(out)
+                return self._result(text, pos, ERROR, out, hold)
+            if char in '{["':
+                self._release(out, hold)
             self.started = True
             if char == "{":
                 self.stack.append("{")
@@ -176,15 +189,41 @@ class JsonScanner:
                 out.append(char)
                 pos += 1
             else:
-                taken = self._scalar(text, pos, final)
+                # a member's scalar cut off by the end of output may have been longer: not final
+                taken = self._scalar(text, pos, final and not self.stack)
                 if taken is None:
-                    return pos, ERROR, "".join(out)
+                    return self._result(text, pos, ERROR, out, hold)
                 if taken == "":
-                    return pos, MORE, "".join(out)
+                    return self._result(text, pos, MORE, out, hold)
+                self._release(out, hold)
                 out.append(taken)
                 pos += len(taken)
                 self._close_value()
-        return pos, (DONE if self.state == _END else MORE), "".join(out)
+        return self._result(text, pos, DONE if self.state == _END else MORE, out, hold)
+
+    def _hold(self, out: list[str], pos: int, hold: list[int]) -> None:
+        """A member or element begins at text[pos]: hold it until its value starts."""
+        self.holding = True
+        hold[0], hold[1] = len(out), pos
+
+    def _release(self, out: list[str], hold: list[int]) -> None:
+        """The held member's value started validly: its text may go out."""
+        if self.holding:
+            if self.pending:
+                out[0:0] = self.pending
+            self.holding = False
+            self.pending, self.pending_raw = [], []
+
+    def _result(self, text: str, pos: int, status: int, out: list[str], hold: list[int]):
+        if not self.holding:
+            return pos, status, "".join(out)
+        self.pending.extend(out[hold[0]:])
+        self.pending_raw.append(text[hold[1]:pos])
+        return pos, status, "".join(out[: hold[0]])
+
+    def held_raw(self) -> str:
+        """The source text of a member held back when the value broke off (it stays the model's)."""
+        return "".join(self.pending_raw) if self.holding else ""
 
     def _string(self, text: str, pos: int, out: list[str], final: bool) -> int:
         """Scan inside a string; return the new position, or -(pos+1) to hold text[pos:]."""
@@ -242,18 +281,12 @@ class JsonScanner:
         """The text that turns what was emitted (plus a held scalar `held`) into valid JSON."""
         parts: list[str] = []
         state = self.state
-        if state == _KEY:
-            parts.append('": null')
+        if self.holding:
+            pass  # the held member is dropped: only values that started are kept
         elif state == _STRING:
             parts.append('"')
-        elif state == _COLON:
-            parts.append(": null")
         elif not self.started:
             return "{}" if self.first == "{" else (_complete_scalar(held) if held.strip() else "null")
-        elif held.strip() and state in (_VALUE, _ARRAY_FIRST):
-            parts.append(_complete_scalar(held))
-        elif state == _VALUE:
-            parts.append("null")
         for opener in reversed(self.stack):
             parts.append("}" if opener == "{" else "]")
         return "".join(parts)

@@ -1,9 +1,10 @@
 """`Parser`: the per-request object that parses whole outputs and creates streams.
 
 Everything that depends only on the analysis and the request (marker sets, the tool table, the
-id nonce) is computed here once; a `StreamParser` then holds just its position and a short
+start state) is computed here once; a `StreamParser` then holds just its position and a short
 buffer. `parse` runs the streaming engine over the whole text, so a stream of the same parser
-ends with exactly the message `parse` returns, call ids included.
+ends with the message `parse` returns; only the call ids differ, each drawn afresh when a call
+is first emitted (a stream's `message()` carries the ids its deltas carried).
 """
 
 from __future__ import annotations
@@ -28,9 +29,8 @@ def build_marker_sets(spec: Spec) -> dict[str, Any]:
         return table
 
     stops = [(stop, "stop") for stop in spec.stops]
+    # a reasoning end marker inside the answer is text (`Use the </think> tag.`)
     dropped = [(m, "drop") for m in spec.content_markers]
-    if spec.has_reasoning:
-        dropped.append((spec.reasoning_end, "drop"))
     tool_markers: list[tuple[str, str]] = []
     if spec.tools_on:
         tool_markers = [(spec.section_start, "section"), (spec.call_start, "call")]
@@ -101,14 +101,19 @@ class Parser:
     Tool call dicts carry `"incomplete": true` when their arguments had to be closed by repair
     (the output was cut off, or the JSON broke off mid-way); such a call should not be executed
     without checking.
+
+    `prompt` is the rendered prompt the output continues: the parser starts where it leaves the
+    model (inside reasoning only if it opened reasoning, inside the assistant's partial answer
+    when it continues one); `thinking` is the fallback when no prompt is given.
     """
 
     def __init__(self, analysis: Any, tools: list[dict[str, Any]] | None = None,
                  thinking: bool | None = None, parallel_tool_calls: bool = True,
-                 tool_choice: Any = "auto", tool_call_policy: str = "lenient") -> None:
+                 tool_choice: Any = "auto", tool_call_policy: str = "lenient",
+                 prompt: str | None = None) -> None:
         data = analysis.to_dict() if hasattr(analysis, "to_dict") else dict(analysis)
         self.analysis = analysis
-        self.spec = Spec(data, tools, thinking, parallel_tool_calls, tool_choice, tool_call_policy)
+        self.spec = Spec(data, tools, thinking, parallel_tool_calls, tool_choice, tool_call_policy, prompt)
         self._sets = build_marker_sets(self.spec)
 
     def stream(self) -> StreamParser:

@@ -15,6 +15,7 @@ from autoparser.runtime.markers import core, leading_ws, trailing_ws
 _INDEX_DIGITS = re.compile(r"[0-9]+")
 _ARGS_KEYS = ("arguments", "parameters")
 KEY_HOLE = "{key}"  # where an argument's end marker names its key (`</{key}>`)
+_FENCE_WITH_LANGUAGE = re.compile(r"(```)[A-Za-z][\w+-]*")
 
 
 def thinking_enabled(analysis: dict[str, Any], thinking: bool | None) -> bool:
@@ -25,6 +26,69 @@ def thinking_enabled(analysis: dict[str, Any], thinking: bool | None) -> bool:
     if thinking is None or not reasoning.get("toggle"):
         return bool(reasoning.get("default_on", True))
     return bool(thinking)
+
+
+# Where the output starts (`start_state`): inside reasoning the prompt opened; in content with
+# reasoning over or never opened for this turn; free to open reasoning itself; or free with
+# reasoning expected, so that an end marker with no start closes reasoning it implied.
+OPEN, CLOSED, FREE, IMPLIED = "open", "closed", "free", "implied"
+
+
+def _after_last(text: str, markers: list[str]) -> int:
+    """The position right after the last occurrence of any of `markers` in text (0: none)."""
+    best = 0
+    for marker in markers:
+        if marker:
+            found = text.rfind(marker)
+            if found >= 0:
+                best = max(best, found + len(marker))
+    return best
+
+
+def _assistant_header(analysis: dict[str, Any]) -> str:
+    """The generation prompt without its reasoning markers: what opens an assistant turn."""
+    header = core(analysis.get("generation_prompt"))
+    reasoning = analysis.get("reasoning") or {}
+    for marker in (core(reasoning.get("start")), core(reasoning.get("end"))):
+        if marker and marker in header:
+            header = header[: header.index(marker)]
+    return core(header)
+
+
+def start_state(analysis: dict[str, Any], thinking: bool | None, prompt: str | None) -> tuple[str, bool]:
+    """Where the model's output starts, and whether it continues text the prompt began (prefill).
+
+    With a prompt, reasoning is open only when the prompt's last turn opened it and did not
+    close it; otherwise the output is content when the prompt continues the assistant's own
+    message, or when the template opens reasoning itself (`forced_open`) and did not here (a
+    turn after a tool result). `thinking` decides only when there is no prompt.
+    """
+    reasoning = analysis.get("reasoning") or {}
+    mode = reasoning.get("mode", "none")
+    start, end = core(reasoning.get("start")), core(reasoning.get("end"))
+    has_reasoning = mode != "none" and bool(end)
+    expected = has_reasoning and thinking_enabled(analysis, thinking)
+    free = IMPLIED if expected and mode == "tagged" and start else FREE
+    if prompt is None:
+        if expected and reasoning.get("forced_open"):
+            return OPEN, False
+        return free, False
+    stops = [core(s) for s in analysis.get("stop") or []]
+    turn = _after_last(prompt, stops)  # the last turn starts after the last end-of-turn marker
+    if has_reasoning and start:
+        opened = prompt.rfind(start)
+        if opened >= turn and opened >= 0 and prompt.find(end, opened) < 0:
+            return OPEN, bool(prompt[opened + len(start):].strip())
+    header = _assistant_header(analysis)
+    anchor = _after_last(prompt, [header, end if has_reasoning else ""])
+    tools = analysis.get("tools") or {}
+    tool_markers = [core(tools.get(k)) for k in ("section_start", "call_start", "section_end", "call_end")]
+    tail = prompt[anchor:]
+    if anchor > turn and tail.strip() and header and not any(m and m in tail for m in tool_markers):
+        return CLOSED, True  # the prompt ends inside the assistant's own partial answer
+    if has_reasoning and ((end and prompt.rstrip().endswith(end)) or reasoning.get("forced_open")):
+        return CLOSED, False
+    return free, False
 
 
 def value_kind(schema: Any) -> str:
@@ -82,7 +146,7 @@ class Spec:
 
     def __init__(self, analysis: dict[str, Any], tools: list[dict[str, Any]] | None,
                  thinking: bool | None, parallel_tool_calls: bool, tool_choice: Any,
-                 tool_call_policy: str) -> None:
+                 tool_call_policy: str, prompt: str | None = None) -> None:
         if tool_call_policy not in ("lenient", "strict"):
             raise ValueError(f"tool_call_policy must be 'lenient' or 'strict', not {tool_call_policy!r}")
         reasoning = analysis.get("reasoning") or {}
@@ -93,8 +157,8 @@ class Spec:
         self.has_reasoning = self.reasoning_mode != "none" and bool(core(reasoning.get("end")))
         self.reasoning_start = core(reasoning.get("start")) if self.has_reasoning else ""
         self.reasoning_end = core(reasoning.get("end")) if self.has_reasoning else ""
-        self.start_in_reasoning = (self.has_reasoning and bool(reasoning.get("forced_open"))
-                                   and thinking_enabled(analysis, thinking))
+        self.start, self.continued = start_state(analysis, thinking, prompt)
+        self.start_in_reasoning = self.has_reasoning and self.start == OPEN
         content_start, content_end = core(content.get("start")), core(content.get("end"))
         self.stops = [core(s) for s in analysis.get("stop") or [] if core(s)]
 
@@ -164,10 +228,14 @@ class Spec:
         if self.opened_by_prompt and content_start:
             self.recipient, content_start = content_start, ""
         self.content_markers = [m for m in (content_start, content_end) if m]
-        self.nonce = secrets.token_hex(6)
+        # a fence around JSON arguments (```json) is also accepted without its language tag
+        fence = _FENCE_WITH_LANGUAGE.fullmatch(self.args_start)
+        self.args_start_bare = fence.group(1) if fence else ""
 
-    def call_id(self, index: int) -> str:
-        return f"call_{self.nonce}{index:02d}"
+    @staticmethod
+    def call_id() -> str:
+        """A new id, unique across calls, requests, parsers and processes."""
+        return "call_" + secrets.token_hex(12)
 
     def name_allowed(self, name: str) -> bool:
         return self.allowed is None or name in self.allowed

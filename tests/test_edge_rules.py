@@ -1,0 +1,100 @@
+"""Imperfect output around reasoning and tool calls: nothing is lost and nothing is invented.
+
+Each case is parsed whole and one character at a time (`analyses.parse` checks they agree).
+"""
+
+from __future__ import annotations
+
+import json
+
+import analyses
+from analyses import DS_CALL, DS_EOS, DS_SECTION, DS_SEP, WEATHER_TOOLS, calls, parse
+
+V31_HEAD = DS_SECTION[0] + DS_CALL[0] + "get_weather" + DS_SEP
+
+
+def _arguments(message: dict) -> dict:
+    return json.loads(message["tool_calls"][0]["function"]["arguments"])
+
+
+def test_an_end_marker_with_no_start_closes_the_reasoning_the_template_implies() -> None:
+    """The model writes `<think>` itself (R1-0528 style) but left it out."""
+    message = parse(analyses.deepseek_r1_0528(), "I should answer.</think>Forty-two." + DS_EOS)
+    assert (message["reasoning_content"], message["content"]) == ("I should answer.", "Forty-two.")
+
+
+def test_without_an_end_marker_implied_reasoning_is_the_answer() -> None:
+    message = parse(analyses.deepseek_r1_0528(), "Forty-two." + DS_EOS)
+    assert (message["reasoning_content"], message["content"]) == (None, "Forty-two.")
+
+
+def test_implied_reasoning_ends_where_a_tool_call_starts() -> None:
+    r1 = analyses.deepseek_r1_0528()
+    text = "Checking. " + analyses.render_output(r1, None, "", [("get_weather", {"city": "Paris"})])
+    message = parse(r1, text, tools=WEATHER_TOOLS)
+    assert message["content"] == "Checking." and message["reasoning_content"] is None
+    assert calls(message) == [("get_weather", {"city": "Paris"})]
+
+
+def test_a_later_end_marker_inside_the_answer_is_text() -> None:
+    for analysis in (analyses.deepseek_r1(), analyses.deepseek_r1_0528()):
+        message = parse(analysis, "Plan.</think>Use the `</think>` tag." + DS_EOS)
+        assert (message["reasoning_content"], message["content"]) == ("Plan.", "Use the `</think>` tag.")
+
+
+def test_a_fence_with_no_language_tag_parses_like_a_json_fence() -> None:
+    v3 = analyses.deepseek_v3_0324()
+    tagged = analyses.render_output(v3, None, "", [("get_weather", {"city": "Paris"})])
+    bare = tagged.replace("```json", "```")
+    assert bare != tagged
+    for text in (tagged, bare):
+        message = parse(v3, text, tools=WEATHER_TOOLS)
+        assert calls(message) == [("get_weather", {"city": "Paris"})] and message["content"] is None
+
+
+def test_unparsable_arguments_never_give_invented_values() -> None:
+    text = V31_HEAD + '{"city": Paris, "days": }' + DS_CALL[1] + DS_SECTION[1] + DS_EOS
+    message = parse(analyses.deepseek_v31(), text)
+    call = message["tool_calls"][0]
+    assert _arguments(message) == {} and call["incomplete"] is True
+    # nothing lost: the member that could not be read stays the model's text
+    assert message["content"].startswith('"city": Paris, "days": }')
+
+
+def test_unparsable_value_after_good_members_keeps_the_good_ones() -> None:
+    text = V31_HEAD + '{"days": 3, "city": Paris}' + DS_CALL[1] + DS_SECTION[1]
+    message = parse(analyses.deepseek_v31(), text)
+    assert _arguments(message) == {"days": 3} and message["tool_calls"][0]["incomplete"] is True
+    assert '"city": Paris' in message["content"]
+
+
+def test_a_json_call_cut_off_keeps_only_complete_values() -> None:
+    complete = '{"city": "Paris", '
+    for tail in ('"days": 1', '"days": tr', '"days": ', '"da', '"days"', ""):
+        message = parse(analyses.deepseek_v31(), V31_HEAD + complete + tail)
+        assert _arguments(message) == {"city": "Paris"}, tail
+        assert message["tool_calls"][0]["incomplete"] is True and message["content"] is None
+
+
+def test_a_tagged_call_cut_off_keeps_only_complete_values() -> None:
+    coder = analyses.qwen3_coder()
+    head = "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+    for tail in ("<parameter=days>\n1", "<parameter=days>\n", "<parameter=da"):
+        message = parse(coder, head + tail, tools=WEATHER_TOOLS)
+        assert _arguments(message) == {"city": "Paris"}, tail
+        assert message["tool_calls"][0]["incomplete"] is True
+
+
+def test_a_python_call_cut_off_keeps_only_complete_values() -> None:
+    lfm = analyses.lfm2_python()
+    start = analyses.render_output(lfm, None, "", [("get_weather", {"city": "Paris", "days": 12})])
+    cut = start[: start.index("12")]
+    message = parse(lfm, cut, tools=WEATHER_TOOLS)
+    assert _arguments(message) == {"city": "Paris"} and message["tool_calls"][0]["incomplete"] is True
+
+
+def test_a_string_cut_off_streams_as_written_and_marks_the_call() -> None:
+    """A string value streams as it arrives (deltas cannot be taken back): a cut keeps what the
+    model wrote of it, closed, and marks the call incomplete; no other value is made up."""
+    message = parse(analyses.deepseek_v31(), V31_HEAD + '{"city": "Par')
+    assert _arguments(message) == {"city": "Par"} and message["tool_calls"][0]["incomplete"] is True

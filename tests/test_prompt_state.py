@@ -1,0 +1,106 @@
+"""The parser and the grammar start where the rendered prompt leaves the model (`prompt=`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import analyses
+import pytest
+from analyses import without_generated_ids
+from corpora import llamacpp_templates
+
+import autoparser
+from autoparser.generators.gbnf import build_grammar
+
+BOS, EOS = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+ASKED = [{"role": "user", "content": "Weather in Paris?"}]
+CALLED = ASKED + [
+    {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+    {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+]
+
+
+@pytest.fixture(scope="module")
+def v31() -> autoparser.Analysis:
+    path = next((p for p in llamacpp_templates() if p.name == "deepseek-ai-DeepSeek-V3.1.jinja"), None)
+    if path is None:
+        pytest.skip("DeepSeek-V3.1 is not in the llama.cpp corpus")
+    return autoparser.analyze(Path(path).read_text(encoding="utf-8"), bos_token=BOS, eos_token=EOS)
+
+
+def _prompt(a: autoparser.Analysis, messages: list[dict], thinking: bool) -> str:
+    return a.render(messages, tools=TOOLS, add_generation_prompt=True, **a.thinking_kwargs(thinking))
+
+
+def _both(parser, text: str) -> dict:
+    whole = parser.parse(text)
+    stream = parser.stream()
+    for char in text:
+        stream.feed(char)
+    stream.finish()
+    assert without_generated_ids(stream.message()) == without_generated_ids(whole)
+    return whole
+
+
+def test_v31_answer_after_a_tool_result_with_thinking_on_is_content(v31) -> None:
+    prompt = _prompt(v31, CALLED, thinking=True)
+    assert not prompt.rstrip().endswith("<think>")  # the turn after a tool result opens no reasoning
+    message = _both(v31.parser(tools=TOOLS, thinking=True, prompt=prompt), "It is sunny in Paris." + EOS)
+    assert (message["reasoning_content"], message["content"]) == (None, "It is sunny in Paris.")
+    # without the prompt, `thinking=True` alone still means "the output starts inside reasoning"
+    fallback = v31.parser(tools=TOOLS, thinking=True).parse("It is sunny in Paris." + EOS)
+    assert fallback["reasoning_content"] == "It is sunny in Paris." and fallback["content"] is None
+
+
+def test_v31_first_turn_with_thinking_on_starts_in_reasoning(v31) -> None:
+    prompt = _prompt(v31, ASKED, thinking=True)
+    message = _both(v31.parser(tools=TOOLS, thinking=True, prompt=prompt), "Let me check.</think>Sunny." + EOS)
+    assert (message["reasoning_content"], message["content"]) == ("Let me check.", "Sunny.")
+
+
+def test_v31_call_after_a_tool_result_is_still_a_call(v31) -> None:
+    prompt = _prompt(v31, CALLED, thinking=True)
+    text = ("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\": \"Rome\"}"
+            "<｜tool▁call▁end｜><｜tool▁calls▁end｜>" + EOS)
+    message = _both(v31.parser(tools=TOOLS, thinking=True, prompt=prompt), text)
+    assert analyses.calls(message) == [("get_weather", {"city": "Rome"})] and message["content"] is None
+
+
+def test_the_grammar_starts_from_the_same_state(v31) -> None:
+    after_tool = _prompt(v31, CALLED, thinking=True)
+    first_turn = _prompt(v31, ASKED, thinking=True)
+    full = {name: v31.gbnf(tools=TOOLS, thinking=True, prompt=prompt, lazy=False)
+            for name, prompt in (("after_tool", after_tool), ("first_turn", first_turn))}
+    assert full["first_turn"] == v31.gbnf(tools=TOOLS, thinking=True, lazy=False)  # as the flag says
+    assert "reasoning" in full["first_turn"].split("\n", 1)[0]
+    assert "reasoning" not in full["after_tool"].split("\n", 1)[0]
+    # the lazy grammar's trigger waits for `</think>` only where reasoning is open
+    lazy = build_grammar(v31, tools=TOOLS, thinking=True, prompt=after_tool)
+    assert lazy.trigger_words == ["<｜tool▁calls▁begin｜>"]
+    assert build_grammar(v31, tools=TOOLS, thinking=True, prompt=first_turn).trigger_patterns[0].startswith(
+        "<\\/think>")
+
+
+def test_a_prefilled_answer_is_continued_as_content(v31) -> None:
+    prompt = _prompt(v31, ASKED, thinking=False) + "The weather"
+    message = _both(v31.parser(tools=TOOLS, thinking=True, prompt=prompt), " is sunny." + EOS)
+    # the continuation keeps its leading space: the client appends it to its own prefix
+    assert (message["reasoning_content"], message["content"]) == (None, " is sunny.")
+    grammar = v31.gbnf(tools=TOOLS, thinking=True, prompt=prompt, lazy=False)
+    assert "reasoning" not in grammar.split("\n", 1)[0]
+
+
+def test_prefilled_reasoning_is_continued_as_reasoning(v31) -> None:
+    prompt = _prompt(v31, ASKED, thinking=True) + "Let me"
+    message = _both(v31.parser(tools=TOOLS, prompt=prompt), " check.</think>Sunny." + EOS)
+    assert (message["reasoning_content"], message["content"]) == (" check.", "Sunny.")
+
+
+def test_a_user_message_mentioning_the_start_marker_opens_nothing() -> None:
+    qwen = analyses.qwen3()
+    prompt = "<|im_start|>user\nWhat does <think> do?<|im_end|>\n<|im_start|>assistant\n"
+    message = _both(qwen.parser(thinking=False, prompt=prompt), "It marks reasoning.")
+    assert (message["reasoning_content"], message["content"]) == (None, "It marks reasoning.")
