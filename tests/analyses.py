@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 from autoparser.analysis import Analysis, ContentAnalysis, ReasoningAnalysis, ToolsAnalysis
+from autoparser.language.request import split_call_index
 from autoparser.runtime import Parser
 
 DS_BOS = "<｜begin▁of▁sentence｜>"
@@ -358,9 +359,9 @@ def _render_call(t: ToolsAnalysis, index: int, name: str, args: dict[str, Any]) 
             body = {"type": "function", t.function_field: body}
         return ("" if t.array else t.call_start) + dumps(body, ensure_ascii=False) + ("" if t.array else t.call_end)
     name_end = t.name_end
-    digits = re.search(r"[0-9]+", name_end)
-    if digits:
-        name_end = name_end[: digits.start()] + str(index) + name_end[digits.end():]
+    indexed = split_call_index(name_end)
+    if indexed:
+        name_end = indexed[0] + str(index) + indexed[1]
     head = t.call_start + t.name_start + name + name_end
     if t.format == "tag_json":
         return head + t.args_start + dumps(args, ensure_ascii=False) + t.args_end + t.call_end

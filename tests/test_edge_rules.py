@@ -79,7 +79,7 @@ def test_a_json_call_cut_off_keeps_only_complete_values() -> None:
 def test_a_tagged_call_cut_off_keeps_only_complete_values() -> None:
     coder = analyses.qwen3_coder()
     head = "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
-    for tail in ("<parameter=days>\n1", "<parameter=days>\n", "<parameter=da"):
+    for tail in ("<parameter=days>\n", "<parameter=da"):
         message = parse(coder, head + tail, tools=WEATHER_TOOLS)
         assert _arguments(message) == {"city": "Paris"}, tail
         assert message["tool_calls"][0]["incomplete"] is True
@@ -93,8 +93,50 @@ def test_a_python_call_cut_off_keeps_only_complete_values() -> None:
     assert _arguments(message) == {"city": "Paris"} and message["tool_calls"][0]["incomplete"] is True
 
 
+def test_a_tagged_value_running_to_the_end_is_kept() -> None:
+    """The end-of-turn token after the value may have been removed from the output."""
+    text = "<tool_call>\n<function=get_weather>\n<parameter=days>\n12"
+    message = parse(analyses.qwen3_coder(), text, tools=WEATHER_TOOLS)
+    assert _arguments(message) == {"days": 12} and message["tool_calls"][0]["incomplete"] is True
+
+
 def test_a_string_cut_off_streams_as_written_and_marks_the_call() -> None:
     """A string value streams as it arrives (deltas cannot be taken back): a cut keeps what the
     model wrote of it, closed, and marks the call incomplete; no other value is made up."""
     message = parse(analyses.deepseek_v31(), V31_HEAD + '{"city": "Par')
     assert _arguments(message) == {"city": "Par"} and message["tool_calls"][0]["incomplete"] is True
+
+
+def _numbered_token_analysis():  # type: ignore[no-untyped-def]
+    """Kimi-K2's layout, but the name ends with a special token that has digits in it."""
+    analysis = analyses.kimi_k2()
+    analysis.tools.name_end = "<|tool_sep_2|>"
+    return analysis
+
+
+def test_digits_inside_a_special_token_are_no_call_index() -> None:
+    from autoparser.language.request import split_call_index
+
+    assert split_call_index(":0<|tool_call_argument_begin|>") == (":", "<|tool_call_argument_begin|>")
+    assert split_call_index("<|tool_sep_2|>") is None
+    analysis = _numbered_token_analysis()
+    good = analyses.render_output(analysis, None, "", [("get_weather", {"city": "Paris"})])
+    message = parse(analysis, good, tools=WEATHER_TOOLS)
+    assert calls(message) == [("get_weather", {"city": "Paris"})]
+    assert "<|tool_sep" not in message["tool_calls"][0]["id"]
+    wrong = parse(analysis, good.replace("<|tool_sep_2|>", "<|tool_sep_7|>"), tools=WEATHER_TOOLS)
+    assert wrong["tool_calls"] == [] and "<|tool_sep_7|>" in wrong["content"]
+
+
+def test_the_grammar_keeps_a_numbered_special_token_whole() -> None:
+    grammar = _numbered_token_analysis().gbnf(tools=WEATHER_TOOLS, special_tokens={"<|tool_sep_2|>"}, lazy=False)
+    assert "<|tool_sep_2|>" in grammar and "[0-9]{1,4}" not in grammar
+    kimi = analyses.kimi_k2().gbnf(tools=WEATHER_TOOLS, lazy=False)
+    assert '":" [0-9]{1,4}' in kimi
+
+
+def test_the_grammar_accepts_both_argument_keys_the_parser_reads() -> None:
+    grammar = analyses.hermes().gbnf(tools=WEATHER_TOOLS, lazy=False)
+    assert '"\\"arguments\\""' in grammar and '"\\"parameters\\""' in grammar
+    text = '<tool_call>\n{"name": "get_weather", "parameters": {"city": "Paris"}}\n</tool_call>'
+    assert calls(parse(analyses.hermes(), text, tools=WEATHER_TOOLS)) == [("get_weather", {"city": "Paris"})]

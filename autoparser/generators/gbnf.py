@@ -37,7 +37,6 @@ llama.cpp allows end-of-generation exactly when the grammar is complete.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,8 +68,15 @@ from autoparser.generators.schema_gbnf import (
     ordered_members,
     schema_to_gbnf,
 )
-from autoparser.runtime.calls_tagged import is_weak
-from autoparser.runtime.spec import CLOSED, KEY_HOLE, OPEN, start_state
+from autoparser.language.request import (
+    CLOSED,
+    KEY_HOLE,
+    OPEN,
+    args_keys,
+    is_weak,
+    split_call_index,
+    start_state,
+)
 
 GAP_MAX = 4  # whitespace allowed around structural markers (the parser ignores it)
 ID_TEXT = "[a-zA-Z0-9_.:\\-]{1,64}"
@@ -551,10 +557,10 @@ class OutputGrammar:
         """`name_end`; a digit run in it is a call index the template numbers (``:0``), which
         the parser reads as any number, so the grammar allows any small number there too."""
         marker = self.t.name_end
-        found = re.search(r"[0-9]+", marker)
-        if not found:
+        indexed = split_call_index(marker)  # never inside a special token (`<|tool_sep_2|>`)
+        if indexed is None:
             return self.tok.marker(marker)
-        return seq(self.tok.marker(marker[:found.start()]), "[0-9]{1,4}", self.tok.marker(marker[found.end():]))
+        return seq(self.tok.marker(indexed[0]), "[0-9]{1,4}", self.tok.marker(indexed[1]))
 
     def schema_converter(self, name: str, params: Any) -> SchemaConverter:
         warnings = SchemaWarnings(f"tool {name}")
@@ -587,7 +593,9 @@ class OutputGrammar:
         else:
             args = self.json_args(name, params)
         name_member = member(t.name_field, literal(json.dumps(name, ensure_ascii=False)))
-        args_member = member(t.args_field, args)
+        # the keys the parser accepts for the arguments (`arguments`, `parameters`), typed alike
+        args_member = seq(alt(*[literal(json.dumps(k, ensure_ascii=False)) for k in args_keys(t.args_field)]),
+                          w, '":"', w, args)
         fields = alt(seq(name_member, w, '","', w, args_member, w),  # templates use either order
                      seq(args_member, w, '","', w, name_member, w))
         if not t.id_field:

@@ -61,9 +61,8 @@ from functools import lru_cache
 from typing import Any
 
 from autoparser.analysis import Analysis
-from autoparser.runtime.calls_tagged import NAME_FORBIDDEN, convert_literal_value, is_weak
-from autoparser.runtime.pyliteral import decode_string_body
-from autoparser.runtime.spec import KEY_HOLE, value_kind
+from autoparser.language.request import KEY_HOLE, NAME_FORBIDDEN, is_weak, split_call_index, value_kind
+from autoparser.language.values import convert_literal_value, decode_string_body
 
 __all__ = ["generate_lark", "parse_with_lark", "lark_parser"]
 
@@ -180,7 +179,11 @@ class Marker:
 
     @property
     def index_match(self) -> re.Match[str] | None:
-        return _INDEX_DIGITS.search(" ".join(self.pieces)) if self.indexed else None
+        if not self.indexed:
+            return None
+        joined = " ".join(self.pieces)
+        indexed = split_call_index(joined)  # never inside a special token (`<|tool_sep_2|>`)
+        return _INDEX_DIGITS.match(joined, len(indexed[0])) if indexed else None
 
     @property
     def first_chars(self) -> str:
@@ -690,7 +693,7 @@ class _Follows:
         self.call_start = Marker(t.call_start)
         self.arg_start = Marker(t.arg_start)
         self.key_ends = [m for m in (Marker(t.arg_key_end), Marker(t.arg_key_end_json)) if m.present]
-        self.name_end = Marker(t.name_end.split("0")[0] if _INDEX_DIGITS.search(t.name_end) else t.name_end)
+        self.name_end = Marker(split_call_index(t.name_end)[0] if split_call_index(t.name_end) else t.name_end)
         self.bare_names = t.format in ("tag_json", "tag_tagged") and not Marker(t.call_start).present \
             and not Marker(t.name_start).present
         self.stops = stops

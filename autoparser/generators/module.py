@@ -1,6 +1,7 @@
 """`generate_module(analysis)`: one self-contained Python file that parses a model's output.
 
-The file is the parser runtime itself (`autoparser/runtime/*.py`, standard library only) with
+The file is the output language and the parser runtime themselves (`autoparser/language/*.py`,
+`autoparser/runtime/*.py`, standard library only) with
 its modules concatenated in dependency order, plus the analysis embedded as a dict literal and
 two entry points, `parse(text, tools=None)` and `stream(tools=None)`. Reusing the runtime's own
 source, rather than a second implementation, is what guarantees the module behaves exactly like
@@ -17,10 +18,14 @@ import re
 from pathlib import Path
 from typing import Any
 
-RUNTIME_DIR = Path(__file__).resolve().parents[1] / "runtime"
-RUNTIME_MODULES = ("jsonscan", "pyliteral", "markers", "channels", "spec", "steps", "calls_tagged", "calls_json", "engine", "parser")
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+# the output language first, then the runtime that interprets it, in dependency order
+RUNTIME_MODULES = ("language/request", "language/values", "runtime/jsonscan", "runtime/markers",
+                   "runtime/channels", "runtime/spec", "runtime/steps", "runtime/calls_tagged",
+                   "runtime/calls_json", "runtime/engine", "runtime/parser")
 
-_PACKAGE_IMPORT = re.compile(r"^from autoparser\.runtime\.\w+ import (?:\([^)]*\)|[^\n]*)\n", re.MULTILINE)
+_PACKAGE_IMPORT = re.compile(r"^from autoparser\.(?:runtime|language)\.\w+ import (?:\([^)]*\)|[^\n]*)\n",
+                             re.MULTILINE)
 _STDLIB_IMPORT = re.compile(r"^(?:import [\w.]+|from [\w.]+ import (?:\([^)]*\)|[^\n]*))\n", re.MULTILINE)
 
 _ENTRY_POINTS = '''
@@ -77,7 +82,7 @@ def runtime_source() -> str:
     bodies: list[str] = []
     defined: dict[str, str] = {}
     for name in RUNTIME_MODULES:
-        source = (RUNTIME_DIR / f"{name}.py").read_text(encoding="utf-8")
+        source = (PACKAGE_DIR / f"{name}.py").read_text(encoding="utf-8")
         _check_unique_names(name, source, defined)
         source = _PACKAGE_IMPORT.sub("", source)
         source = source.replace("from __future__ import annotations\n", "")
@@ -85,7 +90,7 @@ def runtime_source() -> str:
             if statement not in imports:
                 imports.append(statement)
         source = _STDLIB_IMPORT.sub("", source)
-        bodies.append(f"# ---- runtime/{name}.py " + "-" * (80 - len(name)) + "\n" + source.strip() + "\n")
+        bodies.append(f"# ---- {name}.py " + "-" * (88 - len(name)) + "\n" + source.strip() + "\n")
     return "".join(imports) + "\n\n" + "\n\n".join(bodies)
 
 

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import json
 
+from autoparser.language.values import loads_strict
 from autoparser.runtime.jsonscan import (
     DONE,
     ERROR,
     MORE,
     JsonScanner,
-    loads_strict,
     read_string_token,
     skip_whitespace,
 )

@@ -20,10 +20,15 @@ from __future__ import annotations
 import json
 import re
 
-from autoparser.runtime.jsonscan import JsonScanner, json_string_body, loads_strict, skip_whitespace
+from autoparser.language.request import KEY_HOLE, NAME_FORBIDDEN, is_weak, value_kind
+from autoparser.language.values import (
+    QUOTE_OPEN,
+    convert_literal_value,
+    convert_tagged_value,
+    decode_escape,
+)
+from autoparser.runtime.jsonscan import JsonScanner, json_string_body, skip_whitespace
 from autoparser.runtime.markers import FULL, NONE, PARTIAL, hold_for, match_at
-from autoparser.runtime.pyliteral import NotALiteral, as_json, decode_escape, is_json_number, literal_to_json
-from autoparser.runtime.spec import KEY_HOLE, schema_type, value_kind
 from autoparser.runtime.steps import (
     ARGS_BEGIN,
     ARGS_START,
@@ -51,89 +56,13 @@ MAX_NAME = 256
 _INDEX_RUN = re.compile(r"[0-9]*")
 _JSON_STARTS = '{["-0123456789tfn'
 CDATA = ("<![CDATA[", "]]>")
-# characters that cannot be part of a tool name written between markers
-NAME_FORBIDDEN = "\\s\"'<>{}\\[\\](),;=|`"
 _NAME_RUN = re.compile(f"[^{NAME_FORBIDDEN}]*")
 # a key with no marker before it: an identifier (`location`, `max-results`, `a.b`)
 _BARE_KEY = re.compile(r"[^\W\d][\w.\-]*")
-# a quoted string literal's opening: an optional prefix (r, u, b) and the quote
-_QUOTE_OPEN = re.compile(r"([rRuUbB]{0,2})('\'\'|\"\"\"|'|\")")
+# a quoted string's prefix (r, u, b) cut off before its quote
 _QUOTE_PREFIX = re.compile(r"[rRuUbB]{1,2}\Z")
 _STRING_STOPS = {"'": re.compile(r"[\\']"), '"': re.compile(r'[\\"]')}
 _RAW_STRING_STOPS = {"'": re.compile(r"'"), '"': re.compile(r'"')}
-# punctuation that values often contain: a marker made only of it (or two characters long) is weak
-_WEAK_CHARS = frozenset(",;:)]}'\"= \t\n")
-
-
-def is_weak(marker: str) -> bool:
-    """Whether a marker core is punctuation that may occur inside values (`, `, `)`, `]`)."""
-    return bool(marker) and (len(marker) <= 2 or all(c in _WEAK_CHARS for c in marker))
-
-
-def convert_literal_value(raw: str, kind: str, schema) -> str:
-    """The JSON text of a literal value (`'text'`, `3`, `True`, `[1, 2]`, `{"a": null}`).
-
-    A value that is no literal stays a string, its text stripped; so does an unquoted value
-    whose schema type is string (`location=Paris`). A quoted value whose schema asks for another
-    type is read once more (`days='3'` gives 3).
-    """
-    stripped = raw.strip()
-    quoted = bool(_QUOTE_OPEN.match(stripped)) and stripped[-1:] in "'\""
-    if kind == "string" and not quoted:
-        return json.dumps(stripped, ensure_ascii=False)
-    if is_json_number(stripped):
-        return stripped  # as written: `1e5` and `2.50` stay what the model wrote
-    try:
-        value = literal_to_json(stripped)
-    except NotALiteral:
-        return json.dumps(stripped, ensure_ascii=False)
-    if isinstance(value, str) and kind != "string":
-        wanted = schema_type(schema)
-        if wanted and wanted != "string":
-            try:
-                inner = literal_to_json(value)
-            except NotALiteral:
-                inner = None
-            if inner is not None and not isinstance(inner, str):
-                value = inner
-    return json.dumps(value, ensure_ascii=False)
-
-
-def convert_tagged_value(raw: str, kind: str, schema) -> str:
-    """The JSON text of a tagged argument value whose raw text was buffered.
-
-    "json": the value must parse as JSON, or as a Python literal (templates that print a value
-    with ``{{ value }}`` write `True`, `None`, `{'a': 1}`); a string is parsed once more when the
-    schema asks for another type (models quote numbers). "auto" (no usable schema): JSON when the
-    text parses as a JSON number, boolean, null, array or object; anything else, a quoted string
-    included, is the raw text as a string. Text that does not parse is always kept as a string.
-    """
-    stripped = raw.strip()
-    if kind != "string" and is_json_number(stripped):
-        return stripped  # as written: `1e5` and `2.50` stay what the model wrote
-    try:
-        value = as_json(loads_strict(stripped))  # as_json: 1e999 is no JSON number
-    except (ValueError, RecursionError):
-        if kind != "json":
-            return json.dumps(raw, ensure_ascii=False)
-        try:
-            value = literal_to_json(stripped)
-        except NotALiteral:
-            return json.dumps(raw, ensure_ascii=False)
-    if isinstance(value, str):
-        if kind == "auto":
-            return json.dumps(raw, ensure_ascii=False)
-        wanted = schema_type(schema)
-        if wanted and wanted != "string":
-            try:
-                inner = loads_strict(value)
-            except ValueError:
-                inner = None
-            if inner is not None and not isinstance(inner, str):
-                value = inner
-    return json.dumps(value, ensure_ascii=False)
-
-
 class TagCalls:
     """The call modes of tag formats."""
 
@@ -554,7 +483,11 @@ class TagCalls:
             end = len(text) if final else safe
             self._value_parts.append(text[pos:end])
             if final:
-                # cut off inside a value whose end is unknown: the argument is left out
+                # the output ends in a value: the end of turn after it may have been removed, so
+                # a value that was written is kept; an empty one is left out
+                raw = "".join(self._value_parts)
+                if raw.strip():
+                    self.out.add_arguments(convert_tagged_value(raw, self._kind, self._schema()))
                 return self._close_tagged(len(text), incomplete=True)
             return end
         value_end, marker_end, kind = hit
@@ -590,7 +523,7 @@ class TagCalls:
             if not final:
                 return pos
             return self._close_tagged(p, incomplete=True)
-        match = _QUOTE_OPEN.match(text, p)
+        match = QUOTE_OPEN.match(text, p)
         if match is None and not final and _QUOTE_PREFIX.match(text, p):
             return pos  # `r` or `b` at the end: a prefixed string may follow
         if match is not None and self._kind != "json":

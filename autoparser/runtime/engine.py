@@ -38,12 +38,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from autoparser.language.request import CLOSED, IMPLIED, core
 from autoparser.runtime.calls_json import JsonCalls
 from autoparser.runtime.calls_tagged import TagCalls
 from autoparser.runtime.channels import Output
 from autoparser.runtime.jsonscan import JsonScanner, is_string_body, skip_whitespace
-from autoparser.runtime.markers import FULL, PARTIAL, MarkerSet, core, match_at
-from autoparser.runtime.spec import CLOSED, IMPLIED, Spec
+from autoparser.runtime.markers import FULL, PARTIAL, MarkerSet, match_at
+from autoparser.runtime.spec import Spec
 from autoparser.runtime.steps import (
     A_AFTER,
     A_ITEM,

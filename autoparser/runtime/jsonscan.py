@@ -46,15 +46,6 @@ _KEY = 6  # inside a key string
 _END = 7  # the top-level value is complete
 
 
-def _reject_constant(name: str) -> None:
-    raise ValueError(f"{name} is not JSON")
-
-
-def loads_strict(text: str):
-    """`json.loads` without the NaN/Infinity extensions, which would not serialize back to JSON."""
-    return json.loads(text, parse_constant=_reject_constant)
-
-
 def escape_control(char: str) -> str:
     """The JSON escape for a control character found raw inside a string."""
     return _CONTROL_ESCAPES.get(char) or f"\\u{ord(char):04x}"

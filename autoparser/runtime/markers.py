@@ -26,11 +26,6 @@ NONE = 0  # something else is there
 _WS_ALLOWANCE = 64  # how much inner whitespace a held partial marker may contain
 
 
-def core(marker: str | None) -> str:
-    """A marker without its surrounding whitespace."""
-    return (marker or "").strip()
-
-
 def leading_ws(marker: str | None) -> str:
     marker = marker or ""
     return marker[: len(marker) - len(marker.lstrip())]

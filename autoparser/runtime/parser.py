@@ -12,10 +12,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from autoparser.runtime.calls_tagged import NAME_FORBIDDEN
+from autoparser.language.request import KEY_HOLE, NAME_FORBIDDEN
 from autoparser.runtime.engine import StreamParser
 from autoparser.runtime.markers import MarkerSet
-from autoparser.runtime.spec import KEY_HOLE, Spec
+from autoparser.runtime.spec import Spec
 
 
 def build_marker_sets(spec: Spec) -> dict[str, Any]:

@@ -6,139 +6,20 @@ module, which embeds that dict, runs the very same code without the `autoparser`
 
 from __future__ import annotations
 
-import re
 import secrets
 from typing import Any
 
-from autoparser.runtime.markers import core, leading_ws, trailing_ws
-
-_INDEX_DIGITS = re.compile(r"[0-9]+")
-_ARGS_KEYS = ("arguments", "parameters")
-KEY_HOLE = "{key}"  # where an argument's end marker names its key (`</{key}>`)
-_FENCE_WITH_LANGUAGE = re.compile(r"(```)[A-Za-z][\w+-]*")
-
-
-def thinking_enabled(analysis: dict[str, Any], thinking: bool | None) -> bool:
-    """Whether reasoning is on for this request (mirrors `Analysis.thinking_enabled`)."""
-    reasoning = analysis.get("reasoning") or {}
-    if reasoning.get("mode", "none") == "none":
-        return False
-    if thinking is None or not reasoning.get("toggle"):
-        return bool(reasoning.get("default_on", True))
-    return bool(thinking)
-
-
-# Where the output starts (`start_state`): inside reasoning the prompt opened; in content with
-# reasoning over or never opened for this turn; free to open reasoning itself; or free with
-# reasoning expected, so that an end marker with no start closes reasoning it implied.
-OPEN, CLOSED, FREE, IMPLIED = "open", "closed", "free", "implied"
-
-
-def _after_last(text: str, markers: list[str]) -> int:
-    """The position right after the last occurrence of any of `markers` in text (0: none)."""
-    best = 0
-    for marker in markers:
-        if marker:
-            found = text.rfind(marker)
-            if found >= 0:
-                best = max(best, found + len(marker))
-    return best
-
-
-def _assistant_header(analysis: dict[str, Any]) -> str:
-    """The generation prompt without its reasoning markers: what opens an assistant turn."""
-    header = core(analysis.get("generation_prompt"))
-    reasoning = analysis.get("reasoning") or {}
-    for marker in (core(reasoning.get("start")), core(reasoning.get("end"))):
-        if marker and marker in header:
-            header = header[: header.index(marker)]
-    return core(header)
-
-
-def start_state(analysis: dict[str, Any], thinking: bool | None, prompt: str | None) -> tuple[str, bool]:
-    """Where the model's output starts, and whether it continues text the prompt began (prefill).
-
-    With a prompt, reasoning is open only when the prompt's last turn opened it and did not
-    close it; otherwise the output is content when the prompt continues the assistant's own
-    message, or when the template opens reasoning itself (`forced_open`) and did not here (a
-    turn after a tool result). `thinking` decides only when there is no prompt.
-    """
-    reasoning = analysis.get("reasoning") or {}
-    mode = reasoning.get("mode", "none")
-    start, end = core(reasoning.get("start")), core(reasoning.get("end"))
-    has_reasoning = mode != "none" and bool(end)
-    expected = has_reasoning and thinking_enabled(analysis, thinking)
-    free = IMPLIED if expected and mode == "tagged" and start else FREE
-    if prompt is None:
-        if expected and reasoning.get("forced_open"):
-            return OPEN, False
-        return free, False
-    stops = [core(s) for s in analysis.get("stop") or []]
-    turn = _after_last(prompt, stops)  # the last turn starts after the last end-of-turn marker
-    if has_reasoning and start:
-        opened = prompt.rfind(start)
-        if opened >= turn and opened >= 0 and prompt.find(end, opened) < 0:
-            return OPEN, bool(prompt[opened + len(start):].strip())
-    header = _assistant_header(analysis)
-    anchor = _after_last(prompt, [header, end if has_reasoning else ""])
-    tools = analysis.get("tools") or {}
-    tool_markers = [core(tools.get(k)) for k in ("section_start", "call_start", "section_end", "call_end")]
-    tail = prompt[anchor:]
-    if anchor > turn and tail.strip() and header and not any(m and m in tail for m in tool_markers):
-        return CLOSED, True  # the prompt ends inside the assistant's own partial answer
-    if has_reasoning and ((end and prompt.rstrip().endswith(end)) or reasoning.get("forced_open")):
-        return CLOSED, False
-    return free, False
-
-
-def value_kind(schema: Any) -> str:
-    """How a tagged argument's raw text becomes JSON: "string", "json" or "auto" (guess)."""
-    if not isinstance(schema, dict):
-        return "auto"
-    kind = schema.get("type")
-    if isinstance(kind, list):
-        real = [k for k in kind if k != "null"]
-        if real == ["string"]:
-            return "string"
-        return "auto" if "string" in real else "json"
-    if kind == "string":
-        return "string"
-    if isinstance(kind, str):
-        return "json"
-    enum = schema.get("enum")
-    if isinstance(enum, list) and enum and all(isinstance(v, str) for v in enum):
-        return "string"
-    return "auto"
-
-
-def schema_type(schema: Any) -> str | None:
-    if isinstance(schema, dict) and isinstance(schema.get("type"), str):
-        return schema["type"]
-    return None
-
-
-def _tool_table(tools: list[dict[str, Any]] | None) -> dict[str, dict[str, Any]] | None:
-    """Tool name -> {argument name: schema}, or None when the request named no tools."""
-    if not tools:
-        return None
-    table: dict[str, dict[str, Any]] = {}
-    for tool in tools:
-        function = tool.get("function", tool) if isinstance(tool, dict) else {}
-        name = function.get("name")
-        if not isinstance(name, str):
-            continue
-        parameters = function.get("parameters") or {}
-        properties = parameters.get("properties") if isinstance(parameters, dict) else None
-        table[name] = properties if isinstance(properties, dict) else {}
-    return table
-
-
-def _split_index(marker: str) -> tuple[str, str]:
-    """Split a name-end marker at a call index the template numbers (`:0<|x|>` -> `:`, `<|x|>`)."""
-    match = _INDEX_DIGITS.search(marker)
-    if match is None:
-        return marker, ""
-    return marker[: match.start()], marker[match.end() :]
+from autoparser.language.request import (
+    KEY_HOLE,
+    OPEN,
+    args_keys,
+    bare_fence,
+    core,
+    split_call_index,
+    start_state,
+    tool_table,
+)
+from autoparser.runtime.markers import leading_ws, trailing_ws
 
 
 class Spec:
@@ -163,7 +44,7 @@ class Spec:
         self.stops = [core(s) for s in analysis.get("stop") or [] if core(s)]
 
         self.format = tool_format.get("format", "none") if tool_format.get("supported", True) else "none"
-        self.tools = _tool_table(tools)
+        self.tools = tool_table(tools)
         self.allowed = set(self.tools) if self.tools is not None else None
         if isinstance(tool_choice, dict):
             chosen = (tool_choice.get("function") or {}).get("name")
@@ -182,8 +63,9 @@ class Spec:
         self.call_separator = "" if self.array else core(get("call_separator"))
         self.name_start = core(get("name_start"))
         name_end = core(get("name_end"))
-        self.name_end, self.name_end_tail = _split_index(name_end)
-        self.name_end_indexed = self.name_end != name_end
+        indexed = split_call_index(name_end)
+        self.name_end, self.name_end_tail = indexed or (name_end, "")
+        self.name_end_indexed = indexed is not None
         self.id_start = core(get("id_start"))
         self.id_end = core(get("id_end"))
         self.id_before_name = bool(get("id_before_name"))
@@ -199,8 +81,7 @@ class Spec:
         self.arg_separator = core(get("arg_separator"))
         self.arg_string_raw = bool(get("arg_string_raw", True))
         self.name_field = get("name_field") or "name"
-        args_field = get("args_field") or "arguments"
-        self.args_fields = (args_field,) + tuple(k for k in _ARGS_KEYS if k != args_field)
+        self.args_fields = args_keys(get("args_field"))
         self.id_field = get("id_field") or None
         self.function_field = get("function_field") or None
         # a call with no marker before it: a bare JSON object in the content (Llama 3.x style)
@@ -229,8 +110,7 @@ class Spec:
             self.recipient, content_start = content_start, ""
         self.content_markers = [m for m in (content_start, content_end) if m]
         # a fence around JSON arguments (```json) is also accepted without its language tag
-        fence = _FENCE_WITH_LANGUAGE.fullmatch(self.args_start)
-        self.args_start_bare = fence.group(1) if fence else ""
+        self.args_start_bare = bare_fence(self.args_start)
 
     @staticmethod
     def call_id() -> str:

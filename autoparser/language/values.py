@@ -9,7 +9,9 @@ that print a value with Jinja's ``{{ value }}``, show Python's spelling of value
   also write values with ``tojson``), then `ast.literal_eval`, then both spellings mixed
   (``{'a': true}``). `ast.literal_eval` evaluates no code: it accepts only literal syntax.
 
-Standard library only: the standalone module inlines the runtime.
+`convert_tagged_value` and `convert_literal_value` give the JSON text of a whole argument value
+written as tagged text or as a literal; every backend reads values through them. Standard
+library only: the standalone module embeds this file.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import ast
 import json
 import math
 import re
+
+from autoparser.language.request import schema_type
 
 _SIMPLE_ESCAPES = {"\\": "\\", "'": "'", '"': '"', "n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f",
                    "v": "\v", "a": "\a", "/": "/", "\n": ""}
@@ -30,6 +34,8 @@ _JSON_WORDS = re.compile(r"\b(true|false|null)\b")
 _PY_WORDS = {"true": "True", "false": "False", "null": "None"}
 _STRINGS = re.compile(r"""('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")""", re.S)
 _NON_DECIMAL = re.compile(r"(?<![\w.])[+-]?0[xXoObB]")
+# a quoted string literal's opening: an optional prefix (r, u, b) and the quote
+QUOTE_OPEN = re.compile(r"([rRuUbB]{0,2})('\'\'|\"\"\"|'|\")")
 MAX_LITERAL = 1_000_000  # longer texts are not evaluated (ast would build a huge tree)
 
 
@@ -167,3 +173,76 @@ def _json_key(key) -> str:
     if key is None or isinstance(key, bool | int | float):
         return json.dumps(key)
     raise ValueError("a key with no JSON form")
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+def loads_strict(text: str):
+    """`json.loads` without the NaN/Infinity extensions, which would not serialize back to JSON."""
+    return json.loads(text, parse_constant=_reject_constant)
+
+
+def convert_literal_value(raw: str, kind: str, schema) -> str:
+    """The JSON text of a literal value (`'text'`, `3`, `True`, `[1, 2]`, `{"a": null}`).
+
+    A value that is no literal stays a string, its text stripped; so does an unquoted value
+    whose schema type is string (`location=Paris`). A quoted value whose schema asks for another
+    type is read once more (`days='3'` gives 3).
+    """
+    stripped = raw.strip()
+    quoted = bool(QUOTE_OPEN.match(stripped)) and stripped[-1:] in "'\""
+    if kind == "string" and not quoted:
+        return json.dumps(stripped, ensure_ascii=False)
+    if is_json_number(stripped):
+        return stripped  # as written: `1e5` and `2.50` stay what the model wrote
+    try:
+        value = literal_to_json(stripped)
+    except NotALiteral:
+        return json.dumps(stripped, ensure_ascii=False)
+    if isinstance(value, str) and kind != "string":
+        wanted = schema_type(schema)
+        if wanted and wanted != "string":
+            try:
+                inner = literal_to_json(value)
+            except NotALiteral:
+                inner = None
+            if inner is not None and not isinstance(inner, str):
+                value = inner
+    return json.dumps(value, ensure_ascii=False)
+
+
+def convert_tagged_value(raw: str, kind: str, schema) -> str:
+    """The JSON text of a tagged argument value whose raw text was buffered.
+
+    "json": the value must parse as JSON, or as a Python literal (templates that print a value
+    with ``{{ value }}`` write `True`, `None`, `{'a': 1}`); a string is parsed once more when the
+    schema asks for another type (models quote numbers). "auto" (no usable schema): JSON when the
+    text parses as a JSON number, boolean, null, array or object; anything else, a quoted string
+    included, is the raw text as a string. Text that does not parse is always kept as a string.
+    """
+    stripped = raw.strip()
+    if kind != "string" and is_json_number(stripped):
+        return stripped  # as written: `1e5` and `2.50` stay what the model wrote
+    try:
+        value = as_json(loads_strict(stripped))  # as_json: 1e999 is no JSON number
+    except (ValueError, RecursionError):
+        if kind != "json":
+            return json.dumps(raw, ensure_ascii=False)
+        try:
+            value = literal_to_json(stripped)
+        except NotALiteral:
+            return json.dumps(raw, ensure_ascii=False)
+    if isinstance(value, str):
+        if kind == "auto":
+            return json.dumps(raw, ensure_ascii=False)
+        wanted = schema_type(schema)
+        if wanted and wanted != "string":
+            try:
+                inner = loads_strict(value)
+            except ValueError:
+                inner = None
+            if inner is not None and not isinstance(inner, str):
+                value = inner
+    return json.dumps(value, ensure_ascii=False)

@@ -1,0 +1,12 @@
+"""The model's output language: what every backend (the streaming parser, the GBNF and Lark
+grammars, the standalone module) must agree on about a format and a request.
+
+* `request`: where the output starts (`start_state`, from the rendered prompt), which tools and
+  argument types a request allows, and the format rules that are easy to get subtly different in
+  each backend: the call index inside a name's end marker, the keys that hold JSON arguments, a
+  code fence written without its language tag, weak (punctuation-only) markers.
+* `values`: how an argument written as a tagged value or a Python literal becomes JSON.
+
+Standard library only: the standalone module embeds these files with the runtime. The runtime
+and the generators import from here, never from each other.
+"""

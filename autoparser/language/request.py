@@ -1,0 +1,179 @@
+"""The request side of the output language: where the output starts, what the request allows,
+and the format rules every backend must read the same way.
+
+Everything here reads the analysis as a plain dict (`Analysis.to_dict()` form), so the standalone
+module, which embeds that dict, runs the same code. Standard library only.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+KEY_HOLE = "{key}"  # where an argument's end marker names its key (`</{key}>`)
+# the keys that hold a JSON call's arguments: the template's own, and the other common spelling
+ARGS_KEYS = ("arguments", "parameters")
+# characters that cannot be part of a tool name written between markers
+NAME_FORBIDDEN = "\\s\"'<>{}\\[\\](),;=|`"
+_INDEX_DIGITS = re.compile(r"[0-9]+")
+_FENCE_WITH_LANGUAGE = re.compile(r"(```)[A-Za-z][\w+-]*")
+# punctuation that values often contain: a marker made only of it (or two characters long) is weak
+_WEAK_CHARS = frozenset(",;:)]}'\"= \t\n")
+_TOKEN_BRACKETS = {"<": ">", "[": "]"}
+
+
+def core(marker: str | None) -> str:
+    """A marker without its surrounding whitespace."""
+    return (marker or "").strip()
+
+
+def is_weak(marker: str) -> bool:
+    """Whether a marker core is punctuation that may occur inside values (`, `, `)`, `]`)."""
+    return bool(marker) and (len(marker) <= 2 or all(c in _WEAK_CHARS for c in marker))
+
+
+def args_keys(args_field: str | None) -> tuple[str, ...]:
+    """The keys accepted for a JSON call's arguments, the template's own first."""
+    field = args_field or "arguments"
+    return (field,) + tuple(k for k in ARGS_KEYS if k != field)
+
+
+def bare_fence(args_start: str) -> str:
+    """For arguments opened by a code fence with a language tag (```json), the fence without
+    the tag, which models also write; "" for any other opener."""
+    fence = _FENCE_WITH_LANGUAGE.fullmatch(core(args_start))
+    return fence.group(1) if fence else ""
+
+
+def split_call_index(marker: str) -> tuple[str, str] | None:
+    """`marker` cut around the call index the template numbers (`:0<|x|>` -> `:`, `<|x|>`), or
+    None. Digits inside a bracketed token (`<|tool_sep_2|>`) belong to the token: one special
+    token is never split, and no other number is read as that token."""
+    for match in _INDEX_DIGITS.finditer(marker):
+        head, tail = marker[: match.start()], marker[match.end():]
+        if not _inside_token(head, tail):
+            return head, tail
+    return None
+
+
+def _inside_token(head: str, tail: str) -> bool:
+    for opener, closer in _TOKEN_BRACKETS.items():
+        at = head.rfind(opener)
+        if at >= 0 and closer not in head[at:] and closer in tail:
+            return True
+    return False
+
+
+# Where the output starts (`start_state`): inside reasoning the prompt opened; in content with
+# reasoning over or never opened for this turn; free to open reasoning itself; or free with
+# reasoning expected, so that an end marker with no start closes reasoning it implied.
+OPEN, CLOSED, FREE, IMPLIED = "open", "closed", "free", "implied"
+
+
+def thinking_enabled(analysis: dict[str, Any], thinking: bool | None) -> bool:
+    """Whether reasoning is on for this request (mirrors `Analysis.thinking_enabled`)."""
+    reasoning = analysis.get("reasoning") or {}
+    if reasoning.get("mode", "none") == "none":
+        return False
+    if thinking is None or not reasoning.get("toggle"):
+        return bool(reasoning.get("default_on", True))
+    return bool(thinking)
+
+
+def _after_last(text: str, markers: list[str]) -> int:
+    """The position right after the last occurrence of any of `markers` in text (0: none)."""
+    best = 0
+    for marker in markers:
+        if marker:
+            found = text.rfind(marker)
+            if found >= 0:
+                best = max(best, found + len(marker))
+    return best
+
+
+def _assistant_header(analysis: dict[str, Any]) -> str:
+    """The generation prompt without its reasoning markers: what opens an assistant turn."""
+    header = core(analysis.get("generation_prompt"))
+    reasoning = analysis.get("reasoning") or {}
+    for marker in (core(reasoning.get("start")), core(reasoning.get("end"))):
+        if marker and marker in header:
+            header = header[: header.index(marker)]
+    return core(header)
+
+
+def start_state(analysis: dict[str, Any], thinking: bool | None, prompt: str | None) -> tuple[str, bool]:
+    """Where the model's output starts, and whether it continues text the prompt began (prefill).
+
+    With a prompt, reasoning is open only when the prompt's last turn opened it and did not
+    close it; otherwise the output is content when the prompt continues the assistant's own
+    message, or when the template opens reasoning itself (`forced_open`) and did not here (a
+    turn after a tool result). `thinking` decides only when there is no prompt.
+    """
+    reasoning = analysis.get("reasoning") or {}
+    mode = reasoning.get("mode", "none")
+    start, end = core(reasoning.get("start")), core(reasoning.get("end"))
+    has_reasoning = mode != "none" and bool(end)
+    expected = has_reasoning and thinking_enabled(analysis, thinking)
+    free = IMPLIED if expected and mode == "tagged" and start else FREE
+    if prompt is None:
+        if expected and reasoning.get("forced_open"):
+            return OPEN, False
+        return free, False
+    stops = [core(s) for s in analysis.get("stop") or []]
+    turn = _after_last(prompt, stops)  # the last turn starts after the last end-of-turn marker
+    if has_reasoning and start:
+        opened = prompt.rfind(start)
+        if opened >= turn and opened >= 0 and prompt.find(end, opened) < 0:
+            return OPEN, bool(prompt[opened + len(start):].strip())
+    header = _assistant_header(analysis)
+    anchor = _after_last(prompt, [header, end if has_reasoning else ""])
+    tools = analysis.get("tools") or {}
+    tool_markers = [core(tools.get(k)) for k in ("section_start", "call_start", "section_end", "call_end")]
+    tail = prompt[anchor:]
+    if anchor > turn and tail.strip() and header and not any(m and m in tail for m in tool_markers):
+        return CLOSED, True  # the prompt ends inside the assistant's own partial answer
+    if has_reasoning and ((end and prompt.rstrip().endswith(end)) or reasoning.get("forced_open")):
+        return CLOSED, False
+    return free, False
+
+
+def value_kind(schema: Any) -> str:
+    """How a tagged argument's raw text becomes JSON: "string", "json" or "auto" (guess)."""
+    if not isinstance(schema, dict):
+        return "auto"
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        real = [k for k in kind if k != "null"]
+        if real == ["string"]:
+            return "string"
+        return "auto" if "string" in real else "json"
+    if kind == "string":
+        return "string"
+    if isinstance(kind, str):
+        return "json"
+    enum = schema.get("enum")
+    if isinstance(enum, list) and enum and all(isinstance(v, str) for v in enum):
+        return "string"
+    return "auto"
+
+
+def schema_type(schema: Any) -> str | None:
+    if isinstance(schema, dict) and isinstance(schema.get("type"), str):
+        return schema["type"]
+    return None
+
+
+def tool_table(tools: list[dict[str, Any]] | None) -> dict[str, dict[str, Any]] | None:
+    """Tool name -> {argument name: schema}, or None when the request named no tools."""
+    if not tools:
+        return None
+    table: dict[str, dict[str, Any]] = {}
+    for tool in tools:
+        function = tool.get("function", tool) if isinstance(tool, dict) else {}
+        name = function.get("name")
+        if not isinstance(name, str):
+            continue
+        parameters = function.get("parameters") or {}
+        properties = parameters.get("properties") if isinstance(parameters, dict) else None
+        table[name] = properties if isinstance(properties, dict) else {}
+    return table
