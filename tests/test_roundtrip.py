@@ -41,7 +41,7 @@ def _rate(paths: list[Path]) -> tuple[float, list[str]]:
 
 # Templates whose stream still differs from the whole parse for some chunkings (open work):
 # GigaChat3 (a call header split across chunks), gpt-oss (a chunk ending right after `<|end|>`),
-# Kimi-K3 (its end-of-turn `<|close|>` is a prefix of its reasoning end marker).
+# Kimi-K3 inside tagged values (its end of turn `<|close|>` is a prefix of the value's end marker).
 STREAM_KNOWN_DIFFERENT = {"GigaChat3-10B-A1.8B.jinja", "openai-gpt-oss-120b.jinja", "xinference__gpt-oss.jinja",
                           "Kimi-K3.jinja"}
 

@@ -310,7 +310,7 @@ class StreamParser(TagCalls, JsonCalls):
         marker makes it reasoning, or an end of turn, tool markup or the end of output makes it
         content (parsed again from its start)."""
         markers = self._sets["reasoning"]
-        hit = markers.find(text, pos)
+        hit = markers.find(text, pos, final=final)
         if hit is not None and hit[2] == "end":
             start, found, _kind = hit
             self.out.add_reasoning("".join(self._deferred) + text[pos:start])
@@ -348,7 +348,7 @@ class StreamParser(TagCalls, JsonCalls):
 
     def _reasoning(self, text: str, pos: int, final: bool) -> int:
         markers = self._sets["reasoning"]
-        hit = markers.find(text, pos)
+        hit = markers.find(text, pos, final=final)
         if hit is None:
             return self._unmarked(markers, text, pos, final, self.out.add_reasoning)
         start, found, kind = hit
@@ -365,7 +365,7 @@ class StreamParser(TagCalls, JsonCalls):
 
     def _deferred_reasoning(self, text: str, pos: int, final: bool) -> int:
         markers = self._sets["deferred"]
-        hit = markers.find(text, pos)
+        hit = markers.find(text, pos, final=final)
         if hit is not None:
             start, found, _kind = hit
             self._deferred.append(text[pos:start])
@@ -387,7 +387,7 @@ class StreamParser(TagCalls, JsonCalls):
 
     def _content(self, text: str, pos: int, final: bool) -> int:
         markers = self._sets["plain" if self._plain else "content"]
-        hit = markers.find(text, pos)
+        hit = markers.find(text, pos, final=final)
         if hit is None:
             return self._unmarked(markers, text, pos, final, self.out.add_content)
         start, found, kind = hit
@@ -524,7 +524,7 @@ class StreamParser(TagCalls, JsonCalls):
 
     def _raw_mode(self, text: str, pos: int, final: bool) -> int:
         markers = self._sets["raw"]
-        hit = markers.find(text, pos)
+        hit = markers.find(text, pos, final=final)
         if hit is None:
             return self._unmarked(markers, text, pos, final, self.out.add_content)
         start, found, kind = hit

@@ -129,12 +129,18 @@ class MarkerSet:
         self.first_chars = re.compile("[" + "".join(re.escape(c) for c in firsts) + "]") if firsts else None
         self.longest = max((len(c) for c in cores), default=0) + (_WS_ALLOWANCE if flexible else 0)
 
-    def find(self, text: str, pos: int, end: int | None = None):
-        """The earliest marker in text[pos:end]: (start, matched text, kind) or None."""
+    def find(self, text: str, pos: int, end: int | None = None, final: bool = True):
+        """The earliest marker in text[pos:end]: (start, matched text, kind) or None.
+
+        Unless `final`, a marker that the text may still grow into a longer one of the set
+        (`<|close|>` of `<|close|>think<|sep|>`) is no hit yet: `safe_end` holds it back."""
         if self.pattern is None:
             return None
         match = self.pattern.search(text, pos) if end is None else self.pattern.search(text, pos, end)
         if match is None:
+            return None
+        if (not final and end is None and len(text) - match.start() < self.longest
+                and text[match.start():] in self.prefixes):
             return None
         return match.start(), match.group(), self.kinds[match.lastindex - 1]
 
