@@ -551,13 +551,19 @@ def compare(case: Case, got: dict[str, Any]) -> str:
 
 
 def _merge_prefill(case: Case, got: dict[str, Any]) -> dict[str, Any]:
-    """llama.cpp's expectation for a continued message includes the prefilled part."""
+    """llama.cpp's expectation for a continued message includes the prefilled part (its reasoning
+    only where llama.cpp extracts reasoning at all). The parser trims a part's leading whitespace;
+    glued onto the prefill, the continuation keeps the input's own."""
     if case.continue_final_message == "none" or not case.messages:
         return got
-    prefill = case.messages[-1]
-    merged = dict(got)
-    merged["reasoning_content"] = prefill["reasoning_content"] + (got.get("reasoning_content") or "")
-    merged["content"] = prefill["content"] + (got.get("content") or "")
+    prefill, merged = case.messages[-1], dict(got)
+    glue = case.input[:len(case.input) - len(case.input.lstrip())]
+    for key in ("reasoning_content", "content"):
+        before = prefill[key] if key == "content" or case.reasoning_format != "none" else ""
+        after = got.get(key) or ""
+        if before and after and glue and case.input.lstrip().startswith(after.lstrip()[:16]):
+            after = glue + after.lstrip()
+        merged[key] = before + after
     return merged
 
 
@@ -577,8 +583,18 @@ def _accumulate(deltas: list[dict[str, Any]]) -> dict[str, Any]:
     return msg
 
 
+def continued_analysis(case: Case, analysis: Any) -> Any:
+    """The parser starts in the state the continued prompt leaves: inside the reasoning when the
+    reasoning is continued, in the answer when the content is (the CONTRACT's `prompt=` state)."""
+    if case.continue_final_message not in ("reasoning", "content") or analysis.reasoning.mode == "none":
+        return analysis
+    data = analysis.to_dict()
+    data["reasoning"]["forced_open"] = case.continue_final_message == "reasoning"
+    return data
+
+
 def run_case(case: Case, analysis: Any) -> Outcome:
-    import autoparser  # noqa: F401  (imported late so that --json works without the package)
+    from autoparser.runtime import Parser
 
     if case.error:
         return Outcome(case, "not_extracted", case.error)
@@ -586,8 +602,8 @@ def run_case(case: Case, analysis: Any) -> Outcome:
     choice = "required" if case.tool_choice == "required" else "auto"
     try:
         # llama.cpp returns every call the output holds whatever `parallel_tool_calls` says
-        parser = analysis.parser(tools=tools, thinking=case.enable_thinking,
-                                 parallel_tool_calls=True, tool_choice=choice)
+        parser = Parser(continued_analysis(case, analysis), tools=tools, thinking=case.enable_thinking,
+                        parallel_tool_calls=True, tool_choice=choice)
         if case.is_partial:
             got = _accumulate(parser.stream().feed(case.input))
         else:
@@ -596,6 +612,12 @@ def run_case(case: Case, analysis: Any) -> Outcome:
         return Outcome(case, "fail", f"parser raised {type(exc).__name__}: {exc}")
     got = _merge_prefill(case, got)
     cause = compare(case, got)
+    if cause and case.expect["tool_calls"] and not analysis.tools.supported:
+        cause = "the template shows no tool calls"
+    elif cause and case.continue_final_message != "none":
+        cause = f"continued message: {cause}"
+    elif cause and case.is_partial:
+        cause = f"partial output: {cause}"
     return Outcome(case, "fail" if cause else "pass", cause, got)
 
 
