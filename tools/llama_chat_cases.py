@@ -523,11 +523,17 @@ def _strip(text: Any) -> str:
     return (text or "").strip()
 
 
-def compare(case: Case, got: dict[str, Any]) -> str:
-    """The first difference between llama.cpp's expectation and the parse, or ""."""
+def compare(case: Case, got: dict[str, Any], prompt_opener: str = "") -> str:
+    """The first difference between llama.cpp's expectation and the parse, or "".
+
+    `prompt_opener` is text the generation prompt ends with that opens the reasoning; llama.cpp
+    parses the generation prompt with the output and counts it as reasoning, autoparser not.
+    """
     expect = case.expect
     content, reasoning = _strip(got.get("content")), _strip(got.get("reasoning_content"))
     want_content, want_reasoning = _strip(expect["content"]), _strip(expect["reasoning_content"])
+    if prompt_opener and want_reasoning.startswith(prompt_opener) and not reasoning.startswith(prompt_opener):
+        want_reasoning = want_reasoning[len(prompt_opener):].strip()
     if case.reasoning_format == "none" and reasoning and not want_reasoning:
         # llama.cpp keeps the reasoning inline: accept it separated, in order, with markers around
         at = want_content.find(reasoning)
@@ -611,7 +617,8 @@ def run_case(case: Case, analysis: Any) -> Outcome:
     except Exception as exc:  # noqa: BLE001  (a crash is a failure of this case, with its cause)
         return Outcome(case, "fail", f"parser raised {type(exc).__name__}: {exc}")
     got = _merge_prefill(case, got)
-    cause = compare(case, got)
+    opener = analysis.reasoning.start if analysis.reasoning.forced_open else ""
+    cause = compare(case, got, opener if case.continue_final_message == "none" else "")
     if cause and case.expect["tool_calls"] and not analysis.tools.supported:
         cause = "the template shows no tool calls"
     elif cause and case.continue_final_message != "none":

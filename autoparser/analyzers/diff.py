@@ -15,7 +15,7 @@ _SEGMENT = re.compile(
     r"""
       <[|｜][^<>\n]{0,80}?[|｜]>          # special tokens: <|im_start|>, <｜User｜>
     | </?[A-Za-z_|｜][\w:.\-|｜]*(?:\s[^<>\n]{0,120})?/?>   # xml-ish tags, with attributes
-    | \[/?[A-Z][A-Z_]*\]                  # bracket tags: [TOOL_CALLS], [/INST]
+    | \[/?[A-Z][A-Z_]*(?:\ [A-Z][A-Z_]*)*\]   # bracket tags: [TOOL_CALLS], [/INST], [END OF TEXT]
     | [\[\]](?=\w*[~!@#$%^&*|])[\w~!@#$%^&*|]{1,16}[\[\]]   # symbol-bracket tokens: ]~b], [|endofturn|]
     | <[^<>\s]{0,60}                      # an open tag cut short: <function=, <invoke
     | \s+
@@ -26,7 +26,7 @@ _SEGMENT = re.compile(
 )
 
 _MARKER = re.compile(
-    r"^(?:<[|｜][^<>\n]*[|｜]>|</?[A-Za-z_|｜][\w:.\-|｜]*(?:\s[^<>\n]*)?/?>|\[/?[A-Z][A-Z_]*\]"
+    r"^(?:<[|｜][^<>\n]*[|｜]>|</?[A-Za-z_|｜][\w:.\-|｜]*(?:\s[^<>\n]*)?/?>|\[/?[A-Z][A-Z_]*(?: [A-Z][A-Z_]*)*\]"
     r"|[\[\]](?=\w*[~!@#$%^&*|])[\w~!@#$%^&*|]{1,16}[\[\]])$"
 )
 
