@@ -147,13 +147,16 @@ def _adds_markers(a: str, b: str) -> bool:
 
 
 def closing_counterpart(start: str) -> list[str]:
-    """Plausible end markers for a start marker, by the usual tag conventions."""
+    """Plausible end markers for a start marker, by the usual tag conventions: a `/` before the
+    word (`<think>`, `[THINK]`, `((think))`, `<|think|>`), or START/BEGIN turned into END."""
     out = []
+    word_at = next((i for i, c in enumerate(start) if c.isalnum()), -1)
+    if word_at > 0 and start[word_at - 1] != "/" and not start[word_at - 1].isspace():
+        out.append(start[:word_at] + "/" + start[word_at:])
     if start.startswith("<") and not start.startswith("</") and start.endswith(">"):
         inner = start[1:]
-        out.append("</" + inner)
-        if inner.startswith(("|", "｜")):
-            out.append(start[:2] + "/" + start[2:])
+        if "</" + inner not in out:
+            out.append("</" + inner)
     for a, b in (("START", "END"), ("BEGIN", "END"), ("start", "end"), ("begin", "end"), ("Start", "End")):
         if a in start:
             out.append(start.replace(a, b, 1))
@@ -164,8 +167,9 @@ def opening_counterpart(end: str, literals: list[str]) -> str:
     for candidate in literals:
         if end in closing_counterpart(candidate):
             return candidate
-    if end.startswith("</"):
-        return "<" + end[2:]
+    slash = end.find("/")
+    if 0 < slash < len(end) - 1 and end[slash + 1].isalnum() and not any(c.isalnum() for c in end[:slash]):
+        return end[:slash] + end[slash + 1:]
     return ""
 
 
@@ -187,7 +191,6 @@ def analyze_reasoning(prober: Prober, facts: TemplateFacts, warnings: list[str])
 
     history_start, history_end, beside_tools_only = _markers_from_history(prober, on_kwargs)
     if history_end:
-        result.rendered_in_history = True
         start = start or history_start
         end = end or history_end
     if not end:
@@ -215,6 +218,7 @@ def analyze_reasoning(prober: Prober, facts: TemplateFacts, warnings: list[str])
     # "tools_only": the only evidence is reasoning kept beside tool calls in the history
     only_beside_tools = beside_tools_only and not toggle and not forced_open and start == history_start
     result.mode = "tools_only" if only_beside_tools else "tagged"
+    result.rendered_in_history = bool(history_end)
     result.start, result.end = start, end
     result.forced_open = forced_open
     result.closed_when_off = closed_when_off
@@ -306,7 +310,7 @@ def _markers_from_history(prober: Prober, kwargs: dict[str, Any]) -> tuple[str, 
             beside_tools = beside_tools and tools is not None
             if len(closings) == 2 or (tools is not None and closings):
                 break
-        if start and closings:
+        if closings:  # the start may be missing: the prompt may open the reasoning with plain text
             return start, _closing_marker(closings), beside_tools
     return "", "", False
 
@@ -359,12 +363,14 @@ def _end_marker_from_stripping(prober: Prober, candidates: list[str], kwargs: di
 
 
 def _text_opening(prober: Prober, prompt: str, kwargs: dict[str, Any]) -> str:
-    """A line of plain text the generation prompt ends with that a reply in the history does not
-    repeat (`Here are my reasoning steps:`): the prompt opened the reasoning with it."""
+    """A line of plain text the generation prompt ends with, after its last marker, that a reply
+    in the history does not repeat (`Here are my reasoning steps:`): the prompt opened the
+    reasoning with it."""
     segs = segments(prompt)
     last = max((i for i, s in enumerate(segs) if is_marker(s)), default=-1)
-    tail = "".join(segs[last + 1:]).strip()
-    if not tail or "\n" in tail or len(tail) > 64 or not any(c.isalpha() for c in tail):
+    lines = "".join(segs[last + 1:]).strip().splitlines()
+    tail = lines[-1].strip() if lines else ""
+    if not tail or len(tail) > 64 or not any(c.isalpha() for c in tail):
         return ""
     full = prober.conversation(prober.assistant(CONTENT_TEXT), **kwargs)
     return tail if full and CONTENT_TEXT in full and tail not in full else ""
