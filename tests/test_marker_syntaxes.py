@@ -135,3 +135,31 @@ def test_end_marker_cut_from_past_turns_only() -> None:
 
     r = autoparser.analyze(PAST_TURNS_CUT).reasoning
     assert (r.start, r.end, r.forced_open) == ("<ponder>", "</ponder>", True)
+
+
+NUMBERED_CALLS = """{%- for message in messages -%}
+<|turn|>{{ message.role }}
+{% if message.tool_calls %}<|calls|>{% for call in message.tool_calls %}<|call|>{{ call.function.name }}#{{ loop.index0 + FIRST }}~v2~{{ call.function.arguments | tojson }}<|/call|>{% endfor %}<|/calls|>
+{%- else %}{{ message.content }}{% endif %}<|done|>
+{% endfor -%}
+{%- if add_generation_prompt %}<|turn|>assistant
+{% endif -%}"""
+
+
+@pytest.mark.parametrize("first", [0, 1])
+def test_call_index_confirmed_by_two_calls(first: int) -> None:
+    import autoparser
+
+    a = autoparser.analyze(NUMBERED_CALLS.replace("FIRST", str(first)))
+    # the counting number is the index; the constant `2` of `~v2~` is part of the marker
+    assert (a.tools.name_end, a.tools.call_index, a.tools.call_index_base) == (
+        f"#{first}~v2~", "#{index}~v2~", first)
+    m = a.parser().parse('<|calls|><|call|>f#5~v2~{"x": 1}<|/call|><|/calls|>')
+    assert [c["function"]["name"] for c in m["tool_calls"]] == ["f"]
+
+
+def test_constant_number_in_a_marker_is_not_an_index() -> None:
+    import autoparser
+
+    a = autoparser.analyze(NUMBERED_CALLS.replace("{{ loop.index0 + FIRST }}", "7"))
+    assert (a.tools.name_end, a.tools.call_index) == ("#7~v2~", "")

@@ -95,7 +95,26 @@ def analyze_tools(prober: Prober, reasoning: ReasoningAnalysis, stop: list[str],
     if tools.format in ("tag_json", "tag_tagged"):
         _split_tag_markup(tools)
     _find_tag_id(tools)
+    _confirm_call_index(one, two, tools)
     return tools
+
+
+INDEX_HOLE = "{index}"
+
+
+def _confirm_call_index(one: str, two: str | None, tools: ToolsAnalysis) -> None:
+    """A number in the name markup counts calls when the second of two rendered calls carries the
+    next number there (`:0` then `:1`); a number that stays the same is part of the marker."""
+    if two is None or tools.format == "json" or not tools.name_end:
+        return
+    for digits in re.finditer(r"[0-9]+", tools.name_end):
+        first = int(digits.group())
+        head, tail = tools.name_end[: digits.start()], tools.name_end[digits.end():]
+        if (NAME_A + tools.name_end in one and NAME_A + tools.name_end in two
+                and NAME_B + head + str(first + 1) + tail in two):
+            tools.call_index = head + INDEX_HOLE + tail
+            tools.call_index_base = first
+            return
 
 
 # -- rendering --------------------------------------------------------------------------------------

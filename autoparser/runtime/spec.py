@@ -118,7 +118,9 @@ class Spec:
         self.call_separator = "" if self.array else core(get("call_separator"))
         self.name_start = core(get("name_start"))
         name_end = core(get("name_end"))
-        self.name_end, self.name_end_tail = _split_index(name_end)
+        index = core(get("call_index"))  # confirmed by the analysis; else digits in the marker
+        head, hole, tail = index.partition("{index}")
+        self.name_end, self.name_end_tail = (head, tail) if hole else _split_index(name_end)
         self.name_end_indexed = self.name_end != name_end
         self.id_start = core(get("id_start"))
         self.id_end = core(get("id_end"))
