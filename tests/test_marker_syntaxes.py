@@ -163,3 +163,21 @@ def test_constant_number_in_a_marker_is_not_an_index() -> None:
 
     a = autoparser.analyze(NUMBERED_CALLS.replace("{{ loop.index0 + FIRST }}", "7"))
     assert (a.tools.name_end, a.tools.call_index) == ("#7~v2~", "")
+
+
+TOOLS_BESIDE_SYSTEM = """{%- for message in messages -%}
+<|turn|>{{ message.role }}
+{% if message.role == 'system' %}{{ message.content }}{% if tools %} Tools: {{ tools | tojson }}{% endif %}
+{%- elif message.tool_calls %}{% for call in message.tool_calls %}<|call|>{{ {"name": call.function.name, "arguments": call.function.arguments} | tojson }}<|/call|>{% endfor %}
+{%- else %}{{ message.content }}{% endif %}<|done|>
+{% endfor -%}
+{%- if add_generation_prompt %}<|turn|>assistant
+{% endif -%}"""
+
+
+def test_tools_listed_only_beside_a_system_message_are_shown() -> None:
+    import autoparser
+
+    a = autoparser.analyze(TOOLS_BESIDE_SYSTEM)
+    assert a.tools.supported and a.tools.format == "json"
+    assert not [w for w in a.warnings if "tool definitions" in w]

@@ -15,6 +15,7 @@ after it, and the text between the two calls of the two-call output share their 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from dataclasses import dataclass
@@ -144,9 +145,23 @@ def _render_call_pair(prober: Prober, tools: list[dict[str, Any]], as_text: bool
                         tools=tools, **kwargs)
     if two is not None and (NAME_B not in two or NAME_A not in two):
         two = None
-    prompt = prober.prompt(tools=tools, **kwargs) or ""
-    shown = "first_arg" in prompt or "First probe tool" in prompt
-    return CallRenders(one=one, two=two, as_text=as_text, definitions_shown=shown)
+    return CallRenders(one=one, two=two, as_text=as_text,
+                       definitions_shown=_definitions_shown(prober, tools, kwargs))
+
+
+def _definitions_shown(prober: Prober, tools: list[dict[str, Any]], kwargs: dict[str, Any]) -> bool:
+    """Whether the prompt tells the model about the tools; some templates list them only inside a
+    system message, so a history with one is tried too."""
+    shape = prober.shape
+    try:
+        for system in dict.fromkeys((shape.system, True)):
+            prober.shape = dataclasses.replace(shape, system=system)
+            prompt = prober.prompt(tools=tools, **kwargs) or ""
+            if "first_arg" in prompt or "First probe tool" in prompt:
+                return True
+    finally:
+        prober.shape = shape
+    return False
 
 
 # -- finding calls ----------------------------------------------------------------------------------
