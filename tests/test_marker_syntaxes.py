@@ -181,3 +181,26 @@ def test_tools_listed_only_beside_a_system_message_are_shown() -> None:
     a = autoparser.analyze(TOOLS_BESIDE_SYSTEM)
     assert a.tools.supported and a.tools.format == "json"
     assert not [w for w in a.warnings if "tool definitions" in w]
+
+
+PERCENT_S_QUOTES = """{%- for message in messages -%}
+<|turn|>{{ message.role }}
+{% if message.tool_calls %}[{% for call in message.tool_calls %}{{ call.function.name }}(
+{%- for key, value in call.function.arguments.items() %}
+{%- if value is string %}{{ '%s="%s"' % (key, value) }}{% else %}{{ '%s=%s' % (key, value) }}{% endif %}
+{%- if not loop.last %}, {% endif %}{% endfor %}){% if not loop.last %}, {% endif %}{% endfor %}]
+{%- else %}{{ message.content }}{% endif %}<|done|>
+{% endfor -%}
+{%- if add_generation_prompt %}<|turn|>assistant
+{% endif -%}"""
+
+
+def test_quote_written_by_the_template_belongs_to_the_value() -> None:
+    import autoparser
+    from autoparser.roundtrip import probe_messages, run_case
+
+    a = autoparser.analyze(PERCENT_S_QUOTES)
+    assert (a.tools.arg_key_end, a.tools.arg_string_raw) == ("=", False)
+    for case, message in probe_messages().items():
+        result = run_case(a, case, message)
+        assert result.status == "pass", (case, result.cause, result.got)
