@@ -117,6 +117,10 @@ class ToolsAnalysis:
     # The generation prompt ends with the call opener (`>>>`): the output starts inside a call
     # header, where `content.start` (a recipient such as `all\n`) introduces plain content instead.
     opened_by_prompt: bool = False
+    # The template numbers its calls inside `name_end` (`:0<|x|>`, ` index="1"`): `name_end` with
+    # the number written `{index}`, confirmed by rendering two calls, and the first call's number.
+    call_index: str = ""
+    call_index_base: int = 0
 
 
 @dataclass

@@ -20,6 +20,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import sys
 from functools import cache
 from pathlib import Path
 from types import ModuleType
@@ -135,3 +136,27 @@ def shared_template_params() -> list[Any]:
 def peer_case_params() -> list[Any]:
     """`peer_cases()` as pytest parameters named by case id."""
     return _as_params(peer_cases)
+
+
+@cache
+def llama_chat_cases_tool() -> ModuleType:
+    """`tools/llama_chat_cases.py`, loaded by path like the fetcher."""
+    spec = importlib.util.spec_from_file_location("_autoparser_llama_chat_cases",
+                                                  REPO / "tools" / "llama_chat_cases.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def llamacpp_chat_tests() -> Path:
+    """llama.cpp's `tests/test-chat.cpp` (its parser expectations), fetched on first use."""
+    reason = _llamacpp_fetch_error()
+    if reason:
+        pytest.skip(reason, allow_module_level=True)
+    fetcher = corpus_fetcher()
+    try:
+        return fetcher.fetch_chat_tests()
+    except fetcher.FetchError as exc:
+        pytest.skip(f"llama.cpp's test-chat.cpp unavailable: {exc}", allow_module_level=True)

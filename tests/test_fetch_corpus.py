@@ -69,3 +69,25 @@ def test_broken_archive_is_an_error(tmp_path: Path, cache: Path) -> None:
     broken.write_bytes(b"not a tarball")
     with pytest.raises(fetcher.FetchError, match="cannot extract"):
         fetcher.fetch(broken)
+
+
+def test_chat_tests_are_extracted_beside_the_models(tmp_path: Path, cache: Path) -> None:
+    sdist = make_sdist(tmp_path / "s.tar.gz", {
+        f"{MODELS}/templates/A.jinja": b"1",
+        f"{MODELS}/ggml-vocab-deepseek-llm.gguf": b"GGUF",
+        f"{TOP}/vendor/llama.cpp/tests/test-chat.cpp": b"// cases",
+        f"{TOP}/vendor/llama.cpp/tests/other.cpp": b"// not taken",
+    })
+    path = fetcher.fetch_chat_tests(sdist)
+    assert path == cache / "corpus" / TOP / "vendor/llama.cpp/tests/test-chat.cpp"
+    assert path.read_bytes() == b"// cases"
+    assert sorted(p.name for p in path.parent.iterdir()) == ["test-chat.cpp"]
+    sdist.unlink()  # a second call does not open the archive again
+    assert fetcher.fetch_chat_tests(sdist) == path
+
+
+def test_sdist_without_chat_tests_is_an_error(tmp_path: Path, cache: Path) -> None:
+    sdist = make_sdist(tmp_path / "s.tar.gz", {f"{MODELS}/templates/A.jinja": b"1"})
+    with pytest.raises(fetcher.FetchError, match="holds no"):
+        fetcher.fetch_chat_tests(sdist)
+    assert not fetcher.chat_tests_path().exists()

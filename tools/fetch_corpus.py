@@ -3,14 +3,16 @@
 llama.cpp keeps ~70 chat templates of real models in `models/templates/`, and llama-cpp-python's
 source package vendors llama.cpp, so one pinned `pip download` gives a reproducible corpus without
 cloning anything. Only the templates and `ggml-vocab-deepseek-llm.gguf` (a weight-less GGUF with
-a real tokenizer, useful for tokenizing marker strings) are extracted. The files stay in the cache
-and are never copied into the project.
+a real tokenizer, useful for tokenizing marker strings) are extracted, plus llama.cpp's own
+parser expectations `tests/test-chat.cpp` (read as data by `tools/llama_chat_cases.py`). The
+files stay in the cache and are never copied into the project.
 
     python tools/fetch_corpus.py            # fetch if needed, print the templates directory
     python tools/fetch_corpus.py --sdist llama_cpp_python-0.3.36.tar.gz   # use a local tarball
 
 Cache: `$AUTOPARSER_CACHE` or `~/.cache/autoparser`; layout
-`corpus/llama_cpp_python-<version>/vendor/llama.cpp/models/{templates/*.jinja,<vocab>.gguf}`.
+`corpus/llama_cpp_python-<version>/vendor/llama.cpp/models/{templates/*.jinja,<vocab>.gguf}` and
+`corpus/llama_cpp_python-<version>/vendor/llama.cpp/tests/test-chat.cpp`.
 Running it again does nothing once the files are there.
 """
 
@@ -30,6 +32,7 @@ VERSION = "0.3.36"
 SDIST_STEM = f"llama_cpp_python-{VERSION}"
 MODELS = PurePosixPath("vendor/llama.cpp/models")
 VOCAB = "ggml-vocab-deepseek-llm.gguf"
+CHAT_TESTS = PurePosixPath("vendor/llama.cpp/tests/test-chat.cpp")
 
 
 class FetchError(RuntimeError):
@@ -51,6 +54,11 @@ def templates_dir() -> Path:
 
 def vocab_path() -> Path:
     return models_dir() / VOCAB
+
+
+def chat_tests_path() -> Path:
+    """Where llama.cpp's `tests/test-chat.cpp` is extracted (it may not exist yet)."""
+    return cache_root() / "corpus" / SDIST_STEM / CHAT_TESTS
 
 
 def is_fetched() -> bool:
@@ -131,6 +139,39 @@ def download_sdist() -> Path:
     return found[0]
 
 
+def extract_chat_tests(sdist: Path) -> Path:
+    """Extract `tests/test-chat.cpp` from `sdist` into the cache, written whole or not at all."""
+    target = chat_tests_path()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with tarfile.open(sdist, "r:*") as archive:
+            for member in archive:
+                parts = PurePosixPath(member.name).parts
+                if not member.isfile() or len(parts) < 2 or PurePosixPath(*parts[1:]) != CHAT_TESTS:
+                    continue
+                source = archive.extractfile(member)
+                if source is None:
+                    break
+                partial = target.with_suffix(".partial")
+                with source, open(partial, "wb") as out:
+                    shutil.copyfileobj(source, out)
+                partial.replace(target)
+                return target
+    except (OSError, tarfile.TarError) as exc:
+        raise FetchError(f"cannot extract {CHAT_TESTS} from {sdist}: {exc}") from None
+    raise FetchError(f"{sdist} holds no {CHAT_TESTS}")
+
+
+def fetch_chat_tests(sdist: Path | None = None, force: bool = False) -> Path:
+    """Make sure llama.cpp's `tests/test-chat.cpp` is in the cache; returns its path."""
+    if force or not chat_tests_path().is_file():
+        try:
+            extract_chat_tests(sdist if sdist is not None else download_sdist())
+        except OSError as exc:
+            raise FetchError(f"cannot write the corpus cache under {cache_root()}: {exc}") from None
+    return chat_tests_path()
+
+
 def fetch(sdist: Path | None = None, force: bool = False) -> Path:
     """Make sure the corpus is extracted; returns the templates directory."""
     if force or not is_fetched():
@@ -148,11 +189,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         templates = fetch(args.sdist, force=args.force)
+        chat_tests = fetch_chat_tests(args.sdist, force=args.force)
     except FetchError as exc:
         print(f"fetch_corpus: {exc}", file=sys.stderr)
         return 1
     print(f"{len(list(templates.glob('*.jinja')))} templates in {templates}")
     print(f"vocabulary: {vocab_path()}")
+    print(f"parser expectations: {chat_tests}")
     return 0
 
 

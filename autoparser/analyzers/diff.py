@@ -4,19 +4,33 @@ A plain character diff of `<｜tool▁call▁end｜><｜tool▁call▁begin｜>`
 `<｜tool▁call▁end｜><｜tool▁calls▁end｜>` would share `<｜tool▁call` and cut a marker in half.
 Cutting the text into segments first (special tokens, tags, bracket tags, words, whitespace
 runs, single punctuation) keeps every boundary on a place where a marker can start or end.
-This is general knowledge of tag syntax, not knowledge of any model.
+This is general knowledge of tag syntax, not knowledge of any model: beside `<|x|>`, `<x>` and
+`[X]`, a marker is any short word between runs of symbols (`@@call@@`, `((think))`, `{|end|}`),
+between a pair of typographic brackets (`«think»`, `⟦/call⟧`), or an upper-case word joined by
+underscores (`BEGIN_THOUGHT`). Quotes, and the single brackets of JSON and Python, never
+delimit a marker, so `{"name": ...}` and `f(x=1)` stay punctuation.
 """
 
 from __future__ import annotations
 
 import re
 
+_WORD = r"/?[A-Za-z][\w.:\-]{0,30}(?:\ [\w.:=\-]{1,30})?"  # `/call`, `call name=x`
+_BRACKET_RUNS = (("((", "))"), ("<<", ">>"), ("{{", "}}"), ("[[", "]]"), ("{|", "|}"), ("(|", "|)"),
+                 ("{:", ":}"), ("(:", ":)"), ("«", "»"), ("‹", "›"), ("⟦", "⟧"), ("⟨", "⟩"), ("⟪", "⟫"),
+                 ("【", "】"), ("〔", "〕"), ("〖", "〗"), ("『", "』"), ("「", "」"), ("《", "》"), ("〈", "〉"))
+_WORD_MARKER = "|".join(
+    [r"(?P<run>[~@$%^&=+!?|:]{2,3})" + _WORD + r"(?P=run)"]  # the same symbols both sides: @@call@@
+    + [re.escape(a) + _WORD + re.escape(b) for a, b in _BRACKET_RUNS])  # mirrored brackets: ((think))
+_CAPS_WORD = r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+"  # BEGIN_THOUGHT
+
 _SEGMENT = re.compile(
     r"""
       <[|｜][^<>\n]{0,80}?[|｜]>          # special tokens: <|im_start|>, <｜User｜>
     | </?[A-Za-z_|｜][\w:.\-|｜]*(?:\s[^<>\n]{0,120})?/?>   # xml-ish tags, with attributes
-    | \[/?[A-Z][A-Z_]*\]                  # bracket tags: [TOOL_CALLS], [/INST]
+    | \[/?[A-Z][A-Z_]*(?:\ [A-Z][A-Z_]*)*\]   # bracket tags: [TOOL_CALLS], [/INST], [END OF TEXT]
     | [\[\]](?=\w*[~!@#$%^&*|])[\w~!@#$%^&*|]{1,16}[\[\]]   # symbol-bracket tokens: ]~b], [|endofturn|]
+    | (?:""" + _WORD_MARKER + r""")      # a word between symbol runs or typographic brackets
     | <[^<>\s]{0,60}                      # an open tag cut short: <function=, <invoke
     | \s+
     | \w+
@@ -26,13 +40,14 @@ _SEGMENT = re.compile(
 )
 
 _MARKER = re.compile(
-    r"^(?:<[|｜][^<>\n]*[|｜]>|</?[A-Za-z_|｜][\w:.\-|｜]*(?:\s[^<>\n]*)?/?>|\[/?[A-Z][A-Z_]*\]"
-    r"|[\[\]](?=\w*[~!@#$%^&*|])[\w~!@#$%^&*|]{1,16}[\[\]])$"
+    r"^(?:<[|｜][^<>\n]*[|｜]>|</?[A-Za-z_|｜][\w:.\-|｜]*(?:\s[^<>\n]*)?/?>|\[/?[A-Z][A-Z_]*(?: [A-Z][A-Z_]*)*\]"
+    r"|[\[\]](?=\w*[~!@#$%^&*|])[\w~!@#$%^&*|]{1,16}[\[\]]"
+    r"|" + _WORD_MARKER + "|" + _CAPS_WORD + ")$"
 )
 
 
 def segments(text: str) -> list[str]:
-    return _SEGMENT.findall(text)
+    return [m.group() for m in _SEGMENT.finditer(text)]
 
 
 def is_marker(segment: str) -> bool:

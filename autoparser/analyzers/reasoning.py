@@ -7,7 +7,14 @@ Three independent kinds of evidence, each confirmed by rendering:
 2. the history: an assistant message carrying reasoning (`reasoning_content` and its aliases)
    renders it between the start and end markers;
 3. stripping: templates that drop earlier reasoning from content cut it at the end marker, so
-   content `R<marker>C` rendering as just `C` proves `<marker>` ends reasoning.
+   content `R<marker>C` rendering as just `C` proves `<marker>` ends reasoning (in the last reply,
+   or in an earlier one when only past turns are cut).
+
+Where the history shows no reasoning at all, the prompt still can: a switch that writes an empty
+marker pair into the system text ("write your thoughts between <think></think>"), a generation
+prompt that ends with a marker whose closing counterpart the template cuts at, or with a line of
+text the reply itself never repeats. Reasoning may also be a typed block of the content
+(`{"type": "thinking", "thinking": ...}`).
 """
 
 from __future__ import annotations
@@ -91,6 +98,36 @@ def find_toggle(prober: Prober, facts: TemplateFacts) -> Toggle | None:
             found.append(Toggle(name, True, False, on, off))
     if not found:
         return None
+    return _confirmed_toggle(prober, found)
+
+
+def find_system_text_toggle(prober: Prober, facts: TemplateFacts) -> tuple[Toggle, str, str] | None:
+    """A switch that leaves the generation prompt alone but writes an empty marker pair into the
+    prompt's instructions ("write your thoughts between <think></think>"): the pair it adds is
+    the reasoning's markers. Returns the toggle and the pair."""
+    ranked = sorted(facts.variables, key=lambda v: (not _sounds_like_thinking(v), v))
+    for name in ranked[:MAX_TOGGLE_CANDIDATES]:
+        on, off = prober.prompt(**{name: True}), prober.prompt(**{name: False})
+        if on is None or off is None or on == off:
+            continue
+        shared = len(common_prefix(on, off))
+        pair = _empty_pair(on[shared:])
+        if pair and _empty_pair(off[shared:]) != pair:
+            gp_on, gp_off = generation_prompt(prober, **{name: True}), generation_prompt(prober, **{name: False})
+            return Toggle(name, True, False, gp_on or "", gp_off or ""), pair[0], pair[1]
+    return None
+
+
+def _empty_pair(text: str) -> tuple[str, str] | None:
+    """The first marker directly followed by its own closing counterpart: `<think></think>`."""
+    segs = segments(text)
+    for at in range(len(segs) - 1):
+        if is_marker(segs[at]) and segs[at + 1] in closing_counterpart(segs[at]):
+            return segs[at], segs[at + 1]
+    return None
+
+
+def _confirmed_toggle(prober: Prober, found: list[Toggle]) -> Toggle:
     for candidate in found:
         others_off = {t.name: t.off for t in found if t is not candidate}
         others_on = {t.name: t.on for t in found if t is not candidate}
@@ -110,13 +147,16 @@ def _adds_markers(a: str, b: str) -> bool:
 
 
 def closing_counterpart(start: str) -> list[str]:
-    """Plausible end markers for a start marker, by the usual tag conventions."""
+    """Plausible end markers for a start marker, by the usual tag conventions: a `/` before the
+    word (`<think>`, `[THINK]`, `((think))`, `<|think|>`), or START/BEGIN turned into END."""
     out = []
+    word_at = next((i for i, c in enumerate(start) if c.isalnum()), -1)
+    if word_at > 0 and start[word_at - 1] != "/" and not start[word_at - 1].isspace():
+        out.append(start[:word_at] + "/" + start[word_at:])
     if start.startswith("<") and not start.startswith("</") and start.endswith(">"):
         inner = start[1:]
-        out.append("</" + inner)
-        if inner.startswith(("|", "｜")):
-            out.append(start[:2] + "/" + start[2:])
+        if "</" + inner not in out:
+            out.append("</" + inner)
     for a, b in (("START", "END"), ("BEGIN", "END"), ("start", "end"), ("begin", "end"), ("Start", "End")):
         if a in start:
             out.append(start.replace(a, b, 1))
@@ -127,8 +167,9 @@ def opening_counterpart(end: str, literals: list[str]) -> str:
     for candidate in literals:
         if end in closing_counterpart(candidate):
             return candidate
-    if end.startswith("</"):
-        return "<" + end[2:]
+    slash = end.find("/")
+    if 0 < slash < len(end) - 1 and end[slash + 1].isalnum() and not any(c.isalnum() for c in end[:slash]):
+        return end[:slash] + end[slash + 1:]
     return ""
 
 
@@ -139,17 +180,24 @@ def analyze_reasoning(prober: Prober, facts: TemplateFacts, warnings: list[str])
     literals = marker_literals(facts)
 
     start, end = "", ""
-    forced_open = closed_when_off = False
+    forced_open = closed_when_off = in_system_text = False
     if toggle:
         start, end, forced_open, closed_when_off = _markers_from_toggle(toggle)
+    else:
+        found = find_system_text_toggle(prober, facts)
+        if found:
+            toggle, start, end = found
+            on_kwargs, in_system_text = {toggle.name: toggle.on}, True
 
     history_start, history_end, beside_tools_only = _markers_from_history(prober, on_kwargs)
     if history_end:
-        result.rendered_in_history = True
         start = start or history_start
         end = end or history_end
     if not end:
         end = _end_marker_from_stripping(prober, literals, on_kwargs)
+    prompt_on = toggle.prompt_on if toggle else (generation_prompt(prober) or "")
+    if end:
+        start = _text_opening(prober, prompt_on, on_kwargs) or start
     if end and not start:
         start = opening_counterpart(end, literals)
     if start and not end:
@@ -164,19 +212,22 @@ def analyze_reasoning(prober: Prober, facts: TemplateFacts, warnings: list[str])
 
     if end not in closing_counterpart(start):
         end = next((c for c in closing_counterpart(start) if c in literals), end)
-    prompt_on = toggle.prompt_on if toggle else (generation_prompt(prober) or "")
     if not forced_open:
-        forced_open = _ends_with_marker(prompt_on, start)
+        forced_open = _ends_with_marker(prompt_on, start) or (
+            not is_marker(start) and prompt_on.rstrip().endswith(start))
     # "tools_only": the only evidence is reasoning kept beside tool calls in the history
     only_beside_tools = beside_tools_only and not toggle and not forced_open and start == history_start
     result.mode = "tools_only" if only_beside_tools else "tagged"
+    result.rendered_in_history = bool(history_end)
     result.start, result.end = start, end
     result.forced_open = forced_open
     result.closed_when_off = closed_when_off
     if toggle:
         result.toggle, result.toggle_on, result.toggle_off = toggle.name, toggle.on, toggle.off
-        default = generation_prompt(prober)
-        result.default_on = default == toggle.prompt_on
+        if in_system_text:
+            result.default_on = prober.prompt() == prober.prompt(**on_kwargs)
+        else:
+            result.default_on = generation_prompt(prober) == toggle.prompt_on
     return result
 
 
@@ -259,14 +310,16 @@ def _markers_from_history(prober: Prober, kwargs: dict[str, Any]) -> tuple[str, 
             beside_tools = beside_tools and tools is not None
             if len(closings) == 2 or (tools is not None and closings):
                 break
-        if start and closings:
+        if closings:  # the start may be missing: the prompt may open the reasoning with plain text
             return start, _closing_marker(closings), beside_tools
     return "", "", False
 
 
 def _reasoning_messages(prober: Prober, name: str) -> list[tuple[dict[str, Any], Any, str]]:
+    blocks = [{"type": name, name: REASONING_TEXT}, {"type": "text", "text": CONTENT_TEXT}]
     messages: list[tuple[dict[str, Any], Any, str]] = [
-        (prober.assistant(CONTENT_TEXT, **{name: REASONING_TEXT}), None, CONTENT_TEXT)]
+        (prober.assistant(CONTENT_TEXT, **{name: REASONING_TEXT}), None, CONTENT_TEXT),
+        ({"role": "assistant", "content": blocks}, None, CONTENT_TEXT)]
     for as_text in (False, True):
         call = prober.calls_message([(NAME_A, ARGS_A, ID_A)], as_text)
         call[name] = REASONING_TEXT
@@ -297,7 +350,27 @@ def _opening_before(before_reasoning: str, output: str | None) -> str:
 
 def _end_marker_from_stripping(prober: Prober, candidates: list[str], kwargs: dict[str, Any]) -> str:
     for marker in candidates:
-        output = prober.output(prober.assistant(REASONING_TEXT + marker + CONTENT_TEXT), **kwargs)
+        message = prober.assistant(REASONING_TEXT + marker + CONTENT_TEXT)
+        output = prober.output(message, **kwargs)
         if output and CONTENT_TEXT in output and REASONING_TEXT not in output:
             return marker
+        # some templates cut reasoning from past turns only
+        follow_up = {"role": "user", "content": prober.text("Probe follow-up from the user.")}
+        full = prober.render(prober.history() + [message, follow_up], add_generation_prompt=True, **kwargs)
+        if full and CONTENT_TEXT in full and REASONING_TEXT not in full:
+            return marker
     return ""
+
+
+def _text_opening(prober: Prober, prompt: str, kwargs: dict[str, Any]) -> str:
+    """A line of plain text the generation prompt ends with, after its last marker, that a reply
+    in the history does not repeat (`Here are my reasoning steps:`): the prompt opened the
+    reasoning with it."""
+    segs = segments(prompt)
+    last = max((i for i, s in enumerate(segs) if is_marker(s)), default=-1)
+    lines = "".join(segs[last + 1:]).strip().splitlines()
+    tail = lines[-1].strip() if lines else ""
+    if not tail or len(tail) > 64 or not any(c.isalpha() for c in tail):
+        return ""
+    full = prober.conversation(prober.assistant(CONTENT_TEXT), **kwargs)
+    return tail if full and CONTENT_TEXT in full and tail not in full else ""

@@ -15,6 +15,7 @@ after it, and the text between the two calls of the two-call output share their 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from dataclasses import dataclass
@@ -95,7 +96,26 @@ def analyze_tools(prober: Prober, reasoning: ReasoningAnalysis, stop: list[str],
     if tools.format in ("tag_json", "tag_tagged"):
         _split_tag_markup(tools)
     _find_tag_id(tools)
+    _confirm_call_index(one, two, tools)
     return tools
+
+
+INDEX_HOLE = "{index}"
+
+
+def _confirm_call_index(one: str, two: str | None, tools: ToolsAnalysis) -> None:
+    """A number in the name markup counts calls when the second of two rendered calls carries the
+    next number there (`:0` then `:1`); a number that stays the same is part of the marker."""
+    if two is None or tools.format == "json" or not tools.name_end:
+        return
+    for digits in re.finditer(r"[0-9]+", tools.name_end):
+        first = int(digits.group())
+        head, tail = tools.name_end[: digits.start()], tools.name_end[digits.end():]
+        if (NAME_A + tools.name_end in one and NAME_A + tools.name_end in two
+                and NAME_B + head + str(first + 1) + tail in two):
+            tools.call_index = head + INDEX_HOLE + tail
+            tools.call_index_base = first
+            return
 
 
 # -- rendering --------------------------------------------------------------------------------------
@@ -125,9 +145,23 @@ def _render_call_pair(prober: Prober, tools: list[dict[str, Any]], as_text: bool
                         tools=tools, **kwargs)
     if two is not None and (NAME_B not in two or NAME_A not in two):
         two = None
-    prompt = prober.prompt(tools=tools, **kwargs) or ""
-    shown = "first_arg" in prompt or "First probe tool" in prompt
-    return CallRenders(one=one, two=two, as_text=as_text, definitions_shown=shown)
+    return CallRenders(one=one, two=two, as_text=as_text,
+                       definitions_shown=_definitions_shown(prober, tools, kwargs))
+
+
+def _definitions_shown(prober: Prober, tools: list[dict[str, Any]], kwargs: dict[str, Any]) -> bool:
+    """Whether the prompt tells the model about the tools; some templates list them only inside a
+    system message, so a history with one is tried too."""
+    shape = prober.shape
+    try:
+        for system in dict.fromkeys((shape.system, True)):
+            prober.shape = dataclasses.replace(shape, system=system)
+            prompt = prober.prompt(tools=tools, **kwargs) or ""
+            if "first_arg" in prompt or "First probe tool" in prompt:
+                return True
+    finally:
+        prober.shape = shape
+    return False
 
 
 # -- finding calls ----------------------------------------------------------------------------------

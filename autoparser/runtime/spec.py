@@ -63,7 +63,9 @@ class Spec:
         self.call_separator = "" if self.array else core(get("call_separator"))
         self.name_start = core(get("name_start"))
         name_end = core(get("name_end"))
-        indexed = split_call_index(name_end)
+        index = core(get("call_index"))  # confirmed by the analysis; else digits in the marker
+        head, hole, tail = index.partition("{index}")
+        indexed = (head, tail) if hole else split_call_index(name_end)
         self.name_end, self.name_end_tail = indexed or (name_end, "")
         self.name_end_indexed = indexed is not None
         self.id_start = core(get("id_start"))
