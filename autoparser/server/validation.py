@@ -113,7 +113,7 @@ def check_json_value(value: Any, root: tuple[Any, ...] = ()) -> None:
         node, path = stack.pop()
         if len(path) - len(root) >= MAX_JSON_DEPTH:
             raise InvalidInput(f"{param_path(path[:8])}...: JSON nested deeper than {MAX_JSON_DEPTH} levels.",
-                               param=param_path(path[:8]) or None)
+                               param=param_path(path[:len(root) + 1]) or None)
         items = node.items() if isinstance(node, dict) else enumerate(node)
         for key, item in items:
             if isinstance(key, str):
