@@ -8,11 +8,9 @@ template must stop at the first bound that trips, not retry every probe shape.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import textwrap
+import importlib.util
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,65 +18,24 @@ from autoparser.isolation import HardLimits, analyze_isolated
 from autoparser.render import RenderLimitExceeded, render_template
 
 ROOT = Path(__file__).resolve().parent.parent
-CONVERSATION = "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}<|end|>{% endfor %}"
 
-HOSTILE = {
-    "integer squarings": "{% set ns = namespace(n=2 ** 50000) %}{% for i in range(16) %}"
-                         "{% set ns.n = ns.n * ns.n %}{% endfor %}{{ ns.n > 0 }}",
-    "translate": "{{ ('x' * 4000000).translate({120: 'y' * 4000}) | length }}",
-    "map center into join": "{{ range(100000) | map('string') | map('center', 3999999) | join | length }}",
-    "map center into list": "{{ range(100000) | map('string') | map('center', 3999999) | list | length }}",
-    "map center into sort": "{{ range(100000) | map('string') | map('center', 3999999) | sort | length }}",
-    "map center into str.join": "{{ ''.join(range(100000) | map('string') | map('center', 3999999)) | length }}",
-    "map center into tojson": "{{ range(100000) | map('string') | map('center', 3999999) | tojson | length }}",
-    "nested format width": "{{ ('{0:{1}}' * 1000).format(1, 3999999) | length }}",
-    "format widths": "{{ ('{:999999}' * 1000).format(*range(1000)) | length }}",
-    "percent star width": "{{ ('%*d' * 1000) % ((3999999, 1) * 1000) }}",
-    "list extend self": "{% set ns = namespace(l=[1]) %}{% for i in range(40) %}"
-                        "{% set _ = ns.l.extend(ns.l) %}{% endfor %}{{ ns.l | length }}",
-    "list plus self": "{% set ns = namespace(l=[1]) %}{% for i in range(40) %}"
-                      "{% set ns.l = ns.l + ns.l %}{% endfor %}{{ ns.l | length }}",
-    "string repetition": "{{ ('x' * 3000000) * 3000000 }}",
-    "wordwrap long word": "{{ ('x' * 3000000) | wordwrap(2) | length }}",
-    "wordwrap long text": "{{ ('abc ' * 999999) | wordwrap(79) | length }}",
-    "sort shared references": "{% set ns = namespace(a=[1], b=[1]) %}{% for i in range(60) %}"
-                              "{% set ns.a = [ns.a, ns.a] %}{% set ns.b = [ns.b, ns.b] %}{% endfor %}"
-                              "{{ [ns.a, ns.b] | sort | length }}",
-    "unique shared references": "{% set ns = namespace(a=[1], b=[1]) %}{% for i in range(60) %}"
-                                "{% set ns.a = [ns.a, ns.a] %}{% set ns.b = [ns.b, ns.b] %}{% endfor %}"
-                                "{{ [ns.a, ns.b] | unique | list | length }}",
-    "output bound": "{% for i in range(100000) %}{% for j in range(100) %}xxxxxxxxxx{% endfor %}{% endfor %}",
-}
 
-CHILD = textwrap.dedent("""
-    import json, resource, sys, time
-    resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
-    from autoparser.analyzers import analyze
-    from autoparser.render import TemplateRenderError, render_template
-    for name, source in json.loads(sys.stdin.read()).items():
-        for what, run in (("render", lambda: render_template(source, [{"role": "user", "content": "hi"}])),
-                          ("analyze", lambda: analyze(source))):
-            started = time.perf_counter()
-            try:
-                run()
-                error, kind = "", ""
-            except TemplateRenderError as exc:
-                error, kind = str(exc), type(exc).__name__
-            seconds = time.perf_counter() - started
-            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-            print(json.dumps({"name": name, "what": what, "error": error, "kind": kind,
-                              "seconds": seconds, "peak": peak}), flush=True)
-""")
+def _bench() -> Any:
+    spec = importlib.util.spec_from_file_location("_autoparser_bench_hostile", ROOT / "tools" / "bench_hostile.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+BENCH = _bench()
+HOSTILE = BENCH.HOSTILE
+CONVERSATION = BENCH.CONVERSATION
 
 
 @pytest.fixture(scope="module")
 def outcomes() -> dict[tuple[str, str], dict]:
-    sources = {name: CONVERSATION + source for name, source in HOSTILE.items()}
-    done = subprocess.run([sys.executable, "-c", CHILD], input=json.dumps(sources), capture_output=True,
-                          text=True, timeout=300, cwd=ROOT)
-    assert done.returncode == 0, done.stderr[-2000:]
-    rows = [json.loads(line) for line in done.stdout.splitlines()]
-    return {(row["name"], row["what"]): row for row in rows}
+    return {(row["name"], row["what"]): row for row in BENCH.run_all()}
 
 
 @pytest.mark.parametrize("what", ["render", "analyze"])
