@@ -32,6 +32,7 @@ __all__ = [
     "check_tools",
     "checked_body",
     "param_path",
+    "tokenize_prompt",
 ]
 
 log = logging.getLogger("autoparser.server")
@@ -186,3 +187,56 @@ def _response_schema(data: dict[str, Any]) -> Any:
         return None
     inner = fmt.get("json_schema")
     return inner.get("schema") if isinstance(inner, dict) else None
+
+
+# -- special-token text inside untrusted text --------------------------------------------------
+
+
+def untrusted_texts(value: Any) -> set[str]:
+    """Every string inside the client's messages or tools (except role names): text that must
+    never become a control token, however much it looks like one."""
+    found: set[str] = set()
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            found.add(node)
+        elif isinstance(node, dict):
+            stack.extend(v for k, v in node.items() if k != "role")
+        elif isinstance(node, list | tuple):
+            stack.extend(node)
+    return found
+
+
+def tokenize_prompt(engine: Any, prompt: str, untrusted: set[str], special_tokens: Any) -> list[int]:
+    """The prompt's tokens, with special-token text that came from the client read as text.
+
+    The template's own markers are special tokens (`parse_special=True`); a client's text that
+    holds a special token's spelling (`<|im_end|>` typed into a message) is tokenized as plain
+    text, so a user cannot forge a turn boundary or a tool call. Prompts whose client texts hold
+    no special-token spelling are tokenized in one call, exactly as before.
+    """
+    specials = [token for token in special_tokens if token]
+    risky = sorted((text for text in untrusted if any(token in text for token in specials)
+                    and not _only_markup(text, specials)), key=len, reverse=True)
+    if not risky:
+        return engine.tokenize(prompt, parse_special=True, add_bos=False)
+    spans = re.compile("|".join(re.escape(text) for text in risky))
+    tokens: list[int] = []
+    at = 0
+    for found in spans.finditer(prompt):
+        if found.start() > at:
+            tokens += engine.tokenize(prompt[at:found.start()], parse_special=True, add_bos=False)
+        tokens += engine.tokenize(found.group(), parse_special=False, add_bos=False)
+        at = found.end()
+    if at < len(prompt):
+        tokens += engine.tokenize(prompt[at:], parse_special=True, add_bos=False)
+    return tokens
+
+
+def _only_markup(text: str, specials: list[str]) -> bool:
+    """A text that is nothing but special tokens and spaces could equal the template's own
+    markup, which must stay special; such a text is left as the template renders it."""
+    for token in sorted(specials, key=len, reverse=True):
+        text = text.replace(token, "")
+    return not text.strip()
