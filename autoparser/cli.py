@@ -33,6 +33,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         return 130
+    except (RecursionError, MemoryError) as exc:  # input shaped to exhaust the process
+        print(f"autoparser: the input is too large or too deeply nested ({type(exc).__name__})", file=sys.stderr)
+        return EXIT_BAD_INPUT
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -83,7 +86,7 @@ def _template_arguments(parser: argparse.ArgumentParser) -> None:
 # -- loading ------------------------------------------------------------------------------------------
 
 def load_analysis(args: argparse.Namespace, tools: bool = False) -> Analysis:
-    from autoparser.analyzers import analyze
+    from autoparser.isolation import analyze_isolated
     from autoparser.load import LoadError, load_template
     from autoparser.render import TemplateRenderError
 
@@ -96,26 +99,38 @@ def load_analysis(args: argparse.Namespace, tools: bool = False) -> Analysis:
     bos = args.bos_token if args.bos_token is not None else source.bos_token
     eos = args.eos_token if args.eos_token is not None else source.eos_token
     try:
-        return analyze(source.source, bos_token=bos or "", eos_token=eos or "")
+        return analyze_isolated(source.source, bos_token=bos or "", eos_token=eos or "")
     except TemplateRenderError as exc:
         raise CliError(str(exc)) from None
 
 
 def read_tools(path: str | None) -> list[dict[str, Any]] | None:
+    """The tools file's OpenAI tool definitions, checked as the server checks a request's."""
     if not path:
         return None
+    from autoparser.generators.schema_gbnf import SchemaError
+    from autoparser.load import LoadError, parse_json_text, read_bounded_text
+    from autoparser.server.validation import InvalidInput, check_json_value, check_tools
+
     try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except OSError as exc:
-        raise CliError(f"cannot read tools file {path}: {exc.strerror}") from None
-    except ValueError as exc:
-        raise CliError(f"tools file {path} is not valid JSON: {exc}") from None
+        data = parse_json_text(read_bounded_text(path, limit=MAX_TOOLS_FILE_BYTES), f"tools file {path}")
+    except LoadError as exc:
+        raise CliError(str(exc)) from None
+    except ValueError as exc:  # integers beyond Python's digit limit
+        raise CliError(f"tools file {path} is not usable JSON: {exc}") from None
     if isinstance(data, dict) and "tools" in data:
         data = data["tools"]
     if not isinstance(data, list) or not all(isinstance(t, dict) for t in data):
         raise CliError(f"tools file {path} must hold a JSON list of tool definitions")
+    try:
+        check_json_value(data, ("tools",))
+        check_tools(data)
+    except (InvalidInput, SchemaError) as exc:
+        raise CliError(f"tools file {path}: {exc}") from None
     return data
+
+
+MAX_TOOLS_FILE_BYTES = 16 << 20
 
 
 def _thinking(args: argparse.Namespace) -> bool | None:
@@ -136,14 +151,23 @@ def run_analyze(args: argparse.Namespace) -> int:
     if args.json:
         print(analysis.to_json(indent=2))
     elif args.gbnf:
-        print(analysis.gbnf(tools=tools, tool_choice=_tool_choice(args.tool_choice), thinking=_thinking(args)))
+        print(_grammar(lambda: analysis.gbnf(tools=tools, tool_choice=_tool_choice(args.tool_choice),
+                                             thinking=_thinking(args))))
     elif args.lark:
-        print(analysis.lark(tools=tools, thinking=_thinking(args)))
+        print(_grammar(lambda: analysis.lark(tools=tools, thinking=_thinking(args))))
     else:
         from autoparser.summary import print_summary
 
         print_summary(analysis, name=args.template or args.hf)
     return 0
+
+
+def _grammar(build: Any) -> str:
+    """A grammar's text; a tool choice or schema the grammar cannot serve is the user's error."""
+    try:
+        return build()
+    except ValueError as exc:
+        raise CliError(f"cannot build the grammar: {' '.join(str(exc).split())}") from None
 
 
 def run_generate(args: argparse.Namespace) -> int:

@@ -110,6 +110,8 @@ def _from_path(path: Path, tools: bool, name: str | None) -> TemplateSource:
         raise MissingFile(f"no such file or directory: {path}")
     if path.is_dir():
         return _from_folder(path, tools, name)
+    if not path.is_file():
+        raise UnreadableFile(f"{path} is not a regular file")
     if path.suffix.lower() == ".gguf" or _has_gguf_magic(path):
         return _from_gguf(path, tools, name)
     if path.suffix.lower() == ".json":
@@ -238,21 +240,45 @@ def _token_text(value: Any) -> str:
     return ""
 
 
-def _read_text(path: Path) -> str:
+MAX_FILE_BYTES = 64 << 20
+"""The largest template or JSON file read; tokenizer configs with big vocabularies stay well below."""
+
+
+def read_bounded_text(path: str | Path, limit: int = MAX_FILE_BYTES) -> str:
+    """A regular file's text, refusing devices, FIFOs (a symlink to /dev/zero) and files over
+    `limit` bytes before reading them whole. Raises `UnreadableFile`."""
+    path = Path(path)
     try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise UnreadableFile(f"{path} is not UTF-8 text") from None
+        if not path.is_file():
+            raise UnreadableFile(f"{path} is not a regular file")
+        with path.open("rb") as handle:
+            data = handle.read(limit + 1)
     except OSError as exc:
         raise UnreadableFile(f"cannot read {path}: {exc.strerror or exc}") from None
+    if len(data) > limit:
+        raise UnreadableFile(f"{path} is larger than {limit >> 20} MB")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UnreadableFile(f"{path} is not UTF-8 text") from None
+
+
+def parse_json_text(text: str, origin: str) -> Any:
+    """JSON text as Python values; malformed or absurdly nested JSON is an `UnreadableFile`."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UnreadableFile(f"{origin} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
+    except RecursionError:
+        raise UnreadableFile(f"{origin} is nested too deeply to be a JSON file this tool reads") from None
+
+
+def _read_text(path: Path) -> str:
+    return read_bounded_text(path)
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    text = _read_text(path)
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UnreadableFile(f"{path} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
+    value = parse_json_text(_read_text(path), str(path))
     if not isinstance(value, dict):
         raise UnreadableFile(f"{path} does not hold a JSON object")
     return value
@@ -302,12 +328,16 @@ def _open_gguf(path: Path) -> Any:
         reader = _metadata_reader_class()(path)
     except LoadError:
         raise
-    except (ValueError, KeyError, IndexError, OSError, struct.error) as exc:
-        raise GGUFReadError(f"{path} is not a readable GGUF file: {exc}") from None
+    except (ValueError, KeyError, IndexError, OSError, struct.error, OverflowError) as exc:
+        raise GGUFReadError(f"{path} is not a readable GGUF file: {_one_line(exc)}") from None
+    except (RecursionError, MemoryError) as exc:  # metadata shaped to exhaust the reader
+        raise GGUFReadError(f"{path} is not a readable GGUF file: its metadata is too large or too "
+                            f"deeply nested ({type(exc).__name__})") from None
     return reader
 
 
 _READER_CLASS: Any = None
+_MAX_GGUF_NESTING = 64
 
 
 def _metadata_reader_class() -> Any:
@@ -345,6 +375,11 @@ def _metadata_reader_class() -> Any:
             elif item_type in self.gguf_scalar_to_np:
                 itemsize = np.dtype(self.gguf_scalar_to_np[item_type]).itemsize
                 offsets, end = np.empty(0, dtype=np.uint64), start + itemsize * length
+                if end > len(self.data):
+                    raise ValueError(f"an array of {length:,} items runs past the end of the file")
+            elif item_type == GGUFValueType.ARRAY:
+                # arrays of arrays hold no chat template: skipped without recursion
+                offsets, end = np.empty(0, dtype=np.uint64), self._nested_arrays_end(start, length)
             else:
                 return super()._get_field_parts(orig_offs, raw_type)
             self._arrays[orig_offs] = (int(item_type), offsets)
@@ -353,6 +388,8 @@ def _metadata_reader_class() -> Any:
 
         def _string_offsets(self, start: int, count: int) -> tuple[Any, int]:
             """Each string's offset, found by hopping over the 8-byte length prefixes."""
+            if count * 8 > len(self.data) - start:  # checked before allocating the offset table
+                raise ValueError(f"a string array of {count:,} items runs past the end of the file")
             order = ">" if self.byte_order == "S" else "<"
             view = memoryview(self.data)
             read_length = struct.Struct(order + "Q").unpack_from
@@ -364,6 +401,41 @@ def _metadata_reader_class() -> Any:
             if offset > len(self.data):
                 raise ValueError("string array runs past the end of the file")
             return offsets, offset
+
+        def _nested_arrays_end(self, start: int, count: int) -> int:
+            """Where an array of `count` arrays starting at `start` ends, walked with an explicit
+            stack (nesting depth at most `_MAX_GGUF_NESTING`), every length checked against the file."""
+            order = ">" if self.byte_order == "S" else "<"
+            view, size = memoryview(self.data), len(self.data)
+            header, length_prefix = struct.Struct(order + "IQ"), struct.Struct(order + "Q")
+            pending = [[int(GGUFValueType.ARRAY), count]]  # [item type, items left] per open array
+            offset = start
+            while pending:
+                level = pending[-1]
+                if level[1] == 0:
+                    pending.pop()
+                    continue
+                item_type = GGUFValueType(level[0])
+                if item_type in self.gguf_scalar_to_np:
+                    offset += np.dtype(self.gguf_scalar_to_np[item_type]).itemsize * level[1]
+                    level[1] = 0
+                elif item_type == GGUFValueType.STRING:
+                    level[1] -= 1
+                    offset += 8 + length_prefix.unpack_from(view, offset)[0] if offset + 8 <= size else 8
+                elif item_type == GGUFValueType.ARRAY:
+                    level[1] -= 1
+                    if len(pending) >= _MAX_GGUF_NESTING:
+                        raise ValueError(f"arrays nested more than {_MAX_GGUF_NESTING} deep")
+                    if offset + 12 > size:
+                        raise ValueError("a nested array runs past the end of the file")
+                    inner_type, inner_count = header.unpack_from(view, offset)
+                    offset += 12
+                    pending.append([int(GGUFValueType(inner_type)), inner_count])
+                else:
+                    raise ValueError(f"unknown value type {item_type}")
+                if offset > size:
+                    raise ValueError("a nested array runs past the end of the file")
+            return offset
 
         def _build_tensor_info(self, offs: int, count: int):  # type: ignore[no-untyped-def]
             return offs, []

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autoparser.analyzers.diff import common_prefix, matched_ignoring_space
-from autoparser.render import TemplateRenderError, render_template
+from autoparser.render import RenderLimitExceeded, TemplateRenderError, render_template
 
 USER_TEXT = "Probe question from the user."
 SYSTEM_TEXT = "Probe system instructions."
@@ -107,6 +107,8 @@ class Prober:
                                                add_generation_prompt=add_generation_prompt,
                                                bos_token=self.bos_token, eos_token=self.eos_token,
                                                **context)
+        except RenderLimitExceeded:
+            raise  # a bound that trips once trips for every probe: retrying other shapes only wastes time
         except TemplateRenderError as exc:
             if len(self.errors) < 20:
                 self.errors.append(str(exc))

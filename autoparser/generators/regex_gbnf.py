@@ -9,7 +9,8 @@ their negations, groups (capturing, ``(?:...)``, named), alternation, the quanti
 top-level alternatives. A pattern without ``^``/``$`` matches anywhere in the string, as JSON
 Schema says, so the translation pads it with "any characters". Everything else (look-arounds,
 back-references, word boundaries, Unicode properties, inner anchors, bounds above llama.cpp's
-repetition limit) raises `RegexUnsupported`; the caller falls back to a plain string and warns.
+repetition limit, nested bounds multiplying past `MAX_NESTED_REPETITION`) raises
+`RegexUnsupported`; the caller falls back to a plain string and warns.
 """
 
 from __future__ import annotations
@@ -38,6 +39,10 @@ from autoparser.generators.gbnf_builder import (
 
 class RegexUnsupported(ValueError):
     """The pattern uses a feature this translator does not express."""
+
+
+MAX_NESTED_REPETITION = MAX_REPETITION
+"""The most the repetition bounds of one pattern may multiply to through nesting."""
 
 
 # -- syntax tree ------------------------------------------------------------------------------
@@ -298,6 +303,7 @@ class RegexEmitter:
         self.hint = hint
         self.json_mode = json_mode
         self.exclude = normalize_ranges(exclude or [])
+        self._repetition = 1  # product of the repetition bounds around the node being emitted
 
     def any_char(self) -> str:
         if self.json_mode and not self.exclude:
@@ -366,7 +372,18 @@ class RegexEmitter:
     def emit_repeat(self, node: Repeat) -> str:
         if node.lo > MAX_REPETITION or (node.hi is not None and node.hi > MAX_REPETITION):
             raise RegexUnsupported(f"repetition bound above {MAX_REPETITION}")
-        inner = self.emit(node.node)
+        outer = self._repetition
+        nested = outer * (node.hi if node.hi is not None else max(node.lo, 1))
+        if nested > MAX_NESTED_REPETITION:
+            # `(a{0,2000}){0,2000}`: each bound alone is fine, but the matcher tracks every way
+            # of splitting the text between the nested repetitions and wedges for minutes
+            raise RegexUnsupported(f"nested repetition bounds multiply to {nested:,}, over the "
+                                   f"grammar budget of {MAX_NESTED_REPETITION:,}")
+        self._repetition = nested
+        try:
+            inner = self.emit(node.node)
+        finally:
+            self._repetition = outer
         if not inner or node.hi == 0:
             return ""
         if not _is_atom(inner):
@@ -423,4 +440,7 @@ def regex_to_gbnf(builder: GrammarBuilder, pattern: str, hint: str, json_mode: b
 
     In JSON mode the result excludes the surrounding quotes. Raises `RegexUnsupported`.
     """
-    return RegexEmitter(builder, hint, json_mode=json_mode, exclude=exclude).translate(pattern)
+    try:
+        return RegexEmitter(builder, hint, json_mode=json_mode, exclude=exclude).translate(pattern)
+    except RecursionError:
+        raise RegexUnsupported("groups nested too deeply") from None

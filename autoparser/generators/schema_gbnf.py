@@ -125,6 +125,173 @@ def format_rule(b: GrammarBuilder, fmt: str) -> str:
     return b.fixed("fmt-uri", '[a-zA-Z] [a-zA-Z0-9+.\\-]{0,15} ":" [^ "\\\\<>\\x00-\\x1F\\x7F]{1,200}')
 
 
+# -- the grammar cost budget -------------------------------------------------------------------
+
+
+class SchemaError(ValueError):
+    """A schema the grammar cannot serve: malformed, or over the grammar cost budget.
+
+    The message names the tool and the JSON path; `param` is that path in OpenAI's spelling.
+    """
+
+    def __init__(self, message: str, param: str | None = None):
+        super().__init__(message)
+        self.param = param
+
+
+@dataclass(frozen=True)
+class GrammarBudget:
+    """What one schema may cost the grammar, checked before llama.cpp sees it.
+
+    llama.cpp's matcher keeps one stack per way the text so far can continue, and checks every
+    candidate token against each: alternatives (enum values, optional properties that may come
+    next) multiply its per-token work, and repetition bounds multiply its size. Over budget,
+    `check_schema` raises `SchemaError` (the server answers 400) rather than degrading, because
+    a grammar that silently allowed other values would break the schema's promise. The one
+    exception is a ``pattern`` whose nested bounds multiply past the regex budget: like any
+    pattern the translator cannot express, it is dropped with a warning (`regex_gbnf`), the
+    value still a length-bounded JSON string.
+    """
+
+    max_depth: int = 32
+    """Subschemas nested inside each other (`properties`, `items`, `anyOf`...)."""
+    max_subschemas: int = 5_000
+    """Subschemas in the whole schema, and subschemas visited while converting it (`$ref` and
+    `allOf` expansions included)."""
+    max_properties: int = 1_000
+    """Declared properties of one object."""
+    max_optional_properties: int = 256
+    """Optional properties of one object: each may come next after any earlier one."""
+    max_enum_values: int = 1_000
+    """Values of one `enum`: each is an alternative at the value's start."""
+    max_enum_chars: int = 64_000
+    """JSON text of all values of one `enum`."""
+    max_repetition: int = 100_000
+    """Bounded repetitions (`maxLength`, `maxItems`) summed over the schema: llama.cpp expands each
+    `{m,n}` into n copies."""
+
+
+DEFAULT_BUDGET = GrammarBudget()
+_NUMBER_KEYWORDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
+_LARGEST_NUMBER = 1e300
+_SCHEMA_MAPS = ("properties", "$defs", "definitions", "patternProperties", "dependentSchemas")
+_SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+_SCHEMA_VALUES = ("additionalProperties", "items", "additionalItems", "not", "if", "then", "else",
+                  "contains", "propertyNames", "unevaluatedProperties", "unevaluatedItems")
+
+
+def _where(param: str, parts: tuple[Any, ...]) -> str:
+    out = param
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def check_schema(schema: Any, owner: str, param: str = "$", strict: bool = True,
+                 budget: GrammarBudget = DEFAULT_BUDGET) -> None:
+    """Refuse a schema that is malformed or would cost the grammar more than `budget`.
+
+    `owner` names the tool (or `response_format`) in the message, `param` is where the schema
+    sits in the request. With `strict`, every place that holds a schema must hold an object or a
+    boolean (``"properties": {"x": null}`` is an error); otherwise the converter's lenient reading
+    (any value, with a warning) applies and only the budget, the nesting and the numbers are
+    checked. Raises `SchemaError`; runs in time linear in the schema.
+    """
+    stack: list[tuple[Any, tuple[Any, ...], int]] = [(schema, (), 0)]
+    count = repetition = 0
+
+    def fail(parts: tuple[Any, ...], message: str) -> SchemaError:
+        where = _where(param, parts)
+        return SchemaError(f"{owner}: {where}: {message}", param=where)
+
+    while stack:
+        node, parts, depth = stack.pop()
+        if isinstance(node, bool):
+            continue
+        if not isinstance(node, dict):
+            if strict and not (node is None and not parts):
+                raise fail(parts, f"a schema must be an object or a boolean, not {_json_type(node)}")
+            continue
+        count += 1
+        if depth > budget.max_depth:
+            raise fail(parts, f"subschemas nested more than {budget.max_depth} deep")
+        if count > budget.max_subschemas:
+            raise fail(parts, f"more than {budget.max_subschemas:,} subschemas, over the grammar budget")
+        for key in _NUMBER_KEYWORDS:
+            value = node.get(key)
+            if isinstance(value, int | float) and not isinstance(value, bool) and not (
+                    isinstance(value, float) and math.isfinite(value) or
+                    isinstance(value, int) and abs(value) <= _LARGEST_NUMBER):
+                raise fail((*parts, key), "the number is out of range")
+        _check_enum(node, parts, budget, fail)
+        repetition += sum(v for k in ("maxLength", "maxItems") if isinstance(v := node.get(k), int)
+                          and not isinstance(v, bool) and 0 < v <= MAX_REPETITION)
+        if repetition > budget.max_repetition:
+            raise fail(parts, f"length and item bounds add up to over {budget.max_repetition:,} "
+                              "repetitions, over the grammar budget")
+        _check_properties(node, parts, budget, strict, fail)
+        for key in _SCHEMA_VALUES:
+            if key in node:
+                value = node[key]
+                if isinstance(value, list) and key in ("items", "additionalItems"):
+                    stack.extend((item, (*parts, key, i), depth + 1) for i, item in enumerate(value))
+                elif isinstance(value, dict | bool) or strict:
+                    stack.append((value, (*parts, key), depth + 1))
+        for key in _SCHEMA_MAPS:
+            value = node.get(key)
+            if isinstance(value, dict):
+                stack.extend((sub, (*parts, key, name), depth + 1) for name, sub in value.items())
+            elif value is not None and strict:
+                raise fail((*parts, key), f"must be an object, not {_json_type(value)}")
+        for key in _SCHEMA_LISTS:
+            value = node.get(key)
+            if isinstance(value, list):
+                stack.extend((sub, (*parts, key, i), depth + 1) for i, sub in enumerate(value))
+            elif value is not None and strict:
+                raise fail((*parts, key), f"must be a list of schemas, not {_json_type(value)}")
+
+
+def _check_enum(node: dict, parts: tuple[Any, ...], budget: GrammarBudget, fail: Any) -> None:
+    values = node.get("enum")
+    if not isinstance(values, list):
+        return
+    if len(values) > budget.max_enum_values:
+        raise fail((*parts, "enum"), f"{len(values):,} values, over the grammar budget of "
+                                     f"{budget.max_enum_values:,}")
+    size = 0
+    for value in values:
+        size += len(json.dumps(value, ensure_ascii=False)) if isinstance(value, dict | list) else len(str(value)) + 2
+        if size > budget.max_enum_chars:
+            raise fail((*parts, "enum"), f"the values' text is over the grammar budget of "
+                                         f"{budget.max_enum_chars:,} characters")
+
+
+def _check_properties(node: dict, parts: tuple[Any, ...], budget: GrammarBudget, strict: bool, fail: Any) -> None:
+    props = node.get("properties")
+    if not isinstance(props, dict):
+        return
+    if len(props) > budget.max_properties:
+        raise fail((*parts, "properties"), f"{len(props):,} properties, over the grammar budget of "
+                                           f"{budget.max_properties:,}")
+    required = node.get("required")
+    if strict and required is not None and not (isinstance(required, list)
+                                                and all(isinstance(r, str) for r in required)):
+        raise fail((*parts, "required"), "must be a list of property names")
+    named = set(required) & set(props) if isinstance(required, list) and all(
+        isinstance(r, str) for r in required) else set()
+    optional = len(props) - len(named)
+    if optional > budget.max_optional_properties:
+        raise fail((*parts, "properties"), f"{optional:,} optional properties, over the grammar budget of "
+                                           f"{budget.max_optional_properties:,}")
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "a list",
+            dict: "an object"}.get(type(value), type(value).__name__)
+
+
 @dataclass
 class SchemaWarnings:
     """Collects "cannot express" messages, each naming the tool, the path and the keyword."""
@@ -163,6 +330,9 @@ def _matches_type(value: Any, types: list[str]) -> bool:
     return t in types or (t == "integer" and "number" in types)
 
 
+_ROOT: Any = object()
+
+
 class SchemaConverter:
     """Converts one schema (a tool's ``parameters``) into rules of a shared `GrammarBuilder`.
 
@@ -173,20 +343,25 @@ class SchemaConverter:
 
     def __init__(self, builder: GrammarBuilder, prefix: str, root_schema: Any,
                  warnings: SchemaWarnings, string_limit: int | None = None):
+        check_schema(root_schema, owner=warnings.owner, strict=False, budget=DEFAULT_BUDGET)
         self.b = builder
         self.string_limit = string_limit  # cap for strings the schema leaves unbounded
         self.prefix = rule_name(prefix)
         self.root = root_schema
         self.w = warnings
+        self._visits = 0  # subschemas visited, `$ref`/`allOf` expansions included
         self._ref_rules: dict[str, str] = {}
         self._unguarded: list[str] = []  # refs being expanded with no "{" or "[" consumed yet
         self._inlining: list[str] = []  # refs whose target is being merged into a parent schema
 
     # -- entry points ------------------------------------------------------------------------
 
-    def convert(self, schema: Any = None, path: str = "$", hint: str = "") -> str:
-        """The rule name of the JSON text of a value of `schema` (default: the root schema)."""
-        expr = self.visit(self.root if schema is None else schema, path, hint or self.prefix)
+    def convert(self, schema: Any = _ROOT, path: str = "$", hint: str = "") -> str:
+        """The rule name of the JSON text of a value of `schema` (default: the root schema).
+
+        A sentinel marks "the root": a subschema that is `null` is read as "any value", not as
+        the root again (which recursed without end)."""
+        expr = self.visit(self.root if schema is _ROOT else schema, path, hint or self.prefix)
         return self._named(hint or self.prefix, expr)
 
     def _named(self, hint: str, expr: str) -> str:
@@ -200,6 +375,10 @@ class SchemaConverter:
     # -- dispatch --------------------------------------------------------------------------
 
     def visit(self, schema: Any, path: str, hint: str) -> str:
+        self._visits += 1
+        if self._visits > DEFAULT_BUDGET.max_subschemas:  # references that expand exponentially
+            raise SchemaError(f"{self.w.owner}: {path}: expands to more than "
+                              f"{DEFAULT_BUDGET.max_subschemas:,} subschemas, over the grammar budget")
         if schema is True or schema == {} or schema is None:
             return json_value(self.b)
         if schema is False:
@@ -733,13 +912,21 @@ def ordered_members(b: GrammarBuilder, hint: str, members: list[tuple[str, bool]
         nxt = after[i + 1]
         if not req and nxt and not _is_name(nxt):
             nxt = after[i + 1] = b.define(rule_name(f"{hint}-after{i + 1}"), nxt)
+        rest = fresh[i + 1]
+        if len(rest) > _INLINE_LIMIT and not _is_name(rest):
+            # named, not copied into every earlier alternative: inline, the text (and the time
+            # to build it) would grow with the square of the number of optional members
+            rest = fresh[i + 1] = b.define(rule_name(f"{hint}-from{i + 1}"), rest)
         if req:
             after[i] = seq(sep, member, nxt)
             fresh[i] = seq(member, nxt)
         else:
             after[i] = seq(optional(seq(sep, member)), nxt)
-            fresh[i] = alt(seq(member, nxt), fresh[i + 1]) if fresh[i + 1] else optional(seq(member, nxt))
+            fresh[i] = alt(seq(member, nxt), rest) if rest else optional(seq(member, nxt))
     return fresh[0]
+
+
+_INLINE_LIMIT = 240
 
 
 def key_not_in(b: GrammarBuilder, hint: str, names: list[str]) -> str:

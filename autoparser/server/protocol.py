@@ -12,7 +12,6 @@ Unknown fields are ignored, as vLLM does, so clients written for other servers k
 
 from __future__ import annotations
 
-import json
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
@@ -144,12 +143,9 @@ class ChatCompletionRequest(BaseModel):
 
 def parse_request(body: bytes) -> ChatCompletionRequest:
     """Decode and check a request body; every problem becomes a 400 naming the field."""
-    try:
-        data = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise APIError(400, f"The request body is not valid JSON: {exc}", code="invalid_json") from None
-    if not isinstance(data, dict):
-        raise bad_request("The request body must be a JSON object.")
+    from autoparser.server.validation import checked_body
+
+    data = checked_body(body)
     try:
         request = ChatCompletionRequest.model_validate(data)
     except ValidationError as exc:

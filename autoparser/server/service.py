@@ -24,6 +24,7 @@ from autoparser.server import protocol
 from autoparser.server.completion import Completion, OutputOptions
 from autoparser.server.errors import APIError, bad_request
 from autoparser.server.protocol import ChatCompletionRequest
+from autoparser.server.validation import tokenize_prompt, untrusted_texts
 from autoparser.server.worker import ReasoningPhase
 
 log = logging.getLogger("autoparser.server")
@@ -109,7 +110,8 @@ class ChatService:
         reasoning = self.analysis.reasoning
         thinking = protocol.requested_thinking(request, reasoning.toggle, reasoning.toggle_on)
         prompt = self.render(messages, tools, thinking, request.chat_template_kwargs or {})
-        prompt_tokens = self.engine.tokenize(prompt, parse_special=True, add_bos=False)
+        prompt_tokens = tokenize_prompt(self.engine, prompt, untrusted_texts([messages, tools]),
+                                        self.special_tokens)
         max_tokens = self.clip_max_tokens(len(prompt_tokens), protocol.requested_max_tokens(request))
         policy = request.tool_call_policy or self.settings.tool_call_policy
         budget = protocol.thinking_budget(request)

@@ -160,11 +160,11 @@ def template_source(args: argparse.Namespace, engine: Any) -> tuple[str, str]:
 
 
 def analyze_template(args: argparse.Namespace, engine: Any) -> Any:
-    from autoparser import analyze
+    from autoparser.isolation import analyze_isolated
 
     source, origin = template_source(args, engine)
     try:
-        analysis = analyze(source, bos_token=engine.bos_token, eos_token=engine.eos_token)
+        analysis = analyze_isolated(source, bos_token=engine.bos_token, eos_token=engine.eos_token)
     except Exception as exc:  # a template that does not compile or raises on every probe
         raise StartupError(f"the chat template from {origin} cannot be used: {exc}") from None
     from autoparser.summary import summary_rows

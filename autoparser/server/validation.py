@@ -1,0 +1,242 @@
+"""Checks on a request body before anything else reads it: the edge every request passes once.
+
+A request is untrusted input that later code (pydantic, the renderer, the tokenizer, the grammar
+builder, llama.cpp) would otherwise meet in shapes it handles badly: JSON nested thousands deep,
+integers thousands of digits long, strings holding lone surrogates (which cannot be encoded as
+UTF-8), template variables that collide with the renderer's own parameters, tool names that the
+grammar would force the model to write but the parser could never read back, and tool schemas
+whose grammar would wedge the generation slot. Each becomes a 400 OpenAI error naming the field
+(`param`), with a one-line log, before the request takes any other resource.
+
+The checks that do not depend on HTTP (`check_tools`, `check_json_value`) raise `InvalidInput`,
+so the command line reuses them for its tools file.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import re
+from typing import Any
+
+from autoparser.generators.schema_gbnf import SchemaError, check_schema
+
+__all__ = [
+    "MAX_BODY_INTEGER",
+    "MAX_JSON_DEPTH",
+    "TOOL_NAME",
+    "InvalidInput",
+    "check_json_value",
+    "check_template_kwargs",
+    "check_tools",
+    "checked_body",
+    "param_path",
+    "tokenize_prompt",
+]
+
+log = logging.getLogger("autoparser.server")
+
+MAX_JSON_DEPTH = 100
+"""Deepest nesting of objects and arrays in a request (a tool schema nested ~48 levels fits)."""
+MAX_BODY_INTEGER = 2 ** 64
+"""Integers in a request beyond this magnitude are refused: no field means anything larger."""
+TOOL_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+"""OpenAI's rule for function names; anything else the parser could not read back reliably."""
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+class InvalidInput(ValueError):
+    """A request (or tools file) that cannot be served; `param` names the offending field."""
+
+    def __init__(self, message: str, param: str | None = None, code: str = "invalid_value"):
+        super().__init__(message)
+        self.param = param
+        self.code = code
+
+
+def param_path(parts: tuple[Any, ...] | list[Any]) -> str:
+    """`("messages", 0, "content")` -> `"messages[0].content"`."""
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+# -- the body as a whole -----------------------------------------------------------------------
+
+
+def checked_body(body: bytes) -> dict[str, Any]:
+    """The request body as a JSON object that every later step can handle; raises a 400 `APIError`."""
+    from autoparser.server.errors import APIError
+
+    try:
+        data = _decode(body)
+        if not isinstance(data, dict):
+            raise InvalidInput("The request body must be a JSON object.")
+        check_json_value(data)
+        if data.get("tools") is not None:
+            check_tools(data["tools"])
+        kwargs = data.get("chat_template_kwargs")
+        if isinstance(kwargs, dict):
+            check_template_kwargs(kwargs)
+        schema = _response_schema(data)
+        if schema is not None:
+            check_schema(schema, owner="response_format", param="response_format.json_schema.schema")
+    except SchemaError as exc:
+        log.warning("400 %s: %s", exc.param or "request", exc)
+        raise APIError(400, str(exc), param=exc.param, code="invalid_schema") from None
+    except InvalidInput as exc:
+        log.warning("400 %s: %s", exc.param or "request", exc)
+        raise APIError(400, str(exc), param=exc.param, code=exc.code) from None
+    return data
+
+
+def _decode(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InvalidInput(f"The request body is not valid JSON: {exc}", code="invalid_json") from None
+    except RecursionError:
+        raise InvalidInput(f"The request body is nested deeper than {MAX_JSON_DEPTH} levels.",
+                           code="invalid_json") from None
+    except ValueError as exc:  # Python's limit on the digits of an integer
+        raise InvalidInput(f"The request body holds a number that is too large: {exc}",
+                           code="invalid_json") from None
+
+
+def check_json_value(value: Any, root: tuple[Any, ...] = ()) -> None:
+    """Nesting at most `MAX_JSON_DEPTH`, integers within `MAX_BODY_INTEGER`, strings that are
+    valid Unicode (no lone surrogates, which `\\ud800` escapes can smuggle into JSON)."""
+    stack: list[tuple[Any, tuple[Any, ...]]] = [(value, root)]
+    while stack:
+        node, path = stack.pop()
+        if len(path) - len(root) >= MAX_JSON_DEPTH:
+            raise InvalidInput(f"{param_path(path[:8])}...: JSON nested deeper than {MAX_JSON_DEPTH} levels.",
+                               param=param_path(path[:len(root) + 1]) or None)
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        for key, item in items:
+            if isinstance(key, str):
+                _check_string(key, path)
+            if isinstance(item, dict | list):
+                stack.append((item, (*path, key)))
+            elif isinstance(item, str):
+                _check_string(item, (*path, key))
+            elif isinstance(item, int) and not isinstance(item, bool) and abs(item) > MAX_BODY_INTEGER:
+                where = param_path((*path, key))
+                raise InvalidInput(f"{where}: the integer ({len(str(abs(item)))} digits) is out of range.",
+                                   param=where)
+
+
+def _check_string(text: str, path: tuple[Any, ...]) -> None:
+    found = _LONE_SURROGATE.search(text)
+    if found:
+        where = param_path(path) or "request"
+        raise InvalidInput(f"{where}: the text holds a lone surrogate (\\u{ord(found.group()):04x}), "
+                           "which is not valid Unicode.", param=where)
+
+
+# -- particular fields -------------------------------------------------------------------------
+
+
+def check_tools(tools: Any, param: str = "tools") -> None:
+    """Tool definitions: a list of function tools whose names follow OpenAI's rule, unique,
+    with parameter schemas the grammar can afford (see `schema_gbnf.check_schema`)."""
+    if not isinstance(tools, list):
+        raise InvalidInput(f"{param}: must be a list of tool definitions.", param=param)
+    seen: set[str] = set()
+    for index, tool in enumerate(tools):
+        here = f"{param}[{index}]"
+        if not isinstance(tool, dict) or not isinstance(tool.get("function"), dict):
+            raise InvalidInput(f"{here}: a tool must be an object with a 'function' object.", param=here)
+        function = tool["function"]
+        name = function.get("name")
+        if not isinstance(name, str) or not TOOL_NAME.fullmatch(name):
+            shown = name if not isinstance(name, str) else name[:80]
+            raise InvalidInput(f"{here}.function.name: {shown!r} is not a valid function name (1 to 64 "
+                               "letters, digits, '_', '.', ':' or '-').", param=f"{here}.function.name")
+        if name in seen:
+            raise InvalidInput(f"{here}.function.name: {name!r} is defined twice.", param=f"{here}.function.name")
+        seen.add(name)
+        parameters = function.get("parameters")
+        if parameters is not None:
+            if not isinstance(parameters, dict):
+                raise InvalidInput(f"{here}.function.parameters: must be a JSON Schema object.",
+                                   param=f"{here}.function.parameters")
+            check_schema(parameters, owner=f"tool {name}", param=f"{here}.function.parameters")
+
+
+def _renderer_parameters() -> frozenset[str]:
+    from autoparser.render import render_template
+
+    return frozenset(name for name, p in inspect.signature(render_template).parameters.items()
+                     if p.kind is not inspect.Parameter.VAR_KEYWORD)
+
+
+def check_template_kwargs(kwargs: dict[str, Any], param: str = "chat_template_kwargs") -> None:
+    """Template variables may not replace what the server sets nor the renderer's own parameters."""
+    clashes = sorted(set(kwargs) & _renderer_parameters())
+    if clashes:
+        raise InvalidInput(f"{param}: may not set {', '.join(clashes)} (the server sets them).", param=param)
+
+
+def _response_schema(data: dict[str, Any]) -> Any:
+    fmt = data.get("response_format")
+    if not isinstance(fmt, dict) or fmt.get("type") != "json_schema":
+        return None
+    inner = fmt.get("json_schema")
+    return inner.get("schema") if isinstance(inner, dict) else None
+
+
+# -- special-token text inside untrusted text --------------------------------------------------
+
+
+def untrusted_texts(value: Any) -> set[str]:
+    """Every string inside the client's messages or tools (except role names): text that must
+    never become a control token, however much it looks like one."""
+    found: set[str] = set()
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            found.add(node)
+        elif isinstance(node, dict):
+            stack.extend(v for k, v in node.items() if k != "role")
+        elif isinstance(node, list | tuple):
+            stack.extend(node)
+    return found
+
+
+def tokenize_prompt(engine: Any, prompt: str, untrusted: set[str], special_tokens: Any) -> list[int]:
+    """The prompt's tokens, with special-token text that came from the client read as text.
+
+    The template's own markers are special tokens (`parse_special=True`); a client's text that
+    holds a special token's spelling (`<|im_end|>` typed into a message) is tokenized as plain
+    text, so a user cannot forge a turn boundary or a tool call. Prompts whose client texts hold
+    no special-token spelling are tokenized in one call, exactly as before.
+    """
+    specials = [token for token in special_tokens if token]
+    risky = sorted((text for text in untrusted if any(token in text for token in specials)
+                    and not _only_markup(text, specials)), key=len, reverse=True)
+    if not risky:
+        return engine.tokenize(prompt, parse_special=True, add_bos=False)
+    spans = re.compile("|".join(re.escape(text) for text in risky))
+    tokens: list[int] = []
+    at = 0
+    for found in spans.finditer(prompt):
+        if found.start() > at:
+            tokens += engine.tokenize(prompt[at:found.start()], parse_special=True, add_bos=False)
+        tokens += engine.tokenize(found.group(), parse_special=False, add_bos=False)
+        at = found.end()
+    if at < len(prompt):
+        tokens += engine.tokenize(prompt[at:], parse_special=True, add_bos=False)
+    return tokens
+
+
+def _only_markup(text: str, specials: list[str]) -> bool:
+    """A text that is nothing but special tokens and spaces could equal the template's own
+    markup, which must stay special; such a text is left as the template renders it."""
+    for token in sorted(specials, key=len, reverse=True):
+        text = text.replace(token, "")
+    return not text.strip()

@@ -1,0 +1,78 @@
+"""Hostile templates: each is refused with a clear error within 5 s, using under 1 GB.
+
+The renders run in a child process whose address space is capped at 1 GB (`RLIMIT_AS`): a
+template that slips past the sandbox's pricing would fail there with a MemoryError, which the
+renderer reports as "ran out of memory", and the test rejects that message. Analysis of each
+template must stop at the first bound that trips, not retry every probe shape.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autoparser.isolation import HardLimits, analyze_isolated
+from autoparser.render import RenderLimitExceeded, render_template
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _bench() -> Any:
+    spec = importlib.util.spec_from_file_location("_autoparser_bench_hostile", ROOT / "tools" / "bench_hostile.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+BENCH = _bench()
+HOSTILE = BENCH.HOSTILE
+CONVERSATION = BENCH.CONVERSATION
+
+
+@pytest.fixture(scope="module")
+def outcomes() -> dict[tuple[str, str], dict]:
+    return {(row["name"], row["what"]): row for row in BENCH.run_all()}
+
+
+@pytest.mark.parametrize("what", ["render", "analyze"])
+@pytest.mark.parametrize("name", list(HOSTILE))
+def test_hostile_template_is_refused_quickly_in_bounded_memory(outcomes: dict, name: str, what: str) -> None:
+    row = outcomes[(name, what)]
+    assert row["kind"] == "RenderLimitExceeded", row
+    assert "out of memory" not in row["error"] and "\n" not in row["error"]
+    assert row["seconds"] < 5, row
+    assert row["peak"] < 1 << 30, row
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("{{ 12345 * 67890 }}", "838102050"),
+    ("{{ 'ab'.translate({97: 'xyz'}) }}", "xyzb"),
+    ("{{ ('{0:{1}}|' * 2).format('a', 3) }}", "a  |a  |"),
+    ("{{ '%*d' % (4, 7) }}", "   7"),
+    ("{{ range(3) | map('string') | map('center', 3) | join('|') }}", " 0 | 1 | 2 "),
+    ("{{ [3, 1, 2] | sort | list }}", "[1, 2, 3]"),
+    ("{{ 'a b c d' | wordwrap(3) }}", "a b\nc d"),
+    ("{{ 'one two\nthree four' | wordwrap(5, wrapstring='|') }}", "one|two|three|four"),
+    ("{% set l = [1] %}{% set _ = l.extend(l) %}{{ l }}", "[1, 1]"),
+    ("{{ ''.join(range(3) | map('string')) }}", "012"),
+])
+def test_ordinary_uses_of_priced_operations_still_work(source: str, expected: str) -> None:
+    assert render_template(source, [{"role": "user", "content": "hi"}]) == expected
+
+
+def test_comparing_shared_references_is_stopped_by_the_hard_limits() -> None:
+    """`==` cannot be priced from inside the sandbox; the child process's CPU limit stops it."""
+    source = CONVERSATION + HOSTILE["sort shared references"].replace("[ns.a, ns.b] | sort | length", "ns.a == ns.b")
+    with pytest.raises(RenderLimitExceeded, match="CPU|took longer"):
+        analyze_isolated(source, limits=HardLimits(cpu_seconds=2, wall_seconds=20))
+
+
+def test_isolated_analysis_equals_the_in_process_one() -> None:
+    from autoparser import analyze
+
+    source = CONVERSATION + "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+    assert analyze_isolated(source, eos_token="<|end|>").to_dict() == analyze(source, eos_token="<|end|>").to_dict()
