@@ -29,6 +29,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 LISTENING = re.compile(r"listening on (http://\S+)")
+MODEL_NAME = "tiny"
 
 
 def cache_root() -> Path:
@@ -130,8 +131,12 @@ class ServerProcess:
 
 def start_server(model: Path, *args: str, log_dir: Path, api_key: str | None = None,
                  timeout: float = 120.0) -> ServerProcess:
-    """Start `serve --model MODEL --port 0 ARGS`; return once `/health` answers."""
+    """Start `serve --model MODEL --port 0 ARGS`; return once `/health` answers.
+
+    The model is served as `tiny` (the name tests send) unless ARGS name it otherwise."""
     log_path = log_dir / "server.log"
+    if "--served-model-name" not in args:
+        args = (*args, "--served-model-name", MODEL_NAME)
     command = [*serve_command(), "--model", str(model), "--host", "127.0.0.1", "--port", "0", *args]
     if api_key:
         command += ["--api-key", api_key]
