@@ -140,6 +140,10 @@ class ChatService:
         in_reasoning = self.starts_in_reasoning(prompt)
         if in_reasoning:  # whatever variable opened it (templates accept aliases), the output starts there
             thinking = True
+        elif self.analysis.reasoning.forced_open:
+            # The template opens reasoning in the prompt when thinking is on, but this prompt does
+            # not (after a tool result, say): the output is the answer, so no reasoning is expected.
+            thinking = False
         if in_reasoning and (budget is not None or self.constrained(request, tools, tool_choice)):
             answer_grammar, warnings = self.grammar(request, tools, tool_choice, None, after_reasoning=True)
             phase = ReasoningPhase(
