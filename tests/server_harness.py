@@ -78,11 +78,15 @@ def find_template(name: str) -> Path:
 
 
 def serve_command() -> list[str]:
-    """`autoparser serve` when the command line has it, else the server package's own entry."""
+    """`autoparser serve` when the command line has it, else the server package's own entry.
+
+    `$AUTOPARSER_SERVER_PYTHON` runs the server with another interpreter than the tests (a client
+    whose dependencies conflict with the server's is tested from its own environment)."""
+    python = os.environ.get("AUTOPARSER_SERVER_PYTHON") or sys.executable
     cli = REPO / "autoparser" / "cli.py"
     if cli.is_file() and "run_server" in cli.read_text(encoding="utf-8"):
-        return [sys.executable, "-m", "autoparser.cli", "serve"]
-    return [sys.executable, "-m", "autoparser.server"]
+        return [python, "-m", "autoparser.cli", "serve"]
+    return [python, "-m", "autoparser.server"]
 
 
 def server_env() -> dict[str, str]:
