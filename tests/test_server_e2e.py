@@ -432,3 +432,17 @@ def test_server_with_tool_preamble_off(tmp_path) -> None:  # type: ignore[no-unt
         assert "tools preamble: off" in server.log()
     finally:
         server.stop()
+
+
+def test_completions_take_token_ids_and_refuse_bad_ones(served: Served) -> None:
+    only_v31(served)
+    client = served.client
+    text = client.completions.create(model="tiny", prompt="Hello world", max_tokens=5, seed=4)
+    with served.server.http() as http:
+        tokens = http.post("/v1/completions", json={"model": "tiny", "prompt": [0, 100, 200], "max_tokens": 3})
+        bad = http.post("/v1/completions", json={"model": "tiny", "prompt": [10**9], "max_tokens": 3})
+        batch = http.post("/v1/completions", json={"model": "tiny", "prompt": ["a", "b"], "max_tokens": 3})
+    assert text.choices[0].finish_reason == "length" and text.usage.completion_tokens == 5
+    assert tokens.status_code == 200 and tokens.json()["usage"]["prompt_tokens"] == 3
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "prompt"
+    assert batch.status_code == 400 and "one prompt" in batch.json()["error"]["message"]
