@@ -174,8 +174,10 @@ def test_openai_completions_and_logprobs(server: ServerProcess) -> None:
 # -- openai-agents ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("api", ["responses", "chat_completions"])
-def test_openai_agents_three_turn_tool_loop_with_thinking(server: ServerProcess, ids: SeenIds, api: str) -> None:
+@pytest.mark.parametrize(("api", "streamed"), [("responses", False), ("responses", True),
+                                               ("chat_completions", False)])
+def test_openai_agents_three_turn_tool_loop_with_thinking(server: ServerProcess, ids: SeenIds, api: str,
+                                                          streamed: bool) -> None:
     agents = pytest.importorskip("agents", reason="openai-agents is not installed (the clients extra)")
     from openai import AsyncOpenAI
     from openai.types.shared import Reasoning
@@ -202,7 +204,15 @@ def test_openai_agents_three_turn_tool_loop_with_thinking(server: ServerProcess,
         output_type=Answer, reset_tool_choice=False,
         model_settings=agents.ModelSettings(tool_choice="required", max_tokens=TURN_TOKENS, parallel_tool_calls=False,
                                             reasoning=Reasoning(effort="low"), extra_body={"thinking_budget": 8}))
-    result = run_async(agents.Runner.run(agent, "Weather in Paris, then in Lima?", max_turns=4))
+    question = "Weather in Paris, then in Lima?"
+
+    async def run_streamed() -> Any:
+        result = agents.Runner.run_streamed(agent, question, max_turns=4)
+        kinds = {event.type async for event in result.stream_events()}
+        assert "raw_response_event" in kinds and "run_item_stream_event" in kinds
+        return result
+
+    result = run_async(run_streamed() if streamed else agents.Runner.run(agent, question, max_turns=4))
     assert isinstance(result.final_output, Answer)
     call_ids = [item.raw_item.call_id if hasattr(item.raw_item, "call_id") else item.raw_item["call_id"]
                 for item in result.new_items if item.type == "tool_call_item"]
