@@ -29,6 +29,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 LISTENING = re.compile(r"listening on (http://\S+)")
+MODEL_NAME = "tiny"
 
 
 def cache_root() -> Path:
@@ -77,11 +78,15 @@ def find_template(name: str) -> Path:
 
 
 def serve_command() -> list[str]:
-    """`autoparser serve` when the command line has it, else the server package's own entry."""
+    """`autoparser serve` when the command line has it, else the server package's own entry.
+
+    `$AUTOPARSER_SERVER_PYTHON` runs the server with another interpreter than the tests (a client
+    whose dependencies conflict with the server's is tested from its own environment)."""
+    python = os.environ.get("AUTOPARSER_SERVER_PYTHON") or sys.executable
     cli = REPO / "autoparser" / "cli.py"
     if cli.is_file() and "run_server" in cli.read_text(encoding="utf-8"):
-        return [sys.executable, "-m", "autoparser.cli", "serve"]
-    return [sys.executable, "-m", "autoparser.server"]
+        return [python, "-m", "autoparser.cli", "serve"]
+    return [python, "-m", "autoparser.server"]
 
 
 def server_env() -> dict[str, str]:
@@ -130,8 +135,12 @@ class ServerProcess:
 
 def start_server(model: Path, *args: str, log_dir: Path, api_key: str | None = None,
                  timeout: float = 120.0) -> ServerProcess:
-    """Start `serve --model MODEL --port 0 ARGS`; return once `/health` answers."""
+    """Start `serve --model MODEL --port 0 ARGS`; return once `/health` answers.
+
+    The model is served as `tiny` (the name tests send) unless ARGS name it otherwise."""
     log_path = log_dir / "server.log"
+    if "--served-model-name" not in args:
+        args = (*args, "--served-model-name", MODEL_NAME)
     command = [*serve_command(), "--model", str(model), "--host", "127.0.0.1", "--port", "0", *args]
     if api_key:
         command += ["--api-key", api_key]

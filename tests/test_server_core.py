@@ -310,6 +310,7 @@ def sse_events(events: list[tuple[str, Any]], **fields: Any) -> list[Any]:
     import asyncio
 
     from autoparser.server.app import ResponseMeta, stream_chunks
+    from autoparser.server.runner import Run
     from autoparser.server.service import PreparedChat
     from autoparser.server.worker import AsyncChannel, GenerationJob
 
@@ -323,7 +324,7 @@ def sse_events(events: list[tuple[str, Any]], **fields: Any) -> list[Any]:
                             ignore_eos=False, completion=completion, make_stats=dict, post=channel.post)
         for event in events:
             channel.post(event)
-        out = [chunk async for chunk in stream_chunks(prepared, job, channel, ResponseMeta("m"))]
+        out = [chunk async for chunk in stream_chunks(Run(prepared, job, channel), ResponseMeta("m"))]
         assert job.cancelled.is_set()  # the slot is released whatever happened
         return out
 

@@ -23,7 +23,9 @@ import openai
 import pytest
 from server_harness import ServerProcess, find_template, start_server, tiny_model
 
+from autoparser import analyze
 from autoparser.render import render_template
+from autoparser.server.preamble import template_hides_tools, tools_preamble, with_preamble
 
 BOS, EOS = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"
 
@@ -308,6 +310,10 @@ def test_multi_turn_with_a_tool_result(served: Served) -> None:
     prompt = extra(response, "prompt")
     # The tool-calling turn in the sample has no content key; the server passes it as "".
     messages = [{**message, "content": message.get("content", "")} for message in SEED_004_MESSAGES]
+    analysis = analyze(served.template, bos_token=BOS, eos_token=EOS)
+    if template_hides_tools(analysis):  # the server tells the model about the tools itself
+        messages = with_preamble(messages, tools_preamble(analysis, [SEED_004_TOOL]))
+        assert SEED_004_TOOL["function"]["description"] in prompt
     expected = render_template(served.template, messages, tools=[SEED_004_TOOL],
                                add_generation_prompt=True, bos_token=BOS, eos_token=EOS)
     assert prompt == expected
@@ -351,3 +357,92 @@ def test_thinking_opened_through_a_template_alias_is_parsed_as_reasoning(served:
     assert extra(response, "prompt").endswith("<think>")
     message = response.choices[0].message
     assert extra(message, "reasoning_content") and not message.content
+
+
+# -- request ids, model names, errors, extras ------------------------------------------------------
+
+
+def only_v31(served: Served) -> None:
+    if served.family.id != "v3.1":
+        pytest.skip("checked once; it does not depend on the template")
+
+
+def test_unknown_model_is_404_and_every_response_has_a_request_id(served: Served) -> None:
+    only_v31(served)
+    with pytest.raises(openai.NotFoundError) as missing:
+        served.client.chat.completions.create(model="gpt-4o", messages=ASK, max_tokens=2)
+    assert missing.value.code == "model_not_found"
+    with served.server.http() as http:
+        given = http.post("/v1/chat/completions", headers={"x-request-id": "req-42"},
+                          json={"model": "tiny", "messages": ASK, "max_tokens": 2})
+        made = http.post("/v1/completions", json={"model": "tiny", "prompt": "Hi", "max_tokens": 2})
+        refused = http.post("/v1/responses", json={"model": "other", "input": "Hi"})
+    assert given.headers["x-request-id"] == "req-42"
+    assert made.status_code == 200 and len(made.headers["x-request-id"]) >= 16
+    assert refused.status_code == 404 and refused.headers["x-request-id"]
+
+
+def test_context_overflow_speaks_openais_words(served: Served) -> None:
+    only_v31(served)
+    with pytest.raises(openai.BadRequestError) as overflow:
+        chat(served, messages=[{"role": "user", "content": "lorem ipsum " * 3000}])
+    error = overflow.value.body
+    assert error["code"] == "context_length_exceeded"
+    assert error["message"].startswith("This model's maximum context length is 2048 tokens. However, your "
+                                       "messages resulted in ")
+
+
+def test_full_text_is_on_every_chunk(served: Served) -> None:
+    only_v31(served)
+    _, chunks = collect_stream(served, seed=3, extra_body={"full_text": True, "thinking": False})
+    texts = [extra(chunk, "full_text") for chunk in chunks if chunk.choices]
+    assert all(text is not None for text in texts)
+    assert all(later.startswith(earlier) for earlier, later in zip(texts, texts[1:], strict=False))
+    assert texts[-1] and texts[0] == ""
+
+
+def test_reasoning_effort_switches_thinking(served: Served) -> None:
+    only_v31(served)
+    off = chat(served, seed=2, reasoning_effort="none", extra_body={"return_prompt": True})
+    on = chat(served, seed=2, reasoning_effort="low", max_tokens=8, extra_body={"return_prompt": True})
+    assert extra(off, "prompt").endswith("</think>") and extra(on, "prompt").endswith("<think>")
+    assert extra(on.choices[0].message, "reasoning_content")
+
+
+def test_tools_preamble_is_in_the_prompt_of_templates_that_hide_tools(served: Served) -> None:
+    analysis = analyze(served.template, bos_token=BOS, eos_token=EOS)
+    response = chat(served, tools=TOOLS, max_tokens=2, extra_body={"return_prompt": True})
+    prompt = extra(response, "prompt")
+    if template_hides_tools(analysis):
+        assert tools_preamble(analysis, TOOLS) in prompt
+    else:
+        assert "You can call the following tools" not in prompt
+    assert "Current weather in a city" in prompt
+    without = chat(served, tools=TOOLS, max_tokens=2, extra_body={"return_prompt": True, "tool_preamble": False})
+    assert "You can call the following tools" not in extra(without, "prompt")
+
+
+def test_server_with_tool_preamble_off(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    model = tiny_model(find_template("deepseek-ai-DeepSeek-V3.1.jinja"))
+    server = start_server(model, "--n-ctx", "1024", "--tool-preamble", "off", log_dir=tmp_path)
+    try:
+        response = server.client().chat.completions.create(
+            model="tiny", messages=ASK, tools=TOOLS, max_tokens=2, extra_body={"return_prompt": True})
+        assert "Current weather in a city" not in extra(response, "prompt")
+        assert "tools preamble: off" in server.log()
+    finally:
+        server.stop()
+
+
+def test_completions_take_token_ids_and_refuse_bad_ones(served: Served) -> None:
+    only_v31(served)
+    client = served.client
+    text = client.completions.create(model="tiny", prompt="Hello world", max_tokens=5, seed=4)
+    with served.server.http() as http:
+        tokens = http.post("/v1/completions", json={"model": "tiny", "prompt": [0, 100, 200], "max_tokens": 3})
+        bad = http.post("/v1/completions", json={"model": "tiny", "prompt": [10**9], "max_tokens": 3})
+        batch = http.post("/v1/completions", json={"model": "tiny", "prompt": ["a", "b"], "max_tokens": 3})
+    assert text.choices[0].finish_reason == "length" and text.usage.completion_tokens == 5
+    assert tokens.status_code == 200 and tokens.json()["usage"]["prompt_tokens"] == 3
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "prompt"
+    assert batch.status_code == 400 and "one prompt" in batch.json()["error"]["message"]

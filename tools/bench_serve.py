@@ -54,7 +54,7 @@ def tiny_model(out_dir: Path) -> Path:
 def start_server(model: Path, n_ctx: int, log_path: Path) -> tuple[subprocess.Popen, str]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     command = [sys.executable, "-m", "autoparser.server", "--model", str(model), "--port", "0",
-               "--n-ctx", str(n_ctx), "--log-level", "warning"]
+               "--n-ctx", str(n_ctx), "--log-level", "warning", "--served-model-name", "bench"]
     with log_path.open("wb") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
     import httpx

@@ -28,6 +28,7 @@ import numpy as np
 from autoparser.llama import _native
 from autoparser.llama.grammar_check import create_grammar_sampler, find_token_refs
 from autoparser.llama.lazy_guard import LazyTriggerGuard
+from autoparser.llama.logprobs import TokenLogprob, token_logprobs
 from autoparser.llama.sampling import GrammarSpec, SamplingParams, TokenSampler
 from autoparser.llama.token_trie import TokenTrie
 from autoparser.llama.utf8 import incomplete_tail
@@ -46,6 +47,8 @@ class GeneratedToken:
     token_id: int
     text: str
     elapsed_ms: float
+    logprobs: TokenLogprob | None = None
+    """Set when the sampling parameters ask for ``logprobs``."""
 
 
 @dataclass
@@ -238,7 +241,8 @@ class Engine:
         stats.prompt_tokens = len(prompt)
         sampler = self._make_sampler(sampling, grammar, ignore_eos, max_tokens)
         guard = self._lazy_guard(grammar) if grammar is not None and grammar.lazy else None
-        steps = self._loop(prompt, max_tokens, sampler, guard, set(stop_token_ids), ignore_eos, should_stop, stats)
+        steps = self._loop(prompt, max_tokens, sampler, guard, set(stop_token_ids), ignore_eos, should_stop, stats,
+                           sampling.logprobs)
         return self._run(steps, sampler, stats)
 
     def _check_prompt(self, prompt: list[int]) -> None:
@@ -339,6 +343,7 @@ class Engine:
         ignore_eos: bool,
         should_stop: Callable[[], bool] | None,
         stats: GenerationStats,
+        logprobs: int | None = None,
     ) -> Iterator[GeneratedToken]:
         start = time.perf_counter()
         stats.cached_tokens = self._prefill(prompt)
@@ -365,9 +370,10 @@ class Engine:
             if guard is not None:
                 guard.accept(token)
             text = decoder.decode(self.token_to_piece(token))
+            info = None if logprobs is None else token_logprobs(self._logits(), token, logprobs, self.token_to_piece)
             elapsed = (time.perf_counter() - mark) * 1000.0
             stats.decode_ms.append(elapsed)
-            yield GeneratedToken(token, text, elapsed)
+            yield GeneratedToken(token, text, elapsed, info)
             mark = time.perf_counter()  # the consumer's own time between tokens is not the model's
             if step + 1 < budget:
                 self._decode([token])

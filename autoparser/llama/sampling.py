@@ -50,6 +50,8 @@ class SamplingParams:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
+    logprobs: int | None = None
+    """Report each sampled token's log-probability and this many alternatives (None: none)."""
 
 
 @dataclass

@@ -6,7 +6,6 @@ Everything that decides what to answer lives in `service` (request -> job), `com
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import json
 import logging
@@ -24,13 +23,14 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from autoparser.server.errors import APIError, error_body
+from autoparser.server.logprobs import chat_logprobs
 from autoparser.server.protocol import parse_request
+from autoparser.server.runner import Run, public, start
 from autoparser.server.service import ChatService, PreparedChat
-from autoparser.server.worker import AsyncChannel, GenerationJob, GenerationResult, GenerationWorker
+from autoparser.server.worker import GenerationResult, GenerationWorker
 
 log = logging.getLogger("autoparser.server")
 
-DISCONNECT_POLL_S = 0.25
 OPEN_PATHS = {"/health"}
 """Paths answered without the API key, so load balancers can probe liveness."""
 
@@ -44,6 +44,7 @@ def create_app(service: ChatService, worker: GenerationWorker) -> FastAPI:
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     if settings.api_key:
         app.add_middleware(ApiKeyMiddleware, api_key=settings.api_key)
+    app.add_middleware(RequestIdMiddleware)
     _add_error_handlers(app)
 
     @app.get("/health")
@@ -56,33 +57,27 @@ def create_app(service: ChatService, worker: GenerationWorker) -> FastAPI:
 
     @app.get("/v1/models/{model_id:path}")
     async def model(model_id: str) -> dict[str, Any]:
-        if model_id != settings.model_name:
-            raise APIError(404, f"The model {model_id!r} does not exist.", param="model",
-                           code="model_not_found")
+        service.check_model(model_id)
         return _model_card(service)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Any:
         chat = parse_request(await request.body())
+        service.check_model(chat.model)
         prepared = await run_in_threadpool(service.prepare, chat)
-        channel = AsyncChannel(asyncio.get_running_loop())
-        job = GenerationJob(
-            prompt_tokens=prepared.prompt_tokens, max_tokens=prepared.max_tokens,
-            sampling=prepared.sampling, grammar=prepared.grammar,
-            stop_token_ids=prepared.stop_token_ids, ignore_eos=chat.ignore_eos,
-            completion=prepared.completion, make_stats=_new_stats, post=channel.post,
-            reasoning=prepared.reasoning, stream_deltas=chat.stream)
-        worker.submit(job)
+        run = start(worker, prepared, chat.stream)
         meta = ResponseMeta(service.settings.model_name)
         if chat.stream:
-            async def on_close(_message: Message) -> None:
-                job.cancel()
-
-            return EventSourceResponse(stream_chunks(prepared, job, channel, meta), ping=15, sep="\n",
-                                       client_close_handler_callable=on_close)
-        result = await wait_for_result(request, job, channel)
+            return EventSourceResponse(stream_chunks(run, meta), ping=15, sep="\n",
+                                       client_close_handler_callable=run.on_close)
+        result = await run.result(request)
         return JSONResponse(completion_body(prepared, result, meta))
 
+    from autoparser.server import agui, completions, responses
+
+    completions.add_routes(app, service, worker)
+    responses.add_routes(app, service, worker)
+    agui.add_routes(app, service, worker)
     return app
 
 
@@ -92,8 +87,8 @@ def create_app(service: ChatService, worker: GenerationWorker) -> FastAPI:
 class ResponseMeta:
     """The fields every response and chunk of one request shares."""
 
-    def __init__(self, model: str):
-        self.id = "chatcmpl-" + uuid.uuid4().hex
+    def __init__(self, model: str, prefix: str = "chatcmpl-"):
+        self.id = prefix + uuid.uuid4().hex
         self.created = int(time.time())
         self.model = model
 
@@ -103,96 +98,80 @@ class ResponseMeta:
 
 def completion_body(prepared: PreparedChat, result: GenerationResult, meta: ResponseMeta) -> dict[str, Any]:
     message = _wire_message(result.message)
+    request = prepared.request
+    top = request.top_logprobs_wanted()
+    logprobs = None if top is None else chat_logprobs(prepared.completion.logprobs, top)
     body = {
         **meta.head("chat.completion"),
-        "choices": [{"index": 0, "message": message, "logprobs": None,
+        "choices": [{"index": 0, "message": message, "logprobs": logprobs,
                      "finish_reason": result.finish_reason}],
-        "usage": _usage(result),
-        **_timings(result),
+        "usage": usage(result),
+        **timings(result),
     }
-    request = prepared.request
     extensions = prepared.completion.extensions()
     if extensions is not None:
         body["extensions"] = extensions
     if request.full_text:
         body["full_text"] = prepared.completion.text
-    _add_debug_fields(body, prepared)
+    add_debug_fields(body, prepared)
     return body
 
 
-async def stream_chunks(prepared: PreparedChat, job: GenerationJob, channel: AsyncChannel,
-                        meta: ResponseMeta) -> AsyncIterator[bytes]:
-    """SSE events: a role chunk, one chunk per delta, the finish chunk, usage, `[DONE]`.
-
-    Events that arrived together are written together: each delta keeps its own chunk, but a
-    client that fell behind costs one write per batch rather than one per token.
-    """
+async def stream_chunks(run: Run, meta: ResponseMeta) -> AsyncIterator[bytes]:
+    """SSE events: a role chunk, one chunk per delta, the finish chunk, usage, `[DONE]`."""
+    prepared = run.prepared
     head = meta.head("chat.completion.chunk")
-    try:
-        first = _chunk(head, {"role": "assistant", "content": ""})
-        _add_debug_fields(first, prepared)
-        yield _sse(first)
-        finished = False
-        while not finished:
-            out: list[bytes] = []
-            for kind, payload in await channel.take():
-                if kind == "deltas":
-                    out.extend(_sse(_chunk(head, delta)) for delta in payload)
-                elif kind == "error":
-                    out.append(_sse({**_chunk(head, {}, "error"),
-                                     "error": error_body(500, payload, code="generation_error")["error"]}))
-                    finished = True
-                    break
-                else:
-                    out.extend(_final_chunks(prepared, payload, head))
-                    finished = True
-                    break
-            if out:
-                yield b"".join(out)
-        yield b"data: [DONE]\n\n"
-    finally:
-        job.cancel()  # a no-op after a normal end; frees the slot when the client went away
+    top = prepared.request.top_logprobs_wanted()
+    first = _chunk(head, {"role": "assistant", "content": ""}, top=top)
+    if prepared.request.full_text:
+        first["full_text"] = ""
+    add_debug_fields(first, prepared)
+    yield sse(first)
+    async for batch in run.batches():
+        out: list[bytes] = []
+        for kind, payload in batch:
+            if kind == "deltas":
+                out.extend(sse(_chunk(head, delta, top=top)) for delta in payload)
+            elif kind == "error":
+                out.append(sse({**_chunk(head, {}, "error"),
+                                "error": error_body(500, payload, code="generation_error")["error"]}))
+            else:
+                out.extend(_final_chunks(prepared, payload, head, top))
+        yield b"".join(out)
+    yield b"data: [DONE]\n\n"
 
 
-def _final_chunks(prepared: PreparedChat, result: GenerationResult, head: dict[str, Any]) -> list[bytes]:
+def _final_chunks(prepared: PreparedChat, result: GenerationResult, head: dict[str, Any],
+                  top: int | None) -> list[bytes]:
     """The held-back deltas, the chunk with finish_reason and timings, and usage if asked for."""
     request = prepared.request
-    out = [_sse(_chunk(head, delta)) for delta in result.final_deltas]
-    last = {**_chunk(head, {}, result.finish_reason), **_timings(result)}
+    out = [sse(_chunk(head, delta, top=top)) for delta in result.final_deltas]
+    last = {**_chunk(head, {}, result.finish_reason), **timings(result)}
+    rest = prepared.completion.take_pending_logprobs()
+    if top is not None and rest:
+        last["choices"][0]["logprobs"] = chat_logprobs(rest, top)
     if request.full_text:
         last["full_text"] = prepared.completion.text
-    out.append(_sse(last))
+    out.append(sse(last))
     if request.stream_options is not None and request.stream_options.include_usage:
-        out.append(_sse({**head, "choices": [], "usage": _usage(result)}))
+        out.append(sse({**head, "choices": [], "usage": usage(result)}))
     return out
 
 
-async def wait_for_result(request: Request, job: GenerationJob, channel: AsyncChannel) -> GenerationResult:
-    """The finished generation; cancels it if the client disconnects while waiting."""
-    try:
-        while True:
-            try:
-                events = await asyncio.wait_for(channel.take(), DISCONNECT_POLL_S)
-            except TimeoutError:
-                if await request.is_disconnected():
-                    job.cancel()
-                    raise APIError(499, "The client closed the connection.", code="client_closed") from None
-                continue
-            for kind, payload in events:
-                if kind == "done":
-                    return payload
-                if kind == "error":
-                    raise APIError(500, payload, code="generation_error")
-    finally:
-        job.cancel()
+def _chunk(head: dict[str, Any], delta: dict[str, Any], finish_reason: str | None = None,
+           top: int | None = None) -> dict[str, Any]:
+    entries = delta.get("_logprobs")
+    logprobs = chat_logprobs(entries, top) if entries and top is not None else None
+    chunk = {**head, "choices": [{"index": 0, "delta": public(delta), "logprobs": logprobs,
+                                  "finish_reason": finish_reason}]}
+    if "_full_text" in delta:
+        chunk["full_text"] = delta["_full_text"]
+    return chunk
 
 
-def _chunk(head: dict[str, Any], delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
-    return {**head, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]}
-
-
-def _sse(data: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+def sse(data: dict[str, Any], event: str | None = None) -> bytes:
+    line = b"data: " + json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+    return line if event is None else b"event: " + event.encode() + b"\n" + line
 
 
 def _wire_message(message: dict[str, Any]) -> dict[str, Any]:
@@ -204,17 +183,17 @@ def _wire_message(message: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _usage(result: GenerationResult) -> dict[str, int]:
+def usage(result: GenerationResult) -> dict[str, int]:
     return {"prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
             "total_tokens": result.prompt_tokens + result.completion_tokens}
 
 
-def _timings(result: GenerationResult) -> dict[str, Any]:
+def timings(result: GenerationResult) -> dict[str, Any]:
     return {"prefill_time": round(result.prefill_ms, 3),
             "decode_time_arr": [round(ms, 3) for ms in result.decode_ms]}
 
 
-def _add_debug_fields(body: dict[str, Any], prepared: PreparedChat) -> None:
+def add_debug_fields(body: dict[str, Any], prepared: PreparedChat) -> None:
     if prepared.request.return_prompt:
         body["prompt"] = prepared.prompt
     if prepared.warnings:
@@ -224,12 +203,6 @@ def _add_debug_fields(body: dict[str, Any], prepared: PreparedChat) -> None:
 def _model_card(service: ChatService) -> dict[str, Any]:
     return {"id": service.settings.model_name, "object": "model", "created": 0,
             "owned_by": "autoparser", "max_model_len": int(service.engine.n_ctx)}
-
-
-def _new_stats() -> Any:
-    from autoparser.llama.engine import GenerationStats
-
-    return GenerationStats()
 
 
 # -- errors ----------------------------------------------------------------------------------------
@@ -266,6 +239,28 @@ async def _send_error(send: Send, status: int, message: str, code: str,
     raw_headers += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
     await send({"type": "http.response.start", "status": status, "headers": raw_headers})
     await send({"type": "http.response.body", "body": body})
+
+
+class RequestIdMiddleware:
+    """Every response carries `x-request-id`: the client's own when it sent one, else a new one."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        given = dict(scope.get("headers") or []).get(b"x-request-id", b"")
+        request_id = given[:200] if given and given.isascii() else uuid.uuid4().hex.encode()
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = [h for h in message.get("headers") or [] if h[0].lower() != b"x-request-id"]
+                message = {**message, "headers": [*headers, (b"x-request-id", request_id)]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)
 
 
 class ApiKeyMiddleware:

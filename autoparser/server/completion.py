@@ -9,15 +9,24 @@ therefore agree by construction. The steps, in order:
    `skip_special_tokens` is set (markers the parser needs are always kept);
 2. stop strings end the output (`StopMatcher`, with hold-back);
 3. the parser stream (`Analysis.parser(...).stream()`) turns text into deltas;
-4. with `separate_reasoning` off, reasoning deltas go back into `content` between the
+4. with `skip_special_tokens`, marker tokens the parser left in `content` are removed from it,
+   and markup of a tool call the output ended inside (cut off by `max_tokens`, say) is dropped
+   rather than returned as content (`full_text` still has it);
+5. with `separate_reasoning` off, reasoning deltas go back into `content` between the
    template's reasoning markers;
-5. the `extensions` record (reasoning chunks, tool-call start/args/end events) is collected.
+6. the `extensions` record (reasoning chunks, tool-call start/args/end events) is collected.
+
+Per-token extras ride on the deltas as private keys the HTTP layer takes off again: `_logprobs`
+(the log-probabilities of the tokens since the last delta) and `_full_text` (the text so far).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from autoparser.llama.logprobs import TokenLogprob
 
 from autoparser.server.stops import StopMatcher
 
@@ -41,6 +50,12 @@ class OutputOptions:
     reasoning_start: str = ""
     reasoning_end: str = ""
     collect_extensions: bool = False
+    hidden_markers: frozenset[str] = frozenset()
+    """Marker texts removed from `content` (special tokens, with `skip_special_tokens`)."""
+    cutoff_markers: tuple[str, ...] = ()
+    """Texts that open a tool call: content the output ended in from one of them on is dropped."""
+    logprobs: bool = False
+    full_text: bool = False
 
 
 @dataclass
@@ -150,7 +165,10 @@ class Completion:
         self._extensions = ExtensionsRecorder() if options.collect_extensions else None
         self._pieces: list[str] = []
         self._finished = False
+        self._dropped_tail = ""
         self.stop_string: str | None = None
+        self.logprobs: list[TokenLogprob] = []
+        self._pending_logprobs: list[TokenLogprob] = []
 
     @property
     def stopped(self) -> bool:
@@ -162,13 +180,23 @@ class Completion:
         """The generated text released so far (markers included, stop string excluded)."""
         return "".join(self._pieces)
 
-    def feed(self, token_text: str) -> list[dict[str, Any]]:
-        if self._stops.done or token_text in self._options.dropped_tokens:
+    def feed(self, token_text: str, logprob: TokenLogprob | None = None) -> list[dict[str, Any]]:
+        if self._stops.done:
+            return []
+        if logprob is not None and self._options.logprobs:
+            self.logprobs.append(logprob)
+            self._pending_logprobs.append(logprob)
+        if token_text in self._options.dropped_tokens:
             return []
         match = self._stops.feed(token_text)
         if match.stop is not None:
             self.stop_string = match.stop
-        return self._parse(match.text)
+        return self._annotate(self._parse(match.text))
+
+    def take_pending_logprobs(self) -> list[TokenLogprob]:
+        """Log-probabilities of tokens no delta has carried yet (marker tokens at the end)."""
+        pending, self._pending_logprobs = self._pending_logprobs, []
+        return pending
 
     def finish(self) -> list[dict[str, Any]]:
         """End of generation: release held text and close the parser."""
@@ -179,16 +207,23 @@ class Completion:
         if held.stop is not None:
             self.stop_string = held.stop
         deltas = self._parse(held.text)
-        raw = self._stream.finish()
+        raw = self._drop_cut_off_markup(self._stream.finish())
         if self._extensions is not None:
             self._extensions.record(raw)
+        raw = self._hide_markers(raw)
         if self._inliner is not None:
             raw = self._inliner.convert(raw) + self._inliner.close(self._reasoning_end_seen())
-        return deltas + raw
+        return self._annotate(deltas + raw)
 
     def message(self) -> dict[str, Any]:
         message = dict(self._stream.message())
         message["role"] = "assistant"
+        content = message.get("content")
+        if content and self._dropped_tail and content.endswith(self._dropped_tail):
+            content = content[: -len(self._dropped_tail)]
+        if content:
+            content = self._without_markers(content)
+        message["content"] = content or None
         if self._inliner is not None:
             message = self._inliner.message(message, self._reasoning_end_seen())
         return message
@@ -213,8 +248,62 @@ class Completion:
         deltas = self._stream.feed(text)
         if self._extensions is not None:
             self._extensions.record(deltas)
+        deltas = self._hide_markers(deltas)
         if self._inliner is not None:
             deltas = self._inliner.convert(deltas)
+        return deltas
+
+    def _drop_cut_off_markup(self, deltas: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The parser releases held-back markup as content when the output ends inside a call it
+        cannot complete; that text is the start of a tool call, not an answer, so it goes."""
+        markers = self._options.cutoff_markers
+        out: list[dict[str, Any]] = []
+        for delta in deltas:
+            text = delta.get("content")
+            if text is None or set(delta) != {"content"}:
+                out.append(delta)
+                continue
+            if not self._dropped_tail:
+                cut = min((i for m in markers if m and (i := text.find(m)) >= 0), default=-1)
+                if cut < 0:
+                    out.append(delta)
+                    continue
+                text, self._dropped_tail = text[:cut], text[cut:]
+                if text:
+                    out.append({"content": text})
+            else:
+                self._dropped_tail += text
+        return out
+
+    def _hide_markers(self, deltas: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if not self._options.hidden_markers:
+            return deltas
+        out = []
+        for delta in deltas:
+            if delta.get("content"):
+                text = self._without_markers(delta["content"])
+                if not text:
+                    continue
+                delta = {**delta, "content": text}
+            out.append(delta)
+        return out
+
+    def _without_markers(self, text: str) -> str:
+        for marker in self._options.hidden_markers:
+            if marker in text:
+                text = text.replace(marker, "")
+        return text
+
+    def _annotate(self, deltas: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Attach the pending log-probabilities and the text so far (see the module docstring)."""
+        if not deltas or not (self._pending_logprobs or self._options.full_text):
+            return deltas
+        deltas = [dict(delta) for delta in deltas]
+        if self._pending_logprobs:
+            deltas[0]["_logprobs"] = self.take_pending_logprobs()
+        if self._options.full_text:
+            for delta in deltas:
+                delta["_full_text"] = self.text
         return deltas
 
     def _reasoning_end_seen(self) -> bool:

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from autoparser.server.errors import APIError, bad_request
+from autoparser.server.validation import checked_body
 
 MessageRole = Literal["system", "developer", "user", "assistant", "tool"]
 
@@ -84,19 +85,16 @@ class ThinkingOption(BaseModel):
     budget_tokens: int | None = Field(default=None, ge=0)
 
 
-class ChatCompletionRequest(BaseModel):
+class GenerationFields(BaseModel):
+    """The fields every generating endpoint shares: limits, sampling, stops, output options."""
+
     model_config = ConfigDict(extra="ignore")
 
     model: str | None = None
-    messages: list[ChatMessage] = Field(min_length=1)
-    tools: list[ToolDef] | None = None
-    tool_choice: Literal["auto", "none", "required"] | NamedToolChoice | None = None
-    parallel_tool_calls: bool = True
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int = 1
     max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     top_k: int | None = Field(default=None, ge=-1)
@@ -110,17 +108,10 @@ class ChatCompletionRequest(BaseModel):
     presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     repetition_penalty: float | None = Field(default=None, gt=0.0)
-    response_format: ResponseFormat | None = None
-    chat_template_kwargs: dict[str, Any] | None = None
-    thinking: bool | ThinkingOption | None = None
-    thinking_budget: int | None = Field(default=None, ge=0)
     separate_reasoning: bool = True
-    tool_call_policy: Literal["lenient", "strict"] | None = None
     full_text: bool = False
     extensions: bool = False
     return_prompt: bool = False
-    _raw_tools: list[dict[str, Any]] | None = PrivateAttr(default=None)
-    """The tools exactly as sent: templates print them as JSON, so key order shows in the prompt."""
 
     @field_validator("n")
     @classmethod
@@ -137,14 +128,56 @@ class ChatCompletionRequest(BaseModel):
             raise ValueError("stop strings must not be empty")
         return value
 
+    def top_logprobs_wanted(self) -> int | None:
+        """How many alternatives per token to report; None when no log-probabilities are wanted."""
+        return None
+
+
+ReasoningEffort = Literal["none", "minimal", "low", "medium", "high"]
+
+# The reasoning budget (tokens) each effort sets when the request names none itself.
+EFFORT_BUDGETS: dict[str, int | None] = {"low": 256, "medium": 1024, "high": None}
+
+
+class ChatCompletionRequest(GenerationFields):
+    messages: list[ChatMessage] = Field(min_length=1)
+    tools: list[ToolDef] | None = None
+    tool_choice: Literal["auto", "none", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool = True
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    response_format: ResponseFormat | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    thinking: bool | ThinkingOption | None = None
+    thinking_budget: int | None = Field(default=None, ge=0)
+    reasoning_effort: ReasoningEffort | None = None
+    tool_call_policy: Literal["lenient", "strict"] | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    tool_preamble: bool = True
+    """Off: never add the tools preamble for this request, even where the server would."""
+
+    def top_logprobs_wanted(self) -> int | None:
+        if not self.logprobs:
+            if self.top_logprobs:
+                raise bad_request("top_logprobs needs logprobs: true.", param="top_logprobs")
+            return None
+        return self.top_logprobs or 0
+
+    _raw_tools: list[dict[str, Any]] | None = PrivateAttr(default=None)
+    """The tools exactly as sent: templates print them as JSON, so key order shows in the prompt."""
+
+
 
 # -- parsing ---------------------------------------------------------------------------------------
 
 
-def parse_request(body: bytes) -> ChatCompletionRequest:
-    """Decode and check a request body; every problem becomes a 400 naming the field."""
-    from autoparser.server.validation import checked_body
+def parse_json_body(body: bytes) -> dict[str, Any]:
+    """A request body as a JSON object within the edge's bounds (nesting, integers, text), or a 400."""
+    return checked_body(body, chat=False)
 
+
+def parse_request(body: bytes | dict[str, Any]) -> ChatCompletionRequest:
+    """Decode and check a request body; every problem becomes a 400 naming the field."""
     data = checked_body(body)
     try:
         request = ChatCompletionRequest.model_validate(data)
@@ -268,7 +301,8 @@ def tool_choice_value(request: ChatCompletionRequest) -> str | dict[str, Any]:
 
 def requested_thinking(request: ChatCompletionRequest, toggle: str | None, toggle_on: Any) -> bool | None:
     """Whether the request asks for thinking: the template's own switch in `chat_template_kwargs`
-    wins, then the top-level `thinking` field; None means "as the template's default"."""
+    wins, then the top-level `thinking` field, then `reasoning_effort` (`none`/`minimal` off,
+    the others on); None means "as the template's default"."""
     kwargs = request.chat_template_kwargs or {}
     if toggle and toggle in kwargs:
         value = kwargs[toggle]
@@ -276,19 +310,22 @@ def requested_thinking(request: ChatCompletionRequest, toggle: str | None, toggl
     thinking = request.thinking
     if isinstance(thinking, ThinkingOption):
         return thinking.type == "enabled"
+    if thinking is None and request.reasoning_effort is not None:
+        return request.reasoning_effort in EFFORT_BUDGETS
     return thinking
 
 
 def thinking_budget(request: ChatCompletionRequest) -> int | None:
-    """The most reasoning tokens the request allows (`thinking_budget` or `thinking.budget_tokens`)."""
+    """The most reasoning tokens the request allows: `thinking_budget`, `thinking.budget_tokens`,
+    or the budget its `reasoning_effort` sets."""
     if request.thinking_budget is not None:
         return request.thinking_budget
-    if isinstance(request.thinking, ThinkingOption):
+    if isinstance(request.thinking, ThinkingOption) and request.thinking.budget_tokens is not None:
         return request.thinking.budget_tokens
-    return None
+    return EFFORT_BUDGETS.get(request.reasoning_effort or "")
 
 
-def stop_strings(request: ChatCompletionRequest) -> list[str]:
+def stop_strings(request: GenerationFields) -> list[str]:
     if request.stop is None:
         return []
     return [request.stop] if isinstance(request.stop, str) else list(request.stop)
@@ -306,5 +343,5 @@ def response_schema(request: ChatCompletionRequest) -> dict[str, Any] | None:
     return fmt.json_schema.json_schema
 
 
-def requested_max_tokens(request: ChatCompletionRequest) -> int | None:
-    return request.max_completion_tokens or request.max_tokens
+def requested_max_tokens(request: GenerationFields) -> int | None:
+    return getattr(request, "max_completion_tokens", None) or request.max_tokens

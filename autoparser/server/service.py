@@ -23,7 +23,8 @@ from autoparser.analysis import Analysis, ReasoningAnalysis
 from autoparser.server import protocol
 from autoparser.server.completion import Completion, OutputOptions
 from autoparser.server.errors import APIError, bad_request
-from autoparser.server.protocol import ChatCompletionRequest
+from autoparser.server.preamble import template_hides_tools, tools_preamble, with_preamble
+from autoparser.server.protocol import ChatCompletionRequest, GenerationFields
 from autoparser.server.validation import tokenize_prompt, untrusted_texts
 from autoparser.server.worker import ReasoningPhase
 
@@ -38,6 +39,12 @@ DEFAULT_SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0,
                     "presence_penalty": 0.0, "frequency_penalty": 0.0, "repetition_penalty": 1.0}
 
 
+EXAMPLE_TOOL = {"type": "function", "function": {
+    "name": "get_weather", "description": "The current weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+"""The tool the start-up log shows the preamble with."""
+
+
 @dataclass
 class ServerSettings:
     model_name: str = "autoparser"
@@ -47,6 +54,8 @@ class ServerSettings:
     api_key: str | None = None
     reasoning_budget: int | None = None
     """Default most reasoning tokens per request; None lets the model think until it stops."""
+    tool_preamble: str = "auto"
+    """`auto`: list the tools in a system preamble when the template never shows them; `off`: never."""
 
 
 @dataclass
@@ -100,8 +109,17 @@ class ChatService:
         self._unused_specials = self.special_tokens - self._marker_tokens()
         self._grammars = LRU()
         self._parsers = LRU()
+        self._preambles = LRU()
+        self.tools_hidden = settings.tool_preamble != "off" and template_hides_tools(analysis)
+        self._log_preamble()
 
     # -- per request ---------------------------------------------------------------------------
+
+    def check_model(self, name: str | None) -> None:
+        """A request naming another model than the one served gets 404 `model_not_found`."""
+        if name and name != self.settings.model_name:
+            raise APIError(404, f"The model '{name}' does not exist. This server serves "
+                                f"'{self.settings.model_name}'.", param="model", code="model_not_found")
 
     def prepare(self, request: ChatCompletionRequest) -> PreparedChat:
         messages = protocol.template_messages(request.messages)
@@ -109,8 +127,11 @@ class ChatService:
         tool_choice = protocol.tool_choice_value(request)
         reasoning = self.analysis.reasoning
         thinking = protocol.requested_thinking(request, reasoning.toggle, reasoning.toggle_on)
+        client_texts = untrusted_texts([messages, tools])
+        if self.wants_preamble(request, tools, tool_choice):
+            messages = with_preamble(messages, self.preamble(tools or [], thinking))
         prompt = self.render(messages, tools, thinking, request.chat_template_kwargs or {})
-        prompt_tokens = tokenize_prompt(self.engine, prompt, untrusted_texts([messages, tools]),
+        prompt_tokens = tokenize_prompt(self.engine, prompt, client_texts,
                                         self.special_tokens)
         max_tokens = self.clip_max_tokens(len(prompt_tokens), protocol.requested_max_tokens(request))
         policy = request.tool_call_policy or self.settings.tool_call_policy
@@ -122,6 +143,10 @@ class ChatService:
         in_reasoning = self.starts_in_reasoning(prompt)
         if in_reasoning:  # whatever variable opened it (templates accept aliases), the output starts there
             thinking = True
+        elif self.analysis.reasoning.forced_open:
+            # The template opens reasoning in the prompt when thinking is on, but this prompt does
+            # not (after a tool result, say): the output is the answer, so no reasoning is expected.
+            thinking = False
         if in_reasoning and (budget is not None or self.constrained(request, tools, tool_choice)):
             answer_grammar, warnings = self.grammar(request, tools, tool_choice, None, after_reasoning=True)
             phase = ReasoningPhase(
@@ -132,9 +157,18 @@ class ChatService:
         stream = self.parser(tools, thinking, request.parallel_tool_calls, tool_choice, policy).stream()
         return PreparedChat(
             request=request, prompt=prompt, prompt_tokens=prompt_tokens, max_tokens=max_tokens,
-            sampling=self.sampling(request), grammar=grammar, reasoning=phase,
+            sampling=self.sampling(request, request.top_logprobs_wanted()), grammar=grammar, reasoning=phase,
             stop_token_ids=self.stop_token_ids(request),
             completion=Completion(stream, self.output_options(request)), warnings=warnings)
+
+    def wants_preamble(self, request: ChatCompletionRequest, tools: list[dict[str, Any]] | None,
+                       tool_choice: Any) -> bool:
+        return self.tools_hidden and bool(tools) and tool_choice != "none" and request.tool_preamble
+
+    def preamble(self, tools: list[dict[str, Any]], thinking: bool | None) -> str:
+        """The tools preamble for `tools` (cached: clients send the same tools every turn)."""
+        kwargs = self.analysis.thinking_kwargs(thinking)
+        return self._preambles.get(_key(tools, kwargs), lambda: tools_preamble(self.analysis, tools, kwargs))
 
     def starts_in_reasoning(self, prompt: str) -> bool:
         """Whether the rendered prompt leaves the model inside reasoning (it ends with the opener)."""
@@ -169,20 +203,21 @@ class ChatService:
             raise APIError(400, f"The chat template cannot render this conversation: {exc}",
                            param="messages", code="template_error") from None
 
-    def clip_max_tokens(self, prompt_length: int, requested: int | None) -> int:
+    def clip_max_tokens(self, prompt_length: int, requested: int | None, param: str = "messages") -> int:
         """The completion budget: what was asked for, at most what the context has left."""
         n_ctx = int(self.engine.n_ctx)
         remaining = n_ctx - prompt_length
-        if remaining < 1:
-            raise APIError(400, f"The prompt is {prompt_length} tokens long, which leaves no room "
-                                f"for a completion in the model's context of {n_ctx} tokens.",
-                           param="messages", code="context_length_exceeded")
+        if remaining < 1:  # OpenAI's wording, which clients (litellm, LangChain) recognise
+            raise APIError(400, f"This model's maximum context length is {n_ctx} tokens. However, your "
+                                f"messages resulted in {prompt_length} tokens. Please reduce the length "
+                                "of the messages.",
+                           param=param, code="context_length_exceeded")
         return remaining if requested is None else min(requested, remaining)
 
-    def sampling(self, request: ChatCompletionRequest) -> Any:
+    def sampling(self, request: GenerationFields, logprobs: int | None = None) -> Any:
         from autoparser.llama.engine import SamplingParams
 
-        values = dict(DEFAULT_SAMPLING)
+        values: dict[str, Any] = dict(DEFAULT_SAMPLING, logprobs=logprobs)
         for name in (*DEFAULT_SAMPLING, "seed"):
             value = getattr(request, name)
             if value is not None:
@@ -191,19 +226,20 @@ class ChatService:
             values["top_k"] = 0
         return SamplingParams(**values)
 
-    def stop_token_ids(self, request: ChatCompletionRequest) -> tuple[int, ...]:
+    def stop_token_ids(self, request: GenerationFields) -> tuple[int, ...]:
         ids = list(request.stop_token_ids or ())
         if not request.ignore_eos:
             ids.extend(self._end_of_turn_ids)
         return tuple(dict.fromkeys(ids))
 
-    def output_options(self, request: ChatCompletionRequest) -> OutputOptions:
+    def output_options(self, request: GenerationFields, parsed: bool = True) -> OutputOptions:
+        """How the output is cut and cleaned; `parsed` is False for raw text completions."""
         user_stops = protocol.stop_strings(request)
         internal = [] if request.ignore_eos else self._end_of_turn_texts
         # The end-of-turn token ends generation; if the engine hands it over, it is not output.
         dropped = set() if request.ignore_eos else set(self._end_of_turn_special_texts())
         if request.skip_special_tokens:
-            dropped |= self._unused_specials
+            dropped |= self._unused_specials if parsed else self.special_tokens
         return OutputOptions(
             stops=user_stops + internal,
             kept_stops=frozenset(user_stops) if request.include_stop_str_in_output else frozenset(),
@@ -211,7 +247,11 @@ class ChatService:
             separate_reasoning=request.separate_reasoning,
             reasoning_start=self.analysis.reasoning.start,
             reasoning_end=self.analysis.reasoning.end,
-            collect_extensions=request.extensions and not request.stream)
+            collect_extensions=request.extensions and not request.stream,
+            hidden_markers=self.special_tokens if request.skip_special_tokens and parsed else frozenset(),
+            cutoff_markers=self._call_openers() if parsed else (),
+            logprobs=request.top_logprobs_wanted() is not None,
+            full_text=request.full_text)
 
     # -- grammar and parser --------------------------------------------------------------------
 
@@ -311,6 +351,15 @@ class ChatService:
 
     # -- start-up facts ------------------------------------------------------------------------
 
+    def _log_preamble(self) -> None:
+        if self.tools_hidden:
+            example = tools_preamble(self.analysis, [EXAMPLE_TOOL])
+            log.info("tools preamble: on (the template never shows tool definitions); requests with tools "
+                     "get a system preamble such as:\n%s", example)
+        elif self.settings.tool_preamble == "off" and template_hides_tools(self.analysis):
+            log.warning("tools preamble: off, and the template never shows tool definitions: "
+                        "the model is not told which tools exist")
+
     def _end_of_turn(self) -> tuple[list[int], list[str]]:
         """The analysis' end-of-turn strings, as token ids where they are one token."""
         ids: list[int] = []
@@ -322,6 +371,10 @@ class ChatService:
             else:
                 texts.append(stop)
         return ids, texts
+
+    def _call_openers(self) -> tuple[str, ...]:
+        tools = self.analysis.tools
+        return tuple(m for m in (tools.section_start, tools.call_start) if m.strip()) if tools.supported else ()
 
     def _end_of_turn_special_texts(self) -> list[str]:
         return [stop for stop in self.analysis.stop if stop in self.special_tokens]

@@ -50,6 +50,9 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reasoning-budget", type=int, default=None,
                         help="default most reasoning tokens per request, after which the server closes "
                              "the reasoning itself (default: no limit)")
+    parser.add_argument("--tool-preamble", choices=("auto", "off"), default="auto",
+                        help="auto: when the template never shows tool definitions, list the tools in a "
+                             "system preamble (default auto)")
     parser.add_argument("--served-model-name", default=None,
                         help="the model id clients see (default: the GGUF file name)")
     parser.add_argument("--max-body-bytes", type=int, default=8 * 1024 * 1024,
@@ -186,7 +189,8 @@ def _serve(args: argparse.Namespace, sock: socket.socket, engine: Any, analysis:
         model_name=args.served_model_name or Path(args.model).stem,
         tool_call_policy=args.tool_call_policy, max_queue=args.max_queue,
         max_body_bytes=args.max_body_bytes, api_key=args.api_key,
-        reasoning_budget=getattr(args, "reasoning_budget", None))
+        reasoning_budget=getattr(args, "reasoning_budget", None),
+        tool_preamble=getattr(args, "tool_preamble", "auto"))
     service = ChatService(analysis, engine, settings)
     worker = GenerationWorker(engine, max_queue=settings.max_queue)
     worker.start()

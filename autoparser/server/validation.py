@@ -67,23 +67,19 @@ def param_path(parts: tuple[Any, ...] | list[Any]) -> str:
 # -- the body as a whole -----------------------------------------------------------------------
 
 
-def checked_body(body: bytes) -> dict[str, Any]:
-    """The request body as a JSON object that every later step can handle; raises a 400 `APIError`."""
+def checked_body(body: bytes | dict[str, Any], *, chat: bool = True) -> dict[str, Any]:
+    """The request body (raw, or already decoded by another endpoint) as a JSON object that every
+    later step can handle; `chat` adds the checks of a chat request's tools, template kwargs and
+    response schema. Raises a 400 `APIError`."""
     from autoparser.server.errors import APIError
 
     try:
-        data = _decode(body)
+        data = body if isinstance(body, dict) else _decode(body)
         if not isinstance(data, dict):
             raise InvalidInput("The request body must be a JSON object.")
         check_json_value(data)
-        if data.get("tools") is not None:
-            check_tools(data["tools"])
-        kwargs = data.get("chat_template_kwargs")
-        if isinstance(kwargs, dict):
-            check_template_kwargs(kwargs)
-        schema = _response_schema(data)
-        if schema is not None:
-            check_schema(schema, owner="response_format", param="response_format.json_schema.schema")
+        if chat:
+            _check_chat_fields(data)
     except SchemaError as exc:
         log.warning("400 %s: %s", exc.param or "request", exc)
         raise APIError(400, str(exc), param=exc.param, code="invalid_schema") from None
@@ -91,6 +87,17 @@ def checked_body(body: bytes) -> dict[str, Any]:
         log.warning("400 %s: %s", exc.param or "request", exc)
         raise APIError(400, str(exc), param=exc.param, code=exc.code) from None
     return data
+
+
+def _check_chat_fields(data: dict[str, Any]) -> None:
+    if data.get("tools") is not None:
+        check_tools(data["tools"])
+    kwargs = data.get("chat_template_kwargs")
+    if isinstance(kwargs, dict):
+        check_template_kwargs(kwargs)
+    schema = _response_schema(data)
+    if schema is not None:
+        check_schema(schema, owner="response_format", param="response_format.json_schema.schema")
 
 
 def _decode(body: bytes) -> Any:

@@ -269,7 +269,7 @@ class GenerationWorker:
         try:
             for token in tokens:
                 generated.append(token.token_id)
-                self._emit(job, completion.feed(token.text))
+                self._emit(job, completion.feed(token.text, token.logprobs))
                 if completion.stopped:
                     break
                 if end_text:

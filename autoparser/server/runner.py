@@ -1,0 +1,99 @@
+"""One prepared request through the worker, as the HTTP routes consume it.
+
+Every endpoint (chat completions, completions, responses, AG-UI) prepares a `PreparedChat`,
+hands it to `start`, and then either waits for the result or iterates the events; only the
+wire format around them differs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import Request
+
+from autoparser.server.errors import APIError
+from autoparser.server.service import PreparedChat
+from autoparser.server.worker import AsyncChannel, GenerationJob, GenerationResult, GenerationWorker
+
+DISCONNECT_POLL_S = 0.25
+
+
+@dataclass
+class Run:
+    prepared: PreparedChat
+    job: GenerationJob
+    channel: AsyncChannel
+
+    async def batches(self) -> AsyncIterator[list[tuple[str, Any]]]:
+        """The events as they arrive, in batches: `("deltas", list)` events, then one
+        `("done", GenerationResult)` or `("error", str)`, which ends the last batch.
+
+        Writing a batch at once means a client that fell behind costs one write per batch
+        rather than one per token."""
+        try:
+            while True:
+                batch = await self.channel.take()
+                end = next((i for i, (kind, _) in enumerate(batch) if kind != "deltas"), None)
+                if end is not None:
+                    yield batch[: end + 1]
+                    return
+                yield batch
+        finally:
+            self.job.cancel()  # a no-op after a normal end; frees the slot when the client went away
+
+    async def events(self) -> AsyncIterator[tuple[str, Any]]:
+        async for batch in self.batches():
+            for event in batch:
+                yield event
+
+    async def result(self, request: Request) -> GenerationResult:
+        """The finished generation; cancels it if the client disconnects while waiting."""
+        try:
+            while True:
+                try:
+                    events = await asyncio.wait_for(self.channel.take(), DISCONNECT_POLL_S)
+                except TimeoutError:
+                    if await request.is_disconnected():
+                        self.job.cancel()
+                        raise APIError(499, "The client closed the connection.", code="client_closed") from None
+                    continue
+                for kind, payload in events:
+                    if kind == "done":
+                        return payload
+                    if kind == "error":
+                        raise APIError(500, payload, code="generation_error")
+        finally:
+            self.job.cancel()
+
+    async def on_close(self, _message: Any) -> None:
+        self.job.cancel()
+
+
+def start(worker: GenerationWorker, prepared: PreparedChat, stream: bool) -> Run:
+    """Queue the generation (503 when the queue is full) and return its handle."""
+    request = prepared.request
+    channel = AsyncChannel(asyncio.get_running_loop())
+    job = GenerationJob(
+        prompt_tokens=prepared.prompt_tokens, max_tokens=prepared.max_tokens,
+        sampling=prepared.sampling, grammar=prepared.grammar,
+        stop_token_ids=prepared.stop_token_ids, ignore_eos=request.ignore_eos,
+        completion=prepared.completion, make_stats=_new_stats, post=channel.post,
+        reasoning=prepared.reasoning, stream_deltas=stream)
+    worker.submit(job)
+    return Run(prepared, job, channel)
+
+
+def public(delta: dict[str, Any]) -> dict[str, Any]:
+    """A delta without the private keys the completion attaches (`_logprobs`, `_full_text`)."""
+    if not any(key.startswith("_") for key in delta):
+        return delta
+    return {key: value for key, value in delta.items() if not key.startswith("_")}
+
+
+def _new_stats() -> Any:
+    from autoparser.llama.engine import GenerationStats
+
+    return GenerationStats()
