@@ -28,6 +28,7 @@ import numpy as np
 from autoparser.llama import _native
 from autoparser.llama.grammar_check import create_grammar_sampler, find_token_refs
 from autoparser.llama.lazy_guard import LazyTriggerGuard
+from autoparser.llama.long_runs import tokenizer_pieces
 from autoparser.llama.sampling import GrammarSpec, SamplingParams, TokenSampler
 from autoparser.llama.token_trie import TokenTrie
 from autoparser.llama.utf8 import incomplete_tail
@@ -175,7 +176,20 @@ class Engine:
     # ------------------------------------------------------------------ tokens
 
     def tokenize(self, text: str, parse_special: bool = True, add_bos: bool = False) -> list[int]:
-        """Token ids of ``text``; with ``parse_special`` special-token texts become their tokens."""
+        """Token ids of ``text``; with ``parse_special`` special-token texts become their tokens.
+
+        Very long runs of characters are tokenized in pieces (:mod:`autoparser.llama.long_runs`):
+        in one piece they can crash llama.cpp's pre-tokenizer.
+        """
+        if not self._model:
+            raise RuntimeError("the engine is closed")
+        pieces = tokenizer_pieces(text, self.special_tokens if parse_special else ())
+        tokens = self._tokenize_piece(pieces[0], parse_special, add_bos)
+        for piece in pieces[1:]:
+            tokens += self._tokenize_piece(piece, parse_special, False)
+        return tokens
+
+    def _tokenize_piece(self, text: str, parse_special: bool, add_bos: bool) -> list[int]:
         data = text.encode("utf-8")
         capacity = len(data) + 8
         while True:
