@@ -506,7 +506,7 @@ class Engine:
             del generation.pending[: len(chunk)]
         return rows
 
-    def _logits(self, row: int) -> np.ndarray:
+    def _logits(self, row: int = -1) -> np.ndarray:
         ptr = llama_cpp.llama_get_logits_ith(self._ctx, row)
         if not ptr:
             raise RuntimeError("llama.cpp returned no logits")
