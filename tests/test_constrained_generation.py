@@ -377,8 +377,8 @@ class Steering:
     def active(self) -> Iterator[Steering]:
         read = self.engine._logits
 
-        def biased() -> np.ndarray:
-            logits = np.array(read(), dtype=np.float32)
+        def biased(*row: int) -> np.ndarray:  # the batch row whose logits are read
+            logits = np.array(read(*row), dtype=np.float32)
             wanted = self.wanted()
             if wanted is not None:
                 logits[wanted] += self.bias

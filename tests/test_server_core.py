@@ -357,6 +357,6 @@ def test_stream_ends_with_finish_usage_and_done() -> None:
     assert events[3]["choices"][0]["finish_reason"] == "length"
     assert events[3]["prefill_time"] == 1.5 and events[3]["decode_time_arr"] == [1.0, 2.0]
     assert "full_text" in events[3]
-    assert events[4]["choices"] == [] and events[4]["usage"] == {"prompt_tokens": 2, "completion_tokens": 3,
-                                                                 "total_tokens": 5}
+    assert events[4]["choices"] == [] and events[4]["usage"] == {
+        "prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5, "prompt_tokens_details": {"cached_tokens": 0}}
     assert events[5] == "[DONE]"

@@ -58,3 +58,20 @@ def test_file_that_is_not_a_model(tmp_path: Path) -> None:
     result = run_serve("--model", str(fake), "--port", "0")
     assert_one_clear_line(result, "cannot load the model")
     assert result.returncode == 2
+
+
+@pytest.mark.parametrize(("flags", "fragment"), [
+    (["--parallel", "0"], "--parallel must be at least 1"),
+    (["--parallel", "65"], "--parallel must be at most 64"),
+    (["--parallel", "8", "--n-ctx", "64"], "fewer than 16 tokens"),
+])
+def test_bad_parallel_settings(model: Path, flags: list[str], fragment: str) -> None:
+    result = run_serve("--model", str(model), "--port", "0", *flags)
+    assert_one_clear_line(result, fragment)
+    assert result.returncode == 2
+
+
+def test_default_parallel_follows_the_context() -> None:
+    from autoparser.server.startup import default_parallel
+
+    assert [default_parallel(n) for n in (2048, 4096, 8192, 16384, 131072)] == [1, 1, 2, 4, 4]

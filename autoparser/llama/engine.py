@@ -5,11 +5,18 @@ pieces with special tokens kept, cancellation between tokens, per-token timings,
 checking that does not slow every token down. :class:`Engine` owns one model and one context and
 runs its own loop: ``llama_decode`` on a batch, then :class:`~autoparser.llama.sampling.TokenSampler`.
 
-One generation runs at a time per engine (the server queues requests); starting a second one
-while the first is still running raises ``RuntimeError`` instead of deadlocking.
-The KV cache keeps the previous request's tokens; a new prompt sharing a prefix with them only
-decodes the rest (``reuse_prefix=True``, the default). Results can then differ in the last float
-bits from a cold run, as with any prompt cache; pass ``reuse_prefix=False`` for bit-exact replays.
+The context holds ``n_parallel`` slots (sequences of one KV cache), each with an equal share of
+its tokens. :meth:`Engine.step` runs continuous batching: every running :class:`Generation`
+puts its next token (or a chunk of its prompt) into one ``llama_batch``, one ``llama_decode``
+computes them all, and each samples with its own sampler chain and grammar. Generations join
+and leave between steps. :meth:`Engine.generate` runs one generation alone; a second one while
+the first is still running raises ``RuntimeError`` instead of deadlocking.
+
+Each slot keeps its tokens' keys and values after its generation ends. A new prompt takes the
+free slot sharing the longest prefix with it and only decodes the rest (``reuse_prefix=True``,
+the default). Results can then differ in the last float bits from a cold run, as they can for a
+generation batched with others, since llama.cpp's kernels group the arithmetic by batch; pass
+``reuse_prefix=False`` and run alone for bit-exact replays.
 """
 
 from __future__ import annotations
@@ -29,13 +36,16 @@ from autoparser.llama import _native
 from autoparser.llama.grammar_check import create_grammar_sampler, find_token_refs
 from autoparser.llama.lazy_guard import LazyTriggerGuard
 from autoparser.llama.logprobs import TokenLogprob, token_logprobs
+from autoparser.llama.long_runs import tokenizer_pieces
 from autoparser.llama.sampling import GrammarSpec, SamplingParams, TokenSampler
 from autoparser.llama.token_trie import TokenTrie
 from autoparser.llama.utf8 import incomplete_tail
 
-__all__ = ["Engine", "GeneratedToken", "GenerationStats", "GrammarSpec", "SamplingParams"]
+__all__ = ["Engine", "GeneratedToken", "Generation", "GenerationStats", "GrammarSpec", "SamplingParams"]
 
 _SPECIAL_ATTRS = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED
+#: Most slots one engine runs; llama.cpp's own limit on sequences is higher.
+MAX_PARALLEL = 64
 #: Tokens tried per step before giving up when every pick would fire a lazy trigger the grammar rejects.
 _MAX_TRIGGER_RETRIES = 64
 
@@ -83,7 +93,10 @@ class Engine:
         *,
         n_batch: int = 512,
         reuse_prefix: bool = True,
+        n_parallel: int = 1,
     ) -> None:
+        if not 1 <= n_parallel <= min(n_batch, MAX_PARALLEL):
+            raise ValueError(f"n_parallel must be between 1 and {min(n_batch, MAX_PARALLEL)}, got {n_parallel}")
         _native.ensure_backend(verbose)
         self.model_path = str(model_path)
         self.reuse_prefix = reuse_prefix
@@ -91,32 +104,41 @@ class Engine:
         self._model = _native.load_model(model_path, n_gpu_layers=n_gpu_layers)
         self._ctx = None
         try:
-            self._init_context(n_ctx, n_threads, n_batch)
+            self._init_context(n_ctx, n_threads, n_batch, n_parallel)
         except BaseException:
             llama_cpp.llama_model_free(self._model)
             raise
         self._local = threading.local()
-        self._utf8_tail = b""
+        self.n_parallel = n_parallel
+        self.n_batch: int = llama_cpp.llama_n_batch(self._ctx)
+        self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
+        self._slots = [Slot(seq_id) for seq_id in range(n_parallel)]
+        self._uses = 0
         self.vocab_ptr: int = llama_cpp.llama_model_get_vocab(self._model)
         self.n_vocab: int = llama_cpp.llama_vocab_n_tokens(self.vocab_ptr)
-        self.n_ctx: int = llama_cpp.llama_n_ctx(self._ctx)
+        self.n_ctx_total: int = llama_cpp.llama_n_ctx(self._ctx)
+        self.n_ctx: int = self.n_ctx_total // n_parallel
+        """What one generation may use, prompt included: the context split between the slots."""
         self.gpu_offload: bool = bool(llama_cpp.llama_supports_gpu_offload()) and n_gpu_layers != 0
         self.chat_template: str | None = self._read_chat_template()
         self.bos_token: str = self._special_text(llama_cpp.llama_vocab_bos(self.vocab_ptr))
         self.eos_token: str = self._special_text(llama_cpp.llama_vocab_eos(self.vocab_ptr))
         self.special_tokens: set[str] = self._collect_special_tokens()
         self._eog_ids = [t for t in range(self.n_vocab) if llama_cpp.llama_vocab_is_eog(self.vocab_ptr, t)]
-        self._cached: list[int] = []  # tokens whose keys/values are in the KV cache, in order
         self._trie: TokenTrie | None = None
 
     # ------------------------------------------------------------------ setup
 
-    def _init_context(self, n_ctx: int, n_threads: int | None, n_batch: int) -> None:
+    def _init_context(self, n_ctx: int, n_threads: int | None, n_batch: int, n_parallel: int) -> None:
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = n_ctx
         params.n_batch = n_batch
         params.n_ubatch = n_batch
-        params.n_seq_max = 1
+        params.n_seq_max = n_parallel
+        # One cache for all sequences: a batch then mixes them freely (separate per-sequence
+        # caches make llama.cpp split batches into equal per-sequence parts). Each slot's share
+        # of the context is enforced here, by the prompt check and the token budget.
+        params.kv_unified = True
         cores = multiprocessing.cpu_count()
         # Same defaults as llama_cpp.Llama, so benchmarks against it compare like with like.
         params.n_threads = n_threads or max(cores // 2, 1)
@@ -155,6 +177,7 @@ class Engine:
             raise RuntimeError("the engine is still generating")
         try:
             if self._ctx:
+                llama_cpp.llama_batch_free(self._batch)
                 llama_cpp.llama_free(self._ctx)
                 self._ctx = None
             if self._model:
@@ -178,7 +201,20 @@ class Engine:
     # ------------------------------------------------------------------ tokens
 
     def tokenize(self, text: str, parse_special: bool = True, add_bos: bool = False) -> list[int]:
-        """Token ids of ``text``; with ``parse_special`` special-token texts become their tokens."""
+        """Token ids of ``text``; with ``parse_special`` special-token texts become their tokens.
+
+        Very long runs of characters are tokenized in pieces (:mod:`autoparser.llama.long_runs`):
+        in one piece they can crash llama.cpp's pre-tokenizer.
+        """
+        if not self._model:
+            raise RuntimeError("the engine is closed")
+        pieces = tokenizer_pieces(text, self.special_tokens if parse_special else ())
+        tokens = self._tokenize_piece(pieces[0], parse_special, add_bos)
+        for piece in pieces[1:]:
+            tokens += self._tokenize_piece(piece, parse_special, False)
+        return tokens
+
+    def _tokenize_piece(self, text: str, parse_special: bool, add_bos: bool) -> list[int]:
         data = text.encode("utf-8")
         capacity = len(data) + 8
         while True:
@@ -233,17 +269,62 @@ class Engine:
         Validation (prompt length, grammar) happens before the first token is yielded and raises
         ``ValueError`` (``GrammarError`` for grammars). ``should_stop`` is polled before every
         token; closing the iterator also stops generation. End-of-generation and stop tokens end
-        the run without being yielded.
+        the run without being yielded. The generation runs alone; several at once go through
+        :meth:`new_generation` and :meth:`step`.
+        """
+        generation = self.new_generation(prompt_tokens, max_tokens, sampling, grammar, stop_token_ids,
+                                         ignore_eos, should_stop, stats)
+        return self._run_alone(generation)
+
+    def new_generation(
+        self,
+        prompt_tokens: Sequence[int],
+        max_tokens: int,
+        sampling: SamplingParams,
+        grammar: GrammarSpec | None = None,
+        stop_token_ids: Sequence[int] = (),
+        ignore_eos: bool = False,
+        should_stop: Callable[[], bool] | None = None,
+        stats: GenerationStats | None = None,
+    ) -> Generation:
+        """A checked generation, ready to join :meth:`step` (it takes a slot at its first step).
+
+        Raises like :meth:`generate`. The caller closes it (:meth:`Generation.close`) when done.
         """
         prompt = [int(t) for t in prompt_tokens]
         self._check_prompt(prompt)
         stats = stats if stats is not None else GenerationStats()
         stats.prompt_tokens = len(prompt)
         sampler = self._make_sampler(sampling, grammar, ignore_eos, max_tokens)
-        guard = self._lazy_guard(grammar) if grammar is not None and grammar.lazy else None
-        steps = self._loop(prompt, max_tokens, sampler, guard, set(stop_token_ids), ignore_eos, should_stop, stats,
-                           sampling.logprobs)
-        return self._run(steps, sampler, stats)
+        try:
+            guard = self._lazy_guard(grammar) if grammar is not None and grammar.lazy else None
+        except BaseException:
+            sampler.close()
+            raise
+        generation = Generation(self, prompt, min(max_tokens, self.n_ctx - len(prompt)), sampler, guard,
+                                frozenset(stop_token_ids), ignore_eos, should_stop, stats)
+        generation.logprobs = sampling.logprobs
+        return generation
+
+    def step(self, generations: Sequence[Generation]) -> list[GeneratedToken | None]:
+        """Advance every unfinished generation by one ``llama_decode`` of one shared batch.
+
+        Each one gets the token it sampled, or None: still reading its prompt, or finished now
+        (``generation.finished``). Generations without a slot take a free one first (the slot
+        whose cached tokens share the longest prefix with the prompt). Prompts are read in
+        chunks so that the batch holds at most ``n_batch`` tokens and running generations
+        still get their token at every step. A failed ``llama_decode`` clears the whole cache
+        and raises ``RuntimeError``; the generations are then unusable.
+        """
+        if not self._lock.acquire(blocking=False):
+            raise RuntimeError("the engine is already generating alone")
+        try:
+            return self._step(generations)
+        finally:
+            self._lock.release()
+
+    def free_slots(self) -> int:
+        return sum(slot.owner is None for slot in self._slots)
 
     def _check_prompt(self, prompt: list[int]) -> None:
         if not prompt:
@@ -317,132 +398,245 @@ class Engine:
             self._trie = TokenTrie([self.token_to_piece(t) for t in range(self.n_vocab)], excluded)
         return self._trie
 
-    def _run(
-        self, steps: Iterator[GeneratedToken], sampler: TokenSampler, stats: GenerationStats
-    ) -> Iterator[GeneratedToken]:
-        """Runs `steps` (a `_loop`, not yet started) holding the engine, then frees the sampler."""
+    def _run_alone(self, generation: Generation) -> Iterator[GeneratedToken]:
+        """Steps one generation (not yet started) holding the engine, then closes it."""
         if not self._lock.acquire(blocking=False):
-            sampler.close()
+            generation.close()
             raise RuntimeError("the engine is already generating; one generation at a time")
         try:
-            yield from steps
+            while not generation.finished:
+                token = self._step([generation])[0]
+                if token is not None:
+                    yield token
         finally:
-            if not stats.finish_reason:
-                stats.finish_reason = "cancelled"
-            stats.grammar_fallbacks = sampler.grammar_fallbacks
-            sampler.close()
+            generation.close()
             self._lock.release()
 
-    def _loop(
-        self,
-        prompt: list[int],
-        max_tokens: int,
-        sampler: TokenSampler,
-        guard: LazyTriggerGuard | None,
-        stop_ids: set[int],
-        ignore_eos: bool,
-        should_stop: Callable[[], bool] | None,
-        stats: GenerationStats,
-        logprobs: int | None = None,
-    ) -> Iterator[GeneratedToken]:
-        start = time.perf_counter()
-        stats.cached_tokens = self._prefill(prompt)
-        self._utf8_tail = b""
-        sampler.feed_prompt(prompt)
-        mark = time.perf_counter()
-        stats.prefill_ms = (mark - start) * 1000.0
-        budget = min(max_tokens, self.n_ctx - len(prompt))
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        for step in range(budget):
-            if should_stop is not None and should_stop():
-                stats.finish_reason = "cancelled"
-                return
-            token = self._next_token(sampler, guard, stop_ids)
-            if token is None:  # the grammar allows nothing more (complete, and end-of-generation is banned)
-                stats.finish_reason = "stop"
-                return
-            stats.completion_tokens += 1
-            if (token in stop_ids) or (not ignore_eos and self.is_eog(token)):
-                stats.stop_token_id = token
-                stats.finish_reason = "stop"
-                return
-            sampler.accept(token)
-            if guard is not None:
-                guard.accept(token)
-            text = decoder.decode(self.token_to_piece(token))
-            info = None if logprobs is None else token_logprobs(self._logits(), token, logprobs, self.token_to_piece)
-            elapsed = (time.perf_counter() - mark) * 1000.0
-            stats.decode_ms.append(elapsed)
-            yield GeneratedToken(token, text, elapsed, info)
-            mark = time.perf_counter()  # the consumer's own time between tokens is not the model's
-            if step + 1 < budget:
-                self._decode([token])
-        stats.finish_reason = "length"
+    # ------------------------------------------------------------------ slots and batches
 
-    def _next_token(
-        self, sampler: TokenSampler, guard: LazyTriggerGuard | None, stop_ids: set[int]
-    ) -> int | None:
+    def _step(self, generations: Sequence[Generation]) -> list[GeneratedToken | None]:
+        results: list[GeneratedToken | None] = [None] * len(generations)
+        live: list[int] = []
+        for index, generation in enumerate(generations):
+            if generation.finished:
+                continue
+            if generation.should_stop is not None and generation.should_stop():
+                generation.finish("cancelled")
+                continue
+            if generation.slot is None:
+                self._attach(generation)
+            live.append(index)
+        plan = self._plan([generations[i] for i in live])
+        rows = self._decode_plan(plan)
+        for index, (generation, _chunk, _wants), row in zip(live, plan, rows, strict=True):
+            if row >= 0:
+                results[index] = generation.sample(self._logits(row))
+        return results
+
+    def _attach(self, generation: Generation) -> None:
+        """Give the generation the free slot sharing the longest prefix; drop that slot's other tokens."""
+        free = [slot for slot in self._slots if slot.owner is None]
+        if not free:
+            raise RuntimeError(f"all {self.n_parallel} slots are in use")
+        prompt = generation.prompt
+        slot = max(free, key=lambda s: (self._reusable_prefix(s.cached, prompt), -s.last_used))
+        keep = self._reusable_prefix(slot.cached, prompt)
+        if keep < len(slot.cached):
+            if keep == 0 or not llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id, keep, -1):
+                llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id, -1, -1)
+                keep = 0
+            del slot.cached[keep:]
+        slot.owner = generation
+        generation.begin(slot, keep)
+
+    def _release(self, slot: Slot) -> None:
+        self._uses += 1
+        slot.owner = None
+        slot.last_used = self._uses
+
+    def _reusable_prefix(self, cached: list[int], prompt: list[int]) -> int:
+        if not self.reuse_prefix:
+            return 0
+        n = 0
+        limit = min(len(cached), len(prompt) - 1)  # always decode at least one token for fresh logits
+        while n < limit and cached[n] == prompt[n]:
+            n += 1
+        return n
+
+    def _plan(self, generations: list[Generation]) -> list[tuple[Generation, list[int], bool]]:
+        """What each generation decodes in this batch, and whether it wants logits: running
+        generations first (one token each), then prompt chunks in the room left."""
+        room = self.n_batch
+        plan = []
+        ordered = sorted(generations, key=lambda g: len(g.pending) > 1)
+        for generation in ordered:
+            chunk = generation.pending[: max(room, 0)]
+            if not chunk:
+                continue
+            room -= len(chunk)
+            plan.append((generation, chunk, len(chunk) == len(generation.pending)))
+        return plan
+
+    def _decode_plan(self, plan: list[tuple[Generation, list[int], bool]]) -> list[int]:
+        """Decode the planned tokens as one batch; each entry's logits row, -1 where none."""
+        if not plan:
+            return []
+        batch = self._batch
+        n = 0
+        rows = []
+        for generation, chunk, wants_logits in plan:
+            slot = generation.slot
+            assert slot is not None
+            first = len(slot.cached)
+            for offset, token in enumerate(chunk):
+                batch.token[n] = token
+                batch.pos[n] = first + offset
+                batch.n_seq_id[n] = 1
+                batch.seq_id[n][0] = slot.seq_id
+                batch.logits[n] = 0
+                n += 1
+            if wants_logits:
+                batch.logits[n - 1] = 1
+            rows.append(n - 1 if wants_logits else -1)
+        batch.n_tokens = n
+        status = llama_cpp.llama_decode(self._ctx, batch)
+        if status != 0:
+            # The failed batch may have left partial state: forget the cache entirely.
+            llama_cpp.llama_memory_clear(self._memory, True)
+            for slot in self._slots:
+                slot.cached.clear()
+            raise RuntimeError(f"llama_decode failed with status {status}")
+        for generation, chunk, _wants in plan:
+            generation.slot.cached.extend(chunk)  # type: ignore[union-attr]
+            del generation.pending[: len(chunk)]
+        return rows
+
+    def _logits(self, row: int = -1) -> np.ndarray:
+        ptr = llama_cpp.llama_get_logits_ith(self._ctx, row)
+        if not ptr:
+            raise RuntimeError("llama.cpp returned no logits")
+        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
+
+    def _next_token(self, generation: Generation, logits: np.ndarray) -> int | None:
         """Sample a token; with a lazy grammar, resample while the token would make its trigger abort.
 
         End-of-generation and stop tokens end the run without reaching the grammar, so they pass.
         """
-        logits = self._logits()
+        sampler, guard, stop_ids = generation.sampler, generation.guard, generation.stop_ids
         token = sampler.sample(logits)
         excluded: list[int] = []
         fallback: int | None = None  # allowed, but breaks UTF-8: better than stopping
         while token is not None and token not in stop_ids and not self.is_eog(token):
             safe = guard is None or guard.is_safe(token)
-            tail = incomplete_tail(self._utf8_tail + self.token_to_piece(token))
+            tail = incomplete_tail(generation.utf8_tail + self.token_to_piece(token))
             if safe and tail is not None:
-                self._utf8_tail = tail
+                generation.utf8_tail = tail
                 return token
             if safe and fallback is None:
                 fallback = token
             excluded.append(token)
             if len(excluded) > _MAX_TRIGGER_RETRIES:
-                self._utf8_tail = b""
+                generation.utf8_tail = b""
                 return fallback
             token = sampler.sample(logits, exclude=excluded)
         return token
 
-    # ------------------------------------------------------------------ model calls
 
-    def _prefill(self, prompt: list[int]) -> int:
-        """Decode the prompt, reusing the cached prefix it shares with the previous run; return the reused count."""
-        keep = self._reusable_prefix(prompt)
-        if keep < len(self._cached):
-            if keep == 0 or not llama_cpp.llama_memory_seq_rm(self._memory, 0, keep, -1):
-                llama_cpp.llama_memory_clear(self._memory, True)
-                keep = 0
-            del self._cached[keep:]
-        self._decode(prompt[keep:])
-        return keep
+@dataclass
+class Slot:
+    """One sequence of the shared KV cache, and the tokens it holds (positions 0, 1, ...)."""
 
-    def _reusable_prefix(self, prompt: list[int]) -> int:
-        if not self.reuse_prefix:
-            return 0
-        n = 0
-        limit = min(len(self._cached), len(prompt) - 1)  # always decode at least one token for fresh logits
-        while n < limit and self._cached[n] == prompt[n]:
-            n += 1
-        return n
+    seq_id: int
+    cached: list[int] = field(default_factory=list)
+    owner: Generation | None = None
+    last_used: int = 0
 
-    def _decode(self, tokens: list[int]) -> None:
-        n_batch = llama_cpp.llama_n_batch(self._ctx)
-        for begin in range(0, len(tokens), n_batch):
-            chunk = tokens[begin : begin + n_batch]
-            arr = (llama_cpp.llama_token * len(chunk))(*chunk)
-            batch = llama_cpp.llama_batch_get_one(arr, len(chunk))
-            status = llama_cpp.llama_decode(self._ctx, batch)
-            if status != 0:
-                # The failed batch may have left partial state: forget the cache entirely.
-                llama_cpp.llama_memory_clear(self._memory, True)
-                self._cached.clear()
-                raise RuntimeError(f"llama_decode failed with status {status}")
-            self._cached.extend(chunk)
 
-    def _logits(self) -> np.ndarray:
-        ptr = llama_cpp.llama_get_logits_ith(self._ctx, -1)
-        if not ptr:
-            raise RuntimeError("llama.cpp returned no logits")
-        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
+class Generation:
+    """One generation's state between steps: its prompt, sampler, slot and statistics.
+
+    Made by :meth:`Engine.new_generation`; :meth:`Engine.step` feeds it logits. ``pending``
+    holds the tokens still to decode in its slot: the prompt's uncached part, then each sampled
+    token in turn.
+    """
+
+    def __init__(self, engine: Engine, prompt: list[int], budget: int, sampler: TokenSampler,
+                 guard: LazyTriggerGuard | None, stop_ids: frozenset[int], ignore_eos: bool,
+                 should_stop: Callable[[], bool] | None, stats: GenerationStats) -> None:
+        self.engine = engine
+        self.prompt = prompt
+        self.budget = budget
+        self.sampler = sampler
+        self.guard = guard
+        self.stop_ids = stop_ids
+        self.ignore_eos = ignore_eos
+        self.should_stop = should_stop
+        self.stats = stats
+        self.slot: Slot | None = None
+        self.pending: list[int] = []
+        self.utf8_tail = b""
+        self.finished = False
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._started = 0.0
+        self._mark: float | None = None
+        self._closed = False
+        self.logprobs: int | None = None  # how many alternatives to report per token, when asked
+
+    def begin(self, slot: Slot, cached: int) -> None:
+        self.slot = slot
+        self.stats.cached_tokens = cached
+        self.pending = self.prompt[cached:]
+        self.sampler.feed_prompt(self.prompt)
+        self._started = time.perf_counter()
+
+    def sample(self, logits: np.ndarray) -> GeneratedToken | None:
+        """The next token from the logits after ``pending`` was decoded; None when the generation ends."""
+        now = time.perf_counter()
+        if self._mark is None:
+            self.stats.prefill_ms = (now - self._started) * 1000.0
+            self._mark = now
+        if self.stats.completion_tokens >= self.budget:
+            self.finish("length")
+            return None
+        token = self.engine._next_token(self, logits)
+        if token is None:  # the grammar allows nothing more (complete, and end-of-generation is banned)
+            self.finish("stop")
+            return None
+        self.stats.completion_tokens += 1
+        if token in self.stop_ids or (not self.ignore_eos and self.engine.is_eog(token)):
+            self.stats.stop_token_id = token
+            self.finish("stop")
+            return None
+        self.sampler.accept(token)
+        if self.guard is not None:
+            self.guard.accept(token)
+        text = self._decoder.decode(self.engine.token_to_piece(token))
+        info = None if self.logprobs is None else token_logprobs(logits, token, self.logprobs,
+                                                                 self.engine.token_to_piece)
+        now = time.perf_counter()
+        elapsed = (now - self._mark) * 1000.0
+        self._mark = now
+        self.stats.decode_ms.append(elapsed)
+        if self.stats.completion_tokens >= self.budget:
+            self.finish("length")
+        else:
+            self.pending = [token]
+        return GeneratedToken(token, text, elapsed, info)
+
+    def finish(self, reason: str) -> None:
+        """End the generation (``"stop"``, ``"length"``, ``"cancelled"``) and give its slot back."""
+        if not self.stats.finish_reason:
+            self.stats.finish_reason = reason
+        self.finished = True
+        self.pending = []
+        if self.slot is not None and self.slot.owner is self:
+            self.engine._release(self.slot)
+
+    def close(self) -> None:
+        """Finish (as cancelled, unless it ended already) and free the sampler."""
+        if self._closed:
+            return
+        self._closed = True
+        self.finish("cancelled")
+        self.stats.grammar_fallbacks = self.sampler.grammar_fallbacks
+        self.sampler.close()

@@ -183,9 +183,10 @@ def _wire_message(message: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def usage(result: GenerationResult) -> dict[str, int]:
+def usage(result: GenerationResult) -> dict[str, Any]:
     return {"prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
-            "total_tokens": result.prompt_tokens + result.completion_tokens}
+            "total_tokens": result.prompt_tokens + result.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": result.cached_tokens}}
 
 
 def timings(result: GenerationResult) -> dict[str, Any]:

@@ -20,6 +20,11 @@ from typing import Any
 
 log = logging.getLogger("autoparser.server")
 
+#: Context tokens per slot that the default --parallel keeps, and the most slots it picks.
+SLOT_TOKENS = 4096
+MAX_DEFAULT_PARALLEL = 4
+MAX_PARALLEL = 64
+
 
 class StartupError(Exception):
     """A start-up failure to report as one line; `exit_code` 2 for bad input, 1 otherwise."""
@@ -36,8 +41,15 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                         help="use this chat template instead of the GGUF's tokenizer.chat_template")
     parser.add_argument("--n-gpu-layers", type=int, default=0,
                         help="layers to offload to the GPU; -1 offloads all (default 0)")
-    parser.add_argument("--n-ctx", type=int, default=4096, help="context length in tokens (default 4096)")
+    parser.add_argument("--n-ctx", type=int, default=4096,
+                        help="context length in tokens, shared by the --parallel slots (default 4096)")
+    parser.add_argument("--parallel", type=int, default=None,
+                        help="generations run at once, each in its own slot of n-ctx/parallel tokens "
+                             f"(default: one slot per {SLOT_TOKENS} tokens of context, at most "
+                             f"{MAX_DEFAULT_PARALLEL}, at least 1)")
     parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: half the cores)")
+    parser.add_argument("--no-prefix-cache", action="store_true",
+                        help="decode every prompt from scratch instead of reusing a slot's cached prefix")
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to bind (default 127.0.0.1; other addresses need --api-key)")
     parser.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
@@ -97,10 +109,28 @@ def _check_arguments(args: argparse.Namespace) -> None:
         raise StartupError(f"chat template file not found: {args.chat_template_file}")
     if args.n_ctx < 16:
         raise StartupError(f"--n-ctx must be at least 16, got {args.n_ctx}")
+    parallel = getattr(args, "parallel", None)
+    if parallel is not None and parallel < 1:
+        raise StartupError(f"--parallel must be at least 1, got {parallel}")
+    if parallel is not None and parallel > MAX_PARALLEL:
+        raise StartupError(f"--parallel must be at most {MAX_PARALLEL}, got {parallel}")
+    if parallel is not None and args.n_ctx // parallel < 16:
+        raise StartupError(f"--n-ctx {args.n_ctx} split between {parallel} slots leaves fewer than 16 "
+                           "tokens each; raise --n-ctx or lower --parallel")
     if args.max_queue < 0:
         raise StartupError(f"--max-queue must not be negative, got {args.max_queue}")
     if not 0 <= args.port <= 65535:
         raise StartupError(f"--port must be between 0 and 65535, got {args.port}")
+
+
+def default_parallel(n_ctx: int) -> int:
+    """Slots when --parallel is not given: one per SLOT_TOKENS of context, 1 to MAX_DEFAULT_PARALLEL."""
+    return max(1, min(MAX_DEFAULT_PARALLEL, n_ctx // SLOT_TOKENS))
+
+
+def parallel_slots(args: argparse.Namespace) -> int:
+    parallel = getattr(args, "parallel", None)
+    return parallel if parallel is not None else default_parallel(args.n_ctx)
 
 
 def is_loopback(host: str) -> bool:
@@ -132,7 +162,8 @@ def load_engine(args: argparse.Namespace) -> Any:
     from autoparser.llama.engine import Engine
 
     try:
-        engine = Engine(args.model, n_ctx=args.n_ctx, n_gpu_layers=args.n_gpu_layers, n_threads=args.threads)
+        engine = Engine(args.model, n_ctx=args.n_ctx, n_gpu_layers=args.n_gpu_layers, n_threads=args.threads,
+                        n_parallel=parallel_slots(args), reuse_prefix=not getattr(args, "no_prefix_cache", False))
     except Exception as exc:  # llama.cpp reports any load failure as an exception or a NULL model
         raise StartupError(f"cannot load the model {args.model}: {exc}", exit_code=2) from None
     if engine.gpu_offload:
@@ -200,7 +231,8 @@ def _serve(args: argparse.Namespace, sock: socket.socket, engine: Any, analysis:
     config = uvicorn.Config(app, log_level=args.log_level, timeout_graceful_shutdown=3,
                             access_log=args.log_level == "debug")
     server = uvicorn.Server(config)
-    log.info("model %r, context %d tokens, queue %d", settings.model_name, engine.n_ctx, settings.max_queue)
+    log.info("model %r, %d slot(s) of %d tokens, queue %d", settings.model_name, engine.n_parallel,
+             engine.n_ctx, settings.max_queue)
     say(f"listening on http://{shown}:{port}")
     try:
         server.run(sockets=[sock])

@@ -1,15 +1,18 @@
-"""One model context, one generation at a time: a bounded FIFO queue and its worker thread.
+"""Up to `n_parallel` generations at once on one model context: a bounded FIFO queue and the
+thread that batches them.
 
-llama.cpp's context is not shareable between concurrent generations, so a single thread runs
-them one after another. Requests wait in a FIFO queue of at most `max_queue` entries; a request
-that finds it full is refused at once with 503 (`Retry-After`), because waiting without bound
-would only turn overload into timeouts.
+Jobs take a slot as soon as one is free; the others wait in a FIFO queue of at most
+`max_queue` entries, and a request that finds it full is refused at once with 503
+(`Retry-After`), because waiting without bound would only turn overload into timeouts.
+The worker thread runs continuous batching: each step, every running job gets one token from
+one shared `llama_decode` (`Engine.step`), so a long generation does not hold the others up;
+jobs join and leave between steps.
 
 The worker talks to the event loop through a `post` callback per job (thread-safe, usually
 `AsyncChannel.post`). It checks the job's `cancelled` flag before starting it and, through the
-engine's `should_stop`, after every token, so a client that goes away frees the slot within a
+engine's `should_stop`, before every token, so a client that goes away frees its slot within a
 token or two. Token texts are run through the job's `Completion` here, on the worker thread,
-because stop strings must end the generation loop itself.
+because stop strings must end the generation itself.
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ class GenerationResult:
     decode_ms: list[float]
     message: dict[str, Any]
     final_deltas: list[dict[str, Any]]
+    cached_tokens: int = 0
+    """Prompt tokens whose keys and values were reused from the cache."""
 
 
 @dataclass
@@ -90,10 +95,12 @@ class _Totals:
     prefill_ms: float | None = None
     decode_ms: list[float] = field(default_factory=list)
     finish_reason: str = "stop"
+    cached_tokens: int = 0
 
     def add(self, stats: Any, extra_tokens: int = 0) -> None:
         if self.prefill_ms is None:
             self.prefill_ms = stats.prefill_ms
+            self.cached_tokens = getattr(stats, "cached_tokens", 0)
         else:  # a later phase's prefill decodes tokens the server appended: decode time
             self.decode_ms.append(stats.prefill_ms)
         self.completion_tokens += stats.completion_tokens + extra_tokens
@@ -145,13 +152,17 @@ class AsyncChannel:
 
 
 class GenerationWorker:
-    def __init__(self, engine: Any, max_queue: int):
+    """Runs up to `n_parallel` jobs at once on one engine, one decode step for all of them at a time."""
+
+    def __init__(self, engine: Any, max_queue: int, n_parallel: int | None = None):
         self._engine = engine
         self._max_queue = max_queue
+        self.n_parallel = n_parallel or int(getattr(engine, "n_parallel", 1))
         self._jobs: queue.Queue[GenerationJob | None] = queue.Queue()
         self._lock = threading.Lock()
         self._waiting = 0
-        self._running: GenerationJob | None = None
+        self._runs: list[JobRun] = []
+        self._stopping = False
         self._thread = threading.Thread(target=self._loop, name="autoparser-generation", daemon=True)
         self._average_s = 5.0
 
@@ -161,21 +172,27 @@ class GenerationWorker:
         self._thread.start()
 
     def submit(self, job: GenerationJob) -> None:
-        """Queue a job, or raise a 503 `APIError` when `max_queue` jobs are already waiting."""
+        """Queue a job, or raise a 503 `APIError` when `max_queue` jobs are already waiting.
+
+        Jobs that free slots will take at once do not count as waiting, even before the worker
+        thread has picked them up (it may be busy building a sampler)."""
         with self._lock:
-            if self._waiting >= self._max_queue:
+            if self._waiting - self._free_slots() >= self._max_queue:
                 raise overloaded(self.retry_after_s())
             self._waiting += 1
         self._jobs.put(job)
 
+    def _free_slots(self) -> int:
+        return max(0, self.n_parallel - len(self._runs))
+
     def retry_after_s(self) -> int:
-        """A rough wait: the jobs ahead times the recent average generation time."""
-        return max(1, round(self._average_s * (self._waiting + 1) / 2))
+        """A rough wait: the jobs ahead times the recent average generation time, over the slots."""
+        return max(1, round(self._average_s * (self._waiting + 1) / (2 * self.n_parallel)))
 
     def stop(self, timeout: float = 5.0) -> None:
-        running = self._running
-        if running is not None:
-            running.cancel()
+        self._stopping = True
+        for run in list(self._runs):
+            run.job.cancel()
         self._jobs.put(None)
         self._thread.join(timeout)
 
@@ -184,121 +201,206 @@ class GenerationWorker:
         return self._waiting
 
     @property
+    def running(self) -> int:
+        return len(self._runs)
+
+    @property
     def busy(self) -> bool:
-        return self._running is not None
+        return bool(self._runs)
 
     # -- worker thread -------------------------------------------------------------------------
 
     def _loop(self) -> None:
-        while True:
-            job = self._jobs.get()
+        while not self._stopping:
+            if not self._admit(block=not self._runs):
+                break
+            if self._runs:
+                self._step()
+
+    def _admit(self, block: bool) -> bool:
+        """Start queued jobs while slots are free; False once told to stop."""
+        while len(self._runs) < self.n_parallel:
+            try:
+                job = self._jobs.get(block=block)
+            except queue.Empty:
+                return True
             if job is None:
-                return
+                return False
+            block = False
             with self._lock:
                 self._waiting -= 1
-                self._running = job
-            try:
-                if job.cancelled.is_set():
-                    job.post(("error", "cancelled"))
-                    continue
-                started = time.perf_counter()
-                self._run(job)
-                self._average_s = 0.8 * self._average_s + 0.2 * (time.perf_counter() - started)
-            except Exception as exc:  # the request fails; the server stays up
-                log.exception("generation failed")
-                job.post(("error", f"generation failed: {type(exc).__name__}: {exc}"))
-            finally:
-                with self._lock:
-                    self._running = None
+            if job.cancelled.is_set():
+                job.post(("error", "cancelled"))
+                continue
+            run = JobRun(job, self._engine)
+            with self._lock:
+                self._runs.append(run)
+            self._guarded(run, run.begin)
+        return True
 
-    def _run(self, job: GenerationJob) -> None:
-        completion = job.completion
-        totals = _Totals()
-        prompt, grammar, budget = list(job.prompt_tokens), job.grammar, job.max_tokens
-        if job.reasoning is not None:
-            generated, closed = self._reasoning_phase(job, totals)
-            if not closed:
-                return self._finish(job, totals)
-            prompt += generated
-            budget -= len(generated)
-            grammar = job.reasoning.answer_grammar
-        if budget > 0 and not completion.stopped and not job.cancelled.is_set():
-            self._generate(job, prompt, budget, grammar, job.stop_token_ids, job.ignore_eos, totals)
-        elif budget <= 0:
-            totals.finish_reason = "length"
-        self._finish(job, totals)
+    def _step(self) -> None:
+        runs = [run for run in self._runs if run.generation is not None]
+        try:
+            tokens = self._engine.step([run.generation for run in runs])
+        except Exception as exc:  # llama_decode failed: every running job fails, the server stays up
+            log.exception("generation step failed")
+            for run in runs:
+                self._fail(run, exc)
+            return
+        for run, token in zip(runs, tokens, strict=True):
+            self._guarded(run, lambda run=run, token=token: run.advance(token))
 
-    def _reasoning_phase(self, job: GenerationJob, totals: _Totals) -> tuple[list[int], bool]:
-        """Generate up to the end of reasoning; the tokens to continue from, and whether to go on."""
+    def _guarded(self, run: JobRun, action: Callable[[], None]) -> None:
+        """Run one job's own work; its failure ends that job only."""
+        try:
+            action()
+        except Exception as exc:  # noqa: BLE001 - reported to the client, logged here
+            log.exception("generation failed")
+            self._fail(run, exc)
+            return
+        if run.done:
+            self._remove(run)
+
+    def _fail(self, run: JobRun, exc: Exception) -> None:
+        run.abandon()
+        run.job.post(("error", f"generation failed: {type(exc).__name__}: {exc}"))
+        self._remove(run)
+
+    def _remove(self, run: JobRun) -> None:
+        with self._lock:
+            if run in self._runs:
+                self._runs.remove(run)
+        self._average_s = 0.8 * self._average_s + 0.2 * (time.perf_counter() - run.started)
+
+
+class JobRun:
+    """One job inside the batch: its phases (reasoning, then answer), the completion it feeds.
+
+    `begin` starts the first generation; `advance` takes each step's result. A phase ends when
+    the engine finishes it or the completion asks to stop (a stop string, the reasoning's end);
+    the next phase continues from the prompt plus everything generated, in the slot the engine
+    picks for the longest shared prefix (the one just left, normally).
+    """
+
+    def __init__(self, job: GenerationJob, engine: Any):
+        self.job = job
+        self.engine = engine
+        self.totals = _Totals()
+        self.generation: Any = None
+        self.done = False
+        self.started = time.perf_counter()
+        self._phase = "answer"
+        self._stats: Any = None
+        self._generated: list[int] = []
+        self._tail = ""
+        self._end_seen = False
+
+    def begin(self) -> None:
+        job = self.job
+        if job.reasoning is None:
+            self._start(job.prompt_tokens, job.max_tokens, job.grammar, job.stop_token_ids, job.ignore_eos)
+            return
         phase = job.reasoning
-        assert phase is not None
+        self._phase = "reasoning"
         single_end = phase.end_tokens[0] if len(phase.end_tokens) == 1 else None
         limit = job.max_tokens if phase.budget is None else min(phase.budget, job.max_tokens)
         stops = job.stop_token_ids + ((single_end,) if single_end is not None else ())
-        stats = job.make_stats()
-        generated, end_seen = self._generate(job, job.prompt_tokens, limit, None, stops,
-                                             job.ignore_eos or phase.no_eos, totals, stats,
-                                             end_text=phase.end_text)
+        self._start(job.prompt_tokens, limit, None, stops, job.ignore_eos or phase.no_eos)
+
+    def _start(self, prompt: list[int], max_tokens: int, grammar: Any, stop_ids: tuple[int, ...],
+               ignore_eos: bool) -> None:
+        self._stats = self.job.make_stats()
+        self._generated, self._tail, self._end_seen = [], "", False
+        self.generation = self.engine.new_generation(
+            prompt, max_tokens, self.job.sampling, grammar=grammar, stop_token_ids=stop_ids,
+            ignore_eos=ignore_eos, should_stop=self.job.cancelled.is_set, stats=self._stats)
+
+    def advance(self, token: Any) -> None:
+        """Take one step's result: a token to feed, or the end of the current phase."""
+        if token is not None:
+            self._generated.append(token.token_id)
+            self._emit(self.job.completion.feed(token.text, token.logprobs))
+            if self.job.completion.stopped or self._reasoning_end_in(token.text):
+                self.generation.finish("cancelled")  # ended here, not by the engine
+        if self.generation.finished:
+            self._end_phase()
+
+    def _reasoning_end_in(self, text: str) -> bool:
+        end_text = self.job.reasoning.end_text if self._phase == "reasoning" and self.job.reasoning else ""
+        if not end_text:
+            return False
+        self._tail = (self._tail + text)[-2 * len(end_text):]
+        self._end_seen = end_text in self._tail
+        return self._end_seen
+
+    def _end_phase(self) -> None:
+        self.generation.close()
+        self.generation = None
+        self.totals.add(self._stats)
+        if self._phase == "reasoning":
+            continuation = self._after_reasoning()
+            if continuation is not None:
+                self._answer(continuation)
+                return
+        self._finish()
+
+    def _after_reasoning(self) -> list[int] | None:
+        """The tokens the answer continues from, or None when the job ends with its reasoning."""
+        job, phase, stats = self.job, self.job.reasoning, self._stats
+        assert phase is not None
+        generated = self._generated
         if job.cancelled.is_set() or job.completion.stopped:
-            return generated, False
+            return None
+        single_end = phase.end_tokens[0] if len(phase.end_tokens) == 1 else None
+        limit = job.max_tokens if phase.budget is None else min(phase.budget, job.max_tokens)
         if single_end is not None and stats.stop_token_id == single_end:
             appended = [single_end]  # the model closed its reasoning; the stop token was not yielded
-        elif end_seen:
-            return generated, True  # a multi-token end marker, already generated
+        elif self._end_seen:
+            return list(job.prompt_tokens) + generated  # a multi-token end marker, already generated
         elif stats.finish_reason == "length" and limit < job.max_tokens:
             appended = list(phase.end_tokens)  # the budget is spent: close the reasoning
-            totals.completion_tokens += len(appended)
+            self.totals.completion_tokens += len(appended)
         else:
-            return generated, False  # end of generation, a stop token, or max_tokens
-        self._emit(job, job.completion.feed(phase.end_text))
-        return generated + appended, True
+            return None  # end of generation, a stop token, or max_tokens
+        self._emit(job.completion.feed(phase.end_text))
+        self._generated = generated + appended
+        return list(job.prompt_tokens) + self._generated
 
-    def _generate(self, job: GenerationJob, prompt: list[int], max_tokens: int, grammar: Any,
-                  stop_ids: tuple[int, ...], ignore_eos: bool, totals: _Totals, stats: Any = None,
-                  end_text: str = "") -> tuple[list[int], bool]:
-        """One engine run, feeding the completion: the tokens, and whether `end_text` ended it.
+    def _answer(self, prompt: list[int]) -> None:
+        job = self.job
+        budget = job.max_tokens - (len(prompt) - len(job.prompt_tokens))
+        self._phase = "answer"
+        if budget <= 0:
+            self.totals.finish_reason = "length"
+            self._finish()
+        elif job.completion.stopped or job.cancelled.is_set():
+            self._finish()
+        else:
+            self._start(prompt, budget, job.reasoning.answer_grammar if job.reasoning else job.grammar,
+                        job.stop_token_ids, job.ignore_eos)
 
-        Stops early on a stop string, or once `end_text` (a multi-token reasoning end) appears."""
-        completion = job.completion
-        stats = stats if stats is not None else job.make_stats()
-        generated: list[int] = []
-        tail, end_seen = "", False
-        tokens = self._engine.generate(prompt, max_tokens, job.sampling, grammar=grammar,
-                                       stop_token_ids=stop_ids, ignore_eos=ignore_eos,
-                                       should_stop=job.cancelled.is_set, stats=stats)
-        try:
-            for token in tokens:
-                generated.append(token.token_id)
-                self._emit(job, completion.feed(token.text, token.logprobs))
-                if completion.stopped:
-                    break
-                if end_text:
-                    tail = (tail + token.text)[-2 * len(end_text):]
-                    if end_text in tail:
-                        end_seen = True
-                        break
-        finally:
-            close = getattr(tokens, "close", None)
-            if close is not None:
-                close()
-        totals.add(stats)
-        return generated, end_seen
+    def abandon(self) -> None:
+        """Free the current generation after a failure."""
+        if self.generation is not None:
+            self.generation.close()
+            self.generation = None
+        self.done = True
 
-    @staticmethod
-    def _emit(job: GenerationJob, deltas: list[dict[str, Any]]) -> None:
-        if deltas and job.stream_deltas:
-            job.post(("deltas", deltas))
+    def _emit(self, deltas: list[dict[str, Any]]) -> None:
+        if deltas and self.job.stream_deltas:
+            self.job.post(("deltas", deltas))
 
-    @staticmethod
-    def _finish(job: GenerationJob, totals: _Totals) -> None:
-        completion = job.completion
+    def _finish(self) -> None:
+        self.done = True
+        completion, totals = self.job.completion, self.totals
         final = completion.finish()
-        job.post(("done", GenerationResult(
+        self.job.post(("done", GenerationResult(
             finish_reason=completion.finish_reason(totals.finish_reason),
-            prompt_tokens=len(job.prompt_tokens),
+            prompt_tokens=len(self.job.prompt_tokens),
             completion_tokens=totals.completion_tokens,
             prefill_ms=totals.prefill_ms or 0.0,
             decode_ms=totals.decode_ms,
             message=completion.message(),
             final_deltas=final,
+            cached_tokens=totals.cached_tokens,
         )))
