@@ -1,0 +1,207 @@
+"""The `autoparser` parsers inside the real vLLM, on CPU and without weights.
+
+Each round-trip case (CONTRACT section 6) is rendered through the template, and the model output
+is run through the calls vLLM's OpenAI chat server makes for one request: the parser class vLLM
+composes from `--tool-call-parser autoparser --reasoning-parser autoparser`, its
+`adjust_request`, `set_prompt_token_ids` and `parse` for a whole response, and its
+`ChatStreamProcessor` (the serving layer's per-chunk step) for a streamed one, fed token ids and
+their detokenized text. Reasoning, content, tool names and arguments must equal what
+`autoparser parse` gives for the same output, and call ids must be distinct.
+
+Needs vLLM (about 9 GB): `bash tools/install_vllm.sh` then
+`.venv-vllm/bin/python -m pytest -q -m vllm tests/test_plugin_vllm.py`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from corpora import llamacpp_templates, shared_templates
+from engine_tokenizer import write_tokenizer
+
+import autoparser
+from autoparser.analyzers.probes import Prober
+from autoparser.roundtrip import TOOLS, probe_messages, run_case
+
+pytestmark = pytest.mark.vllm
+vllm = pytest.importorskip("vllm", reason="vLLM is not installed (bash tools/install_vllm.sh)")
+
+from vllm.entrypoints.openai.chat_completion.message_assembly import (  # noqa: E402
+    assemble_chat_message_fields,
+)
+from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest  # noqa: E402
+from vllm.entrypoints.openai.chat_completion.stream_processor import ChatStreamProcessor  # noqa: E402
+from vllm.parser import ParserManager  # noqa: E402
+from vllm.plugins import load_general_plugins  # noqa: E402
+from vllm.tokenizers import get_tokenizer  # noqa: E402
+
+# what every vLLM process does at start-up: run the `vllm.general_plugins` entry points
+load_general_plugins()
+
+BOS, EOS = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"
+
+# (file name, corpus, markers are special tokens): DeepSeek's markers are special tokens in its
+# vocabulary; for the others the markers stay ordinary text (several tokens each), so both ways
+# of meeting a marker in token ids are exercised.
+TEMPLATES = [
+    ("deepseek-ai-DeepSeek-V3.1.jinja", "llamacpp", True),
+    ("xinference__deepseek-v3-0324-92ebdf26.jinja", "shared", True),
+    ("hfjs-e2e__deepseek-ai-DeepSeek-R1.jinja", "shared", True),
+    ("Qwen-Qwen3-0.6B.jinja", "llamacpp", False),
+    ("NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja", "llamacpp", True),
+    ("meta-llama-Llama-3.1-8B-Instruct.jinja", "llamacpp", True),
+    ("mistralai-Mistral-Nemo-Instruct-2407.jinja", "llamacpp", True),
+    ("GLM-4.6.jinja", "llamacpp", False),
+    ("Kimi-K2-Instruct.jinja", "llamacpp", True),
+    ("Qwen3-Coder.jinja", "llamacpp", False),
+]
+
+
+def _template_path(name: str, corpus: str) -> Path:
+    paths = llamacpp_templates() if corpus == "llamacpp" else shared_templates()
+    for path in paths:
+        if path.name == name:
+            return path
+    pytest.skip(f"{name} is not in the {corpus} corpus")
+
+
+_SERVED: dict[str, Any] = {}
+
+
+def served(name: str, corpus: str, special: bool, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """(analysis, vLLM tokenizer, composed parser class) for one template, built once."""
+    if name not in _SERVED:
+        source = _template_path(name, corpus).read_text(encoding="utf-8")
+        analysis = autoparser.analyze(source, bos_token=BOS, eos_token=EOS)
+        markers = [m for m in {*analysis.preserved_tokens, analysis.reasoning.start, analysis.reasoning.end,
+                               analysis.tools.section_start, analysis.tools.section_end,
+                               analysis.tools.call_start, analysis.tools.call_end, *analysis.stop} if m]
+        folder = write_tokenizer(tmp_path_factory.mktemp("tokenizer"), source, BOS, EOS,
+                                 specials=markers if special else ())
+        tokenizer = get_tokenizer(str(folder))
+        parser_cls = ParserManager.get_parser(tool_parser_name="autoparser", reasoning_parser_name="autoparser",
+                                              enable_auto_tools=True, tokenizer=tokenizer)
+        _SERVED[name] = (analysis, tokenizer, parser_cls)
+    return _SERVED[name]
+
+
+def conversation(analysis: Any, case: str) -> tuple[str, str, dict[str, Any], list[dict[str, Any]]] | None:
+    """(prompt, output, template kwargs, history) of a round-trip case, or None when not applicable."""
+    message = probe_messages()[case]
+    result = run_case(analysis, case, message)
+    if result.status not in ("pass", "fail"):
+        return None
+    thinking = True if message.get("reasoning_content") else None
+    kwargs = analysis.thinking_kwargs(thinking)
+    prober = Prober(analysis.source, analysis.bos_token, analysis.eos_token, base_kwargs=kwargs)
+    prober.choose_shape()
+    history = prober.history()
+    tools = TOOLS if message.get("tool_calls") else None
+    prompt = analysis.render(history, tools=tools, add_generation_prompt=True, **kwargs)
+    return prompt, result.output, kwargs, history
+
+
+def chat_request(history: list[dict[str, Any]], kwargs: dict[str, Any], stream: bool) -> ChatCompletionRequest:
+    return ChatCompletionRequest(model="m", messages=history, tools=TOOLS, tool_choice="auto", stream=stream,
+                                 chat_template_kwargs=kwargs or None)
+
+
+def rendered_request(parser_cls: Any, tokenizer: Any, request: ChatCompletionRequest, kwargs: dict[str, Any],
+                     prompt_ids: list[int]) -> ChatCompletionRequest:
+    """What vLLM's renderer does with the request before the engine sees it."""
+    parser = parser_cls(tokenizer, request.tools, model_config=None, chat_template_kwargs=kwargs)
+    parser.set_prompt_token_ids(prompt_ids)
+    return parser.adjust_request(request=request)
+
+
+def whole(parser_cls: Any, tokenizer: Any, request: ChatCompletionRequest, kwargs: dict[str, Any],
+          prompt_ids: list[int], output: str) -> dict[str, Any]:
+    """vLLM's non-streaming path: one parser per choice, `parse`, then the message fields."""
+    parser = parser_cls(tokenizer, request.tools, chat_template_kwargs=kwargs, model_config=None)
+    parser.set_prompt_token_ids(prompt_ids)
+    output_ids = tokenizer.encode(output, add_special_tokens=False)
+    reasoning, content, calls = parser.parse(output, request, enable_auto_tools=True,
+                                             model_output_token_ids=output_ids)
+    fields = assemble_chat_message_fields(request, reasoning, content, calls, enable_auto_tools=True,
+                                          parser_cls=parser_cls)
+    return {"reasoning_content": fields.reasoning, "content": fields.content,
+            "tool_calls": [call.model_dump() for call in fields.tool_calls or []]}
+
+
+def token_chunks(tokenizer: Any, text: str, size: int) -> list[tuple[str, list[int]]]:
+    """`text` as the engine streams it: groups of `size` token ids with their new text, a group
+    growing while its last byte leaves a character unfinished."""
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    chunks: list[tuple[str, list[int]]] = []
+    done_text, start = "", 0
+    end = 0
+    while end < len(ids):
+        end = min(len(ids), end + size)
+        decoded = tokenizer.decode(ids[:end], skip_special_tokens=False)
+        if decoded.endswith("\ufffd") and end < len(ids):
+            continue
+        chunks.append((decoded[len(done_text):], ids[start:end]))
+        done_text, start = decoded, end
+    return chunks
+
+
+def streamed(parser_cls: Any, tokenizer: Any, request: ChatCompletionRequest, kwargs: dict[str, Any],
+             prompt_ids: list[int], output: str, size: int) -> dict[str, Any]:
+    """vLLM's streaming path: `ChatStreamProcessor.step` per engine chunk; the deltas merged as a
+    client merges them."""
+    parser = parser_cls(tokenizer, request.tools, chat_template_kwargs=kwargs, model_config=None)
+    processor = ChatStreamProcessor(request, parser, enable_auto_tools=True, parser_cls=parser_cls)
+    chunks = token_chunks(tokenizer, output, size)
+    reasoning, content = [], []
+    calls: dict[int, dict[str, Any]] = {}
+    for number, (text, ids) in enumerate(chunks):
+        last = number == len(chunks) - 1
+        step = processor.step(text, ids, "stop" if last else None, prompt_ids)
+        delta = step.delta
+        if delta is None:
+            continue
+        reasoning.append(delta.reasoning or "")
+        content.append(delta.content or "")
+        for call in delta.tool_calls or []:
+            if call.index not in calls:
+                assert call.id and call.type == "function" and call.function and call.function.name, call
+                calls[call.index] = {"id": call.id, "type": "function",
+                                     "function": {"name": call.function.name, "arguments": ""}}
+            else:
+                assert call.id is None and (call.function is None or not call.function.name), call
+            if call.function and call.function.arguments:
+                calls[call.index]["function"]["arguments"] += call.function.arguments
+    return {"reasoning_content": "".join(reasoning) or None, "content": "".join(content) or None,
+            "tool_calls": [calls[i] for i in sorted(calls)]}
+
+
+def assert_same(got: dict[str, Any], expected: dict[str, Any]) -> None:
+    assert (got["reasoning_content"] or None) == expected["reasoning_content"]
+    assert (got["content"] or None) == expected["content"]
+    assert [c["function"]["name"] for c in got["tool_calls"]] == [c["function"]["name"] for c in expected["tool_calls"]]
+    for mine, theirs in zip(got["tool_calls"], expected["tool_calls"], strict=True):
+        assert json.loads(mine["function"]["arguments"]) == json.loads(theirs["function"]["arguments"])
+    ids = [c["id"] for c in got["tool_calls"]]
+    assert all(ids) and len(set(ids)) == len(ids), ids
+
+
+@pytest.mark.parametrize("case", sorted(probe_messages()))
+@pytest.mark.parametrize("name,corpus,special", TEMPLATES, ids=[t[0].removesuffix(".jinja") for t in TEMPLATES])
+def test_plugin_matches_autoparser_parse(name: str, corpus: str, special: bool, case: str,
+                                         tmp_path_factory: pytest.TempPathFactory) -> None:
+    analysis, tokenizer, parser_cls = served(name, corpus, special, tmp_path_factory)
+    found = conversation(analysis, case)
+    if found is None:
+        pytest.skip("round-trip case not applicable to this template")
+    prompt, output, kwargs, history = found
+    thinking = True if probe_messages()[case].get("reasoning_content") else None
+    expected = analysis.parser(tools=TOOLS, thinking=thinking).parse(output)
+    prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
+    request = rendered_request(parser_cls, tokenizer, chat_request(history, kwargs, False), kwargs, prompt_ids)
+    assert_same(whole(parser_cls, tokenizer, request, kwargs, prompt_ids, output), expected)
+    stream_request = rendered_request(parser_cls, tokenizer, chat_request(history, kwargs, True), kwargs, prompt_ids)
+    for size in (1, 3):
+        assert_same(streamed(parser_cls, tokenizer, stream_request, kwargs, prompt_ids, output, size), expected)
