@@ -178,7 +178,7 @@ def streamed(parser_cls: Any, tokenizer: Any, request: ChatCompletionRequest, kw
             "tool_calls": [calls[i] for i in sorted(calls)]}
 
 
-def assert_same(got: dict[str, Any], expected: dict[str, Any]) -> None:
+def assert_same(got: dict[str, Any], expected: dict[str, Any], output: str) -> None:
     assert (got["reasoning_content"] or None) == expected["reasoning_content"]
     assert (got["content"] or None) == expected["content"]
     assert [c["function"]["name"] for c in got["tool_calls"]] == [c["function"]["name"] for c in expected["tool_calls"]]
@@ -186,6 +186,9 @@ def assert_same(got: dict[str, Any], expected: dict[str, Any]) -> None:
         assert json.loads(mine["function"]["arguments"]) == json.loads(theirs["function"]["arguments"])
     ids = [c["id"] for c in got["tool_calls"]]
     assert all(ids) and len(set(ids)) == len(ids), ids
+    for mine, theirs in zip(got["tool_calls"], expected["tool_calls"], strict=True):
+        if theirs["id"] in output:  # the format's own id, written by the model, is passed through
+            assert mine["id"] == theirs["id"]
 
 
 @pytest.mark.parametrize("case", sorted(probe_messages()))
@@ -201,7 +204,72 @@ def test_plugin_matches_autoparser_parse(name: str, corpus: str, special: bool, 
     expected = analysis.parser(tools=TOOLS, thinking=thinking).parse(output)
     prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
     request = rendered_request(parser_cls, tokenizer, chat_request(history, kwargs, False), kwargs, prompt_ids)
-    assert_same(whole(parser_cls, tokenizer, request, kwargs, prompt_ids, output), expected)
+    assert_same(whole(parser_cls, tokenizer, request, kwargs, prompt_ids, output), expected, output)
     stream_request = rendered_request(parser_cls, tokenizer, chat_request(history, kwargs, True), kwargs, prompt_ids)
     for size in (1, 3):
-        assert_same(streamed(parser_cls, tokenizer, stream_request, kwargs, prompt_ids, output, size), expected)
+        assert_same(streamed(parser_cls, tokenizer, stream_request, kwargs, prompt_ids, output, size), expected,
+                    output)
+
+
+V31 = TEMPLATES[0]
+CALL = ("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"location\": \"Paris\"}"
+        "<｜tool▁call▁end｜><｜tool▁calls▁end｜>")
+
+
+def _v31_prompt(analysis: Any, tokenizer: Any, thinking: bool) -> list[int]:
+    messages = [{"role": "user", "content": "Weather in Paris?"}]
+    prompt = analysis.render(messages, tools=TOOLS, add_generation_prompt=True, thinking=thinking)
+    return tokenizer.encode(prompt, add_special_tokens=False)
+
+
+def test_prompt_decides_where_reasoning_starts(tmp_path_factory: pytest.TempPathFactory) -> None:
+    analysis, tokenizer, parser_cls = served(*V31, tmp_path_factory)
+    for thinking in (True, False):
+        kwargs = {"thinking": thinking}
+        parser = parser_cls(tokenizer, None, chat_template_kwargs=kwargs, model_config=None)
+        prompt_ids = _v31_prompt(analysis, tokenizer, thinking)
+        assert parser.is_reasoning_end(prompt_ids) is (not thinking)
+        request = chat_request([{"role": "user", "content": "Weather in Paris?"}], kwargs, False)
+        assert request.resolve_reasoning_ended(parser, prompt_ids) is (not thinking)
+    reasoner = parser_cls(tokenizer, None, chat_template_kwargs={"thinking": True}, model_config=None).reasoning_parser
+    end = tokenizer.encode("</think>", add_special_tokens=False)
+    reasoning = tokenizer.encode("let me see", add_special_tokens=False)
+    assert not reasoner.is_reasoning_end_streaming([1, 2, *reasoning], reasoning)
+    assert reasoner.is_reasoning_end_streaming([1, 2, *reasoning, *end], end)
+    assert reasoner.extract_content_ids([*reasoning, *end, 7, 8]) == [7, 8]
+
+
+def test_adjust_request_keeps_special_markers_and_native_tool_choice(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    analysis, tokenizer, parser_cls = served(*V31, tmp_path_factory)
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    for choice in ("required", named):
+        request = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "Paris?"}], tools=TOOLS,
+                                        tool_choice=choice)
+        prompt_ids = _v31_prompt(analysis, tokenizer, False)
+        request = rendered_request(parser_cls, tokenizer, request, {}, prompt_ids)
+        assert request.skip_special_tokens is False
+        assert request.structured_outputs is None  # no JSON-schema forcing: the model's own format
+        message = whole(parser_cls, tokenizer, request, {}, prompt_ids, CALL)
+        assert [c["function"]["name"] for c in message["tool_calls"]] == ["get_weather"]
+
+
+def test_call_ids_differ_between_requests(tmp_path_factory: pytest.TempPathFactory) -> None:
+    analysis, tokenizer, parser_cls = served(*V31, tmp_path_factory)
+    prompt_ids = _v31_prompt(analysis, tokenizer, False)
+    request = chat_request([{"role": "user", "content": "Paris?"}], {}, False)
+    ids = {whole(parser_cls, tokenizer, request, {}, prompt_ids, CALL)["tool_calls"][0]["id"] for _ in range(3)}
+    ids |= {streamed(parser_cls, tokenizer, request, {}, prompt_ids, CALL, 2)["tool_calls"][0]["id"]
+            for _ in range(3)}
+    assert len(ids) == 6
+
+
+def test_plugin_import_is_cheap() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, autoparser.plugins.vllm; "
+            "print(sorted(m for m in sys.modules if m.startswith(('vllm', 'autoparser.analyzers', "
+            "'autoparser.plugins.vllm_parsers'))))")
+    shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert shown.strip() == "[]"

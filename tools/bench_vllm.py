@@ -98,6 +98,23 @@ def chunks_of(tokenizer: Any, text: str) -> list[tuple[str, list[int]]]:
     return out
 
 
+def floor_parser_cls(ParserManager: Any) -> Any:
+    """vLLM's path with a tool parser that only wraps each chunk in a delta: the cost of the
+    path itself, which no parser can go below."""
+    from vllm.entrypoints.generate.base.protocol import DeltaMessage
+    from vllm.tool_parsers import ToolParser, ToolParserManager
+
+    class WrapEachChunk(ToolParser):
+        engine_based_streaming = True
+        supports_required_and_named = False
+
+        def extract_tool_calls_streaming(self, previous_text, current_text, delta_text, *rest):  # type: ignore[no-untyped-def]
+            return DeltaMessage(tool_calls=[{"index": 0, "function": {"arguments": delta_text}}])
+
+    ToolParserManager.register_module("bench_floor", module=WrapEachChunk)
+    return ParserManager.get_parser(tool_parser_name="bench_floor", enable_auto_tools=True)
+
+
 def run_stream(parser_cls: Any, tokenizer: Any, request: Any, kwargs: dict, prompt_ids: list[int],
                chunks: list[tuple[str, list[int]]]) -> tuple[float, list[tuple[str, str]], str]:
     """CPU seconds of vLLM's per-chunk step over `chunks`, the calls and the reasoning it gave."""
@@ -136,6 +153,8 @@ def same_calls(got: list[tuple[str, str]], expected: list[tuple[str, str]]) -> b
 def main() -> int:
     options = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     options.add_argument("--repeat", type=int, default=3, help="best of N runs (vLLM's parser on 100 KB: once)")
+    options.add_argument("--verbose", action="store_true", help="show what a wrong result was")
+    options.add_argument("--quick", action="store_true", help="skip vLLM's own parser on the 100 KB call")
     args = options.parse_args()
 
     from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
@@ -154,6 +173,7 @@ def main() -> int:
             "autoparser": ParserManager.get_parser(tool_parser_name="autoparser", reasoning_parser_name="autoparser",
                                                    enable_auto_tools=True, tokenizer=tokenizer),
         }
+        floor = floor_parser_cls(ParserManager)
         workloads = []
         for size in (10_000, 100_000):
             text, arguments = bench_stream.model_output(bench_stream.brace_heavy_code(size))
@@ -168,8 +188,8 @@ def main() -> int:
             messages = [{"role": "user", "content": "Save the weather in Paris to a note."}]
             prompt_ids = tokenizer.apply_chat_template(messages, tools=TOOLS, add_generation_prompt=True,
                                                        tokenize=True, **kwargs)
-            if isinstance(prompt_ids, dict):
-                prompt_ids = prompt_ids["input_ids"]
+            if not isinstance(prompt_ids, list):
+                prompt_ids = list(prompt_ids["input_ids"])
             chunks = chunks_of(tokenizer, text)
             for name, parser_cls in parsers.items():
                 request = ChatCompletionRequest(model="m", messages=messages, tools=TOOLS, stream=True,
@@ -177,14 +197,22 @@ def main() -> int:
                 adjust = parser_cls(tokenizer, request.tools, model_config=None, chat_template_kwargs=kwargs)
                 adjust.set_prompt_token_ids(prompt_ids)
                 request = adjust.adjust_request(request=request)
+                if args.quick and name != "autoparser" and label == "call 100 KB":
+                    times[(label, name)] = float("nan")
+                    continue
                 runs = 1 if (name != "autoparser" and label == "call 100 KB") else args.repeat
                 results = [run_stream(parser_cls, tokenizer, request, kwargs, prompt_ids, chunks) for _ in range(runs)]
                 elapsed, calls, reasoning = min(results, key=lambda r: r[0])
                 times[(label, name)] = elapsed
+                if name == "autoparser" and label.startswith("call"):
+                    times[(label, "floor")] = min(
+                        run_stream(floor, tokenizer, request, kwargs, prompt_ids, chunks)[0] for _ in range(runs))
                 ok = same_calls(calls, expected) and (label != "agent turn" or reasoning.strip() == text[:2048].strip())
                 failures += name == "autoparser" and not ok
                 print(f"{label:12} {name:18} {elapsed * 1000:10.1f} ms  {len(chunks)} chunks  "
                       f"{'ok' if ok else 'WRONG RESULT'}")
+                if not ok and args.verbose:
+                    print(f"  calls: {[(n, a[:80]) for n, a in calls]}\n  reasoning: {reasoning[:80]!r}")
         print()
         for label in ("call 100 KB", "agent turn"):
             own, ours = times[(label, "vllm deepseek_v31")], times[(label, "autoparser")]
@@ -192,6 +220,10 @@ def main() -> int:
         ours_small, ours_large = times[("call 10 KB", "autoparser")], times[("call 100 KB", "autoparser")]
         ratio = ours_large / ours_small
         print(f"autoparser 100 KB / 10 KB: {ratio:.1f} (linear ~10; goal <= 15: {'ok' if ratio <= 15 else 'MISSED'})")
+        floor_small, floor_large = times[("call 10 KB", "floor")], times[("call 100 KB", "floor")]
+        print(f"vLLM's path alone (a parser that only wraps each chunk): 10 KB {floor_small * 1000:.1f} ms, "
+              f"100 KB {floor_large * 1000:.1f} ms; autoparser adds {(ours_large - floor_large) * 1000:.1f} ms "
+              f"on 100 KB")
         print(f"autoparser 100 KB under 1 s: {'ok' if ours_large < 1 else 'MISSED'} ({ours_large:.3f} s)")
     return 1 if failures else 0
 

@@ -16,14 +16,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import secrets
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 PLUGIN_NAME = "autoparser"
 _PARSER_CACHE_SIZE = 128
+_ID_WINDOW = 4096
 
 
 class PluginError(ValueError):
@@ -300,3 +302,34 @@ def merge_deltas(deltas: list[dict[str, Any]]) -> tuple[str, str, list[dict[str,
             calls.append({"index": call["index"], "id": call.get("id"),
                           "name": (call.get("function") or {}).get("name"), "arguments": arguments})
     return "".join(reasoning), "".join(content), calls
+
+
+class CallIds:
+    """Call ids unique to one request although its parser is shared with other requests.
+
+    An id the model wrote itself (a format's own id, such as `functions.NAME:0`) appears in the
+    output just before its call and is passed through; any other id was made up by the parser,
+    which a shared parser may hand out again, so it is replaced by a fresh random one."""
+
+    def __init__(self) -> None:
+        self._recent: deque[str] = deque()
+        self._size = 0
+        self._given: dict[str, str] = {}
+
+    def saw(self, text: str) -> None:
+        """Remember the end of the output so far (the last few KB)."""
+        if not text:
+            return
+        self._recent.append(text)
+        self._size += len(text)
+        while self._size - len(self._recent[0]) >= _ID_WINDOW:
+            self._size -= len(self._recent.popleft())
+
+    def unique(self, call_id: str | None, text: str | None = None) -> str:
+        """The id to report for `call_id`; `text` is the whole output when parsing it at once."""
+        if call_id in self._given:
+            return self._given[call_id]
+        written = text if text is not None else "".join(self._recent)
+        given = call_id if call_id and call_id in written else f"call_{secrets.token_hex(12)}"
+        self._given[call_id or given] = given
+        return given

@@ -16,9 +16,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from vllm.entrypoints.generate.base.protocol import (
-    DeltaFunctionCall,
     DeltaMessage,
-    DeltaToolCall,
     ExtractedToolCallInformation,
     FunctionCall,
     ToolCall,
@@ -28,6 +26,7 @@ from vllm.tool_parsers import ToolParser, ToolParserManager
 
 from autoparser.plugins.common import (
     PLUGIN_NAME,
+    CallIds,
     ReasoningSplit,
     ServedModel,
     find_last,
@@ -231,6 +230,7 @@ class AutoparserToolParser(ToolParser):
         super().__init__(tokenizer, tools)
         self._served = _ServedTokenizer(tokenizer)
         self._stream: Any = None
+        self._ids = CallIds()
 
     def _parser(self, request: Any) -> Any:
         tools = [_tool_dict(tool) for tool in getattr(request, "tools", None) or []]
@@ -243,7 +243,8 @@ class AutoparserToolParser(ToolParser):
 
     def extract_tool_calls(self, model_output: str, request: Any) -> ExtractedToolCallInformation:
         message = self._parser(request).parse(model_output)
-        calls = [ToolCall(id=call["id"], type="function",
+        ids = CallIds()
+        calls = [ToolCall(id=ids.unique(call["id"], model_output), type="function",
                           function=FunctionCall(name=call["function"]["name"],
                                                 arguments=call["function"]["arguments"]))
                  for call in message["tool_calls"]]
@@ -255,12 +256,15 @@ class AutoparserToolParser(ToolParser):
                                      delta_token_ids: Sequence[int], request: Any) -> DeltaMessage | None:
         if self._stream is None:
             self._stream = self._parser(request).stream()
-        return _delta_message(self._stream.feed(delta_text)) if delta_text else None
+        if not delta_text:
+            return None
+        self._ids.saw(delta_text)
+        return _delta_message(self._stream.feed(delta_text), self._ids)
 
     def finish_streaming(self) -> DeltaMessage | None:
         if self._stream is None:
             return None
-        return _delta_message(self._stream.finish())
+        return _delta_message(self._stream.finish(), self._ids)
 
 
 def _tool_dict(tool: Any) -> dict[str, Any]:
@@ -282,18 +286,24 @@ def _tool_choice(choice: Any) -> Any:
     return {"type": "function", "function": {"name": name}} if name else "auto"
 
 
-def _delta_message(deltas: list[dict[str, Any]]) -> DeltaMessage | None:
+def _delta_message(deltas: list[dict[str, Any]], ids: CallIds) -> DeltaMessage | None:
+    """One `DeltaMessage` for one feed's deltas, holding only the fields that feed set."""
     if not deltas:
         return None
     reasoning, content, calls = merge_deltas(deltas)
-    tool_calls = [
-        DeltaToolCall(index=call["index"], id=call["id"], type="function" if call["id"] else None,
-                      function=DeltaFunctionCall(name=call["name"], arguments=call["arguments"]))
-        for call in calls
-    ]
-    if not reasoning and not content and not tool_calls:
-        return None
-    return DeltaMessage(reasoning=reasoning or None, content=content or None, tool_calls=tool_calls)
+    fields: dict[str, Any] = {}
+    if reasoning:
+        fields["reasoning"] = reasoning
+    if content:
+        fields["content"] = content
+    if calls:
+        # plain dicts: pydantic validates the whole delta in one call, faster than nested models
+        fields["tool_calls"] = [
+            {"index": call["index"], "id": ids.unique(call["id"]), "type": "function",
+             "function": {"name": call["name"], "arguments": call["arguments"]}}
+            if call["id"] else {"index": call["index"], "function": {"arguments": call["arguments"]}}
+            for call in calls]
+    return DeltaMessage(**fields) if fields else None
 
 
 def register() -> None:
