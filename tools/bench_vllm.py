@@ -122,25 +122,28 @@ def run_stream(parser_cls: Any, tokenizer: Any, request: Any, kwargs: dict, prom
 
     parser = parser_cls(tokenizer, request.tools, chat_template_kwargs=kwargs, model_config=None)
     processor = ChatStreamProcessor(request, parser, enable_auto_tools=True, parser_cls=parser_cls)
-    deltas = []
+    names: dict[int, str] = {}
+    arguments: dict[int, list[str]] = {}
+    reasoning: list[str] = []
     last = len(chunks) - 1
+    # each delta is read and dropped at once, as a server serializes and drops it: keeping tens of
+    # thousands of delta objects alive would make Python's garbage collector cost grow with them
     start = time.process_time()
     for number, (text, ids) in enumerate(chunks):
-        deltas.append(processor.step(text, ids, "stop" if number == last else None, prompt_ids).delta)
-    elapsed = time.process_time() - start
-    calls: dict[int, list[str]] = {}
-    reasoning = []
-    for delta in deltas:
+        delta = processor.step(text, ids, "stop" if number == last else None, prompt_ids).delta
         if delta is None:
             continue
-        reasoning.append(delta.reasoning or "")
+        if delta.reasoning:
+            reasoning.append(delta.reasoning)
         for call in delta.tool_calls or []:
-            entry = calls.setdefault(call.index, ["", ""])
+            parts = arguments.setdefault(call.index, [])
             if call.function and call.function.name:
-                entry[0] = call.function.name
+                names[call.index] = call.function.name
             if call.function and call.function.arguments:
-                entry[1] += call.function.arguments
-    return elapsed, [(name, args) for name, args in (calls[i] for i in sorted(calls))], "".join(reasoning)
+                parts.append(call.function.arguments)
+    elapsed = time.process_time() - start
+    calls = [(names.get(i, ""), "".join(arguments[i])) for i in sorted(arguments)]
+    return elapsed, calls, "".join(reasoning)
 
 
 def same_calls(got: list[tuple[str, str]], expected: list[tuple[str, str]]) -> bool:
