@@ -28,9 +28,8 @@ pytest.importorskip("sglang", reason="SGLang is not installed (bash tools/instal
 from sglang.srt.entrypoints.openai.protocol import Tool  # noqa: E402
 from sglang.srt.function_call.function_call_parser import FunctionCallParser  # noqa: E402
 from sglang.srt.parser.reasoning_parser import ReasoningParser  # noqa: E402
+from sglang.srt.plugins import load_plugins  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
-
-from autoparser.plugins.sglang import register  # noqa: E402
 
 BOS, EOS = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"
 TEMPLATES = ["deepseek-ai-DeepSeek-V3.1.jinja", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja",
@@ -40,7 +39,10 @@ TEMPLATES = ["deepseek-ai-DeepSeek-V3.1.jinja", "deepseek-ai-DeepSeek-R1-Distill
 
 @pytest.fixture(scope="module", autouse=True)
 def registered() -> None:
-    register()
+    """What every SGLang process does first: run the `sglang.srt.plugins` entry points."""
+    load_plugins()
+    assert "autoparser" in FunctionCallParser.ToolCallParserEnum
+    assert "autoparser" in ReasoningParser.DetectorMap
 
 
 def _served(name: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any]:

@@ -95,21 +95,31 @@ class AutoparserReasoningDetector(BaseReasoningFormatDetector):
             inside = can_reason
         self._split_args = (start, end, interrupts, inside, can_reason and not inside)
         self._split = self._new_split()
+        self._rest_started = False
 
     def _new_split(self) -> ReasoningSplit:
         start, end, interrupts, inside, may_open = self._split_args
         return ReasoningSplit(start, end, interrupts, inside=inside, may_open=may_open)
 
+    # SGLang passes the text after reasoning on as the answer unparsed when the request has no
+    # tools or the text no tool call, so the whitespace autoparser drops around it is dropped here
+
     def detect_and_parse(self, text: str) -> ReasoningResult:
         split = self._new_split()
         reasoning, rest = split.feed(text)
         more_reasoning, more_rest = split.finish()
-        return ReasoningResult(normal_text=rest + more_rest, reasoning_text=reasoning + more_reasoning)
+        return ReasoningResult(normal_text=(rest + more_rest).strip(), reasoning_text=reasoning + more_reasoning)
 
     def parse_streaming_increment(self, new_text: str) -> ReasoningResult:
         reasoning, rest = self._split.feed(new_text)
-        return ReasoningResult(normal_text=rest, reasoning_text=reasoning)
+        return ReasoningResult(normal_text=self._rest(rest), reasoning_text=reasoning)
 
     def finish(self) -> ReasoningResult:
         reasoning, rest = self._split.finish()
-        return ReasoningResult(normal_text=rest, reasoning_text=reasoning)
+        return ReasoningResult(normal_text=self._rest(rest), reasoning_text=reasoning)
+
+    def _rest(self, text: str) -> str:
+        if not self._rest_started:
+            text = text.lstrip()
+            self._rest_started = bool(text)
+        return text
