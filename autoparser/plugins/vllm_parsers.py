@@ -119,6 +119,8 @@ class AutoparserReasoningParser(ReasoningParser):
         return ""
 
     def is_reasoning_end(self, input_ids: Sequence[int]) -> bool:
+        """Whether output after these prompt ids starts past reasoning (vLLM passes prompts only).
+        The prompt's length is remembered so the streaming check can tell a skipped reasoning."""
         self._prompt_len = len(input_ids)
         ending = self._prompt_ending(input_ids)
         if ending:
