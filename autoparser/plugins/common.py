@@ -307,8 +307,8 @@ def merge_deltas(deltas: list[dict[str, Any]]) -> tuple[str, str, list[dict[str,
 class CallIds:
     """Call ids unique to one request although its parser is shared with other requests.
 
-    An id the model wrote itself (a format's own id, such as `functions.NAME:0`) appears in the
-    output just before its call and is passed through; any other id was made up by the parser,
+    An id the model wrote itself (a format's own call id) appears in the output just before its
+    call and is passed through; any other id was made up by the parser,
     which a shared parser may hand out again, so it is replaced by a fresh random one."""
 
     def __init__(self) -> None:

@@ -36,7 +36,7 @@ from autoparser.plugins.common import (
     token_ids,
 )
 
-# how many trailing whitespace tokens may follow a marker that ends the prompt (`<think>\n`)
+# how many trailing whitespace tokens may follow a marker that ends the prompt (a start marker and a newline)
 _TRAILING_WHITESPACE_TOKENS = 4
 
 
