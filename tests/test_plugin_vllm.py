@@ -264,6 +264,20 @@ def test_call_ids_differ_between_requests(tmp_path_factory: pytest.TempPathFacto
     assert len(ids) == 6
 
 
+def test_without_a_reasoning_parser_reasoning_stays_in_the_content(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    analysis, tokenizer, _ = served(*V31, tmp_path_factory)
+    parser_cls = ParserManager.get_parser(tool_parser_name="autoparser", enable_auto_tools=True, tokenizer=tokenizer)
+    prompt_ids = _v31_prompt(analysis, tokenizer, True)
+    request = chat_request([{"role": "user", "content": "Paris?"}], {"thinking": True}, False)
+    output = "Let me look.</think>Sure." + CALL
+    message = whole(parser_cls, tokenizer, request, {"thinking": True}, prompt_ids, output)
+    assert message["content"] == "Let me look.</think>Sure."
+    assert [c["function"]["name"] for c in message["tool_calls"]] == ["get_weather"]
+    streamed_message = streamed(parser_cls, tokenizer, request, {"thinking": True}, prompt_ids, output, 2)
+    assert streamed_message["content"] == "Let me look.</think>Sure."
+
+
 def test_plugin_import_is_cheap() -> None:
     import subprocess
     import sys

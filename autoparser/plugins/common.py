@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import secrets
@@ -101,16 +102,25 @@ class ServedModel:
         return r.start, r.end, [opener] if opener.strip() else []
 
     def parser(self, tools: list[dict[str, Any]] | None, tool_choice: Any, parallel_tool_calls: bool,
-               thinking: bool | None) -> Any:
-        """An autoparser parser for this request shape, built once and then reused."""
-        key = json.dumps([tools, tool_choice, parallel_tool_calls, thinking], sort_keys=True, default=str)
+               thinking: bool | None, reasoning_as_text: bool = False) -> Any:
+        """An autoparser parser for this request shape, built once and then reused.
+
+        `reasoning_as_text`: the reasoning markers are ordinary text (an engine configured
+        without a reasoning parser shows reasoning, markers included, as the answer)."""
+        key = json.dumps([tools, tool_choice, parallel_tool_calls, thinking, reasoning_as_text],
+                         sort_keys=True, default=str)
         with self._lock:
             parser = self._parsers.get(key)
             if parser is not None:
                 self._parsers.move_to_end(key)
                 return parser
-        parser = self.analysis.parser(tools=tools or None, thinking=thinking,
-                                      parallel_tool_calls=parallel_tool_calls, tool_choice=tool_choice)
+        analysis = self.analysis
+        if reasoning_as_text:
+            from autoparser import ReasoningAnalysis
+
+            analysis = dataclasses.replace(analysis, reasoning=ReasoningAnalysis())
+        parser = analysis.parser(tools=tools or None, thinking=thinking,
+                                 parallel_tool_calls=parallel_tool_calls, tool_choice=tool_choice)
         with self._lock:
             self._parsers[key] = parser
             while len(self._parsers) > _PARSER_CACHE_SIZE:

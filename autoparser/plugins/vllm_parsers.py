@@ -225,7 +225,7 @@ class AutoparserToolParser(ToolParser):
 
     supports_required_and_named = False
     engine_based_streaming = True
-    # vLLM sets this when no reasoning parser is configured; reasoning markup then is content
+    # vLLM sets this when no reasoning parser is configured: reasoning, markers included, is content
     skip_reasoning_parsing = False
 
     def __init__(self, tokenizer: Any, tools: list[Any] | None = None, *args: Any, **kwargs: Any) -> None:
@@ -238,7 +238,7 @@ class AutoparserToolParser(ToolParser):
         tools = [_tool_dict(tool) for tool in getattr(request, "tools", None) or []]
         parallel = getattr(request, "parallel_tool_calls", None)
         return self._served.model.parser(tools, _tool_choice(getattr(request, "tool_choice", None)),
-                                         parallel is not False, False)
+                                         parallel is not False, False, self.skip_reasoning_parsing)
 
     def adjust_request(self, request: Any) -> Any:
         return _adjust_detokenizer(request, self._served)
