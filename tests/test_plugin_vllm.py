@@ -237,6 +237,8 @@ def test_prompt_decides_where_reasoning_starts(tmp_path_factory: pytest.TempPath
     assert not reasoner.is_reasoning_end_streaming([1, 2, *reasoning], reasoning)
     assert reasoner.is_reasoning_end_streaming([1, 2, *reasoning, *end], end)
     assert reasoner.extract_content_ids([*reasoning, *end, 7, 8]) == [7, 8]
+    reasoner.set_prompt_token_ids(_v31_prompt(analysis, tokenizer, True))
+    assert reasoner.count_reasoning_tokens([*reasoning, *end, 7, 8]) == len(reasoning)
 
 
 def test_adjust_request_keeps_special_markers_and_native_tool_choice(

@@ -178,6 +178,17 @@ def _is_special(tokenizer: Any, token_id: int) -> bool:
     return bool(getattr(token, "special", False))
 
 
+def find_first(ids: Sequence[int], pattern: Sequence[int], start: int = 0) -> int:
+    """Start of the first occurrence of `pattern` in `ids[start:]`, or -1."""
+    if not pattern:
+        return -1
+    first, width, wanted = pattern[0], len(pattern), tuple(pattern)
+    for at in range(start, len(ids) - width + 1):
+        if ids[at] == first and tuple(ids[at:at + width]) == wanted:
+            return at
+    return -1
+
+
 def find_last(ids: Sequence[int], pattern: Sequence[int], end: int | None = None) -> int:
     """Start of the last occurrence of `pattern` in `ids[:end]`, or -1."""
     if not pattern:

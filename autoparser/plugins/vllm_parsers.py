@@ -29,6 +29,7 @@ from autoparser.plugins.common import (
     CallIds,
     ReasoningSplit,
     ServedModel,
+    find_first,
     find_last,
     merge_deltas,
     served_model,
@@ -165,6 +166,25 @@ class AutoparserReasoningParser(ReasoningParser):
             return input_ids[best:]
         return [] if self._can_reason else input_ids
 
+    def count_reasoning_tokens(self, token_ids: Sequence[int]) -> int:
+        """Generated tokens inside reasoning, markers left out (the `reasoning_tokens` of usage)."""
+        ids, served = list(token_ids), self._served
+        begin = 0
+        if not self._starts_inside():
+            while begin < len(ids) and ids[begin] in served.whitespace_ids:
+                begin += 1
+            opener = served.start_ids
+            if not (self._can_reason and opener and tuple(ids[begin:begin + len(opener)]) == opener):
+                return 0
+            begin += len(opener)
+        ends = [at for at in (find_first(ids, p, begin) for p in (served.end_ids, *served.interrupt_ids)) if at >= 0]
+        return (min(ends) if ends else len(ids)) - begin
+
+    def _starts_inside(self) -> bool:
+        if self._prompt_state is not None:
+            return self._prompt_state == "start" and bool(self._end)
+        return self._can_reason and self._served.model.analysis.reasoning.forced_open
+
     # -- text ------------------------------------------------------------------------------
 
     def set_prompt_token_ids(self, prompt_token_ids: Sequence[int]) -> None:
@@ -174,12 +194,10 @@ class AutoparserReasoningParser(ReasoningParser):
         self.set_prompt_token_ids(prompt_token_ids)
 
     def _new_split(self) -> ReasoningSplit:
+        inside = self._starts_inside()
         if self._prompt_state is not None:
-            inside = self._prompt_state == "start" and bool(self._end)
             may_open = not self._prompt_state and self._can_reason
         else:
-            analysis = self._served.model.analysis
-            inside = self._can_reason and analysis.reasoning.forced_open
             may_open = self._can_reason and not inside
         return ReasoningSplit(self._start, self._end, self._interrupts, inside=inside, may_open=may_open)
 
