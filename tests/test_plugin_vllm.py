@@ -289,3 +289,94 @@ def test_plugin_import_is_cheap() -> None:
             "'autoparser.plugins.vllm_parsers'))))")
     shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert shown.strip() == "[]"
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _post(port: int, path: str, body: dict[str, Any]) -> Any:
+    import urllib.request
+
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return json.load(response)
+
+
+def test_render_server_end_to_end(tmp_path: Path) -> None:
+    """`vllm launch render` (no GPU) with the README's parser flags, on a folder holding only
+    config.json and the tokenizer: render a thinking request, derender the model's ids whole and
+    streamed."""
+    import os
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    source = _template_path(*V31[:2]).read_text(encoding="utf-8")
+    analysis = autoparser.analyze(source, bos_token=BOS, eos_token=EOS)
+    folder = write_tokenizer(tmp_path / "model", source, BOS, EOS, specials=analysis.preserved_tokens)
+    port = _free_port()
+    vllm_cli = Path(sys.executable).with_name("vllm")
+    command = [str(vllm_cli), "launch", "render", str(folder), "--host", "127.0.0.1", "--port", str(port),
+               "--tool-call-parser", "autoparser", "--reasoning-parser", "autoparser", "--enable-auto-tool-choice"]
+    log = (tmp_path / "server.log").open("w")
+    server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path,
+                              env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"})
+    try:
+        deadline = time.monotonic() + 240
+        while True:
+            assert server.poll() is None, (tmp_path / "server.log").read_text()[-3000:]
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "render server did not start in 240 s"
+                time.sleep(1)
+        chat = {"model": str(folder), "messages": [{"role": "user", "content": "Weather in Paris?"}],
+                "tools": TOOLS, "chat_template_kwargs": {"thinking": True}}
+        rendered = _post(port, "/v1/chat/completions/render", chat)
+        assert rendered["sampling_params"]["skip_special_tokens"] is False
+        assert rendered["reasoning_ended"] is False
+        tokenizer = get_tokenizer(str(folder))
+        output = "The user wants the weather.</think>Let me check." + CALL
+        ids = tokenizer.encode(output, add_special_tokens=False) + [tokenizer.eos_token_id]
+        whole_answer = _post(port, "/v1/chat/completions/derender", {
+            "generate_response": {"choices": [{"index": 0, "token_ids": ids, "finish_reason": "stop"}]},
+            "prompt_token_ids": rendered["token_ids"], "chat_request": chat})
+        message = whole_answer["choices"][0]["message"]
+        assert (message["reasoning"], message["content"]) == ("The user wants the weather.", "Let me check.")
+        assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in message["tool_calls"]] == [
+            ("get_weather", {"location": "Paris"})]
+        assert whole_answer["choices"][0]["finish_reason"] == "tool_calls"
+        state, reasoning, content, arguments = None, "", "", ""
+        for start in range(0, len(ids), 3):
+            last = start + 3 >= len(ids)
+            body: dict[str, Any] = {
+                "stream": True, "prompt_token_ids": rendered["token_ids"], "chat_request": {**chat, "stream": True},
+                "generate_chunk": {"choices": [{"index": 0, "token_ids": ids[start:start + 3],
+                                                "finish_reason": "stop" if last else None}]}}
+            if state is not None:
+                body["stream_state"] = state
+            answer = _post(port, "/v1/chat/completions/derender", body)
+            state = answer["stream_state"]
+            for choice in (answer.get("chunk") or {}).get("choices", []):
+                delta = choice.get("delta") or {}
+                reasoning += delta.get("reasoning") or ""
+                content += delta.get("content") or ""
+                for call in delta.get("tool_calls") or []:
+                    arguments += (call.get("function") or {}).get("arguments") or ""
+        assert (reasoning, content, json.loads(arguments)) == (
+            "The user wants the weather.", "Let me check.", {"location": "Paris"})
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        log.close()
