@@ -33,6 +33,10 @@ def test_the_output_may_open_reasoning_itself() -> None:
     assert split_all("<thin", [], inside=False, may_open=True) == ("", "<thin")
 
 
+def test_a_start_marker_repeated_after_a_prompt_that_opened_reasoning_is_dropped() -> None:
+    assert split_all("<think>hm</think>ok", [], inside=True, may_open=False) == ("hm", "ok")
+
+
 def test_a_tool_call_ends_reasoning_and_stays_in_the_rest() -> None:
     assert split_all("plan<tool_call>{}", [], inside=True, may_open=False) == ("plan", "<tool_call>{}")
 

@@ -100,8 +100,9 @@ def test_detectors_match_autoparser_parse(name: str, case: str, tmp_path_factory
         pytest.skip("round-trip case not applicable to this template")
     thinking = True if message.get("reasoning_content") else None
     expected = analysis.parser(tools=TOOLS, thinking=thinking).parse(result.output)
-    force = analysis.reasoning.forced_open and analysis.thinking_enabled(thinking) or None
-    for chunk in (None, 1, 4):
+    # what SGLang's chat server passes: whether the prompt opened reasoning, or nothing
+    opened = bool(analysis.reasoning.forced_open and analysis.thinking_enabled(thinking))
+    for force, chunk in [(opened or None, None), (opened, None), (opened, 1), (opened or None, 4)]:
         got = run_sglang(tokenizer, result.output, force, chunk)
         assert got["reasoning_content"] == expected["reasoning_content"], chunk
         assert got["content"] == expected["content"], chunk

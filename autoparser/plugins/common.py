@@ -231,8 +231,9 @@ class TrimmedText:
 class ReasoningSplit:
     """Cuts raw output into reasoning and the rest, in linear time.
 
-    `inside`: the prompt left the model inside reasoning. `may_open`: otherwise, the output may
-    open reasoning itself with `start` (leading whitespace allowed). Reasoning ends at `end`
+    `inside`: the prompt left the model inside reasoning (a repeated `start` is dropped).
+    `may_open`: otherwise, the output may open reasoning itself with `start` (leading whitespace
+    allowed). Reasoning ends at `end`
     (dropped) or at an `interrupt` marker (a tool call opening; kept in the rest). Unterminated
     reasoning stays reasoning.
     """
@@ -243,6 +244,8 @@ class ReasoningSplit:
         self.start, self.end = start, end
         self.interrupts = [m for m in interrupts if m]
         self.state = self.INSIDE if inside else (self.OPENING if may_open and start else self.DONE)
+        # inside from the start, the output may still repeat the start marker the prompt wrote
+        self._fresh = bool(inside and start)
         self._held = ""
         self._reasoning = TrimmedText()
 
@@ -270,6 +273,14 @@ class ReasoningSplit:
                 return "", held
             self.state = self.INSIDE
             held = stripped[len(self.start):]
+        elif self._fresh:
+            stripped = held.lstrip()
+            if not stripped or (self.start.startswith(stripped) and stripped != self.start):
+                self._held = held
+                return "", ""
+            self._fresh = False
+            if stripped.startswith(self.start):
+                held = stripped[len(self.start):]
         return self._inside(held)
 
     def _inside(self, text: str) -> tuple[str, str]:

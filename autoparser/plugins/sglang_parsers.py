@@ -70,6 +70,16 @@ class AutoparserDetector(BaseFormatDetector):
         raise NotImplementedError("autoparser does not build SGLang structural tags yet")
 
 
+def _reasoning_default(reasoning: Any) -> str | None:
+    """SGLang's name for when a template's prompt opens reasoning, used where SGLang cannot tell
+    from the template itself: a toggle it knows by name, always, or never (the model opens it)."""
+    if reasoning.mode == "none" or not reasoning.forced_open:
+        return None
+    if reasoning.toggle in ("thinking", "enable_thinking"):
+        return reasoning.toggle if reasoning.default_on else f"explicit_{reasoning.toggle}"
+    return "always"
+
+
 def _result(deltas: list[dict[str, Any]]) -> StreamingParseResult:
     _, content, calls = merge_deltas(deltas)
     items = [ToolCallItem(tool_index=call["index"], name=call["name"] if call["id"] else None,
@@ -84,16 +94,17 @@ class AutoparserReasoningDetector(BaseReasoningFormatDetector):
                  tokenizer: Any = None, **kwargs: Any) -> None:
         model = _model(tokenizer)
         start, end, interrupts = model.reasoning_markers()
+        reasoning = model.analysis.reasoning
         super().__init__(start, end, stream_reasoning=stream_reasoning,
-                         force_reasoning=bool(force_reasoning),
+                         force_reasoning=bool(force_reasoning), reasoning_default=_reasoning_default(reasoning),
                          **{k: v for k, v in kwargs.items() if k in ("continue_final_message", "previous_content")})
-        analysis = model.analysis
-        can_reason = bool(end) and force_reasoning is not False
+        # SGLang's force_reasoning says whether the prompt opened reasoning; the model may still
+        # open it itself when it did not
         if force_reasoning is None:
-            inside = can_reason and analysis.reasoning.forced_open and analysis.thinking_enabled(None)
+            inside = bool(end) and reasoning.forced_open and model.analysis.thinking_enabled(None)
         else:
-            inside = can_reason
-        self._split_args = (start, end, interrupts, inside, can_reason and not inside)
+            inside = bool(end) and force_reasoning
+        self._split_args = (start, end, interrupts, inside, bool(end) and not inside)
         self._split = self._new_split()
         self._rest_started = False
 
