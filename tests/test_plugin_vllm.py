@@ -380,3 +380,28 @@ def test_render_server_end_to_end(tmp_path: Path) -> None:
         except subprocess.TimeoutExpired:
             server.kill()
         log.close()
+
+
+def test_structured_output_gate_for_a_model_that_opens_reasoning_itself(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Qwen3 writes `<think>` itself (several tokens here): the gate waits for its end, and opens
+    at once when the output starts with an answer instead."""
+    analysis, tokenizer, parser_cls = served(*TEMPLATES[3], tmp_path_factory)
+    prompt = analysis.render([{"role": "user", "content": "Hi"}], add_generation_prompt=True)
+    prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
+
+    def gate(output: str) -> list[bool]:
+        reasoner = parser_cls(tokenizer, None, chat_template_kwargs={}, model_config=None).reasoning_parser
+        assert reasoner.is_reasoning_end(prompt_ids) is False
+        ids, steps = list(prompt_ids), []
+        for token in tokenizer.encode(output, add_special_tokens=False):
+            ids.append(token)
+            steps.append(reasoner.is_reasoning_end_streaming(ids, [token]))
+        return steps
+
+    thinking = gate("<think>\nhm\n</think>\n\nHello")
+    ended_at = thinking.index(True)
+    assert not any(thinking[:ended_at])
+    assert len(tokenizer.decode(tokenizer.encode("<think>\nhm\n</think>", add_special_tokens=False)[: ended_at + 1])) \
+        == len("<think>\nhm\n</think>")
+    assert gate("Hello there")[0] is True
