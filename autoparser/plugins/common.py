@@ -1,0 +1,367 @@
+"""What the engine plugins share, with no engine imported.
+
+* `served_model(tokenizer)`: the analysis of the tokenizer's chat template (with its BOS/EOS),
+  computed once per process and cached by the template's hash. Engines build parser objects
+  several times per request; only the first one in a process pays for the analysis.
+* `ServedModel.parser(...)`: autoparser parsers cached by tools, tool choice, parallel calls and
+  thinking, so a request whose tool set was seen before builds nothing.
+* `ReasoningSplit`: cuts raw model output into reasoning and the rest at the analysis' markers.
+  Engines ask their reasoning parser for exactly that cut (the rest then goes to their tool
+  parser as text), which autoparser's message-level parser does not expose, so it is written
+  here: a small linear scanner that holds back only what could still become a marker.
+* `merge_deltas(...)`: autoparser's OpenAI delta dicts of one feed, merged into one delta.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import secrets
+import threading
+from collections import OrderedDict, deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+PLUGIN_NAME = "autoparser"
+_PARSER_CACHE_SIZE = 128
+_ID_WINDOW = 4096
+
+
+class PluginError(ValueError):
+    """The served model cannot be used with the autoparser plugin; the message says why."""
+
+
+def template_of(tokenizer: Any) -> tuple[str, str, str]:
+    """The tokenizer's chat template source, BOS and EOS text."""
+    template = getattr(tokenizer, "chat_template", None)
+    if isinstance(template, dict):
+        template = template.get("default") or next(iter(template.values()), None)
+    elif isinstance(template, list):
+        named = {item.get("name"): item.get("template") for item in template if isinstance(item, dict)}
+        template = named.get("default") or next(iter(named.values()), None)
+    if not isinstance(template, str) or not template.strip():
+        raise PluginError("the served tokenizer has no chat_template for autoparser to analyze")
+    return template, _token_text(getattr(tokenizer, "bos_token", None)), _token_text(
+        getattr(tokenizer, "eos_token", None))
+
+
+def _token_text(token: Any) -> str:
+    if token is None:
+        return ""
+    return token if isinstance(token, str) else str(getattr(token, "content", token))
+
+
+def template_key(source: str, bos: str, eos: str) -> str:
+    return hashlib.sha256("\0".join((source, bos, eos)).encode("utf-8")).hexdigest()
+
+
+@dataclass
+class ServedModel:
+    """One analyzed chat template and the parsers built from it."""
+
+    key: str
+    analysis: Any
+    _parsers: OrderedDict[str, Any] = field(default_factory=OrderedDict, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def markers(self) -> list[str]:
+        """Every marker string the analysis names (key-templated ones left out)."""
+        a = self.analysis
+        tools = a.tools
+        candidates = [a.reasoning.start, a.reasoning.end, a.content.start, a.content.end,
+                      tools.section_start, tools.section_end, tools.call_start, tools.call_end,
+                      tools.call_separator, tools.name_start, tools.name_end, tools.args_start,
+                      tools.args_end, tools.arg_start, tools.arg_key_end, tools.arg_end,
+                      tools.id_start, tools.id_end, *a.stop, *a.preserved_tokens]
+        seen: dict[str, None] = {}
+        for marker in candidates:
+            if marker and marker.strip() and "{" not in marker:
+                seen.setdefault(marker, None)
+        return list(seen)
+
+    def thinking(self, template_kwargs: dict[str, Any] | None) -> bool | None:
+        """The thinking switch a request set through its chat template arguments, or None."""
+        toggle = self.analysis.reasoning.toggle
+        if not template_kwargs or not toggle or toggle not in template_kwargs:
+            return None
+        value = template_kwargs[toggle]
+        if value == self.analysis.reasoning.toggle_off:
+            return False
+        if value == self.analysis.reasoning.toggle_on:
+            return True
+        return bool(value)
+
+    def reasoning_markers(self) -> tuple[str, str, list[str]]:
+        """Reasoning start, end, and the markers that end reasoning by opening a tool call."""
+        r, tools = self.analysis.reasoning, self.analysis.tools
+        if r.mode == "none" or not r.end:
+            return "", "", []
+        opener = (tools.section_start or tools.call_start) if tools.supported else ""
+        return r.start, r.end, [opener] if opener.strip() else []
+
+    def parser(self, tools: list[dict[str, Any]] | None, tool_choice: Any, parallel_tool_calls: bool,
+               thinking: bool | None, reasoning_as_text: bool = False) -> Any:
+        """An autoparser parser for this request shape, built once and then reused.
+
+        `reasoning_as_text`: the reasoning markers are ordinary text (an engine configured
+        without a reasoning parser shows reasoning, markers included, as the answer)."""
+        key = json.dumps([tools, tool_choice, parallel_tool_calls, thinking, reasoning_as_text],
+                         sort_keys=True, default=str)
+        with self._lock:
+            parser = self._parsers.get(key)
+            if parser is not None:
+                self._parsers.move_to_end(key)
+                return parser
+        analysis = self.analysis
+        if reasoning_as_text:
+            from autoparser import ReasoningAnalysis
+
+            analysis = dataclasses.replace(analysis, reasoning=ReasoningAnalysis())
+        parser = analysis.parser(tools=tools or None, thinking=thinking,
+                                 parallel_tool_calls=parallel_tool_calls, tool_choice=tool_choice)
+        with self._lock:
+            self._parsers[key] = parser
+            while len(self._parsers) > _PARSER_CACHE_SIZE:
+                self._parsers.popitem(last=False)
+        return parser
+
+
+_MODELS: dict[str, ServedModel] = {}
+_MODELS_LOCK = threading.Lock()
+
+
+def served_model(tokenizer: Any) -> ServedModel:
+    """The analysis of `tokenizer`'s chat template, computed once per process."""
+    source, bos, eos = template_of(tokenizer)
+    key = template_key(source, bos, eos)
+    model = _MODELS.get(key)
+    if model is not None:
+        return model
+    with _MODELS_LOCK:
+        model = _MODELS.get(key)
+        if model is None:
+            from autoparser import analyze
+
+            try:
+                analysis = analyze(source, bos_token=bos, eos_token=eos)
+            except Exception as exc:  # surfaced once, at the engine's startup check
+                raise PluginError(f"autoparser could not analyze the chat template: {exc}") from exc
+            model = _MODELS[key] = ServedModel(key, analysis)
+    return model
+
+
+def token_ids(tokenizer: Any, text: str) -> tuple[int, ...]:
+    """The ids `text` encodes to on its own, without BOS or other added tokens."""
+    if not text:
+        return ()
+    return tuple(tokenizer.encode(text, add_special_tokens=False))
+
+
+def special_markers(tokenizer: Any, markers: Sequence[str]) -> list[str]:
+    """The markers that are one special token, which a detokenizer skipping specials would drop."""
+    specials = set(getattr(tokenizer, "all_special_ids", None) or ())
+    added = getattr(tokenizer, "get_added_vocab", None)
+    added_ids = set((added() or {}).values()) if callable(added) else set()
+    found = []
+    for marker in markers:
+        ids = token_ids(tokenizer, marker)
+        if len(ids) == 1 and (ids[0] in specials or (ids[0] in added_ids and _is_special(tokenizer, ids[0]))):
+            found.append(marker)
+    return found
+
+
+def _is_special(tokenizer: Any, token_id: int) -> bool:
+    decoder = getattr(tokenizer, "added_tokens_decoder", None)
+    token = decoder.get(token_id) if isinstance(decoder, dict) else None
+    return bool(getattr(token, "special", False))
+
+
+def find_first(ids: Sequence[int], pattern: Sequence[int], start: int = 0) -> int:
+    """Start of the first occurrence of `pattern` in `ids[start:]`, or -1."""
+    if not pattern:
+        return -1
+    first, width, wanted = pattern[0], len(pattern), tuple(pattern)
+    for at in range(start, len(ids) - width + 1):
+        if ids[at] == first and tuple(ids[at:at + width]) == wanted:
+            return at
+    return -1
+
+
+def find_last(ids: Sequence[int], pattern: Sequence[int], end: int | None = None) -> int:
+    """Start of the last occurrence of `pattern` in `ids[:end]`, or -1."""
+    if not pattern:
+        return -1
+    stop = len(ids) if end is None else end
+    first = pattern[0]
+    width = len(pattern)
+    for start in range(stop - width, -1, -1):
+        if ids[start] == first and tuple(ids[start:start + width]) == tuple(pattern):
+            return start
+    return -1
+
+
+class TrimmedText:
+    """Streams text without its surrounding whitespace, as autoparser's message fields are:
+    whitespace before the first visible character is dropped, a whitespace run is held until
+    visible text follows it, and what is still held at the end is dropped."""
+
+    __slots__ = ("held", "started")
+
+    def __init__(self) -> None:
+        self.held = ""
+        self.started = False
+
+    def push(self, text: str) -> str:
+        if not self.started:
+            text = text.lstrip()
+            if not text:
+                return ""
+            self.started = True
+        visible = text.rstrip()
+        if not visible:
+            self.held += text
+            return ""
+        out = self.held + visible
+        self.held = text[len(visible):]
+        return out
+
+
+class ReasoningSplit:
+    """Cuts raw output into reasoning and the rest, in linear time.
+
+    `inside`: the prompt left the model inside reasoning (a repeated `start` is dropped).
+    `may_open`: otherwise, the output may open reasoning itself with `start` (leading whitespace
+    allowed). Reasoning ends at `end`
+    (dropped) or at an `interrupt` marker (a tool call opening; kept in the rest). Unterminated
+    reasoning stays reasoning.
+    """
+
+    OPENING, INSIDE, DONE = "opening", "inside", "done"
+
+    def __init__(self, start: str, end: str, interrupts: Sequence[str], *, inside: bool, may_open: bool) -> None:
+        self.start, self.end = start, end
+        self.interrupts = [m for m in interrupts if m]
+        self.state = self.INSIDE if inside else (self.OPENING if may_open and start else self.DONE)
+        # inside from the start, the output may still repeat the start marker the prompt wrote
+        self._fresh = bool(inside and start)
+        self._held = ""
+        self._reasoning = TrimmedText()
+
+    @property
+    def ended(self) -> bool:
+        return self.state == self.DONE
+
+    def feed(self, text: str) -> tuple[str, str]:
+        """(reasoning, rest) newly known after `text`; reasoning without surrounding whitespace."""
+        reasoning, rest = self._feed(text)
+        return self._reasoning.push(reasoning) if reasoning else "", rest
+
+    def _feed(self, text: str) -> tuple[str, str]:
+        if self.state == self.DONE:
+            return "", text
+        held = self._held + text
+        self._held = ""
+        if self.state == self.OPENING:
+            stripped = held.lstrip()
+            if not stripped or (self.start.startswith(stripped) and stripped != self.start):
+                self._held = held
+                return "", ""
+            if not stripped.startswith(self.start):
+                self.state = self.DONE
+                return "", held
+            self.state = self.INSIDE
+            held = stripped[len(self.start):]
+        elif self._fresh:
+            stripped = held.lstrip()
+            if not stripped or (self.start.startswith(stripped) and stripped != self.start):
+                self._held = held
+                return "", ""
+            self._fresh = False
+            if stripped.startswith(self.start):
+                held = stripped[len(self.start):]
+        return self._inside(held)
+
+    def _inside(self, text: str) -> tuple[str, str]:
+        cut, resume = -1, -1
+        for marker, keep in [(self.end, False)] + [(m, True) for m in self.interrupts]:
+            at = text.find(marker) if marker else -1
+            if at >= 0 and (cut < 0 or at < cut):
+                cut, resume = at, at if keep else at + len(marker)
+        if cut >= 0:
+            self.state = self.DONE
+            return text[:cut], text[resume:]
+        hold = self._partial_marker(text)
+        self._held = text[len(text) - hold:] if hold else ""
+        return text[: len(text) - hold], ""
+
+    def _partial_marker(self, text: str) -> int:
+        """Length of the longest end of `text` that begins a marker."""
+        longest = 0
+        for marker in [self.end, *self.interrupts]:
+            for size in range(min(len(marker) - 1, len(text)), longest, -1):
+                if marker.startswith(text[-size:]):
+                    longest = size
+                    break
+        return longest
+
+    def finish(self) -> tuple[str, str]:
+        held, self._held = self._held, ""
+        if self.state == self.INSIDE:
+            self.state = self.DONE
+            return self._reasoning.push(held) if held else "", ""
+        self.state = self.DONE
+        return "", held
+
+
+def merge_deltas(deltas: list[dict[str, Any]]) -> tuple[str, str, list[dict[str, Any]]]:
+    """One feed's deltas as (reasoning, content, tool call fragments); fragments of one call that
+    follow each other are joined, and the first fragment of a call keeps its id, type and name."""
+    reasoning: list[str] = []
+    content: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for delta in deltas:
+        if delta.get("reasoning_content"):
+            reasoning.append(delta["reasoning_content"])
+        if delta.get("content"):
+            content.append(delta["content"])
+        for call in delta.get("tool_calls") or []:
+            arguments = (call.get("function") or {}).get("arguments") or ""
+            if calls and calls[-1]["index"] == call["index"] and "id" not in call:
+                calls[-1]["arguments"] += arguments
+                continue
+            calls.append({"index": call["index"], "id": call.get("id"),
+                          "name": (call.get("function") or {}).get("name"), "arguments": arguments})
+    return "".join(reasoning), "".join(content), calls
+
+
+class CallIds:
+    """Call ids unique to one request although its parser is shared with other requests.
+
+    An id the model wrote itself (a format's own call id) appears in the output just before its
+    call and is passed through; any other id was made up by the parser,
+    which a shared parser may hand out again, so it is replaced by a fresh random one."""
+
+    def __init__(self) -> None:
+        self._recent: deque[str] = deque()
+        self._size = 0
+        self._given: dict[str, str] = {}
+
+    def saw(self, text: str) -> None:
+        """Remember the end of the output so far (the last few KB)."""
+        if not text:
+            return
+        self._recent.append(text)
+        self._size += len(text)
+        while self._size - len(self._recent[0]) >= _ID_WINDOW:
+            self._size -= len(self._recent.popleft())
+
+    def unique(self, call_id: str | None, text: str | None = None) -> str:
+        """The id to report for `call_id`; `text` is the whole output when parsing it at once."""
+        if call_id in self._given:
+            return self._given[call_id]
+        written = text if text is not None else "".join(self._recent)
+        given = call_id if call_id and call_id in written else f"call_{secrets.token_hex(12)}"
+        self._given[call_id or given] = given
+        return given

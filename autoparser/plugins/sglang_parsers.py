@@ -1,0 +1,136 @@
+"""SGLang's function-call detector and reasoning detector, named `autoparser`.
+
+SGLang builds one detector per request. `FunctionCallParser` passes the served tokenizer to
+detectors that accept one, and the request's tools on every call; the detector keeps one
+autoparser stream, so each chunk costs only its own length. `ReasoningParser` builds the
+reasoning detector the same way and tells it when the request forces reasoning on or off.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sglang.srt.function_call.base_format_detector import BaseFormatDetector
+from sglang.srt.function_call.core_types import StreamingParseResult, ToolCallItem
+from sglang.srt.parser.reasoning_parser import BaseReasoningFormatDetector
+from sglang.srt.parser.reasoning_parser import StreamingParseResult as ReasoningResult
+
+from autoparser.plugins.common import PluginError, ReasoningSplit, ServedModel, merge_deltas, served_model
+
+
+def _model(tokenizer: Any) -> ServedModel:
+    if tokenizer is None:
+        raise PluginError("the autoparser detectors need the served tokenizer")
+    return served_model(tokenizer)
+
+
+class AutoparserDetector(BaseFormatDetector):
+    """Tool calls in the served model's own format, as its chat template's analysis describes."""
+
+    def __init__(self, tokenizer: Any = None) -> None:
+        super().__init__()
+        self._model = _model(tokenizer)
+        tools = self._model.analysis.tools
+        self.bot_token = tools.section_start or tools.call_start
+        self.eot_token = tools.section_end or tools.call_end
+        self._stream: Any = None
+
+    def _parser(self, tools: list[Any] | None) -> Any:
+        dicts = [tool.model_dump(exclude_none=True) if hasattr(tool, "model_dump") else dict(tool)
+                 for tool in tools or []]
+        return self._model.parser(dicts, "auto", True, False)
+
+    def has_tool_call(self, text: str) -> bool:
+        return bool(self.bot_token) and self.bot_token in text
+
+    def detect_and_parse(self, text: str, tools: list[Any]) -> StreamingParseResult:
+        message = self._parser(tools).parse(text)
+        calls = [ToolCallItem(tool_index=index, name=call["function"]["name"],
+                              parameters=call["function"]["arguments"])
+                 for index, call in enumerate(message["tool_calls"])]
+        return StreamingParseResult(normal_text=message["content"] or "", calls=calls)
+
+    def parse_streaming_increment(self, new_text: str, tools: list[Any]) -> StreamingParseResult:
+        if self._stream is None:
+            self._stream = self._parser(tools).stream()
+        return _result(self._stream.feed(new_text))
+
+    def finish(self, tools: list[Any]) -> StreamingParseResult:
+        if self._stream is None:
+            return StreamingParseResult()
+        return _result(self._stream.finish())
+
+    def supports_structural_tag(self) -> bool:
+        return False
+
+    def parses_required_natively(self) -> bool:
+        return True
+
+    def structure_info(self):  # type: ignore[no-untyped-def]
+        raise NotImplementedError("autoparser does not build SGLang structural tags yet")
+
+
+def _reasoning_default(reasoning: Any) -> str | None:
+    """SGLang's name for when a template's prompt opens reasoning, used where SGLang cannot tell
+    from the template itself: a toggle it knows by name, always, or never (the model opens it)."""
+    if reasoning.mode == "none" or not reasoning.forced_open:
+        return None
+    if reasoning.toggle in ("thinking", "enable_thinking"):
+        return reasoning.toggle if reasoning.default_on else f"explicit_{reasoning.toggle}"
+    return "always"
+
+
+def _result(deltas: list[dict[str, Any]]) -> StreamingParseResult:
+    _, content, calls = merge_deltas(deltas)
+    items = [ToolCallItem(tool_index=call["index"], name=call["name"] if call["id"] else None,
+                          parameters=call["arguments"]) for call in calls]
+    return StreamingParseResult(normal_text=content, calls=items)
+
+
+class AutoparserReasoningDetector(BaseReasoningFormatDetector):
+    """Reasoning at the markers the analysis found; `force_reasoning` says the prompt opened it."""
+
+    def __init__(self, stream_reasoning: bool = True, force_reasoning: bool | None = None,
+                 tokenizer: Any = None, **kwargs: Any) -> None:
+        model = _model(tokenizer)
+        start, end, interrupts = model.reasoning_markers()
+        reasoning = model.analysis.reasoning
+        super().__init__(start, end, stream_reasoning=stream_reasoning,
+                         force_reasoning=bool(force_reasoning), reasoning_default=_reasoning_default(reasoning),
+                         **{k: v for k, v in kwargs.items() if k in ("continue_final_message", "previous_content")})
+        # SGLang's force_reasoning says whether the prompt opened reasoning; the model may still
+        # open it itself when it did not
+        if force_reasoning is None:
+            inside = bool(end) and reasoning.forced_open and model.analysis.thinking_enabled(None)
+        else:
+            inside = bool(end) and force_reasoning
+        self._split_args = (start, end, interrupts, inside, bool(end) and not inside)
+        self._split = self._new_split()
+        self._rest_started = False
+
+    def _new_split(self) -> ReasoningSplit:
+        start, end, interrupts, inside, may_open = self._split_args
+        return ReasoningSplit(start, end, interrupts, inside=inside, may_open=may_open)
+
+    # SGLang passes the text after reasoning on as the answer unparsed when the request has no
+    # tools or the text no tool call, so the whitespace autoparser drops around it is dropped here
+
+    def detect_and_parse(self, text: str) -> ReasoningResult:
+        split = self._new_split()
+        reasoning, rest = split.feed(text)
+        more_reasoning, more_rest = split.finish()
+        return ReasoningResult(normal_text=(rest + more_rest).strip(), reasoning_text=reasoning + more_reasoning)
+
+    def parse_streaming_increment(self, new_text: str) -> ReasoningResult:
+        reasoning, rest = self._split.feed(new_text)
+        return ReasoningResult(normal_text=self._rest(rest), reasoning_text=reasoning)
+
+    def finish(self) -> ReasoningResult:
+        reasoning, rest = self._split.finish()
+        return ReasoningResult(normal_text=self._rest(rest), reasoning_text=reasoning)
+
+    def _rest(self, text: str) -> str:
+        if not self._rest_started:
+            text = text.lstrip()
+            self._rest_started = bool(text)
+        return text

@@ -1,0 +1,335 @@
+"""vLLM's `ReasoningParser` and `ToolParser`, named `autoparser`, for any model with a chat template.
+
+vLLM composes the two into one per-request parser: the reasoning parser sees the output first and
+says where reasoning ends (on token ids for the structured-output gate, on text for the client);
+the text after that goes to the tool parser. Both declare `engine_based_streaming`, so vLLM hands
+them only each chunk's new text and ids, never the growing whole: streaming stays linear.
+
+Importing this module registers both classes (for `--tool-parser-plugin` and
+`--reasoning-parser-plugin`); the `vllm.general_plugins` entry point registers them lazily
+instead (`autoparser.plugins.vllm.register`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from vllm.entrypoints.generate.base.protocol import (
+    DeltaMessage,
+    ExtractedToolCallInformation,
+    FunctionCall,
+    ToolCall,
+)
+from vllm.reasoning import ReasoningParser, ReasoningParserManager
+from vllm.tool_parsers import ToolParser, ToolParserManager
+
+from autoparser.plugins.common import (
+    PLUGIN_NAME,
+    CallIds,
+    ReasoningSplit,
+    ServedModel,
+    find_first,
+    find_last,
+    merge_deltas,
+    served_model,
+    special_markers,
+    token_ids,
+)
+
+# how many trailing whitespace tokens may follow a marker that ends the prompt (a start marker and a newline)
+_TRAILING_WHITESPACE_TOKENS = 4
+
+
+class _ServedTokenizer:
+    """What both parsers know about the served model: its analysis and markers as token ids."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.model: ServedModel = served_model(tokenizer)
+        cache = _tokenizer_facts(tokenizer, self.model)
+        self.start_ids, self.end_ids, self.interrupt_ids, self.specials, self.whitespace_ids = cache
+
+
+_FACTS: dict[tuple[int, str], tuple] = {}
+
+
+def _tokenizer_facts(tokenizer: Any, model: ServedModel) -> tuple:
+    key = (id(tokenizer), model.key)
+    facts = _FACTS.get(key)
+    if facts is None:
+        start, end, interrupts = model.reasoning_markers()
+        whitespace = frozenset(i for text in (" ", "\n", "\n\n", "\t") for i in token_ids(tokenizer, text)
+                               if not tokenizer.decode([i]).strip())
+        facts = _FACTS[key] = (token_ids(tokenizer, start), token_ids(tokenizer, end),
+                               [token_ids(tokenizer, m) for m in interrupts],
+                               special_markers(tokenizer, model.markers()), whitespace)
+    return facts
+
+
+def _adjust_detokenizer(request: Any, served: _ServedTokenizer) -> Any:
+    """Markers that are special tokens must reach the parsers as text."""
+    if served.specials:
+        request.skip_special_tokens = False
+        request.spaces_between_special_tokens = False
+    return request
+
+
+class AutoparserReasoningParser(ReasoningParser):
+    """Reasoning as the chat template's analysis describes it.
+
+    The start state comes from the prompt when vLLM passes it (`set_prompt_token_ids`): inside
+    reasoning when the prompt ends with the start marker, after it when it ends with the end
+    marker. Otherwise the output may open reasoning itself, unless thinking is switched off
+    through `chat_template_kwargs`.
+    """
+
+    engine_based_streaming = True
+
+    def __init__(self, tokenizer: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(tokenizer, *args, **kwargs)
+        self._served = _ServedTokenizer(tokenizer)
+        analysis = self._served.model.analysis
+        self._thinking = self._served.model.thinking(kwargs.get("chat_template_kwargs"))
+        self._start, self._end, self._interrupts = self._served.model.reasoning_markers()
+        self._can_reason = bool(self._end) and analysis.thinking_enabled(self._thinking)
+        self._prompt_state: str | None = None
+        self._prompt_len: int | None = None
+        self._split: ReasoningSplit | None = None
+        self._pending = ""
+
+    @property
+    def reasoning_start_str(self) -> str | None:
+        return self._start or None
+
+    @property
+    def reasoning_end_str(self) -> str | None:
+        return self._end or None
+
+    # -- token ids: the structured-output gate and the prompt check ---------------------------
+
+    def _prompt_ending(self, ids: Sequence[int]) -> str:
+        """"start" or "end" when `ids` end with that marker (trailing whitespace allowed), else ""."""
+        served = self._served
+        stop = len(ids)
+        for _ in range(_TRAILING_WHITESPACE_TOKENS):
+            if stop and ids[stop - 1] in served.whitespace_ids:
+                stop -= 1
+        for state, pattern in (("start", served.start_ids), ("end", served.end_ids)):
+            if pattern and stop >= len(pattern) and tuple(ids[stop - len(pattern):stop]) == pattern:
+                return state
+        return ""
+
+    def is_reasoning_end(self, input_ids: Sequence[int]) -> bool:
+        """Whether output after these prompt ids starts past reasoning (vLLM passes prompts only).
+        The prompt's length is remembered so the streaming check can tell a skipped reasoning."""
+        self._prompt_len = len(input_ids)
+        ending = self._prompt_ending(input_ids)
+        if ending:
+            return ending == "end"
+        return not self._can_reason
+
+    def is_reasoning_end_streaming(self, input_ids: Sequence[int], delta_ids: Iterable[int]) -> bool:
+        delta = list(delta_ids)
+        served = self._served
+        for pattern in (served.end_ids, *served.interrupt_ids):
+            if pattern and self._ends_in_delta(input_ids, len(delta), pattern):
+                return True
+        return self._skipped_reasoning(input_ids, len(delta))
+
+    @staticmethod
+    def _ends_in_delta(input_ids: Sequence[int], delta_len: int, pattern: Sequence[int]) -> bool:
+        window_start = max(0, len(input_ids) - delta_len - len(pattern) + 1)
+        window = input_ids[window_start:]
+        return find_last(window, pattern) >= 0
+
+    def _skipped_reasoning(self, input_ids: Sequence[int], delta_len: int) -> bool:
+        """The output began without opening reasoning (only judged near the output's start)."""
+        if self._prompt_len is None or not self._served.start_ids:
+            return False
+        output = input_ids[self._prompt_len:]
+        if not output or len(output) > delta_len + len(self._served.start_ids) + _TRAILING_WHITESPACE_TOKENS:
+            return False
+        if self._prompt_ending(input_ids[: self._prompt_len]) == "start":
+            return False
+        words = [i for i in output if i not in self._served.whitespace_ids]
+        start = self._served.start_ids
+        return bool(words) and tuple(words[: len(start)]) != tuple(start[: len(words)])
+
+    def extract_content_ids(self, input_ids: list[int]) -> list[int]:
+        served = self._served
+        best = -1
+        for pattern, keep in [(served.end_ids, False)] + [(p, True) for p in served.interrupt_ids]:
+            at = find_last(input_ids, pattern)
+            if at >= 0:
+                best = max(best, at if keep else at + len(pattern))
+        if best >= 0:
+            return input_ids[best:]
+        return [] if self._can_reason else input_ids
+
+    def count_reasoning_tokens(self, token_ids: Sequence[int]) -> int:
+        """Generated tokens inside reasoning, markers left out (the `reasoning_tokens` of usage)."""
+        ids, served = list(token_ids), self._served
+        begin = 0
+        if not self._starts_inside():
+            while begin < len(ids) and ids[begin] in served.whitespace_ids:
+                begin += 1
+            opener = served.start_ids
+            if not (self._can_reason and opener and tuple(ids[begin:begin + len(opener)]) == opener):
+                return 0
+            begin += len(opener)
+        ends = [at for at in (find_first(ids, p, begin) for p in (served.end_ids, *served.interrupt_ids)) if at >= 0]
+        return (min(ends) if ends else len(ids)) - begin
+
+    def _starts_inside(self) -> bool:
+        if self._prompt_state is not None:
+            return self._prompt_state == "start" and bool(self._end)
+        return self._can_reason and self._served.model.analysis.reasoning.forced_open
+
+    # -- text ------------------------------------------------------------------------------
+
+    def set_prompt_token_ids(self, prompt_token_ids: Sequence[int]) -> None:
+        self._prompt_state = self._prompt_ending(prompt_token_ids)
+
+    def adjust_initial_state_from_prompt(self, prompt_token_ids: Sequence[int]) -> None:
+        self.set_prompt_token_ids(prompt_token_ids)
+
+    def _new_split(self) -> ReasoningSplit:
+        inside = self._starts_inside()
+        if self._prompt_state is not None:
+            may_open = not self._prompt_state and self._can_reason
+        else:
+            may_open = self._can_reason and not inside
+        return ReasoningSplit(self._start, self._end, self._interrupts, inside=inside, may_open=may_open)
+
+    def extract_reasoning(self, model_output: str, request: Any) -> tuple[str | None, str | None]:
+        split = self._new_split()
+        reasoning, rest = split.feed(model_output)
+        more_reasoning, more_rest = split.finish()
+        return (reasoning + more_reasoning) or None, (rest + more_rest) or None
+
+    def extract_reasoning_streaming(self, previous_text: str, current_text: str, delta_text: str,
+                                    previous_token_ids: Sequence[int], current_token_ids: Sequence[int],
+                                    delta_token_ids: Sequence[int]) -> DeltaMessage | None:
+        if self._split is None:
+            self._split = self._new_split()
+        reasoning, rest = self._split.feed(delta_text)
+        self._pending += rest
+        return DeltaMessage(reasoning=reasoning) if reasoning else None
+
+    def has_engine_confirmed_reasoning_end(self) -> bool:
+        return self._split is not None and self._split.ended
+
+    def finish_streaming(self) -> DeltaMessage | None:
+        """The text held back so far: what follows reasoning (and reasoning never closed)."""
+        reasoning = ""
+        if self._split is not None and not self._split.ended:
+            reasoning, rest = self._split.finish()
+            self._pending += rest
+        content, self._pending = self._pending, ""
+        if not reasoning and not content:
+            return None
+        return DeltaMessage(reasoning=reasoning or None, content=content or None)
+
+    def adjust_request(self, request: Any) -> Any:
+        return _adjust_detokenizer(request, self._served)
+
+
+class AutoparserToolParser(ToolParser):
+    """Content and tool calls, parsed by autoparser's engine for the request's tools.
+
+    It parses the text after reasoning (the reasoning parser's cut). `tool_choice="required"`
+    and named choices are parsed here in the model's own format, not forced into vLLM's JSON.
+    """
+
+    supports_required_and_named = False
+    engine_based_streaming = True
+    # vLLM sets this when no reasoning parser is configured: reasoning, markers included, is content
+    skip_reasoning_parsing = False
+
+    def __init__(self, tokenizer: Any, tools: list[Any] | None = None, *args: Any, **kwargs: Any) -> None:
+        super().__init__(tokenizer, tools)
+        self._served = _ServedTokenizer(tokenizer)
+        self._stream: Any = None
+        self._ids = CallIds()
+
+    def _parser(self, request: Any) -> Any:
+        tools = [_tool_dict(tool) for tool in getattr(request, "tools", None) or []]
+        parallel = getattr(request, "parallel_tool_calls", None)
+        return self._served.model.parser(tools, _tool_choice(getattr(request, "tool_choice", None)),
+                                         parallel is not False, False, self.skip_reasoning_parsing)
+
+    def adjust_request(self, request: Any) -> Any:
+        return _adjust_detokenizer(request, self._served)
+
+    def extract_tool_calls(self, model_output: str, request: Any) -> ExtractedToolCallInformation:
+        message = self._parser(request).parse(model_output)
+        ids = CallIds()
+        calls = [ToolCall(id=ids.unique(call["id"], model_output), type="function",
+                          function=FunctionCall(name=call["function"]["name"],
+                                                arguments=call["function"]["arguments"]))
+                 for call in message["tool_calls"]]
+        return ExtractedToolCallInformation(tools_called=bool(calls), tool_calls=calls,
+                                            content=message["content"])
+
+    def extract_tool_calls_streaming(self, previous_text: str, current_text: str, delta_text: str,
+                                     previous_token_ids: Sequence[int], current_token_ids: Sequence[int],
+                                     delta_token_ids: Sequence[int], request: Any) -> DeltaMessage | None:
+        if self._stream is None:
+            self._stream = self._parser(request).stream()
+        if not delta_text:
+            return None
+        self._ids.saw(delta_text)
+        return _delta_message(self._stream.feed(delta_text), self._ids)
+
+    def finish_streaming(self) -> DeltaMessage | None:
+        if self._stream is None:
+            return None
+        return _delta_message(self._stream.finish(), self._ids)
+
+
+def _tool_dict(tool: Any) -> dict[str, Any]:
+    """An OpenAI tool dict from a chat tool (nested function) or a Responses tool (flat)."""
+    data = tool.model_dump(exclude_none=True) if hasattr(tool, "model_dump") else dict(tool)
+    if "function" in data:
+        return {"type": "function", "function": data["function"]}
+    function = {k: data[k] for k in ("name", "description", "parameters") if k in data}
+    return {"type": "function", "function": function}
+
+
+def _tool_choice(choice: Any) -> Any:
+    if choice is None:
+        return "auto"
+    if isinstance(choice, str):
+        return choice
+    data = choice.model_dump(exclude_none=True) if hasattr(choice, "model_dump") else dict(choice)
+    name = (data.get("function") or {}).get("name") or data.get("name")
+    return {"type": "function", "function": {"name": name}} if name else "auto"
+
+
+def _delta_message(deltas: list[dict[str, Any]], ids: CallIds) -> DeltaMessage | None:
+    """One `DeltaMessage` for one feed's deltas, holding only the fields that feed set."""
+    if not deltas:
+        return None
+    reasoning, content, calls = merge_deltas(deltas)
+    fields: dict[str, Any] = {}
+    if reasoning:
+        fields["reasoning"] = reasoning
+    if content:
+        fields["content"] = content
+    if calls:
+        # plain dicts: pydantic validates the whole delta in one call, faster than nested models
+        fields["tool_calls"] = [
+            {"index": call["index"], "id": ids.unique(call["id"]), "type": "function",
+             "function": {"name": call["name"], "arguments": call["arguments"]}}
+            if call["id"] else {"index": call["index"], "function": {"arguments": call["arguments"]}}
+            for call in calls]
+    return DeltaMessage(**fields) if fields else None
+
+
+def register() -> None:
+    """Register both parsers under the name `autoparser` (eagerly: this module is loaded)."""
+    ToolParserManager.register_module(PLUGIN_NAME, module=AutoparserToolParser)
+    ReasoningParserManager.register_module(PLUGIN_NAME, module=AutoparserReasoningParser)
+
+
+register()

@@ -1,0 +1,75 @@
+"""The engine-neutral parts of the plugins: they run without vLLM or SGLang installed."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from autoparser.plugins.common import CallIds, ReasoningSplit, merge_deltas, template_key
+
+START, END, OPENER = "<think>", "</think>", "<tool_call>"
+
+
+def split_all(text: str, cuts: list[int], **state: bool) -> tuple[str, str]:
+    split = ReasoningSplit(START, END, [OPENER], **state)
+    reasoning, rest = [], []
+    points = sorted({c % (len(text) + 1) for c in cuts} | {0, len(text)})
+    for a, b in zip(points, points[1:], strict=False):
+        r, t = split.feed(text[a:b])
+        reasoning.append(r)
+        rest.append(t)
+    r, t = split.finish()
+    return "".join(reasoning + [r]), "".join(rest + [t])
+
+
+def test_reasoning_ends_at_the_end_marker_and_loses_its_surrounding_whitespace() -> None:
+    assert split_all("\n thinking hard \n</think>answer", [], inside=True, may_open=False) == (
+        "thinking hard", "answer")
+
+
+def test_the_output_may_open_reasoning_itself() -> None:
+    assert split_all("  <think>hm</think> ok", [], inside=False, may_open=True) == ("hm", " ok")
+    assert split_all("no reasoning here", [], inside=False, may_open=True) == ("", "no reasoning here")
+    assert split_all("<thin", [], inside=False, may_open=True) == ("", "<thin")
+
+
+def test_a_start_marker_repeated_after_a_prompt_that_opened_reasoning_is_dropped() -> None:
+    assert split_all("<think>hm</think>ok", [], inside=True, may_open=False) == ("hm", "ok")
+
+
+def test_a_tool_call_ends_reasoning_and_stays_in_the_rest() -> None:
+    assert split_all("plan<tool_call>{}", [], inside=True, may_open=False) == ("plan", "<tool_call>{}")
+
+
+def test_unterminated_reasoning_stays_reasoning() -> None:
+    assert split_all("still thinking </thi", [], inside=True, may_open=False) == ("still thinking </thi", "")
+
+
+pieces = st.lists(st.sampled_from(["a", " ", "\n", "<", "/", START, END, OPENER, "<thi", "nk>", "x y"]), max_size=12)
+
+
+@given(pieces, st.lists(st.integers(min_value=0, max_value=200), max_size=8), st.booleans(), st.booleans())
+def test_any_chunking_gives_the_whole_split(parts: list[str], cuts: list[int], inside: bool, may_open: bool) -> None:
+    text = "".join(parts)
+    assert split_all(text, cuts, inside=inside, may_open=may_open) == split_all(
+        text, [], inside=inside, may_open=may_open)
+
+
+def test_merged_deltas_keep_the_first_fragment_of_each_call() -> None:
+    deltas = [{"reasoning_content": "r"}, {"content": "c"},
+              {"tool_calls": [{"index": 0, "id": "x", "type": "function", "function": {"name": "f", "arguments": ""}}]},
+              {"tool_calls": [{"index": 0, "function": {"arguments": "{\"a\""}}]},
+              {"tool_calls": [{"index": 0, "function": {"arguments": ": 1}"}}]}]
+    assert merge_deltas(deltas) == ("r", "c", [{"index": 0, "id": "x", "name": "f", "arguments": "{\"a\": 1}"}])
+
+
+def test_made_up_ids_are_replaced_and_written_ones_pass_through() -> None:
+    first, second = CallIds(), CallIds()
+    assert first.unique("call_1", "text") != second.unique("call_1", "text")
+    ids = CallIds()
+    ids.saw("<|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>")
+    assert ids.unique("functions.get_weather:0") == "functions.get_weather:0"
+
+
+def test_template_key_depends_on_the_special_tokens() -> None:
+    assert template_key("t", "<s>", "</s>") != template_key("t", "", "</s>")
