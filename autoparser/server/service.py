@@ -154,7 +154,7 @@ class ChatService:
                 answer_grammar=answer_grammar, budget=budget, no_eos=self.answer_required(request, tool_choice))
         else:
             grammar, warnings = self.grammar(request, tools, tool_choice, thinking)
-        stream = self.parser(tools, thinking, request.parallel_tool_calls, tool_choice, policy).stream()
+        stream = self.parser(tools, thinking, request.parallel_tool_calls, tool_choice, policy, prompt).stream()
         return PreparedChat(
             request=request, prompt=prompt, prompt_tokens=prompt_tokens, max_tokens=max_tokens,
             sampling=self.sampling(request, request.top_logprobs_wanted()), grammar=grammar, reasoning=phase,
@@ -281,7 +281,12 @@ class ChatService:
         return self._grammar_spec(result), warnings
 
     def parser(self, tools: list[dict[str, Any]] | None, thinking: bool | None, parallel: bool,
-               tool_choice: Any, policy: str) -> Any:
+               tool_choice: Any, policy: str, prompt: str | None = None) -> Any:
+        """The parser for one request; with `prompt` it starts where that prompt leaves the model
+        (built per request: about a millisecond, and prompts rarely repeat)."""
+        if prompt is not None:
+            return self.analysis.parser(tools=tools, thinking=thinking, parallel_tool_calls=parallel,
+                                        tool_choice=tool_choice, tool_call_policy=policy, prompt=prompt)
         key = _key(tools, thinking, parallel, tool_choice, policy)
         return self._parsers.get(key, lambda: self.analysis.parser(
             tools=tools, thinking=thinking, parallel_tool_calls=parallel, tool_choice=tool_choice,
