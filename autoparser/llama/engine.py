@@ -426,11 +426,13 @@ class Engine:
             if generation.slot is None:
                 self._attach(generation)
             live.append(index)
+        # the plan reorders generations and leaves out those with no room in this batch
         plan = self._plan([generations[i] for i in live])
         rows = self._decode_plan(plan)
-        for index, (generation, _chunk, _wants), row in zip(live, plan, rows, strict=True):
+        position = {id(generations[i]): i for i in live}
+        for (generation, _chunk, _wants), row in zip(plan, rows, strict=True):
             if row >= 0:
-                results[index] = generation.sample(self._logits(row))
+                results[position[id(generation)]] = generation.sample(self._logits(row))
         return results
 
     def _attach(self, generation: Generation) -> None:
