@@ -32,13 +32,21 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 @cache
-def corpus_fetcher() -> ModuleType:
-    """`tools/fetch_corpus.py`, loaded by path: `tools/` is scripts, not a package."""
-    spec = importlib.util.spec_from_file_location("_autoparser_fetch_corpus", REPO / "tools" / "fetch_corpus.py")
+def tool_module(name: str) -> ModuleType:
+    """`tools/NAME.py` as a module, loaded once by path: `tools/` is scripts, not a package."""
+    module_name = f"_autoparser_{name}"
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    spec = importlib.util.spec_from_file_location(module_name, REPO / "tools" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module  # dataclasses look their module up while a class is built
     spec.loader.exec_module(module)
     return module
+
+
+def corpus_fetcher() -> ModuleType:
+    return tool_module("fetch_corpus")
 
 
 @cache
@@ -138,16 +146,8 @@ def peer_case_params() -> list[Any]:
     return _as_params(peer_cases)
 
 
-@cache
 def llama_chat_cases_tool() -> ModuleType:
-    """`tools/llama_chat_cases.py`, loaded by path like the fetcher."""
-    spec = importlib.util.spec_from_file_location("_autoparser_llama_chat_cases",
-                                                  REPO / "tools" / "llama_chat_cases.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
+    return tool_module("llama_chat_cases")
 
 
 def llamacpp_chat_tests() -> Path:

@@ -12,7 +12,6 @@ template into `$AUTOPARSER_CACHE/tiny-models/` and reused.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
 import re
 import signal
@@ -20,7 +19,6 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -39,15 +37,10 @@ def cache_root() -> Path:
 # -- models ----------------------------------------------------------------------------------------
 
 
-@cache
 def _tiny_model_module() -> Any:
-    spec = importlib.util.spec_from_file_location("_autoparser_make_tiny_model",
-                                                  REPO / "tools" / "make_tiny_model.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
+    import corpora
+
+    return corpora.tool_module("make_tiny_model")
 
 
 def tiny_model(template: Path, seed: int = 0) -> Path:

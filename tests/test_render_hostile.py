@@ -8,11 +8,10 @@ template must stop at the first bound that trips, not retry every probe shape.
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
-from typing import Any
 
 import pytest
+from corpora import tool_module
 
 from autoparser.isolation import HardLimits, analyze_isolated
 from autoparser.render import RenderLimitExceeded, render_template
@@ -20,15 +19,7 @@ from autoparser.render import RenderLimitExceeded, render_template
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _bench() -> Any:
-    spec = importlib.util.spec_from_file_location("_autoparser_bench_hostile", ROOT / "tools" / "bench_hostile.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-BENCH = _bench()
+BENCH = tool_module("bench_hostile")
 HOSTILE = BENCH.HOSTILE
 CONVERSATION = BENCH.CONVERSATION
 

@@ -11,10 +11,7 @@ Everything skips cleanly when llama-cpp-python or the DeepSeek vocabulary is una
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Iterator
-from functools import cache
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -25,18 +22,11 @@ REPO = Path(__file__).resolve().parents[1]
 V31_TEMPLATE = "deepseek-ai-DeepSeek-V3.1.jinja"
 
 
-@cache
 def builder() -> ModuleType:
-    """``tools/make_tiny_model.py`` as a module (shared with other helpers that loaded it already)."""
-    name = "_autoparser_make_tiny_model"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, REPO / "tools" / "make_tiny_model.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
+    """``tools/make_tiny_model.py`` as a module."""
+    import corpora
+
+    return corpora.tool_module("make_tiny_model")
 
 
 def require_llama() -> None:
