@@ -219,13 +219,14 @@ def _show(node: Node, rules: dict[str, str]) -> str:  # noqa: C901 - one case pe
     if isinstance(node, Chars):
         return f"[{node.allowed}]{_bounds(node.min, node.max)}"
     if isinstance(node, Text):
-        stops = " ".join(repr(s) for s in node.stops)
+        stops = " ".join(repr(s) for s in dict.fromkeys(node.stops) if s.strip())
         extra = f" then {node.end!r}" if node.end else ""
         extra += f" at most {node.limit}" if node.limit is not None else ""
         extra += f" ({node.weak.marker!r} only before a word and {node.weak.before!r})" if node.weak else ""
         return f"text-without({stops}){extra}"
     if isinstance(node, Seq):
-        return " ".join(_group(i, rules) for i in node.items) if node.items else "''"
+        return " ".join(_show(i, rules) if isinstance(i, Seq) else _group(i, rules) for i in node.items) \
+            if node.items else "''"
     if isinstance(node, Choice):
         return " | ".join(_show(o, rules) for o in node.options)
     if isinstance(node, Repeat):
