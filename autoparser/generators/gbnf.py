@@ -1,14 +1,24 @@
-"""GBNF for llama.cpp: the output language of one request (`language.build`) written as a grammar.
+"""GBNF for llama.cpp: the whole output language of one request, built from an `Analysis`.
 
-`build_grammar` builds the request's `ir.Language` and `write_gbnf` writes it: each node once,
-schema-typed values through the schema converter (`schema_gbnf`), raw string values through the
-regex translator (`regex_gbnf`). What the language holds for each `tool_choice` is described in
-`autoparser.language.build`. A lazy language (``"auto"``) gives trigger patterns: generation is
-free until one matches, then the grammar applies from the trigger onwards (llama.cpp starts it
-at the pattern's first capture group). The patterns refuse to match inside reasoning; a trigger
-that is one special token is also given as a trigger word, which counts inside reasoning too,
-where the calls end the reasoning (as the parser reads it). ``lazy=False`` gives the full
-language instead, which tests sample from.
+The grammar follows the layout in `autoparser.analysis`: optional reasoning, then content
+and/or the tool-call section, each call an alternative over the request's tools with arguments
+typed by that tool's JSON schema (`schema_gbnf`). What `tool_choice` makes of it:
+
+* ``"none"``: reasoning, then content that never contains a call marker;
+* ``"required"`` / a named tool: reasoning, then at least one call (exactly one when
+  `parallel_tool_calls` is false); no content, which keeps the grammar simple and the model
+  on task;
+* a prompt that already opened a call (`tools.opened_by_prompt`): the output starts with the
+  rest of a call, or with the recipient that introduces content; never lazy;
+* ``"auto"``: a *lazy* grammar. Generation is free until a trigger pattern matches, then the
+  grammar applies from the trigger onwards (llama.cpp starts it at the pattern's first capture
+  group). The patterns refuse to match inside reasoning: with reasoning on they require the
+  reasoning end marker before the trigger. ``lazy=False`` gives the full language instead
+  (content, then optionally the calls), which tests sample from.
+
+Tagged values written as literals (Python call syntax) accept JSON and Python quoting and
+constants; where keys have no marker before them (`name(key=value, ...)`), a value's end
+marker goes between values only, and unquoted text may hold commas except before `key=`.
 
 Free text ("reasoning up to ``</think>``") has no negative look-ahead in GBNF, so it is written
 as the automaton of texts that do not contain the markers that end it (Aho–Corasick states,
@@ -26,7 +36,6 @@ llama.cpp allows end-of-generation exactly when the grammar is complete.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,10 +77,9 @@ class GrammarResult:
     """A grammar plus what llama.cpp needs to run it.
 
     `trigger_patterns` (ECMAScript regexes, for ``llama_sampler_init_grammar_lazy_patterns``)
-    are complete on their own. `trigger_words` are the triggers that may fire anywhere: all of
-    them where there is no reasoning to protect, else those that are one special token (written
-    only to call; inside reasoning the calls end it, as the parser reads it). A caller may turn
-    single-token ones into trigger tokens.
+    are complete on their own. `trigger_words` repeats the triggers as plain text only when they
+    may fire anywhere (no reasoning to protect), so a caller may turn single-token ones into
+    trigger tokens; it is empty otherwise.
     """
 
     gbnf: str
@@ -275,8 +283,7 @@ class _Writer:
         if isinstance(node, ir.Text):
             if node.weak is not None:
                 return self.weak_text(node)
-            rule = text_excluding(self.b, node.hint, node.stops, node.end, node.limit)
-            return self.nonempty(rule) if node.nonempty else rule
+            return text_excluding(self.b, node.hint, node.stops, node.end, node.limit)
         if isinstance(node, ir.Seq):
             return seq(*[self.write(item) for item in node.items])
         if isinstance(node, ir.Choice):
@@ -310,18 +317,6 @@ class _Writer:
         if isinstance(node, ir.Lazy):
             return self.write(node.body)
         raise TypeError(f"not a language node: {node!r}")
-
-    def nonempty(self, rule: str) -> str:
-        """`rule` (a text) without its empty text."""
-        body = self.b.rules.get(rule)
-        if body is None:
-            return rule
-        if body.startswith("( ") and body.endswith(" )?"):
-            return self.b.define(f"{rule}-nonempty", body[2:-3])
-        bounded = re.fullmatch(r"(.*)\{0,(\d+)\}", body)
-        if bounded:
-            return self.b.define(f"{rule}-nonempty", f"{bounded.group(1)}{{1,{bounded.group(2)}}}")
-        return self.b.define(f"{rule}-nonempty", ".+") if body == ".*" else rule
 
     def lit(self, node: ir.Lit) -> str:
         if not node.special:
@@ -451,19 +446,18 @@ def _is_name(expr: str) -> bool:
 
 
 def trigger_patterns(lazy: ir.Lazy) -> tuple[list[str], list[str]]:
-    """The lazy grammar's trigger patterns (ECMAScript), and its trigger words, which may fire
-    anywhere. The patterns refuse to match inside reasoning: they require the reasoning end
-    marker before the trigger, or (where reasoning is optional) no reasoning start."""
+    """The lazy grammar's trigger patterns (ECMAScript), and its trigger words where they may
+    fire anywhere. The patterns refuse to match inside reasoning: they require the reasoning
+    end marker before the trigger, or (where reasoning is optional) no reasoning start."""
     group = "(" + "|".join(_regex_escape(t) for t in sorted(lazy.triggers, key=len, reverse=True)) + ")"
     guard = lazy.guard
     if guard is None:
         return [group], list(lazy.triggers)
-    # a special-token trigger also fires inside reasoning, where the calls end the reasoning
     end = _regex_escape(guard.end)
     if guard.inside or not guard.start:
-        return [f"{end}[\\s\\S]*?{group}"], list(lazy.anywhere)
+        return [f"{end}[\\s\\S]*?{group}"], []
     no_reasoning = "^(?!\\s*" + _regex_escape(guard.start) + ")[\\s\\S]*?" + group
-    return [no_reasoning, f"{end}[\\s\\S]*?{group}"], list(lazy.anywhere)
+    return [no_reasoning, f"{end}[\\s\\S]*?{group}"], []
 
 
 def write_gbnf(language: ir.Language, special_tokens: Iterable[str] | Mapping[str, int] | None = None,

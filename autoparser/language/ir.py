@@ -19,11 +19,7 @@ makes it from an analysis and a request; the GBNF backend writes it as a grammar
 * `Capture`: the text its body matches is a part of the message (`ROLES`);
 * `Rule`: a named part, for reading and for sharing (a backend may name a rule after it);
 * `Lazy`: free output until a trigger; from the trigger on, the body applies. Triggers count
-  only outside reasoning (`Guard`), except a trigger that is one special token (`anywhere`).
-
-One rule about reasoning is the parser's and therefore the language's: reasoning that has no end
-marker after it ends where the tool calls begin. So the calls may follow reasoning directly, and
-a special-token trigger counts inside reasoning.
+  only outside reasoning (`Guard`).
 """
 
 from __future__ import annotations
@@ -64,7 +60,6 @@ class Text:
     limit: int | None = None
     weak: Weak | None = None
     hint: str = "text"
-    nonempty: bool = False
 
 
 @dataclass(frozen=True)
@@ -165,13 +160,9 @@ class Guard:
 
 @dataclass(frozen=True)
 class Lazy:
-    """`anywhere`: the triggers that count inside reasoning too (one special token each, which
-    a model does not write by mentioning it): there the calls end the reasoning."""
-
     triggers: tuple[str, ...]
     guard: Guard | None
     body: Node
-    anywhere: tuple[str, ...] = ()
 
 
 Node = Lit | Chars | Text | Seq | Choice | Repeat | Gap | Json | PyValue | RawString | Members | Capture | Rule | Lazy
@@ -232,7 +223,6 @@ def _show(node: Node, rules: dict[str, str]) -> str:  # noqa: C901 - one case pe
         extra = f" then {node.end!r}" if node.end else ""
         extra += f" at most {node.limit}" if node.limit is not None else ""
         extra += f" ({node.weak.marker!r} only before a word and {node.weak.before!r})" if node.weak else ""
-        extra += " not empty" if node.nonempty else ""
         return f"text-without({stops}){extra}"
     if isinstance(node, Seq):
         return " ".join(_show(i, rules) if isinstance(i, Seq) else _group(i, rules) for i in node.items) \
@@ -266,7 +256,6 @@ def _show(node: Node, rules: dict[str, str]) -> str:  # noqa: C901 - one case pe
         if node.guard is not None:
             where = "starting inside" if node.guard.inside else "outside"
             guard = f", not inside {node.guard.start!r}..{node.guard.end!r} ({where})"
-            guard += f" except {' '.join(repr(t) for t in node.anywhere)}" if node.anywhere else ""
         return f"lazy on {' '.join(repr(t) for t in node.triggers)}{guard}: {_show(node.body, rules)}"
     raise TypeError(f"not a language node: {node!r}")
 
