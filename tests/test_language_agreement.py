@@ -53,7 +53,7 @@ KNOWN = {
     "unsloth-mistral-Devstral-Small-2507": _LARK_REJECTS,
     "hfjs-e2e__meta-llama-Llama-3.2-11B-Vision-Instruct": _BARE_JSON,
     "vllm__tool_chat_template_xlam_qwen": _BARE_JSON,
-    "xinference__gpt-oss": _LARK_REJECTS,
+    "CohereForAI-c4ai-command-r7b-12-2024-tool_use": _LARK_REJECTS,
 }
 
 
