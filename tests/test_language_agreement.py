@@ -54,6 +54,7 @@ KNOWN = {
     "hfjs-e2e__meta-llama-Llama-3.2-11B-Vision-Instruct": _BARE_JSON,
     "vllm__tool_chat_template_xlam_qwen": _BARE_JSON,
     "CohereForAI-c4ai-command-r7b-12-2024-tool_use": _LARK_REJECTS,
+    "xinference__gpt-oss": _LARK_REJECTS,
 }
 
 

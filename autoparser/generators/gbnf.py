@@ -1,24 +1,12 @@
-"""GBNF for llama.cpp: the whole output language of one request, built from an `Analysis`.
+"""GBNF for llama.cpp: the output language of one request (`language.build`) written as a grammar.
 
-The grammar follows the layout in `autoparser.analysis`: optional reasoning, then content
-and/or the tool-call section, each call an alternative over the request's tools with arguments
-typed by that tool's JSON schema (`schema_gbnf`). What `tool_choice` makes of it:
-
-* ``"none"``: reasoning, then content that never contains a call marker;
-* ``"required"`` / a named tool: reasoning, then at least one call (exactly one when
-  `parallel_tool_calls` is false); no content, which keeps the grammar simple and the model
-  on task;
-* a prompt that already opened a call (`tools.opened_by_prompt`): the output starts with the
-  rest of a call, or with the recipient that introduces content; never lazy;
-* ``"auto"``: a *lazy* grammar. Generation is free until a trigger pattern matches, then the
-  grammar applies from the trigger onwards (llama.cpp starts it at the pattern's first capture
-  group). The patterns refuse to match inside reasoning: with reasoning on they require the
-  reasoning end marker before the trigger. ``lazy=False`` gives the full language instead
-  (content, then optionally the calls), which tests sample from.
-
-Tagged values written as literals (Python call syntax) accept JSON and Python quoting and
-constants; where keys have no marker before them (`name(key=value, ...)`), a value's end
-marker goes between values only, and unquoted text may hold commas except before `key=`.
+`build_grammar` builds the request's `ir.Language` and `write_gbnf` writes it: each node once,
+schema-typed values through the schema converter (`schema_gbnf`), raw string values through the
+regex translator (`regex_gbnf`). What the language holds for each `tool_choice` is described in
+`autoparser.language.build`. A lazy language (``"auto"``) gives trigger patterns: generation is
+free until one matches, then the grammar applies from the trigger onwards (llama.cpp starts it
+at the pattern's first capture group). The patterns refuse to match inside reasoning.
+``lazy=False`` gives the full language instead, which tests sample from.
 
 Free text ("reasoning up to ``</think>``") has no negative look-ahead in GBNF, so it is written
 as the automaton of texts that do not contain the markers that end it (Aho–Corasick states,
@@ -36,6 +24,7 @@ llama.cpp allows end-of-generation exactly when the grammar is complete.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -283,7 +272,8 @@ class _Writer:
         if isinstance(node, ir.Text):
             if node.weak is not None:
                 return self.weak_text(node)
-            return text_excluding(self.b, node.hint, node.stops, node.end, node.limit)
+            rule = text_excluding(self.b, node.hint, node.stops, node.end, node.limit)
+            return self.nonempty(rule) if node.nonempty else rule
         if isinstance(node, ir.Seq):
             return seq(*[self.write(item) for item in node.items])
         if isinstance(node, ir.Choice):
@@ -317,6 +307,18 @@ class _Writer:
         if isinstance(node, ir.Lazy):
             return self.write(node.body)
         raise TypeError(f"not a language node: {node!r}")
+
+    def nonempty(self, rule: str) -> str:
+        """`rule` (a text) without its empty text."""
+        body = self.b.rules.get(rule)
+        if body is None:
+            return rule
+        if body.startswith("( ") and body.endswith(" )?"):
+            return self.b.define(f"{rule}-nonempty", body[2:-3])
+        bounded = re.fullmatch(r"(.*)\{0,(\d+)\}", body)
+        if bounded:
+            return self.b.define(f"{rule}-nonempty", f"{bounded.group(1)}{{1,{bounded.group(2)}}}")
+        return self.b.define(f"{rule}-nonempty", ".+") if body == ".*" else rule
 
     def lit(self, node: ir.Lit) -> str:
         if not node.special:

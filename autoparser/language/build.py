@@ -251,6 +251,7 @@ class _Builder:
         if self.choice == "none":
             return self.language(seq(self.reasoning(), self.content(None)))
         if self.choice == "required":
+            # generation closes reasoning with its end marker before the calls
             return self.language(seq(self.reasoning(), self.gap(), self.section()))
         triggers = self.triggers()
         if self.req.lazy and triggers:
@@ -260,7 +261,7 @@ class _Builder:
         section = self.section()
         lead = self.section_lead() or None
         calls = seq(self.content(lead), section) if self.t.content_allowed else section
-        return self.language(seq(self.reasoning(), choice(self.content(None), calls)))
+        return self.language(self.reasoning_then(choice(self.content(None), calls), section))
 
     def build_opened(self) -> Language:
         """The prompt ended with the call opener: the output starts with a call's name, or (when
@@ -347,6 +348,34 @@ class _Builder:
             return closed
         # some templates write the end marker alone for an empty reasoning block
         return optional(seq(self.gap(), choice(seq(self.marker(self.r.start.strip()), closed), self.marker(end))))
+
+    def calls_opener(self) -> str:
+        """What opens the tool calls (its core); "" where calls have no marker of their own."""
+        t = self.t
+        opener = t.section_start or t.call_start
+        if not opener.strip() and t.format in ("tag_json", "tag_tagged"):
+            opener = t.name_start
+        return opener.strip()
+
+    def reasoning_then(self, rest: Node, section: Node) -> Node:
+        """Reasoning, then `rest`; or reasoning with no end marker, then the call `section`.
+
+        The parser's rule: tool calls that begin inside reasoning, with no reasoning end marker
+        after them, end the reasoning there. The full language holds it where the reasoning
+        before the calls is not empty (an output that starts with the calls opened no reasoning).
+        The languages for generation do not: there reasoning ends with its end marker, and a
+        trigger inside reasoning does not count (a lazy language cannot see whether the end
+        marker follows)."""
+        closed = seq(self.reasoning(), rest)
+        opener = self.calls_opener()
+        if not self.reasoning_active() or not opener:
+            return closed
+        end = self.r.end.strip()
+        text = Text((end, *self.stop, opener), opener, self.limit, hint="reasoning-before-calls", nonempty=True)
+        unclosed = seq(Capture(REASONING, text), section)
+        if not self.forced and self.r.start.strip():
+            unclosed = seq(self.gap(), self.marker(self.r.start.strip()), unclosed)
+        return choice(closed, unclosed)
 
     def call_markers(self) -> list[str]:
         """Texts content may not contain: what opens a tool call, and every other marker the

@@ -20,6 +20,9 @@ makes it from an analysis and a request; the GBNF backend writes it as a grammar
 * `Rule`: a named part, for reading and for sharing (a backend may name a rule after it);
 * `Lazy`: free output until a trigger; from the trigger on, the body applies. Triggers count
   only outside reasoning (`Guard`).
+
+One rule about reasoning is the parser's and therefore the full language's: reasoning that has
+no end marker after it ends where the tool calls begin (`build._Builder.reasoning_then`).
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ class Text:
     limit: int | None = None
     weak: Weak | None = None
     hint: str = "text"
+    nonempty: bool = False
 
 
 @dataclass(frozen=True)
@@ -223,6 +227,7 @@ def _show(node: Node, rules: dict[str, str]) -> str:  # noqa: C901 - one case pe
         extra = f" then {node.end!r}" if node.end else ""
         extra += f" at most {node.limit}" if node.limit is not None else ""
         extra += f" ({node.weak.marker!r} only before a word and {node.weak.before!r})" if node.weak else ""
+        extra += " not empty" if node.nonempty else ""
         return f"text-without({stops}){extra}"
     if isinstance(node, Seq):
         return " ".join(_show(i, rules) if isinstance(i, Seq) else _group(i, rules) for i in node.items) \
