@@ -87,3 +87,11 @@ def test_the_grammar_is_written_from_the_language(name: str, choice: str) -> Non
     built = build_grammar(analysis, TOOLS, tool_choice=choice, thinking=True, special_tokens=specials)
     assert written == built
     assert written.lazy == isinstance(language.root, ir.Lazy)
+
+
+@pytest.mark.parametrize("name", ["deepseek-v3.1", "qwen3-coder", "llama3.2-pythonic", "gpt-oss", "mistral-nemo"])
+def test_language_snapshot(name: str, snapshot) -> None:  # type: ignore[no-untyped-def]
+    analysis = ANALYSES[name]()
+    language = build_language(analysis.to_dict(), Request(tools=(WEATHER,), tool_choice="auto", thinking=True,
+                                                          lazy=False, special_tokens=tuple(analysis.preserved_tokens)))
+    assert str(language) == snapshot
