@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import analyses
 import pytest
 from analyses import without_generated_ids
 from corpora import llamacpp_templates
+from gbnf_sampler import Gbnf
 
 import autoparser
 from autoparser.generators.gbnf import build_grammar
@@ -104,3 +106,44 @@ def test_a_user_message_mentioning_the_start_marker_opens_nothing() -> None:
     prompt = "<|im_start|>user\nWhat does <think> do?<|im_end|>\n<|im_start|>assistant\n"
     message = _both(qwen.parser(thinking=False, prompt=prompt), "It marks reasoning.")
     assert (message["reasoning_content"], message["content"]) == (None, "It marks reasoning.")
+
+
+CALL_TEXT = ('<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{"city": "Paris"}'
+             '<｜tool▁call▁end｜><｜tool▁calls▁end｜>')
+
+
+def test_calls_that_begin_inside_reasoning_end_it_in_parser_and_full_language(v31) -> None:
+    """Thinking on, the model opens the calls before `</think>` and never closes the reasoning:
+    the parser ends the reasoning there, and the full language holds exactly that reading. The
+    languages for generation stay stricter: "required" closes reasoning with its end marker, and
+    the lazy trigger does not count inside reasoning (it cannot see whether `</think>` follows)."""
+    prompt = _prompt(v31, ASKED, thinking=True)
+    assert prompt.endswith("<think>")
+    output = "I should check the weather." + CALL_TEXT
+    message = _both(v31.parser(tools=TOOLS, thinking=True, prompt=prompt), output + EOS)
+    assert message["reasoning_content"] == "I should check the weather."
+    assert message["content"] is None
+    assert [c["function"]["name"] for c in message["tool_calls"]] == ["get_weather"]
+    specials = v31.preserved_tokens
+    full = build_grammar(v31, TOOLS, thinking=True, prompt=prompt, lazy=False, special_tokens=specials)
+    assert Gbnf(full.gbnf).matches(output)
+    required = build_grammar(v31, TOOLS, tool_choice="required", thinking=True, prompt=prompt,
+                             special_tokens=specials)
+    assert not Gbnf(required.gbnf).matches(output)
+    assert Gbnf(required.gbnf).matches("I should check the weather.</think>" + CALL_TEXT)
+    lazy = build_grammar(v31, TOOLS, thinking=True, prompt=prompt, special_tokens=specials)
+    assert lazy.trigger_words == []
+    assert all(re.search(p, output) is None for p in lazy.trigger_patterns)
+
+
+def test_a_mention_of_the_calls_opener_inside_closed_reasoning_stays_reasoning(v31) -> None:
+    prompt = _prompt(v31, ASKED, thinking=True)
+    output = "Maybe <｜tool▁calls▁begin｜> later.</think>It is sunny."
+    message = _both(v31.parser(tools=TOOLS, thinking=True, prompt=prompt), output + EOS)
+    assert (message["reasoning_content"], message["content"], message["tool_calls"]) == (
+        "Maybe <｜tool▁calls▁begin｜> later.", "It is sunny.", [])
+    grammar = build_grammar(v31, TOOLS, tool_choice="auto", thinking=True, prompt=prompt, lazy=False)
+    assert Gbnf(grammar.gbnf).matches(output)
+    # and the calls need some reasoning before them: an output that starts with them opened none
+    required = build_grammar(v31, TOOLS, tool_choice="required", thinking=True, prompt=prompt)
+    assert not Gbnf(required.gbnf).matches(CALL_TEXT)

@@ -6,6 +6,10 @@ grammars, the standalone module) must agree on about a format and a request.
   each backend: the call index inside a name's end marker, the keys that hold JSON arguments, a
   code fence written without its language tag, weak (punctuation-only) markers.
 * `values`: how an argument written as a tagged value or a Python literal becomes JSON.
+* `ir`: the output language as data (markers, free text up to markers, sequence, choice,
+  repetition, typed values, capture roles, weak markers, lazy dispatch), with a printer.
+* `build`: `build_language(analysis, request)`, the one place that knows formats: it turns an
+  analysis and a request into the `ir.Language` that the GBNF backend writes.
 
 Standard library only: the standalone module embeds these files with the runtime. The runtime
 and the generators import from here, never from each other.

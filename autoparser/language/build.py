@@ -1,0 +1,603 @@
+"""One builder from an analysis and a request to the output language (`ir.Language`).
+
+This is the one place that knows formats: where reasoning and content go, what a tool call
+looks like in each format, which markers end free text, what `tool_choice` makes of the calls.
+The shape it builds:
+
+* ``"none"``: reasoning, then content that never contains a call marker;
+* ``"required"`` / a named tool: reasoning, then at least one call (exactly one when parallel
+  calls are off), no content;
+* a prompt that already opened a call (`tools.opened_by_prompt`): the rest of a call, or the
+  recipient that introduces content;
+* ``"auto"``: lazy (`ir.Lazy`): free output until a trigger starts the call section, triggers
+  not counting inside reasoning; with `lazy` off, reasoning, then content or content and calls.
+
+Free text stops at the first marker the parser would react to (`ir.Text`). Tagged values are
+typed by the tool's schema; where keys have no marker before them (`name(key=value)`), a comma
+ends a raw value only before the next `key=` (`ir.Weak`).
+
+The analysis is read in its `to_dict()` form. Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+
+from autoparser.language.ir import (
+    ARGUMENTS,
+    CALL_ID,
+    CONTENT,
+    EMPTY,
+    REASONING,
+    TOOL_NAME,
+    Capture,
+    Chars,
+    Gap,
+    Guard,
+    Json,
+    Language,
+    Lazy,
+    Lit,
+    Members,
+    Node,
+    PyValue,
+    RawString,
+    Repeat,
+    Rule,
+    Text,
+    Weak,
+    choice,
+    optional,
+    seq,
+)
+from autoparser.language.request import (
+    CLOSED,
+    KEY_HOLE,
+    OPEN,
+    args_keys,
+    is_weak,
+    split_call_index,
+    start_state,
+)
+from autoparser.language.request import thinking_enabled as _thinking_enabled
+
+GAP_MAX = 4  # whitespace allowed around structural markers (the parser ignores it)
+JSON_SPACE = 20  # whitespace inside JSON; bounded, as a small model could pad forever
+ID_CHARS = Chars("a-zA-Z0-9_.:\\-", 1, 64)
+KEY_CHARS = Chars("a-zA-Z0-9_.\\-", 1, 64)
+INDEX_DIGITS = Chars("0-9", 1, 4)
+CALL_FORMATS = ("json", "tag_json", "tag_tagged")
+
+_TOOL_DEFAULTS: dict[str, Any] = {
+    "supported": False, "format": "none", "parallel": False, "name_field": "name", "args_field": "arguments",
+    "id_field": None, "function_field": None, "array": False, "args_as_string": False, "arg_string_raw": True,
+    "arg_end_keyed": False, "arg_python": False, "id_before_name": False, "content_allowed": True,
+    "opened_by_prompt": False,
+}
+
+
+@dataclass(frozen=True)
+class Request:
+    """What one request asks of the output (the OpenAI fields, and where the output starts).
+
+    `special_tokens`: marker texts that are single tokens of the vocabulary. `lazy`: for
+    ``"auto"``, free output until a trigger. `free_text_limit` caps every free text.
+    `end_tokens`: texts of end-of-generation tokens; a closing marker is cut before one.
+    """
+
+    tools: tuple[Mapping[str, Any], ...] = ()
+    tool_choice: Any = "auto"
+    thinking: bool | None = None
+    parallel_tool_calls: bool = True
+    prompt: str | None = None
+    special_tokens: tuple[str, ...] = ()
+    lazy: bool = True
+    free_text_limit: int | None = None
+    end_tokens: tuple[str, ...] = ()
+    policy: str = "lenient"
+
+
+def build_language(analysis: Mapping[str, Any], request: Request) -> Language:
+    """The output language of `request` for the format `analysis` describes.
+
+    Raises ValueError for a `tool_choice` naming a tool not in `tools`."""
+    return _Builder(analysis, request).build()
+
+
+# -- tools and tool_choice ---------------------------------------------------------------------
+
+
+def tool_function(tool: Mapping[str, Any]) -> Mapping[str, Any]:
+    fn = tool.get("function", tool)
+    return fn if isinstance(fn, Mapping) else {}
+
+
+def tool_name(tool: Mapping[str, Any]) -> str:
+    return str(tool_function(tool).get("name", ""))
+
+
+def chosen_tools(tools: list[Mapping[str, Any]], tool_choice: Any) -> tuple[str, list[Mapping[str, Any]]]:
+    """Normalize `tool_choice` to ("none"|"auto"|"required", tools it allows)."""
+    if isinstance(tool_choice, Mapping):
+        fn = tool_choice.get("function", tool_choice)
+        name = fn.get("name") if isinstance(fn, Mapping) else None
+        chosen = [t for t in tools if tool_name(t) == name]
+        if not chosen:
+            raise ValueError(f"tool_choice names {name!r}, which is not among the tools")
+        return "required", chosen
+    choice_ = tool_choice or "auto"
+    if choice_ not in ("none", "auto", "required"):
+        raise ValueError(f"tool_choice must be 'none', 'auto', 'required' or a named tool, not {choice_!r}")
+    return choice_, list(tools)
+
+
+# -- schemas, as far as the layout of tagged arguments needs them -------------------------------
+
+
+def is_plain_string(schema: Any) -> bool:
+    """A schema whose values the tagged formats write as raw text: only strings (or null,
+    which raw text cannot spell and which is therefore left out)."""
+    if not isinstance(schema, dict) or any(k in schema for k in ("anyOf", "oneOf", "allOf", "$ref")):
+        return False
+    declared = schema.get("type")
+    if isinstance(declared, list):
+        declared = [t for t in declared if t != "null"]
+        declared = declared[0] if declared == ["string"] else None
+    if declared == "string":
+        return True
+    if declared is None and isinstance(schema.get("enum"), list) and schema["enum"]:
+        return all(isinstance(v, str) for v in schema["enum"])
+    return False
+
+
+def resolve_ref(root: Any, ref: Any) -> Any:
+    """The target of a local ``$ref`` (``#/$defs/x``) in `root`; None when it does not resolve."""
+    if not isinstance(ref, str) or not ref.startswith("#"):
+        return None
+    node = root
+    for part in (p for p in ref[1:].split("/") if p):
+        part = part.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node
+
+
+def object_shape(root: Any) -> dict[str, Any]:
+    """An object schema with a root ``$ref`` followed and ``allOf`` parts folded in, for its
+    properties, required keys and `additionalProperties` (the values keep their own schemas)."""
+    schema = root if isinstance(root, dict) else {}
+    if "$ref" in schema:
+        target = resolve_ref(root, schema["$ref"])
+        schema = target if isinstance(target, dict) else {}
+    return _fold_all_of(root, schema, [])
+
+
+def _fold_all_of(root: Any, schema: dict[str, Any], seen: list[str]) -> dict[str, Any]:
+    if not isinstance(schema.get("allOf"), list):
+        return schema
+    merged = {k: v for k, v in schema.items() if k != "allOf"}
+    for part in schema["allOf"]:
+        if isinstance(part, dict) and "$ref" in part:
+            if part["$ref"] in seen:
+                continue
+            seen.append(part["$ref"])
+            target = resolve_ref(root, part["$ref"])
+            part = {**(target if isinstance(target, dict) else {}), **{k: v for k, v in part.items() if k != "$ref"}}
+        if not isinstance(part, dict):
+            continue
+        part = _fold_all_of(root, part, seen)
+        for key, value in part.items():
+            if key not in merged:
+                merged[key] = value
+            elif key == "properties" and isinstance(value, dict):
+                props = dict(merged[key])
+                for name, sub in value.items():
+                    props[name] = sub if name not in props or props[name] == sub else {"allOf": [props[name], sub]}
+                merged[key] = props
+            elif key == "required" and isinstance(value, list):
+                merged[key] = list(dict.fromkeys(list(merged[key]) + value))
+    return merged
+
+
+# -- the builder ----------------------------------------------------------------------------------
+
+
+class _Builder:
+    def __init__(self, analysis: Mapping[str, Any], request: Request):
+        self.a = analysis
+        self.r = SimpleNamespace(**{"mode": "none", "start": "", "end": "", "forced_open": False,
+                                    **(analysis.get("reasoning") or {})})
+        self.c = SimpleNamespace(**{"mode": "plain", "start": "", "end": "", **(analysis.get("content") or {})})
+        tools = {k: v for k, v in (analysis.get("tools") or {}).items() if v is not None or k not in _STRING_FIELDS}
+        self.t = SimpleNamespace(**{**_TOOL_DEFAULTS, **dict.fromkeys(_STRING_FIELDS, ""), **tools})
+        self.stop = [s for s in analysis.get("stop") or []]
+        self.req = request
+        self.warnings: list[str] = []
+        self.specials = sorted({s for s in request.special_tokens if s}, key=len, reverse=True)
+        self.choice, self.tools = chosen_tools(list(request.tools or []), request.tool_choice)
+        self.thinking = _thinking_enabled(dict(analysis), request.thinking)
+        self.start, _ = start_state(dict(analysis), request.thinking, request.prompt)
+        self.forced = self.start == OPEN
+        self.parallel = request.parallel_tool_calls and bool(self.t.parallel)
+        self.limit = request.free_text_limit
+        t = self.t
+        # tagged values written as literals (`name(key='text', n=3)`), keys with no marker before them
+        self.literal = t.format == "tag_tagged" and (t.arg_python or not t.arg_string_raw)
+        self.bare_keys = t.format == "tag_tagged" and not t.arg_start.strip()
+        self.opened = t.opened_by_prompt and t.format in CALL_FORMATS and self.start != CLOSED
+        if self.choice != "none" and not self.tools:
+            self.choice = "none"
+        if self.choice != "none" and not (t.supported and t.format in CALL_FORMATS):
+            self.warnings.append(f"the template has no tool-call format the grammar knows ({t.format!r}); "
+                                 "tool calls are not constrained")
+            self.choice = "none"
+
+    def language(self, root: Node) -> Language:
+        return Language(root, tuple(self.warnings))
+
+    # -- top level ----------------------------------------------------------------------
+
+    def build(self) -> Language:
+        if self.opened:
+            return self.build_opened()
+        if self.choice == "none":
+            return self.language(seq(self.reasoning(), self.content(None)))
+        if self.choice == "required":
+            # generation closes reasoning with its end marker before the calls
+            return self.language(seq(self.reasoning(), self.gap(), self.section()))
+        triggers = self.triggers()
+        if self.req.lazy and triggers:
+            return self.language(Lazy(tuple(triggers), self.guard(), self.section(lazy_start=True)))
+        if self.req.lazy:
+            self.warnings.append("no trigger marks the start of a tool call; the grammar is not lazy")
+        section = self.section()
+        lead = self.section_lead() or None
+        calls = seq(self.content(lead), section) if self.t.content_allowed else section
+        return self.language(self.reasoning_then(choice(self.content(None), calls), section))
+
+    def build_opened(self) -> Language:
+        """The prompt ended with the call opener: the output starts with a call's name, or (when
+        content is allowed) with the recipient that introduces content (`all`)."""
+        t = self.t
+        recipient = Lit(self.c.start) if self.c.start.strip() else EMPTY
+        content = seq(recipient, self.content(None))
+        if self.choice == "none":
+            return self.language(content)
+        call = Rule("call", choice(*[self.call(tool, opened=True) for tool in self.tools]))
+        call_end = self.call_closing()
+        calls = seq(call, call_end)
+        if self.parallel:
+            opener = seq(self.marker(t.call_start), self.marker(t.name_start))
+            sep = self.marker(t.call_separator) if t.call_separator.strip() else EMPTY
+            calls = seq(calls, Repeat(Rule("call-next", seq(sep, self.gap(), opener, call, call_end))))
+        calls = Rule("tool-calls", calls)
+        if self.choice == "auto" and recipient != EMPTY:
+            return self.language(choice(content, calls))
+        return self.language(calls)
+
+    # -- markers ------------------------------------------------------------------------
+
+    def marker(self, text: str, spelled: bool = False) -> Node:
+        """A marker: its special tokens (leftmost-longest) as tokens, the rest as text.
+        `spelled`: its special tokens are also accepted written out as text."""
+        parts: list[Node] = []
+        i, plain = 0, ""
+        while i < len(text):
+            hit = next((s for s in self.specials if text.startswith(s, i)), None)
+            if hit is None:
+                plain += text[i]
+                i += 1
+                continue
+            if plain:
+                parts.append(Lit(plain))
+                plain = ""
+            parts.append(Lit(hit, special=True, spelled=spelled))
+            i += len(hit)
+        if plain:
+            parts.append(Lit(plain))
+        return seq(*parts)
+
+    def gap(self) -> Node:
+        return Gap(GAP_MAX)
+
+    def until_stop(self, marker: str) -> str:
+        """`marker` cut before any end-of-turn text in it: generation ends with such a token only
+        once the language is complete, so it may not require it, nor anything after it."""
+        for stop in [*self.stop, *self.req.end_tokens]:
+            if stop.strip() and stop.strip() in marker:
+                marker = marker[:marker.index(stop.strip())]
+        return marker
+
+    def closing(self, marker: str) -> Node:
+        """A marker that closes a call or the section, with flexible (bounded) whitespace before
+        it: the parser finds markers by their core, and templates differ in newlines."""
+        core = self.until_stop(marker).strip()
+        return seq(self.gap(), self.marker(core)) if core else self.gap()
+
+    def call_closing(self) -> Node:
+        """The call's end marker; right after a raw value (`name(key=value)`) no whitespace
+        comes between, as the parser would read it as part of the value."""
+        if self.bare_keys and not self.literal:
+            core = self.until_stop(self.t.call_end).strip()
+            return self.marker(core) if core else EMPTY
+        return self.closing(self.t.call_end)
+
+    # -- reasoning and content ----------------------------------------------------------
+
+    def reasoning_active(self) -> bool:
+        if self.r.mode == "none" or not self.r.end.strip() or self.start == CLOSED:
+            return False
+        return self.forced or self.thinking
+
+    def reasoning(self) -> Node:
+        if not self.reasoning_active():
+            return EMPTY
+        # reasoning ends at the first end marker; an end-of-turn string would stop the parser too
+        end = self.r.end.strip()  # whitespace around it belongs to the texts on either side
+        text = Capture(REASONING, Text((end, *self.stop), end, self.limit, hint="reasoning"))
+        closed = seq(text, self.marker(end))
+        if self.forced or not self.r.start.strip():
+            return closed
+        # some templates write the end marker alone for an empty reasoning block
+        return optional(seq(self.gap(), choice(seq(self.marker(self.r.start.strip()), closed), self.marker(end))))
+
+    def calls_opener(self) -> str:
+        """What opens the tool calls (its core); "" where calls have no marker of their own."""
+        t = self.t
+        opener = t.section_start or t.call_start
+        if not opener.strip() and t.format in ("tag_json", "tag_tagged"):
+            opener = t.name_start
+        return opener.strip()
+
+    def reasoning_then(self, rest: Node, section: Node) -> Node:
+        """Reasoning, then `rest`; or reasoning with no end marker, then the call `section`.
+
+        The parser's rule: tool calls that begin inside reasoning, with no reasoning end marker
+        after them, end the reasoning there. The full language holds it where the reasoning
+        before the calls is not empty (an output that starts with the calls opened no reasoning).
+        The languages for generation do not: there reasoning ends with its end marker, and a
+        trigger inside reasoning does not count (a lazy language cannot see whether the end
+        marker follows)."""
+        closed = seq(self.reasoning(), rest)
+        opener = self.calls_opener()
+        if not self.reasoning_active() or not opener:
+            return closed
+        end = self.r.end.strip()
+        text = Text((end, *self.stop, opener), opener, self.limit, hint="reasoning-before-calls", nonempty=True)
+        unclosed = seq(Capture(REASONING, text), section)
+        if not self.forced and self.r.start.strip():
+            unclosed = seq(self.gap(), self.marker(self.r.start.strip()), unclosed)
+        return choice(closed, unclosed)
+
+    def call_markers(self) -> list[str]:
+        """Texts content may not contain: what opens a tool call, and every other marker the
+        parser reacts to in content (reasoning and content markers, end-of-turn strings)."""
+        found = [self.t.section_start or self.t.call_start, *(self.a.get("triggers") or []), *self.stop]
+        if self.r.mode != "none":
+            found += [self.r.start, self.r.end]
+        # a recipient (`all`, the content start of a prompt-opened call) is no marker inside content
+        found += [self.c.end] if self.opened else [self.c.start, self.c.end]
+        return sorted({m.strip() for m in found if m and m.strip()})
+
+    def content(self, before: str | None) -> Node:
+        """Content text; `before` is the marker that follows it (None: the end of output)."""
+        c = self.c
+        wrapped = c.mode == "wrapped" or (c.mode == "wrapped_with_reasoning" and self.reasoning_active())
+        if wrapped and c.start.strip() and c.end.strip():
+            inner = Capture(CONTENT, Text(tuple(self.call_markers()), c.end, self.limit, hint="content"))
+            return optional(seq(self.marker(c.start), inner, self.marker(c.end)))
+        markers = self.call_markers()
+        if before and before.strip() and before.strip() not in markers:
+            markers.append(before.strip())
+        hint = "content" if before is None else "content-before-calls"
+        return Capture(CONTENT, Text(tuple(markers), before, self.limit, hint=hint))
+
+    # -- the call section ---------------------------------------------------------------
+
+    def section_lead(self) -> str:
+        return self.t.section_start + self.t.call_start
+
+    def triggers(self) -> list[str]:
+        """The analysis's triggers that start the section (a lazy language begins at one)."""
+        lead = self.section_lead().lstrip()
+        # calls with no marker before them (a bare JSON object) start at the object itself
+        bare_json = self.t.format == "json" and not lead
+        kept = []
+        for trig in self.a.get("triggers") or []:
+            if trig and (lead.startswith(trig) or (lead and trig.startswith(lead))
+                         or (bare_json and trig.lstrip()[:1] in ("{", "["))):
+                kept.append(trig)
+            elif trig:
+                self.warnings.append(f"trigger {trig!r} does not start the tool-call section {lead!r}; not used")
+        if not kept and lead.strip():
+            kept = [lead]
+        return kept
+
+    def guard(self) -> Guard | None:
+        """Where triggers must not count: inside reasoning (None: no reasoning this turn)."""
+        if not self.reasoning_active():
+            return None
+        return Guard(self.r.start.strip(), self.r.end.strip(), self.forced)
+
+    def section(self, lazy_start: bool = False) -> Node:
+        """The tool-call section. `lazy_start`: the language begins where a trigger matched, so
+        whitespace before the first marker is not part of it, and that marker also accepts its
+        special tokens spelled as text (the trigger fires on text that is replayed)."""
+        t = self.t
+        call = Rule("call", choice(*[self.call(tool) for tool in self.tools]))
+        section_text, first_call_text = t.section_start, t.call_start
+        if lazy_start:
+            if section_text:
+                section_text = section_text.lstrip()
+            else:
+                first_call_text = first_call_text.lstrip()
+        section_start = self.marker(section_text, spelled=lazy_start)
+        first_call_start = self.marker(first_call_text, spelled=lazy_start and not t.section_start)
+        if t.format == "json" and t.array:
+            calls = self.json_array(call, first_call_start)
+        else:
+            call_start = self.marker(t.call_start)
+            call_end = self.call_closing()
+            one = Rule("call-wrapped", seq(call_start, call, call_end))
+            first = one if first_call_start == call_start else seq(first_call_start, call, call_end)
+            calls = first
+            if self.parallel:
+                sep = self.marker(t.call_separator) if t.call_separator.strip() else EMPTY
+                leading = self.gap() if not t.call_start[:1].isspace() else EMPTY
+                calls = seq(first, Repeat(Rule("call-next", seq(sep, leading, one))))
+        return Rule("tool-calls", seq(section_start, calls, self.closing(t.section_end)))
+
+    def json_array(self, call: Node, call_start: Node) -> Node:
+        """Calls as the elements of one JSON array; the brackets are added when the markers
+        do not carry them (the parser treats the array punctuation as implied by `array`)."""
+        t = self.t
+        w = Gap(JSON_SPACE)
+        opens = (t.section_start + t.call_start).rstrip().endswith("[")
+        closes = (t.call_end + t.section_end).lstrip().startswith("]")
+        sep = seq(w, Lit(","), w) if t.call_separator.strip() in (",", "") else self.marker(t.call_separator)
+        nxt = Rule("call-next", seq(sep, call))
+        opener = seq(call_start, seq(w, Lit("[")) if not opens else EMPTY, w)
+        closer = seq(w, Lit("]") if not closes else EMPTY, self.call_closing())
+        return seq(opener, call, Repeat(nxt) if self.parallel else EMPTY, closer)
+
+    def call(self, tool: Mapping[str, Any], opened: bool = False) -> Node:
+        """One call of `tool`; `opened`: without its name start, which the prompt wrote."""
+        t = self.t
+        name = tool_name(tool)
+        params = tool_function(tool).get("parameters") or {"type": "object", "properties": {}}
+        hint = f"{name}-call"
+        if t.format == "json":
+            return Rule(hint, self.json_call(name, params))
+        name_start = EMPTY if opened else self.marker(t.name_start)
+        head = seq(name_start, Capture(TOOL_NAME, Lit(name)), self.name_end())
+        if t.id_start or t.id_end:
+            call_id = seq(self.marker(t.id_start), Capture(CALL_ID, ID_CHARS), self.marker(t.id_end))
+            head = seq(call_id, head) if t.id_before_name else seq(head, call_id)
+        if t.format == "tag_json":
+            args = Json("schema", name, params, params)
+            return Rule(hint, seq(head, self.marker(t.args_start), Capture(ARGUMENTS, args), self.marker(t.args_end)))
+        return Rule(hint, seq(head, Capture(ARGUMENTS, self.tagged_args(name, params))))
+
+    def name_end(self) -> Node:
+        """`name_end`; a digit run in it is a call index the template numbers (``:0``), which the
+        parser reads as any number. Never one inside a special token (`<|tool_sep_2|>`)."""
+        indexed = split_call_index(self.t.name_end)
+        if indexed is None:
+            return self.marker(self.t.name_end)
+        return seq(self.marker(indexed[0]), INDEX_DIGITS, self.marker(indexed[1]))
+
+    def json_call(self, name: str, params: Any) -> Node:
+        t = self.t
+        w = Gap(JSON_SPACE)
+
+        def member(key: str, value: Node) -> Node:
+            return seq(Lit(json.dumps(key, ensure_ascii=False)), w, Lit(":"), w, value)
+
+        if t.args_as_string:
+            args = Json("string", note=f"tool {name}: arguments are a JSON-encoded string; "
+                                       "their schema is not enforced")
+        else:
+            args = Json("schema", name, params, params)
+        name_member = member(t.name_field, Capture(TOOL_NAME, Lit(json.dumps(name, ensure_ascii=False))))
+        # the keys the parser accepts for the arguments (`arguments`, `parameters`), typed alike
+        keys = choice(*[Lit(json.dumps(k, ensure_ascii=False)) for k in args_keys(t.args_field)])
+        args_member = seq(keys, w, Lit(":"), w, Capture(ARGUMENTS, args))
+        comma = seq(w, Lit(","), w)
+        fields = choice(seq(name_member, comma, args_member, w),  # templates use either order
+                        seq(args_member, comma, name_member, w))
+        if not t.id_field:
+            id_first = id_last = EMPTY
+        else:  # templates put the id first or last
+            id_member = member(t.id_field, seq(Lit('"'), Capture(CALL_ID, ID_CHARS), Lit('"')))
+            id_first, id_last = seq(id_member, comma), seq(Lit(","), w, id_member, w)
+        if not t.function_field:
+            if not t.id_field:
+                return seq(Lit("{"), w, fields, Lit("}"))
+            return seq(Lit("{"), w, choice(seq(id_first, fields), seq(fields, optional(id_last))), Lit("}"))
+        inner = seq(Lit("{"), w, fields, Lit("}"))
+        kind = optional(seq(member("type", Lit('"function"')), comma))
+        return seq(Lit("{"), w, optional(id_first), kind, member(t.function_field, inner), w, Lit("}"))
+
+    # -- tagged arguments ---------------------------------------------------------------
+
+    def tagged_args(self, name: str, params: Any) -> Node:
+        """``arg_start KEY arg_key_end VALUE arg_end`` per argument, in schema order."""
+        t = self.t
+        schema = object_shape(params)
+        props = schema.get("properties") or {}
+        required = [r for r in schema.get("required") or [] if isinstance(r, str)]
+        json_key_end = t.arg_key_end_json or t.arg_key_end
+        # where keys have no marker before them, a short end marker (`, `) goes between values only:
+        # the parser lets the last value's end marker be left out before the call's end
+        between = self.bare_keys and is_weak(t.arg_end.strip())
+        separator = seq(self.marker(t.arg_end), self.marker(t.arg_separator)) if between \
+            else self.marker(t.arg_separator)
+        members = []
+        for key in list(props) + [r for r in required if r not in props]:
+            value, raw = self.tagged_value(name, params, key, props.get(key, True))
+            member = Rule(f"{name}-arg-{key}",
+                          seq(self.marker(t.arg_start), Lit(key), self.marker(t.arg_key_end if raw else json_key_end),
+                              value, EMPTY if between else self.marker(self.arg_end(key))))
+            members.append((member, key in required))
+        extra = None
+        if "properties" not in schema and schema.get("additionalProperties", True) is not False:
+            value = PyValue(name, params, None, "$", f"{name}-extra") if self.literal else self.raw_text()
+            extra = Rule(f"{name}-arg-extra",
+                         seq(self.marker(t.arg_start), KEY_CHARS, self.marker(t.arg_key_end), value,
+                             EMPTY if between or t.arg_end_keyed else self.marker(t.arg_end)))
+        return Members(tuple(members), separator, extra, f"{name}-args", name, params)
+
+    def arg_end(self, key: str) -> str:
+        """The argument's end marker; a closing tag may name the key (`</{key}>`)."""
+        t = self.t
+        return t.arg_end.replace(KEY_HOLE, key) if t.arg_end_keyed else t.arg_end
+
+    def tagged_value(self, name: str, params: Any, key: str, sub: Any) -> tuple[Node, bool]:
+        """The value of one tagged argument, and whether it is raw text (else JSON)."""
+        resolved = sub
+        if isinstance(sub, dict) and "$ref" in sub and len(sub) == 1:
+            resolved = resolve_ref(params, sub["$ref"])
+        if self.literal:
+            hint = f"{name}-{key}"
+            return PyValue(name, params, resolved, f"$/properties/{hint}", f"{hint}-value"), \
+                not self.t.arg_key_end_json
+        if self.t.arg_string_raw and is_plain_string(resolved):
+            text = self.comma_text() if self.comma_values() else self.raw_text(key)
+            return RawString(name, params, resolved, f"$/properties/{key}", f"{name}-{key}", self.arg_end(key),
+                             text, bounded=not self.comma_values()), True
+        return Json("schema", name, params, sub, f"$/properties/{key}", f"{name}-args-{key}"), False
+
+    def comma_values(self) -> bool:
+        """Whether a raw value ends at a comma (`name(key=value, key=value)`)."""
+        t = self.t
+        return self.bare_keys and self.limit is None and (t.arg_end.strip() or t.arg_separator.strip()) == ","
+
+    def raw_text(self, key: str = "") -> Node:
+        """Raw argument text: up to `arg_end`, containing nothing the parser would stop at."""
+        t = self.t
+        if self.comma_values():
+            return self.comma_text()
+        end = self.arg_end(key) if key else t.arg_end
+        stops = (end, t.arg_start, t.call_end, t.section_end, *self.stop)
+        return Text(stops, end, self.limit, hint="raw-text")
+
+    def comma_text(self) -> Node:
+        """Raw text in `name(key=value, key=value)`: a comma ends it only before a key and `=`."""
+        t = self.t
+        stops = (t.call_end, t.section_end, *self.stop)
+        return Text(stops, weak=Weak(",", t.arg_key_end.strip() or "="), hint="comma-text")
+
+
+_STRING_FIELDS = ("section_start", "section_end", "call_start", "call_end", "call_separator", "name_start",
+                  "name_end", "args_start", "args_end", "arg_start", "arg_key_end", "arg_end", "arg_separator",
+                  "arg_key_end_json", "id_start", "id_end")
+
+__all__ = ["Request", "build_language", "chosen_tools", "is_plain_string", "object_shape", "resolve_ref"]

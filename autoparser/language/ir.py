@@ -1,0 +1,286 @@
+"""The output language as data: small frozen nodes that every backend reads the same way.
+
+A `Language` is what one request lets the model write after its prompt. `build.build_language`
+makes it from an analysis and a request; the GBNF backend writes it as a grammar. The nodes:
+
+* `Lit`: literal text; `special` when it is one special token of the vocabulary (a backend
+  references the token, not its spelling), `spelled` when that token is also accepted written
+  out as text (where generation resumes from text a trigger matched);
+* `Chars`: a run of characters from a class (`a-zA-Z0-9_`), `min` to `max` long;
+* `Text`: free text up to a set of markers (`stops`); it may end only where the marker that
+  follows (`end`) would be found exactly there, so splitting at the first marker gives it back;
+  `limit` bounds its length; `weak` makes one stop count only before the right thing;
+* `Seq`, `Choice`, `Repeat`: sequence, alternatives, repetition (`max` None: unbounded);
+* `Gap`: optional whitespace between structural parts, at most `max` characters;
+* `Json`: a JSON value typed by a schema (`kind` "schema"), or any value / string / object;
+* `PyValue`: a tagged value written as a JSON or Python literal (`'text'`, `True`, `None`);
+* `RawString`: a string value written as raw text up to `end`, typed by its schema;
+* `Members`: an object's members in order, required ones present, optional ones skippable;
+* `Capture`: the text its body matches is a part of the message (`ROLES`);
+* `Rule`: a named part, for reading and for sharing (a backend may name a rule after it);
+* `Lazy`: free output until a trigger; from the trigger on, the body applies. Triggers count
+  only outside reasoning (`Guard`).
+
+One rule about reasoning is the parser's and therefore the full language's: reasoning that has
+no end marker after it ends where the tool calls begin (`build._Builder.reasoning_then`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+REASONING, CONTENT, TOOL_NAME, ARGUMENTS, CALL_ID = "reasoning", "content", "tool_name", "arguments", "id"
+ROLES = (REASONING, CONTENT, TOOL_NAME, ARGUMENTS, CALL_ID)
+
+
+@dataclass(frozen=True)
+class Lit:
+    text: str
+    special: bool = False
+    spelled: bool = False
+
+
+@dataclass(frozen=True)
+class Chars:
+    allowed: str  # a character class body, as written between brackets in a regex
+    min: int = 1
+    max: int | None = None
+
+
+@dataclass(frozen=True)
+class Weak:
+    """`marker` ends the text only where a word and then `before` follow it (`, days=`)."""
+
+    marker: str
+    before: str
+
+
+@dataclass(frozen=True)
+class Text:
+    stops: tuple[str, ...]
+    end: str | None = None
+    limit: int | None = None
+    weak: Weak | None = None
+    hint: str = "text"
+    nonempty: bool = False
+
+
+@dataclass(frozen=True)
+class Seq:
+    items: tuple[Node, ...]
+
+
+@dataclass(frozen=True)
+class Choice:
+    options: tuple[Node, ...]
+
+
+@dataclass(frozen=True)
+class Repeat:
+    item: Node
+    min: int = 0
+    max: int | None = None
+
+
+@dataclass(frozen=True)
+class Gap:
+    max: int
+
+
+@dataclass(frozen=True, eq=False)
+class Json:
+    """A JSON value. `kind`: "schema" (typed by `schema`, a part of `owner`'s `root` schema at
+    `path`), "any", "string" or "object". `note` is a warning to report with the value."""
+
+    kind: str = "any"
+    owner: str = ""
+    root: Any = None
+    schema: Any = None
+    path: str = "$"
+    hint: str = ""
+    note: str = ""
+
+
+@dataclass(frozen=True, eq=False)
+class PyValue:
+    """A value written as a literal, JSON or Python spelling; `schema` None: any value."""
+
+    owner: str
+    root: Any
+    schema: Any
+    path: str
+    hint: str
+
+
+@dataclass(frozen=True, eq=False)
+class RawString:
+    """A string of `schema` written as raw text before `end`; `text` where the schema sets no
+    pattern, format or value; `bounded`: the schema's length bounds apply to that text."""
+
+    owner: str
+    root: Any
+    schema: Any
+    path: str
+    hint: str
+    end: str
+    text: Node
+    bounded: bool = True
+
+
+@dataclass(frozen=True, eq=False)
+class Members:
+    """`owner`'s arguments as members (`root`: the tool's schema, which the values are part of)."""
+
+    items: tuple[tuple[Node, bool], ...]  # (member, required)
+    separator: Node
+    extra: Node | None
+    hint: str
+    owner: str = ""
+    root: Any = None
+
+
+@dataclass(frozen=True)
+class Capture:
+    role: str
+    body: Node
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    body: Node
+
+
+@dataclass(frozen=True)
+class Guard:
+    """Where triggers do not count: inside reasoning between `start` and `end`. `inside`: the
+    output starts in reasoning; `start` empty: reasoning can only be that first block."""
+
+    start: str
+    end: str
+    inside: bool
+
+
+@dataclass(frozen=True)
+class Lazy:
+    triggers: tuple[str, ...]
+    guard: Guard | None
+    body: Node
+
+
+Node = Lit | Chars | Text | Seq | Choice | Repeat | Gap | Json | PyValue | RawString | Members | Capture | Rule | Lazy
+EMPTY = Seq(())
+
+
+@dataclass(frozen=True)
+class Language:
+    root: Node
+    warnings: tuple[str, ...] = field(default=())
+
+    def __str__(self) -> str:
+        return describe(self.root)
+
+
+def seq(*items: Node | None) -> Node:
+    """A sequence without empty parts (one part stands alone)."""
+    parts = tuple(i for i in items if i is not None and i != EMPTY)
+    return parts[0] if len(parts) == 1 else Seq(parts)
+
+
+def choice(*options: Node) -> Node:
+    unique = tuple(dict.fromkeys(options)) if all(_hashable(o) for o in options) else tuple(options)
+    return unique[0] if len(unique) == 1 else Choice(unique)
+
+
+def optional(item: Node) -> Node:
+    return EMPTY if item == EMPTY else Repeat(item, 0, 1)
+
+
+def _hashable(node: Node) -> bool:
+    try:
+        hash(node)
+    except TypeError:
+        return False
+    return True
+
+
+# -- printing ----------------------------------------------------------------------------------
+
+
+def describe(node: Node) -> str:
+    """The language as readable text: named parts first-seen order, one per line."""
+    rules: dict[str, str] = {}
+    top = _show(node, rules)
+    lines = [f"language ::= {top}"] + [f"{name} ::= {body}" for name, body in rules.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _show(node: Node, rules: dict[str, str]) -> str:  # noqa: C901 - one case per node kind
+    if isinstance(node, Lit):
+        flag = " special" if node.special else ""
+        return f"{node.text!r}{flag}{' or spelled' if node.spelled else ''}"
+    if isinstance(node, Chars):
+        return f"[{node.allowed}]{_bounds(node.min, node.max)}"
+    if isinstance(node, Text):
+        stops = " ".join(repr(s) for s in dict.fromkeys(node.stops) if s.strip())
+        extra = f" then {node.end!r}" if node.end else ""
+        extra += f" at most {node.limit}" if node.limit is not None else ""
+        extra += f" ({node.weak.marker!r} only before a word and {node.weak.before!r})" if node.weak else ""
+        extra += " not empty" if node.nonempty else ""
+        return f"text-without({stops}){extra}"
+    if isinstance(node, Seq):
+        return " ".join(_show(i, rules) if isinstance(i, Seq) else _group(i, rules) for i in node.items) \
+            if node.items else "''"
+    if isinstance(node, Choice):
+        return " | ".join(_show(o, rules) for o in node.options)
+    if isinstance(node, Repeat):
+        return f"{_group(node.item, rules)}{_bounds(node.min, node.max)}"
+    if isinstance(node, Gap):
+        return f"gap{{0,{node.max}}}"
+    if isinstance(node, Json):
+        typed = f" {node.owner}{node.path[1:]}" if node.kind == "schema" else ""
+        return f"json-{node.kind}{typed}"
+    if isinstance(node, PyValue):
+        return f"literal {node.owner}{node.path[1:]}" if node.schema is not None else "literal"
+    if isinstance(node, RawString):
+        return f"raw-string {node.owner}{node.path[1:]} else {_show(node.text, rules)}"
+    if isinstance(node, Members):
+        items = " ".join(_group(m, rules) + ("" if req else "?") for m, req in node.items)
+        extra = f" {_group(node.extra, rules)}*" if node.extra is not None else ""
+        return f"members({items}{extra} by {_show(node.separator, rules)})"
+    if isinstance(node, Capture):
+        return f"<{node.role}: {_show(node.body, rules)}>"
+    if isinstance(node, Rule):
+        if node.name not in rules:
+            rules[node.name] = ""
+            rules[node.name] = _show(node.body, rules)
+        return node.name
+    if isinstance(node, Lazy):
+        guard = ""
+        if node.guard is not None:
+            where = "starting inside" if node.guard.inside else "outside"
+            guard = f", not inside {node.guard.start!r}..{node.guard.end!r} ({where})"
+        return f"lazy on {' '.join(repr(t) for t in node.triggers)}{guard}: {_show(node.body, rules)}"
+    raise TypeError(f"not a language node: {node!r}")
+
+
+def _group(node: Node, rules: dict[str, str]) -> str:
+    text = _show(node, rules)
+    return f"( {text} )" if isinstance(node, Choice | Seq) and len(_parts(node)) > 1 else text
+
+
+def _parts(node: Seq | Choice) -> tuple[Node, ...]:
+    return node.items if isinstance(node, Seq) else node.options
+
+
+def _bounds(lo: int, hi: int | None) -> str:
+    if (lo, hi) == (0, 1):
+        return "?"
+    if (lo, hi) == (0, None):
+        return "*"
+    if (lo, hi) == (1, None):
+        return "+"
+    if (lo, hi) == (1, 1):
+        return ""
+    return f"{{{lo},{'' if hi is None else hi}}}"
