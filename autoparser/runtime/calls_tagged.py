@@ -23,6 +23,7 @@ import re
 from autoparser.language.request import KEY_HOLE, NAME_FORBIDDEN, is_weak, value_kind
 from autoparser.language.values import (
     QUOTE_OPEN,
+    allows_null,
     convert_literal_value,
     convert_tagged_value,
     decode_escape,
@@ -393,6 +394,22 @@ class TagCalls:
             if p < len(text) and text[p] in _JSON_STARTS:
                 self._step = T_BUFFER
                 return pos
+            if spec.arg_nested == "tags" and p < len(text):
+                # nested argument markup: an object or an array, read whole
+                found, _end = match_at(text, p, spec.arg_start, final)
+                if found == PARTIAL:
+                    return pos
+                if found == FULL:
+                    self._step = T_BUFFER
+                    return pos
+        elif allows_null(self._schema()):
+            # a nullable string: raw `null` is null, so a value that may be it is read whole
+            p = skip_whitespace(text, pos)
+            if p >= len(text) and not final:
+                return pos
+            if p < len(text) and text[p] == "n":
+                self._step = T_BUFFER
+                return pos
         # an XML CDATA section around the text (`<![CDATA[a < b]]>`) is not part of it
         found, end = match_at(text, pos, CDATA[0], final)
         if found == PARTIAL:
@@ -487,14 +504,18 @@ class TagCalls:
                 # a value that was written is kept; an empty one is left out
                 raw = "".join(self._value_parts)
                 if raw.strip():
-                    self.out.add_arguments(convert_tagged_value(raw, self._kind, self._schema()))
+                    self.out.add_arguments(self._convert_buffered(raw))
                 return self._close_tagged(len(text), incomplete=True)
             return end
         value_end, marker_end, kind = hit
         self._value_parts.append(text[pos:value_end])
         raw = "".join(self._value_parts)
-        self.out.add_arguments(convert_tagged_value(raw, self._kind, self._schema()))
+        self.out.add_arguments(self._convert_buffered(raw))
         return self._value_finished(marker_end, kind, value_end)
+
+    def _convert_buffered(self, raw: str) -> str:
+        nested = self._spec.nested_value(raw) if self._kind != "string" else None
+        return nested if nested is not None else convert_tagged_value(raw, self._kind, self._schema())
 
     def _schema(self):
         return self._spec.argument_schema(self._name, self._key)
@@ -641,8 +662,10 @@ class TagCalls:
             return i
         raw = "".join(self._value_parts)
         self._value_parts = []
-        convert = convert_literal_value if self._spec.literal_values else convert_tagged_value
-        self.out.add_arguments(convert(raw, self._kind, self._schema()))
+        if self._spec.literal_values:
+            self.out.add_arguments(convert_literal_value(raw, self._kind, self._schema()))
+        else:
+            self.out.add_arguments(self._convert_buffered(raw))
         if not ended:  # the output ended inside the value
             return self._close_tagged(n, incomplete=True)
         self._step = T_BETWEEN

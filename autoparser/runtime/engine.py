@@ -453,6 +453,19 @@ class StreamParser(TagCalls, JsonCalls):
             self._begin_call(marker_text, self._tag_header, self._header_first)
 
     def _stopped(self, text: str, pos: int, final: bool) -> int:
+        # more end-of-turn markup right after the end of turn (`<|close|>message<|sep|>` then
+        # `<|end_of_msg|>`) is markup too; any other text is content
+        p = skip_whitespace(text, pos)
+        markers = self._sets["stops"]
+        hit = markers.find_at(text, p)
+        if markers.undecided(text, p, hit, final) or (p >= len(text) and not final):
+            return pos
+        if hit is not None:
+            return p + len(hit[0])
+        self._mode = self._stopped_text
+        return pos
+
+    def _stopped_text(self, text: str, pos: int, final: bool) -> int:
         self.out.add_content(text[pos:])
         return len(text)
 
