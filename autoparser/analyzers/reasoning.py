@@ -25,7 +25,15 @@ from typing import Any
 from jinja2 import meta, nodes
 
 from autoparser.analysis import ReasoningAnalysis
-from autoparser.analyzers.diff import common_prefix, is_marker, markers_in, segments
+from autoparser.analyzers.diff import (
+    common_prefix,
+    is_compound,
+    is_marker,
+    is_unit_marker,
+    markers_in,
+    segments,
+    units,
+)
 from autoparser.analyzers.probes import (
     ARGS_A,
     CONTENT_TEXT,
@@ -282,7 +290,8 @@ def _opening_words(text: str, start: str, end: str) -> str:
 
 def _ends_with_marker(text: str, marker: str) -> bool:
     segs = [s for s in segments(text) if not s.isspace()]
-    return bool(segs) and segs[-1] == marker
+    joined = [s for s in units(text) if not s.isspace()]
+    return (bool(segs) and segs[-1] == marker) or (bool(joined) and joined[-1] == marker)
 
 
 def _markers_from_history(prober: Prober, kwargs: dict[str, Any]) -> tuple[str, str, bool]:
@@ -328,8 +337,8 @@ def _reasoning_messages(prober: Prober, name: str) -> list[tuple[dict[str, Any],
 
 
 def _closing_marker(closings: list[str]) -> str:
-    first = next(s for s in segments(closings[0]) if is_marker(s))
-    if len(closings) < 2:
+    first = next(s for s in units(closings[0]) if is_unit_marker(s))
+    if len(closings) < 2 or is_compound(first):
         return first
     shared = common_prefix(closings[0].strip(), closings[1].strip()).strip()
     segs = segments(shared)
@@ -344,8 +353,8 @@ def _opening_before(before_reasoning: str, output: str | None) -> str:
         lead = output[: output.index(REASONING_TEXT)].strip()
         if lead and len(lead) <= 64 and is_marker(segments(lead)[0]) and is_marker(segments(lead)[-1]):
             return lead
-    before = [s for s in segments(before_reasoning) if not s.isspace()]
-    return before[-1] if before and is_marker(before[-1]) else ""
+    before = [s for s in units(before_reasoning) if not s.isspace()]
+    return before[-1] if before and is_unit_marker(before[-1]) else ""
 
 
 def _end_marker_from_stripping(prober: Prober, candidates: list[str], kwargs: dict[str, Any]) -> str:
