@@ -561,6 +561,7 @@ class TagCalls:
 
     def _literal_collect(self, p: int) -> int:
         self._lit_depth, self._lit_quote, self._lit_escape = 0, "", False
+        self._lit_unbalanced = False
         self._value_parts = []
         self._step = T_LIT_BUFFER
         return p
@@ -605,11 +606,20 @@ class TagCalls:
                 return after
             out.append(text[j:after])  # a quote inside the text, written unescaped
             i = after
+        if final and i >= n and self._still_held() and self._closes_inside(text, pos):
+            # the string never closed, yet the calls' end came after it: invalid syntax, no call
+            return self._to_junk(pos)
         self.out.add_arguments(json_string_body("".join(out)))
         if final and i >= n:
             self.out.add_arguments('"')
             return self._close_tagged(n, incomplete=True)
         return i
+
+    def _closes_inside(self, text: str, pos: int) -> bool:
+        """Whether the section's end or an end of turn is inside the held call's unclosed value."""
+        spec = self._spec
+        written = "".join(self._raw or ()) + text[pos:]
+        return any(marker and marker in written for marker in (spec.section_end, *spec.stops))
 
     def _literal_buffer(self, text: str, pos: int, final: bool) -> int:
         """Any other literal (`3`, `True`, `[1, 'a']`, `{'k': None}`, or bare text): collected until
@@ -655,6 +665,9 @@ class TagCalls:
                 if verdict == YES:
                     ended = True
                     break
+                self._lit_unbalanced = self._lit_unbalanced or char in ")]}"
+            elif char in ")]}":
+                self._lit_unbalanced = True
             i += 1
         self._lit_depth, self._lit_quote, self._lit_escape = depth, quote, escape
         self._value_parts.append(text[pos:i])
@@ -662,6 +675,9 @@ class TagCalls:
             return i
         raw = "".join(self._value_parts)
         self._value_parts = []
+        if ended and (self._lit_unbalanced or not raw.strip()) and self._still_held():
+            # `f(x=1])`, `f(city=)`: invalid syntax, so no call; its text is content
+            return self._to_junk(pos)
         if self._spec.literal_values:
             self.out.add_arguments(convert_literal_value(raw, self._kind, self._schema()))
         else:
