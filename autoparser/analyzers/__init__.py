@@ -75,9 +75,11 @@ def _turn_closing_stops(analysis: Analysis, closing: list[str]) -> None:
     end = analysis.content.end.strip()
     if not end or end not in closing or not analysis.stop:
         return
+    at = 1
     for unit in closing[closing.index(end) + 1:]:
         if unit not in analysis.stop:
-            analysis.stop.append(unit)
+            analysis.stop.insert(at, unit)
+            at += 1
 
 
 def _markers_from_messages(analysis: Analysis) -> None:
