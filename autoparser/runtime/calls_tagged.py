@@ -320,8 +320,9 @@ class TagCalls:
             hit = markers.find(text, p)
         if hit is None or hit == NO:
             if final and self._emitted:
-                # cut off inside a key: only arguments whose values were written are kept
-                return self._close_tagged(len(text), incomplete=True)
+                # cut off inside a key: only arguments whose values were written are kept, and
+                # the unfinished key stays as text
+                return self._close_tagged(p, incomplete=True, junk=True)
             if final or hit == NO or len(text) - p > MAX_NAME:
                 return self._key_failed(p)
             return pos

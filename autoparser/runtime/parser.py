@@ -44,6 +44,8 @@ def build_marker_sets(spec: Spec) -> dict[str, Any]:
             tool_markers.append(("[", "bracket") if spec.array else ("{", "brace"))
         elif spec.format != "json" and not spec.section_start and not spec.call_start:
             tool_markers.append((spec.name_start, "named"))
+        elif spec.name_opens_call:
+            tool_markers.append((spec.name_start, "named"))
     interrupt = spec.tool_opener if spec.format != "none" else ""
     interrupts = [(interrupt, "interrupt"), (spec.content_start, "interrupt")]
     section = [(spec.call_start, "call"), (spec.section_end, "end"), *stops, (spec.call_separator, "sep")]

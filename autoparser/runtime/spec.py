@@ -16,6 +16,7 @@ from autoparser.language.request import (
     args_keys,
     bare_fence,
     core,
+    is_weak,
     split_call_index,
     start_state,
     tool_table,
@@ -96,6 +97,11 @@ class Spec:
         # a call with no marker before it: a bare JSON object in the content (Llama 3.x style)
         self.markerless = (self.format == "json" and not self.section_start and not self.call_start)
         # what opens tool calls in content; also what ends an unclosed reasoning block
+        # a name marker that is a tag of its own (`<function=`) also opens a call whose opener the
+        # model left out
+        self.name_opens_call = (self.format in ("tag_json", "tag_tagged") and bool(self.call_start)
+                                and not self.section_start and self.name_start.startswith("<")
+                                and not is_weak(self.name_start))
         self.tool_opener = self.section_start or self.call_start
         if not self.tool_opener and self.format in ("tag_json", "tag_tagged"):
             self.tool_opener = self.name_start
