@@ -47,7 +47,9 @@ def build_marker_sets(spec: Spec) -> dict[str, Any]:
         elif spec.name_opens_call:
             tool_markers.append((spec.name_start, "named"))
     interrupt = spec.tool_opener if spec.format != "none" else ""
-    interrupts = [(interrupt, "interrupt"), (spec.content_start, "interrupt")]
+    # a call's own opener interrupts reasoning too, where the model left out the section opener
+    interrupts = [(interrupt, "interrupt"), (spec.call_start if interrupt else "", "interrupt"),
+                  (spec.content_start, "interrupt")]
     section = [(spec.call_start, "call"), (spec.section_end, "end"), *stops, (spec.call_separator, "sep")]
     if not spec.call_start:
         section.append(("{" if spec.format == "json" else spec.name_start, "named"))
