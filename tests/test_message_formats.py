@@ -132,6 +132,13 @@ def test_kimi_k3_sections() -> None:
     assert (a.reasoning.start, a.reasoning.end) == ("<|open|>think<|sep|>", "<|close|>think<|sep|>")
     assert (a.content.start, a.content.end) == ("<|open|>response<|sep|>", "<|close|>response<|sep|>")
     assert "<|close|>message<|sep|>" in a.stop
+    # `call tool="f" index="1"` numbers the call but is no id: each call gets its own
+    output = ('<|open|>response<|sep|><|close|>response<|sep|><|open|>tools<|sep|><|open|>call tool="get_weather" '
+              'index="1"<|sep|><|open|>argument key="city" type="string"<|sep|>Oslo<|close|>argument<|sep|>'
+              '<|close|>call<|sep|><|close|>tools<|sep|><|close|>message<|sep|>')
+    message = a.parser(tools=TOOLS).parse(output)
+    assert summary(message) == (None, None, [("get_weather", {"city": "Oslo"})])
+    assert message["tool_calls"][0]["id"].startswith("call_")
 
 
 # -- nested values ----------------------------------------------------------------------------------

@@ -55,6 +55,7 @@ from autoparser.runtime.steps import (
 
 MAX_NAME = 256
 _INDEX_RUN = re.compile(r"[0-9]*")
+_NOT_IN_ID = re.compile(r"[\s\"'<>]")
 _JSON_STARTS = '{["-0123456789tfn'
 CDATA = ("<![CDATA[", "]]>")
 _NAME_RUN = re.compile(f"[^{NAME_FORBIDDEN}]*")
@@ -87,7 +88,11 @@ class TagCalls:
             if end >= len(text) and not final:
                 return pos
             self._index_digits = text[p:end]
-            self._call_id = f"{spec.name_start}{self._name}{spec.name_end}{self._index_digits}"
+            own_id = f"{spec.name_start}{self._name}{spec.name_end}{self._index_digits}"
+            # the format's own id (`functions.NAME:0`) is passed through; markup with spaces or
+            # quotes around the number (`call tool="NAME" index="1`) is no id
+            if not _NOT_IN_ID.search(own_id):
+                self._call_id = own_id
             self._step = INDEX_TAIL
             return end
         if step == INDEX_TAIL:
