@@ -66,13 +66,14 @@ def test_message_format_is_learned_from_the_renders() -> None:
 @pytest.mark.parametrize("text, expected", [
     (" for=notes::say::Hmm.::next::::turn:: bot for=reader::say::Sunny.::done::", ("Hmm.", "Sunny.", [])),
     # header words in another order, or with more words than the template writes
-    (" urgent for=notes::say::Hmm.::next::::turn:: bot for=tool:get_weather json::say::{\"city\": \"Oslo\"}::done::",
+    (" for=notes urgent::say::Hmm.::next::::turn:: bot for=tool:get_weather json::say::{\"city\": \"Oslo\"}::done::",
      ("Hmm.", None, [("get_weather", {"city": "Oslo"})])),
     # two calls, each its own message
     (" for=tool:get_weather::say::{\"city\": \"A\"}::next::::turn:: bot for=tool:get_weather::say::{\"days\": 2}",
      (None, None, [("get_weather", {"city": "A"}), ("get_weather", {"days": 2})])),
-    # no header at all: plain text
+    # no header at all: plain text, also before a body marker
     ("Just text, no header.", (None, "Just text, no header.", [])),
+    ("Note::say::this", (None, "Note::say::this", [])),
     # a recipient that is no known tool: the message is text
     (" for=tool:unknown::say::{\"x\": 1}::done::", (None, " for=tool:unknown::say::{\"x\": 1}", [])),
 ])

@@ -27,6 +27,7 @@ from autoparser.runtime.markers import MarkerSet
 MAX_HEADER = 128
 _WORD = re.compile(r"[A-Za-z_]\w*")
 _NAME = re.compile(f"[^{NAME_FORBIDDEN}]+")
+_LEAD = re.compile(r"<[^<>]*>|\w+=?|\S")  # how a header begins: a tag, a word (`to=`), a symbol
 HEADER, REASONING, CONTENT, CALL, STOPPED = "header", "reasoning", "content", "call", "stopped"
 
 
@@ -47,6 +48,11 @@ class MessageFormat:
         self.call_header = messages.get("call_header") or ""
         self.call_prefix = core(self.call_header.partition("{name}")[0])
         self.call_body_named = bool(messages.get("call_body_named"))
+        # a header starts the way one of the template's headers does (`<|channel|>`, `to=`) and holds
+        # some word they use; other text before a body marker is text
+        headers = (messages.get("reasoning_header"), messages.get("content_header"), self.call_header)
+        self.header_words = reasoning_words | content_words | _words(self.call_header.replace("{name}", ""))
+        self.header_leads = tuple({lead.group() for h in headers if (lead := _LEAD.match(core(h)))})
         separator = core(messages.get("separator"))
         kinds = {separator: "sep"}
         for stop in stops:
@@ -146,7 +152,8 @@ class MessageStream:
         window = text[:MAX_HEADER + len(fmt.body_start)]
         at = window.find(fmt.body_start)
         ender = fmt.enders.find(window, 0)
-        if at < 0 or (ender is not None and ender[0] < at) or "\n" in text[:at].strip():
+        if (at < 0 or (ender is not None and ender[0] < at) or "\n" in text[:at].strip()
+                or not _words(text[:at]) & fmt.header_words or not text[:at].lstrip().startswith(fmt.header_leads)):
             if at < 0 and len(text) < MAX_HEADER and not final:
                 return 0  # the header may still be arriving
             self._state = CONTENT  # no header: plain text
