@@ -108,6 +108,12 @@ class ToolsAnalysis:
     arg_end_keyed: bool = False  # `arg_end` names its key, written `{key}`: <city>Paris</city>
     arg_python: bool = False  # values are Python literals (`name(key='text', n=42)` call syntax)
     arg_key_end_json: str = ""  # when a non-string value is introduced differently from a string
+    # objects and arrays inside an argument, when not written as JSON: "quoted" (JSON whose strings
+    # are quoted by `arg_nested_quote` and whose keys are bare: `{k:<|"|>v<|"|>}`) or "tags" (the
+    # argument markup nested, an array's elements all named `arg_nested_item`); confirmed by rendering
+    arg_nested: str = ""
+    arg_nested_quote: str = ""
+    arg_nested_item: str = ""
     # tag formats that carry a call id: `id_start` ID `id_end`, right after `name_end`, or, when
     # `id_before_name`, right after `call_start` and before `name_start`
     id_start: str = ""
@@ -124,6 +130,26 @@ class ToolsAnalysis:
 
 
 @dataclass
+class MessagesAnalysis:
+    """A reply written as several messages, each opened by a header naming what it holds.
+
+    ``HEADER body_start BODY separator HEADER body_start BODY ...``: `separator` ends one message
+    and re-opens the turn; a header is the reasoning's (`reasoning_header`), the answer's
+    (`content_header`) or a call's (`call_header`, the tool name written `{name}`). When
+    `call_body_named`, a call's body names the call again and is parsed as a call by itself;
+    otherwise the body holds only the arguments. Empty `body_start`: not a message format.
+    """
+
+    body_start: str = ""
+    separator: str = ""
+    opener: str = ""  # what re-opens the turn, the end of `separator` (`<|start|>assistant`)
+    reasoning_header: str = ""
+    content_header: str = ""
+    call_header: str = ""
+    call_body_named: bool = False
+
+
+@dataclass
 class Analysis:
     """Everything autoparser inferred about one chat template."""
 
@@ -131,6 +157,7 @@ class Analysis:
     reasoning: ReasoningAnalysis = field(default_factory=ReasoningAnalysis)
     content: ContentAnalysis = field(default_factory=ContentAnalysis)
     tools: ToolsAnalysis = field(default_factory=ToolsAnalysis)
+    messages: MessagesAnalysis = field(default_factory=MessagesAnalysis)
     stop: list[str] = field(default_factory=list)
     preserved_tokens: list[str] = field(default_factory=list)
     triggers: list[str] = field(default_factory=list)
@@ -158,10 +185,11 @@ class Analysis:
         reasoning = ReasoningAnalysis(**_known(ReasoningAnalysis, data.pop("reasoning", {})))
         content = ContentAnalysis(**_known(ContentAnalysis, data.pop("content", {})))
         tools = ToolsAnalysis(**_known(ToolsAnalysis, data.pop("tools", {})))
+        messages = MessagesAnalysis(**_known(MessagesAnalysis, data.pop("messages", {}) or {}))
         rest = _known(cls, data)
         for private in ("source", "bos_token", "eos_token"):
             rest.pop(private, None)
-        return cls(reasoning=reasoning, content=content, tools=tools, source=source,
+        return cls(reasoning=reasoning, content=content, tools=tools, messages=messages, source=source,
                    bos_token=bos_token, eos_token=eos_token, **rest)
 
     # -- what users do with an analysis --------------------------------------------------------

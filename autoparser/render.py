@@ -838,13 +838,13 @@ def get_environment() -> BoundedSandbox:
     return _ENV
 
 
-def compile_template(source: str):  # type: ignore[no-untyped-def]
+def compile_template(source: str, ast: Any = None):  # type: ignore[no-untyped-def]
     """The compiled template for `source`, cached; failures are cached too, as the analyzer
-    renders the same template dozens of times."""
+    renders the same template dozens of times. `ast`: the source already parsed, to compile."""
     entry = _COMPILED.get(source)
     if entry is None:
         try:
-            entry = _ENV.from_string(source)
+            entry = _ENV.from_string(ast if ast is not None else source)
         except TemplateSyntaxError as exc:
             message = f"template does not compile: line {exc.lineno}: {exc.message}"
             entry = TemplateCompileError(" ".join(message.split()))

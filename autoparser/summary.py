@@ -32,6 +32,12 @@ def summary_rows(analysis: Analysis) -> list[tuple[str, str]]:
     else:
         rows.append(("tool calls", f"{t.format}{', parallel' if t.parallel else ', one at a time'}"))
         rows.append(("tool call layout", _layout(analysis)))
+    m = analysis.messages
+    if m.body_start:
+        headers = f"reasoning {_show(m.reasoning_header.strip())}, answer {_show(m.content_header.strip())}"
+        if m.call_header:
+            headers += f", call {_show(m.call_header.strip().replace('{name}', 'NAME'))}"
+        rows.append(("messages", f"HEADER {_show(m.body_start)} … {_show(m.separator)} HEADER …; {headers}"))
     rows.append(("end of turn", ", ".join(_show(s) for s in analysis.stop) or "-"))
     rows.append(("triggers", ", ".join(_show(s) for s in analysis.triggers) or "-"))
     rows.append(("preserved tokens", " ".join(analysis.preserved_tokens) or "-"))

@@ -195,7 +195,10 @@ def own_case_disagreements(analysis: Analysis) -> list[str]:
 @needs_runtime
 @pytest.mark.parametrize("path", corpora.llamacpp_template_params())
 def test_llamacpp_corpus_round_trips_agree(path: Path) -> None:
-    assert corpus_disagreements(path) == []
+    problems = corpus_disagreements(path)
+    if problems and path.stem in KNOWN_LLAMACPP_DISAGREEMENTS:
+        pytest.xfail(KNOWN_LLAMACPP_DISAGREEMENTS[path.stem])
+    assert problems == []
 
 
 @needs_runtime
@@ -205,6 +208,13 @@ def test_shared_corpus_round_trips_agree(path: Path) -> None:
     if problems and path.stem in KNOWN_SHARED_DISAGREEMENTS:
         pytest.xfail(KNOWN_SHARED_DISAGREEMENTS[path.stem])
     assert problems == []
+
+
+# Formats the runtime reads and the grammar does not describe yet.
+KNOWN_LLAMACPP_DISAGREEMENTS = {
+    "muse-glimmer": "a message format (`analysis.messages`): each message's header chooses reasoning, answer or "
+                    "call; the runtime reads headers, the grammar has no rule for them yet",
+}
 
 
 # Analyses whose markers collide so that an LALR grammar cannot decide where the runtime can.

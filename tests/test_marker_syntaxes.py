@@ -21,6 +21,10 @@ FAMILIES = {
     "caps_words.jinja": ("THOUGHT_BEGIN", "THOUGHT_END", "TURN_OVER", "tag_json"),
     "dollar_params.jinja": ("$$reflect$$", "$$/reflect$$", "$$eot$$", "tag_tagged"),
     "tilde_channels.jinja": ("~~think~~", "~~/think~~", "~~stop~~", "json"),
+    "colon_messages.jinja": ("for=notes::say::", "::next::::turn:: bot", "::done::", "tag_json"),
+    "compound_brackets.jinja": ("⟦open⟧muse⟦go⟧", "⟦shut⟧muse⟦go⟧", "⟦eot⟧", "tag_json"),
+    "nested_brackets.jinja": ("||think||", "||/think||", "||end||", "tag_tagged"),
+    "section_quotes.jinja": ("%%muse%%", "%%/muse%%", "%%eot%%", "tag_tagged"),
 }
 
 

@@ -10,6 +10,7 @@ from typing import Any
 from autoparser.analysis import Analysis
 from autoparser.analyzers.content import analyze_content
 from autoparser.analyzers.diff import is_marker, segments
+from autoparser.analyzers.messages import analyze_messages
 from autoparser.analyzers.probes import Prober
 from autoparser.analyzers.prompt import generation_prompt, turn_end
 from autoparser.analyzers.reasoning import analyze_reasoning, template_facts
@@ -48,7 +49,14 @@ def analyze(source: str, bos_token: str = "", eos_token: str = "", **template_kw
                             "model's end-of-sequence token")
     analysis.stop = stop
     analysis.content = analyze_content(prober, reasoning, stop, quiet)
-    analysis.tools = analyze_tools(prober, reasoning, stop, quiet, warnings)
+    if turn is not None:
+        _turn_closing_stops(analysis, turn.closing)
+    analysis.messages = analyze_messages(prober, reasoning, analysis.generation_prompt,
+                                         analysis.thinking_kwargs(True) if reasoning.toggle else {})
+    analysis.tools = analyze_tools(prober, reasoning, stop, quiet, warnings, analysis.messages,
+                                   analysis.content)
+    if analysis.messages.body_start:
+        _markers_from_messages(analysis)
     if analysis.tools.opened_by_prompt and turn is not None and analysis.content.mode == "plain":
         # the prompt opened a call header: plain content is introduced by its own recipient text
         opener = turn.before_content
@@ -59,6 +67,29 @@ def analyze(source: str, bos_token: str = "", eos_token: str = "", **template_kw
     if not analysis.tools.supported:
         warnings.append("the template does not render tool calls; tool calling is off")
     return analysis
+
+
+def _turn_closing_stops(analysis: Analysis, closing: list[str]) -> None:
+    """Markers between the answer's own closing marker and the end of turn close the turn too
+    (`<|close|>message<|sep|>` before `<|end_of_msg|>`): a reply that ends there has ended."""
+    end = analysis.content.end.strip()
+    if not end or end not in closing or not analysis.stop:
+        return
+    at = 1
+    for unit in closing[closing.index(end) + 1:]:
+        if unit not in analysis.stop:
+            analysis.stop.insert(at, unit)
+            at += 1
+
+
+def _markers_from_messages(analysis: Analysis) -> None:
+    """In a message format, reasoning and the answer are messages: their markers are the headers."""
+    messages = analysis.messages
+    analysis.reasoning.start = (messages.reasoning_header + messages.body_start).strip()
+    analysis.reasoning.end = messages.separator
+    if analysis.content.mode != "wrapped" or not analysis.content.start:
+        analysis.content.mode = "wrapped"
+        analysis.content.start = (messages.content_header + messages.body_start).strip()
 
 
 def _preserved_tokens(analysis: Analysis) -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from autoparser.analysis import ContentAnalysis, ReasoningAnalysis
-from autoparser.analyzers.diff import cut_at_stop, is_marker, segments
+from autoparser.analyzers.diff import cut_at_stop, is_marker, is_unit_marker, segments, units
 from autoparser.analyzers.probes import CONTENT_TEXT, REASONING_FIELDS, REASONING_TEXT, Prober
 
 
@@ -39,6 +39,9 @@ def _wrapping(output: str | None, reasoning: ReasoningAnalysis, stop: list[str])
         start = ""
     if end and not any(is_marker(s) for s in segments(end)):
         end = ""
+    closing = [u for u in units(end) if not u.isspace()]
+    if len(closing) > 1 and all(is_unit_marker(u) for u in closing):
+        end = closing[0]  # the answer's own closing marker; the rest closes the turn
     return start, end
 
 

@@ -55,6 +55,38 @@ def is_marker(segment: str) -> bool:
     return bool(_MARKER.match(segment))
 
 
+_BARE_WORD = re.compile(r"[A-Za-z_]\w*")
+
+
+def units(text: str) -> list[str]:
+    """Segments, with compound markers joined: a word written between two markers with nothing
+    around it (`<|open|>think<|sep|>`, `<|close|>message<|sep|>`) is one marker with them. Read
+    from the end, so that in `<|start|>assistant<|channel|>final<|message|>` the word belongs to
+    the marker pair that closes it (`<|channel|>final<|message|>`)."""
+    segs = segments(text)
+    out: list[str] = []
+    at = len(segs) - 1
+    while at >= 0:
+        if (at >= 2 and is_marker(segs[at]) and _BARE_WORD.fullmatch(segs[at - 1])
+                and is_marker(segs[at - 2])):
+            out.append(segs[at - 2] + segs[at - 1] + segs[at])
+            at -= 3
+        else:
+            out.append(segs[at])
+            at -= 1
+    return out[::-1]
+
+
+def is_compound(unit: str) -> bool:
+    """A marker joined from two markers and the word between them."""
+    segs = segments(unit)
+    return len(segs) == 3 and is_marker(segs[0]) and is_marker(segs[2]) and bool(_BARE_WORD.fullmatch(segs[1]))
+
+
+def is_unit_marker(unit: str) -> bool:
+    return is_marker(unit) or is_compound(unit)
+
+
 def common_prefix(a: str, b: str) -> str:
     """Longest common prefix of `a` and `b` that ends on a segment boundary of both."""
     out = []

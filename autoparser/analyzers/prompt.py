@@ -5,7 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from autoparser.analyzers.diff import char_common_prefix, common_suffix, is_marker, markers_in, segments
+from autoparser.analyzers.diff import (
+    char_common_prefix,
+    common_suffix,
+    is_marker,
+    is_unit_marker,
+    markers_in,
+    segments,
+    units,
+)
 from autoparser.analyzers.probes import CONTENT_TEXT, USER_TEXT, Prober
 
 
@@ -22,6 +30,7 @@ def generation_prompt(prober: Prober, **kwargs: Any) -> str | None:
 class TurnEnd:
     before_content: str = ""  # what the output carries before the content (after the prompt)
     stop: list[str] = field(default_factory=list)
+    closing: list[str] = field(default_factory=list)  # the markers that close a reply, in order
 
 
 def turn_end(prober: Prober, eos_token: str, **kwargs: Any) -> TurnEnd | None:
@@ -36,10 +45,11 @@ def turn_end(prober: Prober, eos_token: str, **kwargs: Any) -> TurnEnd | None:
         closing, opening = _split_turns(prober, between, **kwargs)
         stop = stop_markers(closing) or markers_in(opening)[:1]
     else:
+        closing = after
         stop = stop_markers(after)
     if eos_token and eos_token not in stop:
         stop.append(eos_token)
-    return TurnEnd(before_content=output[:at], stop=stop)
+    return TurnEnd(before_content=output[:at], stop=stop, closing=closing_markup(closing))
 
 
 def _split_turns(prober: Prober, between: str, **kwargs: Any) -> tuple[str, str]:
@@ -89,6 +99,18 @@ def _next_turn_opening(prober: Prober, **kwargs: Any) -> str:
     return full[at: full.index(follow_up, at)]
 
 
+def closing_markup(after_content: str) -> list[str]:
+    """The markers (compound ones joined) that directly follow a reply's content, up to the first text."""
+    markup = []
+    for unit in units(after_content):
+        if unit.isspace():
+            continue
+        if not is_unit_marker(unit):
+            break
+        markup.append(unit)
+    return markup
+
+
 def stop_markers(after_content: str) -> list[str]:
     """The marker that ends the turn: the last marker of the markup that directly follows the content.
 
@@ -96,13 +118,7 @@ def stop_markers(after_content: str) -> list[str]:
     the content. Markup stops at the first text that is not a marker (the next turn's words).
     """
     stops: list[str] = []
-    markup = []
-    for seg in segments(after_content):
-        if seg.isspace():
-            continue
-        if not is_marker(seg):
-            break
-        markup.append(seg)
+    markup = closing_markup(after_content)
     if markup:
         stops.append(markup[-1])
     else:

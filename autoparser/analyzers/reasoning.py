@@ -22,10 +22,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from jinja2 import meta, nodes
+from jinja2 import nodes
 
 from autoparser.analysis import ReasoningAnalysis
-from autoparser.analyzers.diff import common_prefix, is_marker, markers_in, segments
+from autoparser.analyzers.diff import (
+    common_prefix,
+    is_compound,
+    is_marker,
+    is_unit_marker,
+    markers_in,
+    segments,
+    units,
+)
 from autoparser.analyzers.probes import (
     ARGS_A,
     CONTENT_TEXT,
@@ -56,17 +64,54 @@ class TemplateFacts:
 
 
 def template_facts(source: str) -> TemplateFacts:
-    compile_template(source)  # raises a clear error for a template that does not compile
-    ast = get_environment().parse(source)
-    variables = sorted(meta.find_undeclared_variables(ast) - STANDARD_VARIABLES)
-    literals: list[str] = []
-    for const in ast.find_all(nodes.Const):
-        if isinstance(const.value, str) and const.value and const.value not in literals:
-            literals.append(const.value)
-    for data in ast.find_all(nodes.TemplateData):
-        if data.data not in literals:
-            literals.append(data.data)
-    return TemplateFacts(variables=variables, literals=literals)
+    try:
+        ast = get_environment().parse(source)
+    except Exception:
+        compile_template(source)  # raises a clear error for a template that does not compile
+        raise
+    facts = _TreeFacts()
+    facts.visit(ast)
+    compile_template(source, ast)  # after the walk: compiling may rewrite the tree
+    variables = sorted({name for name, ctx in facts.first_use.items() if ctx == "load"} - STANDARD_VARIABLES)
+    return TemplateFacts(variables=variables, literals=list(dict.fromkeys(facts.literals)))
+
+
+# fields visited in evaluation order where it differs from the node's own field order: a value is
+# read before its target is written (`{% set think = think | default(false) %}` reads `think`)
+_EVALUATION_ORDER = {nodes.Assign: ("node", "target"), nodes.AssignBlock: ("filter", "body", "target"),
+                     nodes.For: ("iter", "target", "test", "body", "else_"),
+                     nodes.With: ("values", "targets", "body")}
+
+
+class _TreeFacts:
+    """One walk over the syntax tree: the variables read before the template sets them (the ones a
+    caller can pass), and the string literals. A cheap stand-in for jinja2's `meta`, whose
+    code-generator pass costs as much as compiling the template again."""
+
+    def __init__(self) -> None:
+        self.first_use: dict[str, str] = {}
+        self.literals: list[str] = []
+
+    def visit(self, node: nodes.Node) -> None:
+        if isinstance(node, nodes.Name):
+            self.first_use.setdefault(node.name, node.ctx)
+        elif isinstance(node, nodes.Macro):
+            self.first_use.setdefault(node.name, "store")
+        elif isinstance(node, nodes.Const):
+            if isinstance(node.value, str) and node.value:
+                self.literals.append(node.value)
+        elif isinstance(node, nodes.TemplateData):
+            self.literals.append(node.data)
+        order = _EVALUATION_ORDER.get(type(node))
+        if order is None:
+            for child in node.iter_child_nodes():
+                self.visit(child)
+            return
+        for name in order:
+            value = getattr(node, name, None)
+            for child in value if isinstance(value, list) else [value]:
+                if isinstance(child, nodes.Node):
+                    self.visit(child)
 
 
 def marker_literals(facts: TemplateFacts) -> list[str]:
@@ -282,7 +327,8 @@ def _opening_words(text: str, start: str, end: str) -> str:
 
 def _ends_with_marker(text: str, marker: str) -> bool:
     segs = [s for s in segments(text) if not s.isspace()]
-    return bool(segs) and segs[-1] == marker
+    joined = [s for s in units(text) if not s.isspace()]
+    return (bool(segs) and segs[-1] == marker) or (bool(joined) and joined[-1] == marker)
 
 
 def _markers_from_history(prober: Prober, kwargs: dict[str, Any]) -> tuple[str, str, bool]:
@@ -328,8 +374,8 @@ def _reasoning_messages(prober: Prober, name: str) -> list[tuple[dict[str, Any],
 
 
 def _closing_marker(closings: list[str]) -> str:
-    first = next(s for s in segments(closings[0]) if is_marker(s))
-    if len(closings) < 2:
+    first = next(s for s in units(closings[0]) if is_unit_marker(s))
+    if len(closings) < 2 or is_compound(first):
         return first
     shared = common_prefix(closings[0].strip(), closings[1].strip()).strip()
     segs = segments(shared)
@@ -344,8 +390,8 @@ def _opening_before(before_reasoning: str, output: str | None) -> str:
         lead = output[: output.index(REASONING_TEXT)].strip()
         if lead and len(lead) <= 64 and is_marker(segments(lead)[0]) and is_marker(segments(lead)[-1]):
             return lead
-    before = [s for s in segments(before_reasoning) if not s.isspace()]
-    return before[-1] if before and is_marker(before[-1]) else ""
+    before = [s for s in units(before_reasoning) if not s.isspace()]
+    return before[-1] if before and is_unit_marker(before[-1]) else ""
 
 
 def _end_marker_from_stripping(prober: Prober, candidates: list[str], kwargs: dict[str, Any]) -> str:

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from autoparser.analysis import ReasoningAnalysis, ToolsAnalysis
+from autoparser.analysis import ContentAnalysis, MessagesAnalysis, ReasoningAnalysis, ToolsAnalysis
 from autoparser.analyzers.diff import (
     common_prefix,
     common_suffix,
@@ -63,10 +63,14 @@ class CallRenders:
 
 
 def analyze_tools(prober: Prober, reasoning: ReasoningAnalysis, stop: list[str],
-                  kwargs: dict[str, Any], warnings: list[str]) -> ToolsAnalysis:
+                  kwargs: dict[str, Any], warnings: list[str],
+                  messages: MessagesAnalysis | None = None,
+                  content: ContentAnalysis | None = None) -> ToolsAnalysis:
     renders = _render_calls(prober, kwargs)
     if renders is None:
         return ToolsAnalysis()
+    if messages is not None and messages.call_body_named:
+        renders = _without_call_headers(renders, messages)
     if not renders.definitions_shown:
         warnings.append("the template renders tool calls but never shows the tool definitions to the model; "
                         "pass a template that does (--chat-template-file) to tell the model about tools")
@@ -91,16 +95,68 @@ def analyze_tools(prober: Prober, reasoning: ReasoningAnalysis, stop: list[str],
         warnings.append("tool calls render, but their structure could not be worked out; tool calls will "
                         "stay in content")
         return ToolsAnalysis(supported=False)
-    _markup(one, two, spans, tools, reasoning, stop)
+    _markup(one, two, spans, tools, reasoning, stop, content or ContentAnalysis())
     _opened_by_prompt(tools, generation_prompt(prober, **kwargs) or "")
     if tools.format in ("tag_json", "tag_tagged"):
         _split_tag_markup(tools)
     _find_tag_id(tools)
     _confirm_call_index(one, two, tools)
+    if tools.format == "tag_tagged" and not tools.arg_python:
+        _nested_values(prober, tools, renders.as_text, kwargs)
     return tools
 
 
+NESTED_ARGS: dict[str, Any] = {"obj_arg": {"inner_key": "inner text", "inner_num": 7}, "list_arg": ["one item", 3]}
+
+
+def _nested_values(prober: Prober, tools: ToolsAnalysis, as_text: bool, kwargs: dict[str, Any]) -> None:
+    """How an object or an array is written inside a tagged argument, when not as JSON."""
+    output = prober.output(prober.calls_message([(NAME_A, NESTED_ARGS, ID_A)], as_text), tools=PROBE_TOOLS,
+                           **kwargs) or ""
+    if json.dumps(NESTED_ARGS["obj_arg"]) in output or "inner text" not in output:
+        return
+    quote = tools.arg_end
+    if tools.arg_key_end_json and tools.arg_key_end == tools.arg_key_end_json + quote and quote.strip():
+        written = _quoted_form(NESTED_ARGS["obj_arg"], quote)
+        if written in output and _quoted_form(NESTED_ARGS["list_arg"], quote) in output:
+            tools.arg_nested, tools.arg_nested_quote = "quoted", quote
+            return
+    if tools.arg_end_keyed and tools.arg_start:
+        arg_start, key_end, arg_end = tools.arg_start.strip(), tools.arg_key_end, tools.arg_end.strip()
+        obj = "".join(arg_start + k + key_end + str(v) + arg_end.replace(KEY_HOLE, k)
+                      for k, v in NESTED_ARGS["obj_arg"].items())
+        at = output.find("list_arg" + key_end)
+        item_at = output.find(arg_start, at) + len(arg_start) if at >= 0 else -1
+        item = output[item_at: output.find(key_end, item_at)] if item_at >= len(arg_start) else ""
+        items = "".join(arg_start + item + key_end + str(v) + arg_end.replace(KEY_HOLE, item)
+                        for v in NESTED_ARGS["list_arg"])
+        if item and obj in output and items in output:
+            tools.arg_nested, tools.arg_nested_item = "tags", item
+
+
+def _quoted_form(value: Any, quote: str) -> str:
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{_quoted_form(v, quote)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(_quoted_form(v, quote) for v in value) + "]"
+    if isinstance(value, str):
+        return quote + value + quote
+    return json.dumps(value)
+
+
 INDEX_HOLE = "{index}"
+
+
+def _without_call_headers(renders: CallRenders, messages: MessagesAnalysis) -> CallRenders:
+    """Calls in their own messages whose bodies name the call again: the bodies alone are the calls."""
+    def strip(text: str | None) -> str | None:
+        if text is None:
+            return None
+        for name in (NAME_A, NAME_B):
+            text = text.replace(messages.call_header.replace("{name}", name) + messages.body_start, "", 1)
+        return text
+
+    return dataclasses.replace(renders, one=strip(renders.one) or "", two=strip(renders.two))
 
 
 def _confirm_call_index(one: str, two: str | None, tools: ToolsAnalysis) -> None:
@@ -372,12 +428,12 @@ _ID_HOLE = "\x01" * len(ID_A)
 
 
 def _markup(one: str, two: str | None, spans: list[Span], tools: ToolsAnalysis,
-            reasoning: ReasoningAnalysis, stop: list[str]) -> None:
+            reasoning: ReasoningAnalysis, stop: list[str], content: ContentAnalysis) -> None:
     # Ids differ between the calls; a same-length hole keeps the spans valid and lets them align.
     one = one.replace(ID_A, _ID_HOLE)
     two = two.replace(ID_A, _ID_HOLE).replace(ID_B, _ID_HOLE) if two is not None else None
     first = spans[0]
-    before = _drop_leading_reasoning(one[: first.start], reasoning)
+    before = _drop_empty_content(_drop_leading_reasoning(one[: first.start], reasoning), content)
     after = one[first.end:]
     if two is not None and len(spans) == 3:
         between = two[spans[1].end: spans[2].start]
@@ -435,6 +491,18 @@ def _drop_leading_reasoning(text: str, reasoning: ReasoningAnalysis) -> str:
     at = text.find(reasoning.end)
     if at >= 0 and not text[:at].replace(reasoning.start, "").strip():
         return text[at + len(reasoning.end):].lstrip()
+    return text
+
+
+def _drop_empty_content(text: str, content: ContentAnalysis) -> str:
+    """Calls rendered after an empty answer block (`<|open|>response<|sep|><|close|>response<|sep|>`):
+    the block is the answer's markup, not the calls'."""
+    start, end = content.start.strip(), content.end.strip()
+    lead = text.lstrip()
+    if content.mode == "wrapped" and start and end and lead.startswith(start):
+        rest = lead[len(start):].lstrip()
+        if rest.startswith(end):
+            return rest[len(end):].lstrip()
     return text
 
 

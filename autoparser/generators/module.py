@@ -21,7 +21,7 @@ from typing import Any
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 # the output language first, then the runtime that interprets it, in dependency order
 RUNTIME_MODULES = ("language/request", "language/values", "runtime/jsonscan", "runtime/markers",
-                   "runtime/channels", "runtime/spec", "runtime/steps", "runtime/calls_tagged",
+                   "runtime/channels", "runtime/messages", "runtime/spec", "runtime/steps", "runtime/calls_tagged",
                    "runtime/calls_json", "runtime/engine", "runtime/parser")
 
 _PACKAGE_IMPORT = re.compile(r"^from autoparser\.(?:runtime|language)\.\w+ import (?:\([^)]*\)|[^\n]*)\n",

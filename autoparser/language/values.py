@@ -213,6 +213,17 @@ def convert_literal_value(raw: str, kind: str, schema) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
+def allows_null(schema) -> bool:
+    """Whether a schema accepts null (`{"type": ["string", "null"]}`): raw `null` is then null."""
+    if not isinstance(schema, dict):
+        return False
+    kind = schema.get("type")
+    if kind == "null" or (isinstance(kind, list) and "null" in kind):
+        return True
+    return any(allows_null(option) for option in schema.get("anyOf") or schema.get("oneOf") or []
+               if isinstance(option, dict) and option.get("type") == "null")
+
+
 def convert_tagged_value(raw: str, kind: str, schema) -> str:
     """The JSON text of a tagged argument value whose raw text was buffered.
 
@@ -223,6 +234,8 @@ def convert_tagged_value(raw: str, kind: str, schema) -> str:
     included, is the raw text as a string. Text that does not parse is always kept as a string.
     """
     stripped = raw.strip()
+    if kind == "string" and stripped == "null" and allows_null(schema):
+        return "null"
     if kind != "string" and is_json_number(stripped):
         return stripped  # as written: `1e5` and `2.50` stay what the model wrote
     try:
@@ -246,3 +259,85 @@ def convert_tagged_value(raw: str, kind: str, schema) -> str:
             if inner is not None and not isinstance(inner, str):
                 value = inner
     return json.dumps(value, ensure_ascii=False)
+
+
+# -- nested values in tagged formats -----------------------------------------------------------------
+
+_BARE_OBJECT_KEY = re.compile(r"([{,]\s*)([A-Za-z_][\w\-]*)(\s*:)")
+
+
+def quoted_to_json(raw: str, quote: str):
+    """A value written as JSON whose strings are quoted by a marker and whose keys are bare
+    (`{theme:<|"|>dark<|"|>,count:3}`), as a JSON value; None when it is not one."""
+    out: list[str] = []
+    pos = 0
+    while True:
+        start = raw.find(quote, pos)
+        if start < 0:
+            out.append(_BARE_OBJECT_KEY.sub(r'\1"\2"\3', raw[pos:]))
+            break
+        end = raw.find(quote, start + len(quote))
+        if end < 0:
+            return None
+        out.append(_BARE_OBJECT_KEY.sub(r'\1"\2"\3', raw[pos:start]))
+        out.append(json.dumps(raw[start + len(quote): end], ensure_ascii=False))
+        pos = end + len(quote)
+    try:
+        return json.loads("".join(out))
+    except ValueError:
+        return None
+
+
+def tags_to_json(raw: str, arg_start: str, key_end: str, arg_end: str, item: str, depth: int = 0):
+    """A value written as nested tagged arguments (`<real>1.5</real><imaginary>2</imaginary>`) as a
+    JSON object, or as an array when every element is named `item`; None when it is not one.
+    `arg_end` names its key as `{key}`; leaves are JSON numbers, booleans and null, else text."""
+    text = raw.strip()
+    if depth > 32 or not arg_start or not text.startswith(arg_start):
+        return None
+    pairs: list[tuple[str, object]] = []
+    pos = 0
+    while pos < len(text):
+        if not text.startswith(arg_start, pos):
+            return None
+        key_at = pos + len(arg_start)
+        key_stop = text.find(key_end, key_at)
+        if key_stop < 0:
+            return None
+        key = text[key_at:key_stop]
+        close = arg_end.replace("{key}", key)
+        value_at = key_stop + len(key_end)
+        value_stop = _matching_close(text, value_at, arg_start + key + key_end, close)
+        if not key or value_stop < 0:
+            return None
+        value_raw = text[value_at:value_stop]
+        nested = tags_to_json(value_raw, arg_start, key_end, arg_end, item, depth + 1)
+        pairs.append((key, nested if nested is not None else _leaf(value_raw)))
+        pos = value_stop + len(close)
+        while pos < len(text) and text[pos].isspace():
+            pos += 1
+    if item and pairs and all(key == item for key, _ in pairs):
+        return [value for _, value in pairs]
+    return dict(pairs)
+
+
+def _matching_close(text: str, at: int, opener: str, close: str) -> int:
+    depth = 0
+    while True:
+        stop = text.find(close, at)
+        if stop < 0:
+            return -1
+        depth += text.count(opener, at, stop)
+        if depth == 0:
+            return stop
+        depth -= 1
+        at = stop + len(close)
+
+
+def _leaf(raw: str):
+    stripped = raw.strip()
+    try:
+        value = json.loads(stripped)
+    except ValueError:
+        return stripped
+    return value if not isinstance(value, str) else stripped

@@ -23,6 +23,7 @@ import re
 from autoparser.language.request import KEY_HOLE, NAME_FORBIDDEN, is_weak, value_kind
 from autoparser.language.values import (
     QUOTE_OPEN,
+    allows_null,
     convert_literal_value,
     convert_tagged_value,
     decode_escape,
@@ -54,6 +55,7 @@ from autoparser.runtime.steps import (
 
 MAX_NAME = 256
 _INDEX_RUN = re.compile(r"[0-9]*")
+_NOT_IN_ID = re.compile(r"[\s\"'<>]")
 _JSON_STARTS = '{["-0123456789tfn'
 CDATA = ("<![CDATA[", "]]>")
 _NAME_RUN = re.compile(f"[^{NAME_FORBIDDEN}]*")
@@ -86,7 +88,11 @@ class TagCalls:
             if end >= len(text) and not final:
                 return pos
             self._index_digits = text[p:end]
-            self._call_id = f"{spec.name_start}{self._name}{spec.name_end}{self._index_digits}"
+            own_id = f"{spec.name_start}{self._name}{spec.name_end}{self._index_digits}"
+            # the format's own id (`functions.NAME:0`) is passed through; markup with spaces or
+            # quotes around the number (`call tool="NAME" index="1`) is no id
+            if not _NOT_IN_ID.search(own_id):
+                self._call_id = own_id
             self._step = INDEX_TAIL
             return end
         if step == INDEX_TAIL:
@@ -319,8 +325,9 @@ class TagCalls:
             hit = markers.find(text, p)
         if hit is None or hit == NO:
             if final and self._emitted:
-                # cut off inside a key: only arguments whose values were written are kept
-                return self._close_tagged(len(text), incomplete=True)
+                # cut off inside a key: only arguments whose values were written are kept, and
+                # the unfinished key stays as text
+                return self._close_tagged(p, incomplete=True, junk=True)
             if final or hit == NO or len(text) - p > MAX_NAME:
                 return self._key_failed(p)
             return pos
@@ -391,6 +398,22 @@ class TagCalls:
                 self._step = T_BUFFER
                 return pos
             if p < len(text) and text[p] in _JSON_STARTS:
+                self._step = T_BUFFER
+                return pos
+            if spec.arg_nested == "tags" and p < len(text):
+                # nested argument markup: an object or an array, read whole
+                found, _end = match_at(text, p, spec.arg_start, final)
+                if found == PARTIAL:
+                    return pos
+                if found == FULL:
+                    self._step = T_BUFFER
+                    return pos
+        elif allows_null(self._schema()):
+            # a nullable string: raw `null` is null, so a value that may be it is read whole
+            p = skip_whitespace(text, pos)
+            if p >= len(text) and not final:
+                return pos
+            if p < len(text) and text[p] == "n":
                 self._step = T_BUFFER
                 return pos
         # an XML CDATA section around the text (`<![CDATA[a < b]]>`) is not part of it
@@ -487,14 +510,18 @@ class TagCalls:
                 # a value that was written is kept; an empty one is left out
                 raw = "".join(self._value_parts)
                 if raw.strip():
-                    self.out.add_arguments(convert_tagged_value(raw, self._kind, self._schema()))
+                    self.out.add_arguments(self._convert_buffered(raw))
                 return self._close_tagged(len(text), incomplete=True)
             return end
         value_end, marker_end, kind = hit
         self._value_parts.append(text[pos:value_end])
         raw = "".join(self._value_parts)
-        self.out.add_arguments(convert_tagged_value(raw, self._kind, self._schema()))
+        self.out.add_arguments(self._convert_buffered(raw))
         return self._value_finished(marker_end, kind, value_end)
+
+    def _convert_buffered(self, raw: str) -> str:
+        nested = self._spec.nested_value(raw) if self._kind != "string" else None
+        return nested if nested is not None else convert_tagged_value(raw, self._kind, self._schema())
 
     def _schema(self):
         return self._spec.argument_schema(self._name, self._key)
@@ -540,6 +567,7 @@ class TagCalls:
 
     def _literal_collect(self, p: int) -> int:
         self._lit_depth, self._lit_quote, self._lit_escape = 0, "", False
+        self._lit_unbalanced = False
         self._value_parts = []
         self._step = T_LIT_BUFFER
         return p
@@ -584,11 +612,20 @@ class TagCalls:
                 return after
             out.append(text[j:after])  # a quote inside the text, written unescaped
             i = after
+        if final and i >= n and self._still_held() and self._closes_inside(text, pos):
+            # the string never closed, yet the calls' end came after it: invalid syntax, no call
+            return self._to_junk(pos)
         self.out.add_arguments(json_string_body("".join(out)))
         if final and i >= n:
             self.out.add_arguments('"')
             return self._close_tagged(n, incomplete=True)
         return i
+
+    def _closes_inside(self, text: str, pos: int) -> bool:
+        """Whether the section's end or an end of turn is inside the held call's unclosed value."""
+        spec = self._spec
+        written = "".join(self._raw or ()) + text[pos:]
+        return any(marker and marker in written for marker in (spec.section_end, *spec.stops))
 
     def _literal_buffer(self, text: str, pos: int, final: bool) -> int:
         """Any other literal (`3`, `True`, `[1, 'a']`, `{'k': None}`, or bare text): collected until
@@ -634,6 +671,9 @@ class TagCalls:
                 if verdict == YES:
                     ended = True
                     break
+                self._lit_unbalanced = self._lit_unbalanced or char in ")]}"
+            elif char in ")]}":
+                self._lit_unbalanced = True
             i += 1
         self._lit_depth, self._lit_quote, self._lit_escape = depth, quote, escape
         self._value_parts.append(text[pos:i])
@@ -641,8 +681,13 @@ class TagCalls:
             return i
         raw = "".join(self._value_parts)
         self._value_parts = []
-        convert = convert_literal_value if self._spec.literal_values else convert_tagged_value
-        self.out.add_arguments(convert(raw, self._kind, self._schema()))
+        if ended and (self._lit_unbalanced or not raw.strip()) and self._still_held():
+            # `f(x=1])`, `f(city=)`: invalid syntax, so no call; its text is content
+            return self._to_junk(pos)
+        if self._spec.literal_values:
+            self.out.add_arguments(convert_literal_value(raw, self._kind, self._schema()))
+        else:
+            self.out.add_arguments(self._convert_buffered(raw))
         if not ended:  # the output ended inside the value
             return self._close_tagged(n, incomplete=True)
         self._step = T_BETWEEN

@@ -83,7 +83,7 @@ class ToolCall:
 class Output:
     """Collects the message and the deltas of the current `feed`, merging neighbours of one kind."""
 
-    __slots__ = ("reasoning", "content", "calls", "deltas", "_last", "key_pending")
+    __slots__ = ("reasoning", "content", "calls", "deltas", "_last", "key_pending", "held")
 
     def __init__(self) -> None:
         self.reasoning = TextChannel()
@@ -93,12 +93,36 @@ class Output:
         self._last: object = None
         # an argument's key (`, "city": `), emitted only with the first text of its value
         self.key_pending = ""
+        # where the deltas of a call not yet known to be valid begin: they are kept back until its
+        # first argument text (or `confirm`), or withdrawn with the call by `withdraw`
+        self.held: int | None = None
 
     def take(self) -> list[dict]:
+        if self.held is not None:
+            deltas, self.deltas = self.deltas[: self.held], self.deltas[self.held:]
+            self.held = 0
+            return deltas
         deltas = self.deltas
         self.deltas = []
         self._last = None
         return deltas
+
+    def hold(self) -> None:
+        self.held = len(self.deltas)
+        self._last = None
+
+    def confirm(self) -> None:
+        self.held = None
+
+    def withdraw(self) -> None:
+        """The held call was no call: its deltas and the call itself are gone."""
+        if self.held is None:
+            return
+        del self.deltas[self.held:]
+        self.calls.pop()
+        self.key_pending = ""
+        self.held = None
+        self._last = None
 
     def _text(self, key: str, text: str) -> None:
         if self._last == key:
@@ -128,6 +152,7 @@ class Output:
     def add_arguments(self, text: str) -> None:
         if not text:
             return
+        self.held = None  # a call's first argument text makes it a call
         if self.key_pending:
             text, self.key_pending = self.key_pending + text, ""
         call = self.calls[-1]

@@ -80,6 +80,8 @@ class StreamParser(TagCalls, JsonCalls):
         self._entry = 0
         self._in_string = False
         self._raw_call_end_is_content = True
+        self._held = False  # the current call's deltas are held until it is valid (call syntax)
+        self._had_call = False
         # the text that opened the current section, held until a call in it is certain: a section
         # holding no call (`[1, 2]` where `[` opens Python-style calls) is content, markers and all
         self._opener: str | None = None
@@ -96,7 +98,8 @@ class StreamParser(TagCalls, JsonCalls):
         """Parse the next piece of output; return the deltas it completes (possibly none)."""
         if self._finished:
             raise RuntimeError("feed() after finish()")
-        if chunk and self._in_string and self._pos >= len(self._text) and is_string_body(chunk):
+        if (chunk and self._in_string and self._pos >= len(self._text) and self.out.held is None
+                and is_string_body(chunk)):
             # the hot path: more characters of a JSON string inside streamed arguments
             call = self.out.calls[-1]
             call.append(chunk)
@@ -136,6 +139,8 @@ class StreamParser(TagCalls, JsonCalls):
                 continue
             if raw is not None and raw is self._raw and newpos > pos:
                 raw.append(text[pos:newpos])
+                if self._held:
+                    self._still_held()  # a call confirmed by its first argument text needs no raw text
             if newpos == pos and self._mode == mode and self._step == step:
                 break
             pos = newpos
@@ -186,6 +191,7 @@ class StreamParser(TagCalls, JsonCalls):
         self._lit_depth = 0  # inside a collected literal value: bracket depth, open quote, escape
         self._lit_quote = ""
         self._lit_escape = False
+        self._lit_unbalanced = False
 
     def _begin_call(self, raw_text: str, mode, step: int) -> None:
         self._reset_call()
@@ -197,13 +203,22 @@ class StreamParser(TagCalls, JsonCalls):
         self._step = step
 
     def _emit_call(self) -> None:
-        """The call is certain: emit its name and id; its raw text is no longer needed."""
+        """The call is certain: emit its name and id; its raw text is no longer needed.
+
+        In call syntax (`name(key=value)`) the first key makes the call, but its first value may
+        still be invalid (`f(x=1])`, `f(city=)`): the call's deltas are held, and its raw text
+        kept, until that value's first text; invalid syntax before then withdraws it."""
         spec = self._spec
         call_id = self._call_id or spec.call_id()
+        self._held = spec.bare_keys
+        if self._held:
+            self.out.hold()
         self.out.start_call(call_id, self._name)
         self._emitted = True
-        self._raw = None
+        if not self._held:
+            self._raw = None
         self._opener = None
+        self._had_call = self._section_has_call
         if self._in_section:
             self._section_has_call = True
 
@@ -233,6 +248,9 @@ class StreamParser(TagCalls, JsonCalls):
     def _end_call(self, incomplete: bool = False) -> None:
         if incomplete and self.out.calls:
             self.out.calls[-1].incomplete = True
+        if self._still_held():
+            self.out.confirm()
+            self._held = False
         self._reset_call()
         self._raw = None
         self._step = 0
@@ -251,7 +269,10 @@ class StreamParser(TagCalls, JsonCalls):
         return pos
 
     def _to_junk(self, pos: int, incomplete: bool = False) -> int:
-        """Text inside an already emitted call that does not fit: close the call, keep the text."""
+        """Text inside an already emitted call that does not fit: close the call, keep the text.
+        A call still held (call syntax) is no call at all: all its text is content."""
+        if self._still_held():
+            return self._withdraw_call(pos)
         self._end_call(incomplete)
         if self._spec.strict:
             self._plain = True
@@ -259,6 +280,30 @@ class StreamParser(TagCalls, JsonCalls):
         else:
             self._mode = self._raw_mode
             self._raw_call_end_is_content = False
+        return pos
+
+    def _still_held(self) -> bool:
+        """Whether the current call is still held (its first argument text not yet written)."""
+        if self._held and self.out.held is None:
+            self._held = False
+            self._raw = None
+        return self._held
+
+    def _withdraw_call(self, pos: int) -> int:
+        self.out.withdraw()
+        self._held = False
+        raw = "".join(self._raw or ()) + self._text[self._entry:pos]
+        self._raw = None
+        self.out.add_content(raw)
+        self._section_has_call = self._had_call
+        self._reset_call()
+        self._step = 0
+        if self._spec.strict:
+            self._plain = True
+            self._mode = self._content
+        else:
+            self._mode = self._raw_mode
+            self._raw_call_end_is_content = True
         return pos
 
     @staticmethod
@@ -453,6 +498,19 @@ class StreamParser(TagCalls, JsonCalls):
             self._begin_call(marker_text, self._tag_header, self._header_first)
 
     def _stopped(self, text: str, pos: int, final: bool) -> int:
+        # more end-of-turn markup right after the end of turn (`<|close|>message<|sep|>` then
+        # `<|end_of_msg|>`) is markup too; any other text is content
+        p = skip_whitespace(text, pos)
+        markers = self._sets["stops"]
+        hit = markers.find_at(text, p)
+        if markers.undecided(text, p, hit, final) or (p >= len(text) and not final):
+            return pos
+        if hit is not None:
+            return p + len(hit[0])
+        self._mode = self._stopped_text
+        return pos
+
+    def _stopped_text(self, text: str, pos: int, final: bool) -> int:
         self.out.add_content(text[pos:])
         return len(text)
 
@@ -481,10 +539,12 @@ class StreamParser(TagCalls, JsonCalls):
         found, kind = hit
         end = p + len(found)
         if kind == "sep":
+            # a separator belongs to the call after it: content again if no call follows
+            self._opener = (self._opener or "") + found
             return end
         if kind == "end":
+            self._release_opener()
             if self._in_section and not self._section_has_call:
-                self._release_opener()
                 self.out.add_content(found)  # the end of a section that held no call
             self._in_section = False
             self._mode = self._content
@@ -557,7 +617,7 @@ class StreamParser(TagCalls, JsonCalls):
     def _finalize(self) -> None:
         """Close whatever is still open once all text was consumed."""
         self._release_opener()
-        if self._raw is not None:
+        if self._raw is not None and not self._emitted:
             self._fail_call(len(self._text))
             return
         if not self._emitted:

@@ -13,8 +13,10 @@ import re
 from typing import Any
 
 from autoparser.language.request import KEY_HOLE, NAME_FORBIDDEN
+from autoparser.runtime.channels import Output
 from autoparser.runtime.engine import StreamParser
 from autoparser.runtime.markers import MarkerSet
+from autoparser.runtime.messages import MessageStream
 from autoparser.runtime.spec import Spec
 
 
@@ -31,6 +33,10 @@ def build_marker_sets(spec: Spec) -> dict[str, Any]:
     stops = [(stop, "stop") for stop in spec.stops]
     # a reasoning end marker inside the answer is text (`Use the </think> tag.`)
     dropped = [(m, "drop") for m in spec.content_markers]
+    if spec.reasoning_start and spec.reasoning_end:
+        # an empty reasoning block inside the answer (a model re-opening its thought channel and
+        # closing it at once) is markup, not text
+        dropped.append((spec.reasoning_start + " " + spec.reasoning_end, "drop"))
     tool_markers: list[tuple[str, str]] = []
     if spec.tools_on:
         tool_markers = [(spec.section_start, "section"), (spec.call_start, "call")]
@@ -38,7 +44,12 @@ def build_marker_sets(spec: Spec) -> dict[str, Any]:
             tool_markers.append(("[", "bracket") if spec.array else ("{", "brace"))
         elif spec.format != "json" and not spec.section_start and not spec.call_start:
             tool_markers.append((spec.name_start, "named"))
+        elif spec.name_opens_call:
+            tool_markers.append((spec.name_start, "named"))
     interrupt = spec.tool_opener if spec.format != "none" else ""
+    # a call's own opener interrupts reasoning too, where the model left out the section opener
+    interrupts = [(interrupt, "interrupt"), (spec.call_start if interrupt else "", "interrupt"),
+                  (spec.content_start, "interrupt")]
     section = [(spec.call_start, "call"), (spec.section_end, "end"), *stops, (spec.call_separator, "sep")]
     if not spec.call_start:
         section.append(("{" if spec.format == "json" else spec.name_start, "named"))
@@ -62,7 +73,8 @@ def build_marker_sets(spec: Spec) -> dict[str, Any]:
     name_pattern = "|".join(re.escape(m) for m in sorted({m for m in name_stops if m}, key=len, reverse=True))
     forbidden = f"[{NAME_FORBIDDEN}]"
     return {
-        "reasoning": MarkerSet(kinds((spec.reasoning_end, "end"), *stops, (interrupt, "interrupt"))),
+        "reasoning": MarkerSet(kinds((spec.reasoning_end, "end"), *stops, *interrupts)),
+        "stops": MarkerSet(kinds(*stops)),
         "deferred": MarkerSet(kinds((spec.reasoning_end, "end"))),
         "content": MarkerSet(kinds(*tool_markers, *dropped, *stops)),
         "plain": MarkerSet(kinds(*dropped, *stops)),
@@ -115,10 +127,23 @@ class Parser:
         self.analysis = analysis
         self.spec = Spec(data, tools, thinking, parallel_tool_calls, tool_choice, tool_call_policy, prompt)
         self._sets = build_marker_sets(self.spec)
+        self._call_spec: Spec | None = None
+        if self.spec.message_format is not None:
+            # one message's call body, parsed by the engine alone: no reasoning, turns or messages
+            body = dict(data, reasoning={}, content={}, messages={}, stop=[])
+            self._call_spec = Spec(body, tools, None, parallel_tool_calls, tool_choice, tool_call_policy)
+            self._call_sets = build_marker_sets(self._call_spec)
 
-    def stream(self) -> StreamParser:
+    def stream(self) -> StreamParser | MessageStream:
         """A new incremental parser: `feed(chunk)` -> deltas, `finish()` -> deltas, `message()`."""
+        if self._call_spec is not None:
+            return MessageStream(self.spec, self._sets, self._call_parser)
         return StreamParser(self.spec, self._sets)
+
+    def _call_parser(self, out: Output) -> StreamParser:
+        parser = StreamParser(self._call_spec, self._call_sets)
+        parser.out = out
+        return parser
 
     def parse(self, text: str) -> dict[str, Any]:
         """The assistant message for a complete model output."""

@@ -6,6 +6,7 @@ module, which embeds that dict, runs the very same code without the `autoparser`
 
 from __future__ import annotations
 
+import json
 import secrets
 from typing import Any
 
@@ -15,11 +16,14 @@ from autoparser.language.request import (
     args_keys,
     bare_fence,
     core,
+    is_weak,
     split_call_index,
     start_state,
     tool_table,
 )
+from autoparser.language.values import quoted_to_json, tags_to_json
 from autoparser.runtime.markers import leading_ws, trailing_ws
+from autoparser.runtime.messages import MessageFormat
 
 
 class Spec:
@@ -75,6 +79,7 @@ class Spec:
         self.args_end = core(get("args_end"))
         self.arg_start = core(get("arg_start"))
         self.arg_key_end = core(get("arg_key_end"))
+        self.arg_key_end_raw = get("arg_key_end") or ""
         self.arg_key_end_json = core(get("arg_key_end_json"))
         self.arg_key_trail = trailing_ws(get("arg_key_end"))
         self.arg_end = core(get("arg_end"))
@@ -82,6 +87,9 @@ class Spec:
         self.arg_end_lead = leading_ws(get("arg_end"))
         self.arg_separator = core(get("arg_separator"))
         self.arg_string_raw = bool(get("arg_string_raw", True))
+        self.arg_nested = get("arg_nested") or ""
+        self.arg_nested_quote = get("arg_nested_quote") or ""
+        self.arg_nested_item = get("arg_nested_item") or ""
         self.name_field = get("name_field") or "name"
         self.args_fields = args_keys(get("args_field"))
         self.id_field = get("id_field") or None
@@ -89,6 +97,11 @@ class Spec:
         # a call with no marker before it: a bare JSON object in the content (Llama 3.x style)
         self.markerless = (self.format == "json" and not self.section_start and not self.call_start)
         # what opens tool calls in content; also what ends an unclosed reasoning block
+        # a name marker that is a tag of its own (`<function=`) also opens a call whose opener the
+        # model left out
+        self.name_opens_call = (self.format in ("tag_json", "tag_tagged") and bool(self.call_start)
+                                and not self.section_start and self.name_start.startswith("<")
+                                and not is_weak(self.name_start))
         self.tool_opener = self.section_start or self.call_start
         if not self.tool_opener and self.format in ("tag_json", "tag_tagged"):
             self.tool_opener = self.name_start
@@ -111,8 +124,28 @@ class Spec:
         if self.opened_by_prompt and content_start:
             self.recipient, content_start = content_start, ""
         self.content_markers = [m for m in (content_start, content_end) if m]
+        # an answer opened by its own marker may skip the reasoning the prompt opened: the marker
+        # ends that reasoning (unless the reasoning's own end marker follows after all)
+        self.content_start = content_start if content_start != self.reasoning_end else ""
+        # a reply written as several messages with headers (`autoparser.runtime.messages`)
+        self.message_format = None
+        messages = analysis.get("messages") or {}
+        if core(messages.get("body_start")) and not self.opened_by_prompt:
+            self.message_format = MessageFormat(messages, self.stops, content_end,
+                                                self.call_end if self.format != "none" else "")
         # a fence around JSON arguments (```json) is also accepted without its language tag
         self.args_start_bare = bare_fence(self.args_start)
+
+    def nested_value(self, raw: str) -> str | None:
+        """The JSON text of an object or array written in the template's own nested syntax, or None."""
+        if self.arg_nested == "quoted" and self.arg_nested_quote in raw:
+            value = quoted_to_json(raw, self.arg_nested_quote)
+        elif self.arg_nested == "tags":
+            value = tags_to_json(raw, self.arg_start, core(self.arg_key_end_raw), self.arg_end,
+                                 self.arg_nested_item)
+        else:
+            return None
+        return None if value is None else json.dumps(value, ensure_ascii=False)
 
     @staticmethod
     def call_id() -> str:

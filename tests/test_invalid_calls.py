@@ -1,0 +1,84 @@
+"""Invalid call syntax is not a call: its text stays content, and nothing is lost.
+
+A call written in Python call syntax becomes a call with its first key, but its first value may
+still be malformed (`foo(x=1])`, `get_weather(city=)`); such a call is withdrawn, streamed or not,
+and every character the model wrote comes back as content. A separator between calls belongs
+to the call after it, so it is never dropped when that call turns out to be text.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import analyses
+import pytest
+from analyses import WEATHER_TOOLS
+
+import autoparser
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "templates" / "paren_python_calls.jinja"
+LFM = ("<|tool_call_start|>[", "]<|tool_call_end|>")
+PAREN = ("((calls))[", "]((/calls))")
+FORMATS = {
+    "python-literals": (analyses.lfm2_python, LFM),
+    "json-values-fixture": (lambda: autoparser.load(str(FIXTURE)), PAREN),
+}
+INVALID = ["foo(x=1])", "get_weather(city=)", "get_weather(city=, days=2)", "get_weather(days=3)])"]
+
+
+def streamed(parser, text: str, seed: int) -> dict:
+    rng = random.Random(seed)
+    stream = parser.stream()
+    at = 0
+    while at < len(text):
+        size = rng.randint(1, 6)
+        stream.feed(text[at:at + size])
+        at += size
+    stream.finish()
+    return stream.message()
+
+
+@pytest.mark.parametrize("body", INVALID)
+@pytest.mark.parametrize("family", sorted(FORMATS))
+def test_invalid_call_syntax_stays_content(family: str, body: str) -> None:
+    make, (opener, closer) = FORMATS[family]
+    parser = make().parser()
+    text = f"Checking.{opener}{body}{closer}"
+    message = parser.parse(text)
+    assert message["tool_calls"] == []
+    assert message["content"] == text
+    for seed in range(8):
+        again = streamed(parser, text, seed)
+        assert again["content"] == text and again["tool_calls"] == []
+
+
+@pytest.mark.parametrize("family", sorted(FORMATS))
+def test_a_valid_call_before_an_invalid_one_is_kept(family: str) -> None:
+    make, (opener, closer) = FORMATS[family]
+    parser = make().parser(tools=WEATHER_TOOLS)
+    text = f"{opener}get_weather(city=\"Paris\"), get_weather(city=){closer}"
+    message = parser.parse(text)
+    assert [c["function"]["name"] for c in message["tool_calls"]] == ["get_weather"]
+    assert message["content"] == ", get_weather(city=)"  # the separator stays with the text it introduced
+
+
+@pytest.mark.parametrize("family", sorted(FORMATS))
+def test_unclosed_quotes_lose_nothing(family: str) -> None:
+    make, (opener, closer) = FORMATS[family]
+    parser = make().parser()
+    text = f"{opener}f(a='x 'y' 'z), g(b='p 'q' 'r){closer}"
+    for message in [parser.parse(text)] + [streamed(parser, text, seed) for seed in range(8)]:
+        written = (message["content"] or "") + "".join(c["function"]["arguments"]
+                                                       for c in message["tool_calls"])
+        for piece in ("x ", "y", "z)", ", g(b=", "p ", "q", "r)"):
+            assert piece in written, (piece, message)
+
+
+@pytest.mark.parametrize("family", sorted(FORMATS))
+def test_valid_calls_still_stream(family: str) -> None:
+    make, (opener, _closer) = FORMATS[family]
+    stream = make().parser(tools=WEATHER_TOOLS).stream()
+    deltas = stream.feed(f"{opener}get_weather(city=\"Par")
+    deltas += stream.feed("is")
+    assert any(d.get("tool_calls") for d in deltas)

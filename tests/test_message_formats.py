@@ -1,0 +1,169 @@
+"""Structures learned by analysis, on the project's own fixtures (syntaxes no real model uses) and
+on the real templates that write them.
+
+* message formats: a reply as several messages, each header naming reasoning, answer or a call
+  (`colon_messages.jinja`; gpt-oss's channels, muse-glimmer's recipients);
+* compound markers: a marker, a word and a marker read as one (`compound_brackets.jinja`; Kimi-K3);
+* nested values in tagged arguments: the argument markup nested, or JSON with the template's own
+  string quote and bare keys (`nested_brackets.jinja`, `section_quotes.jinja`; MiniMax-M3, Gemma 4).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+from corpora import llamacpp_templates
+from test_analyze_fixtures import analyze_fixture
+
+import autoparser
+
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {
+    "city": {"type": "string"}, "days": {"type": "integer"}, "options": {"type": "object"},
+    "places": {"type": "array"}}}}}]
+
+
+def template(name: str):
+    return autoparser.load(str(next(p for p in llamacpp_templates() if p.name == name)))
+
+
+def streamed(parser, text: str, seed: int) -> dict:
+    rng = random.Random(seed)
+    stream = parser.stream()
+    at = 0
+    while at < len(text):
+        size = rng.randint(1, 5)
+        stream.feed(text[at:at + size])
+        at += size
+    stream.finish()
+    return stream.message()
+
+
+def summary(message: dict) -> tuple:
+    return (message["reasoning_content"], message["content"],
+            [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in message["tool_calls"]])
+
+
+def same_streamed(parser, text: str) -> tuple:
+    whole = summary(parser.parse(text))
+    for seed in range(10):
+        assert summary(streamed(parser, text, seed)) == whole, (text, seed)
+    return whole
+
+
+# -- message formats --------------------------------------------------------------------------------
+
+
+def test_message_format_is_learned_from_the_renders() -> None:
+    m = analyze_fixture("colon_messages.jinja").messages
+    assert (m.body_start, m.separator, m.opener) == ("::say::", "::next::::turn:: bot", "::turn:: bot")
+    assert (m.reasoning_header.strip(), m.content_header.strip(), m.call_header.strip()) == (
+        "for=notes", "for=reader", "for=tool:{name}")
+    assert not m.call_body_named
+
+
+@pytest.mark.parametrize("text, expected", [
+    (" for=notes::say::Hmm.::next::::turn:: bot for=reader::say::Sunny.::done::", ("Hmm.", "Sunny.", [])),
+    # header words in another order, or with more words than the template writes
+    (" for=notes urgent::say::Hmm.::next::::turn:: bot for=tool:get_weather json::say::{\"city\": \"Oslo\"}::done::",
+     ("Hmm.", None, [("get_weather", {"city": "Oslo"})])),
+    # two calls, each its own message
+    (" for=tool:get_weather::say::{\"city\": \"A\"}::next::::turn:: bot for=tool:get_weather::say::{\"days\": 2}",
+     (None, None, [("get_weather", {"city": "A"}), ("get_weather", {"days": 2})])),
+    # no header at all: plain text, also before a body marker
+    ("Just text, no header.", (None, "Just text, no header.", [])),
+    ("Note::say::this", (None, "Note::say::this", [])),
+    # a recipient that is no known tool: the message is text
+    (" for=tool:unknown::say::{\"x\": 1}::done::", (None, " for=tool:unknown::say::{\"x\": 1}", [])),
+])
+def test_message_headers_choose_reasoning_answer_or_call(text: str, expected: tuple) -> None:
+    parser = analyze_fixture("colon_messages.jinja").parser(tools=TOOLS)
+    reasoning, content, calls = same_streamed(parser, text)
+    assert (reasoning, (content or "").strip() or None, calls) == (expected[0], (expected[1] or "").strip() or None,
+                                                                   expected[2])
+
+
+def test_real_message_formats_are_recognised() -> None:
+    oss = template("openai-gpt-oss-120b.jinja").messages
+    assert (oss.body_start, oss.reasoning_header, oss.content_header) == (
+        "<|message|>", "<|channel|>analysis", "<|channel|>final")
+    assert oss.call_header.strip().startswith("to=functions.{name}")
+    muse = template("muse-glimmer.jinja").messages
+    assert (muse.reasoning_header.strip(), muse.content_header.strip(), muse.call_header.strip()) == (
+        "to=self", "to=user", "to={name}")
+    assert muse.call_body_named
+
+
+def test_gpt_oss_recipient_before_or_after_the_channel() -> None:
+    a = template("openai-gpt-oss-120b.jinja")
+    parser = a.parser(tools=TOOLS)
+    for text in ['<|channel|>analysis<|message|>Think.<|end|><|start|>assistant to=functions.get_weather'
+                 '<|channel|>commentary <|constrain|>json<|message|>{"city": "Oslo"}<|call|>',
+                 '<|channel|>analysis<|message|>Think.<|end|><|start|>assistant<|channel|>commentary '
+                 'to=functions.get_weather <|constrain|>json<|message|>{"city": "Oslo"}<|call|>']:
+        assert same_streamed(parser, text) == ("Think.", None, [("get_weather", {"city": "Oslo"})])
+
+
+# -- compound markers -------------------------------------------------------------------------------
+
+
+def test_compound_markers_are_whole_markers() -> None:
+    a = analyze_fixture("compound_brackets.jinja")
+    assert (a.reasoning.start, a.reasoning.end, a.reasoning.forced_open) == ("⟦open⟧muse⟦go⟧", "⟦shut⟧muse⟦go⟧", True)
+    assert (a.content.start, a.content.end) == ("⟦open⟧say⟦go⟧", "⟦shut⟧say⟦go⟧")
+    assert (a.tools.section_start, a.tools.section_end) == ("⟦open⟧tools⟦go⟧", "⟦shut⟧tools⟦go⟧")
+    assert a.stop[:2] == ["⟦eot⟧", "⟦shut⟧turn⟦go⟧"]
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("Hmm.⟦shut⟧muse⟦go⟧⟦open⟧say⟦go⟧Hi.⟦shut⟧say⟦go⟧⟦shut⟧turn⟦go⟧⟦eot⟧", ("Hmm.", "Hi.", [])),
+    # the answer opened at once: the reasoning the prompt opened was empty
+    ("⟦open⟧say⟦go⟧Hi.⟦shut⟧say⟦go⟧⟦shut⟧turn⟦go⟧", (None, "Hi.", [])),
+    ("⟦open⟧say⟦go⟧⟦shut⟧say⟦go⟧⟦open⟧tools⟦go⟧⟦open⟧call get_weather⟦go⟧{\"city\": \"Rome\"}⟦shut⟧call⟦go⟧"
+     "⟦shut⟧tools⟦go⟧⟦shut⟧turn⟦go⟧", (None, None, [("get_weather", {"city": "Rome"})])),
+])
+def test_compound_markers_parse(text: str, expected: tuple) -> None:
+    parser = analyze_fixture("compound_brackets.jinja").parser(tools=TOOLS)
+    assert same_streamed(parser, text) == expected
+
+
+def test_kimi_k3_sections() -> None:
+    a = template("Kimi-K3.jinja")
+    assert (a.reasoning.start, a.reasoning.end) == ("<|open|>think<|sep|>", "<|close|>think<|sep|>")
+    assert (a.content.start, a.content.end) == ("<|open|>response<|sep|>", "<|close|>response<|sep|>")
+    assert "<|close|>message<|sep|>" in a.stop
+    # `call tool="f" index="1"` numbers the call but is no id: each call gets its own
+    output = ('<|open|>response<|sep|><|close|>response<|sep|><|open|>tools<|sep|><|open|>call tool="get_weather" '
+              'index="1"<|sep|><|open|>argument key="city" type="string"<|sep|>Oslo<|close|>argument<|sep|>'
+              '<|close|>call<|sep|><|close|>tools<|sep|><|close|>message<|sep|>')
+    message = a.parser(tools=TOOLS).parse(output)
+    assert summary(message) == (None, None, [("get_weather", {"city": "Oslo"})])
+    assert message["tool_calls"][0]["id"].startswith("call_")
+
+
+# -- nested values ----------------------------------------------------------------------------------
+
+NESTED = {"city": "Paris", "options": {"units": "metric", "hourly": True, "depth": {"level": 2}},
+          "places": ["Louvre", 3, {"name": "Orsay"}]}
+
+
+@pytest.mark.parametrize("fixture, style", [("nested_brackets.jinja", "tags"), ("section_quotes.jinja", "quoted")])
+def test_nested_values_round_trip(fixture: str, style: str) -> None:
+    a = analyze_fixture(fixture)
+    assert a.tools.arg_nested == style
+    message = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": NESTED}}]}
+    history = [{"role": "user", "content": "Weather?"}]
+    prompt = a.render(history, tools=TOOLS, add_generation_prompt=True)
+    full = a.render(history + [message], tools=TOOLS, add_generation_prompt=False)
+    output = full[len(prompt):]
+    parser = a.parser(tools=TOOLS)
+    assert same_streamed(parser, output)[2] == [("get_weather", NESTED)]
+
+
+def test_real_nested_syntaxes_are_confirmed_by_rendering() -> None:
+    gemma = template("google-gemma-4-31B-it.jinja").tools
+    assert (gemma.arg_nested, gemma.arg_nested_quote) == ("quoted", '<|"|>')
+    minimax = template("MiniMax-M3.jinja").tools
+    assert (minimax.arg_nested, minimax.arg_nested_item) == ("tags", "item")
