@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from typing import Any
 
@@ -116,11 +117,20 @@ def server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped
 
 
 def rss_mb(pid: int) -> int:
-    with open(f"/proc/{pid}/status", encoding="ascii") as handle:
-        for line in handle:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) // 1024
-    raise AssertionError("no VmRSS")
+    """Resident memory of the server and its children (the model worker process), in MB."""
+    total = 0
+    for process in (pid, *child_pids(pid)):
+        with open(f"/proc/{process}/status", encoding="ascii") as handle:
+            total += next(int(line.split()[1]) for line in handle if line.startswith("VmRSS:"))
+    return total // 1024
+
+
+def child_pids(pid: int) -> list[int]:
+    found = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children", encoding="ascii") as handle:
+            found += [int(child) for child in handle.read().split()]
+    return found + [grandchild for child in found for grandchild in child_pids(child)]
 
 
 @pytest.mark.slow
@@ -142,7 +152,9 @@ def test_hostile_requests_through_the_real_server(server) -> None:  # type: igno
     assert response.status_code == 200 and time.monotonic() - started < 5, response.text[:500]
     ok = http.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
     assert ok.status_code == 200
-    assert rss_mb(server.process.pid) - start_rss < 200
+    end_rss = rss_mb(server.process.pid)
+    print(f"server and model worker: {start_rss} MB before the hostile requests, {end_rss} MB after")
+    assert end_rss - start_rss < 200
     log = server.log()
     assert "Traceback" not in log
     assert sum("400 " in line for line in log.splitlines()) >= len(BAD_REQUESTS) - 3

@@ -13,7 +13,6 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import Field, ValidationError, field_validator
 from sse_starlette.sse import EventSourceResponse
-from starlette.concurrency import run_in_threadpool
 
 from autoparser.server.completion import Completion
 from autoparser.server.errors import bad_request, error_body
@@ -24,7 +23,7 @@ from autoparser.server.protocol import (
     requested_max_tokens,
     validation_error,
 )
-from autoparser.server.runner import start
+from autoparser.server.runner import prepare_and_start
 from autoparser.server.service import ChatService, PreparedChat
 from autoparser.server.worker import GenerationWorker
 
@@ -107,8 +106,8 @@ def add_routes(app: FastAPI, service: ChatService, worker: GenerationWorker) -> 
     async def completions(request: Request) -> Any:
         body = parse_completion_request(await request.body())
         service.check_model(body.model)
-        prepared = await run_in_threadpool(prepare_text, service, body)
-        run = start(worker, prepared, body.stream)
+        run = await prepare_and_start(worker, lambda: prepare_text(service, body), body.stream)
+        prepared = run.prepared
         meta = ResponseMeta(service.settings.model_name, prefix="cmpl-")
         head = meta.head("text_completion")
         echo = prepared.prompt if body.echo else ""
