@@ -226,19 +226,21 @@ class SupervisedWorker:
         return facts
 
     def _supervise(self) -> None:
+        checked = time.monotonic()
         while not self._stopping:
             conn = self._conn
             assert conn is not None
             try:
                 if conn.poll(POLL_S):
                     self._dispatch(conn.recv())
-                    continue
             except (EOFError, OSError):
                 if self._stopping:
                     return
                 self._restart()
                 continue
-            self._forward_cancellations()
+            if time.monotonic() - checked >= POLL_S:  # also while events stream in
+                checked = time.monotonic()
+                self._forward_cancellations()
 
     def _dispatch(self, message: tuple[Any, ...]) -> None:
         job_id, (kind, payload) = message
