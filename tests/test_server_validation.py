@@ -181,3 +181,48 @@ def test_special_token_text_in_user_content_is_tokenized_as_text(tiny_engine: An
     ordinary = f"{bos}<｜User｜>hello there<｜Assistant｜>"
     assert tokenize_prompt(tiny_engine, ordinary, untrusted_texts(plain), specials) == \
         tiny_engine.tokenize(ordinary, parse_special=True)
+
+
+# -- preparation is bounded -------------------------------------------------------------------------
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+        fields = handle.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+SPECIALS = "<｜tool▁calls▁begin｜><｜end▁of▁sentence｜><｜Assistant｜><｜User｜>"
+OVERSIZED_PROMPTS = {
+    "2.6 MB of special-token text": {"messages": [{"role": "user", "content": SPECIALS * 21_000}]},
+    "20,000 tool descriptions spelling special tokens": {
+        "messages": [{"role": "user", "content": "hi"}],
+        "tools": [tool(f"f{i}") | {"function": {"name": f"f{i}", "description": f"{i}<｜User｜>{i}"}}
+                  for i in range(20_000)]},
+    "80 distinct messages spelling special tokens": {
+        "messages": [{"role": "user", "content": f"note {i}: <｜User｜> {i}"} for i in range(80)]},
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", sorted(OVERSIZED_PROMPTS))
+def test_an_oversized_prompt_is_refused_before_it_costs_a_full_tokenization(server, kind: str) -> None:  # type: ignore[no-untyped-def]
+    raw = json.dumps({**OVERSIZED_PROMPTS[kind], "max_tokens": 4}).encode()
+    spent = cpu_seconds(server.process.pid)
+    started = time.monotonic()
+    response = server.http(timeout=60).post("/v1/chat/completions", content=raw,
+                                            headers={"Content-Type": "application/json"})
+    elapsed, cpu = time.monotonic() - started, cpu_seconds(server.process.pid) - spent
+    print(f"{kind}: {len(raw) / 1e6:.1f} MB body, 400 after {elapsed:.2f} s, {cpu:.2f} s of CPU")
+    assert response.status_code == 400, response.text[:300]
+    assert response.json()["error"]["code"] in ("context_length_exceeded", None)
+    assert elapsed < 5 and cpu < 3
+
+
+def test_counting_before_tokenizing_never_overstates(tiny_engine: Any) -> None:
+    from autoparser.server.validation import COUNT_CHUNK, _count_tokens_above, fewest_tokens
+
+    text = " ".join(f"word{i} and, some; punctuation!\n" for i in range(COUNT_CHUNK // 8))
+    exact = len(tiny_engine.tokenize(text, parse_special=True))
+    assert fewest_tokens(tiny_engine, text) <= _count_tokens_above(tiny_engine, text, 10 ** 9) <= exact
+    assert _count_tokens_above(tiny_engine, text, 100) < exact  # stops soon after the limit
