@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 from autoparser.server.errors import overloaded
@@ -313,7 +314,7 @@ class SupervisedWorker:
         log.info("model worker restarted (pid %s) in %.1f s", self.facts.pid, time.monotonic() - started)
         with self._lock:
             self._state = "ok"
-            for job_id, entry in self._entries.items():
+            for job_id, entry in list(self._entries.items()):
                 if not entry.sent:
                     self._send_job(job_id, entry)
 
@@ -330,17 +331,28 @@ class SupervisedWorker:
             entry.job.post(("error", message))
 
     def _send_job(self, job_id: int, entry: _Entry) -> None:
-        """Under `_lock`."""
-        entry.sent = True  # if the worker is gone, the supervisor fails the job with the others it held
-        self._send(("job", JobSpec.of(job_id, entry.job)))
+        """Under `_lock`. A job that cannot be pickled fails alone; if the worker is gone, the
+        supervisor fails the job with the others it held."""
+        try:
+            data = bytes(ForkingPickler.dumps(("job", JobSpec.of(job_id, entry.job))))
+        except Exception as exc:  # noqa: BLE001 - a bug in what a request carries, reported to it
+            log.exception("cannot hand a request to the model worker")
+            del self._entries[job_id]
+            entry.job.post(("error", f"generation failed: {type(exc).__name__}: {exc}"))
+            return
+        entry.sent = True
+        self._send(data)
 
-    def _send(self, message: tuple[Any, ...]) -> bool:
+    def _send(self, message: tuple[Any, ...] | bytes) -> bool:
         conn = self._conn
         if conn is None:
             return False
         try:
             with self._send_lock:
-                conn.send(message)
+                if isinstance(message, bytes):
+                    conn.send_bytes(message)
+                else:
+                    conn.send(message)
         except (OSError, ValueError):  # the worker died; the supervisor sees it on its next read
             return False
         return True
