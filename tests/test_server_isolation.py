@@ -27,7 +27,7 @@ from autoparser.server.worker import GenerationJob
 # -- stand-in worker processes (module level: the spawned child imports them) ----------------------
 
 
-def crashing_worker(_settings: EngineSettings, conn: Connection) -> None:
+def crashing_worker(_settings: EngineSettings, conn: Connection, _busy_since: Any) -> None:
     """Ready at once; dies as a native crash would at its first job, answers them after a restart."""
     conn.send(("ready", EngineFacts(os.getpid(), 64, 1, False)))
     marker = _settings.model_path
@@ -42,7 +42,7 @@ def crashing_worker(_settings: EngineSettings, conn: Connection) -> None:
         conn.send((spec.job_id, ("done", ("answered", spec.completion))))
 
 
-def wedged_worker(_settings: EngineSettings, conn: Connection) -> None:
+def wedged_worker(_settings: EngineSettings, conn: Connection, _busy_since: Any) -> None:
     """Takes jobs and never answers or honours a cancellation, like a thread stuck in native code."""
     conn.send(("ready", EngineFacts(os.getpid(), 64, 1, False)))
     while True:
@@ -63,6 +63,15 @@ def wait_for(condition: Any, within: float) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.02)
+
+
+def stuck_step_worker(_settings: EngineSettings, conn: Connection, busy_since: Any) -> None:
+    """Starts a step at its first job and never finishes it (a grammar that takes forever per token)."""
+    conn.send(("ready", EngineFacts(os.getpid(), 64, 1, False)))
+    conn.recv()
+    busy_since.value = time.monotonic()
+    while True:
+        time.sleep(1)
 
 
 def test_a_crashed_worker_fails_its_jobs_and_restarts(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -102,6 +111,22 @@ def test_a_cancelled_job_that_wedges_the_worker_gets_it_restarted() -> None:
         assert stuck[0][0] == "error" and queued[0][0] == "error"  # nothing is left without an answer
         wait_for(lambda: worker.health()["worker"] == "ok" and worker.restarts == 1, 60)
         assert worker.pid != first_pid and not worker.busy
+    finally:
+        worker.stop()
+
+
+def test_a_step_that_never_ends_gets_the_worker_restarted() -> None:
+    settings = EngineSettings(model_path="unused", n_ctx=64, n_parallel=1)
+    worker = SupervisedWorker(settings, max_queue=4, step_limit_s=0.5, target=stuck_step_worker)
+    worker.start(timeout=60)
+    try:
+        events: list[tuple[str, Any]] = []
+        started = time.monotonic()
+        worker.submit(job(events))
+        wait_for(lambda: events, 30)
+        assert events[0][0] == "error" and "SIGKILL" in events[0][1]
+        assert time.monotonic() - started < 10
+        wait_for(lambda: worker.restarts == 1, 30)
     finally:
         worker.stop()
 

@@ -10,9 +10,10 @@ drop-in for `GenerationWorker` on the front end's side:
   `Completion` that parses the output, ...) down a pipe; the worker process sends the job's
   events back (`deltas`, then `done` with the finished `Completion`'s state, or `error`).
 - A cancelled job (the client went away) is cancelled in the worker process too. A job that
-  is still running `CANCEL_GRACE_S` after its cancellation means the worker is stuck inside
-  native code (a grammar that takes forever per token, say): the worker is killed and
-  restarted, the only way to free a thread inside llama.cpp.
+  is still running `CANCEL_GRACE_S` after its cancellation, or one step of the generation
+  (a batch's next tokens, grammars included) or a job's set-up that takes over `STEP_LIMIT_S`,
+  means the worker is stuck inside native code: it is killed and restarted, the only way to
+  free a thread inside llama.cpp.
 - When the worker process dies, every job it held ends with an error event (a stream gets
   `finish_reason: "error"` and `[DONE]`, a plain request a 500), a new worker loads the model
   again, and jobs submitted meanwhile wait in the queue and run once it is up. `/health`
@@ -43,6 +44,8 @@ log = logging.getLogger("autoparser.server")
 
 CANCEL_GRACE_S = 20.0
 """How long a cancelled job may keep running before the worker is deemed stuck and restarted."""
+STEP_LIMIT_S = 300.0
+"""Longest one generation step or job set-up may take; beyond it the worker is deemed stuck."""
 POLL_S = 0.05
 """How often the supervisor looks at cancellations while no event arrives."""
 RESTART_PAUSE_S = 2.0
@@ -111,13 +114,16 @@ class SupervisedWorker:
     """`GenerationWorker`'s interface, with the generation in a worker process it restarts."""
 
     def __init__(self, settings: EngineSettings, max_queue: int, cancel_grace_s: float = CANCEL_GRACE_S,
-                 target: Callable[[EngineSettings, Connection], None] | None = None):
+                 step_limit_s: float = STEP_LIMIT_S, target: Callable[[EngineSettings, Connection, Any], None]
+                 | None = None):
         self.settings = settings
         self._target = target or worker_main
         """The worker process' entry point (module-level, for `spawn`)."""
         self.n_parallel = settings.n_parallel
         self._max_queue = max_queue
         self._cancel_grace_s = cancel_grace_s
+        self._step_limit_s = step_limit_s
+        self._busy_since: Any = None
         self._context = multiprocessing.get_context("spawn")  # never fork a threaded server
         self._lock = threading.Lock()
         self._send_lock = threading.Lock()
@@ -211,7 +217,10 @@ class SupervisedWorker:
 
     def _launch(self, timeout: float | None) -> EngineFacts:
         parent, child = self._context.Pipe()
-        process = self._context.Process(target=self._target, args=(self.settings, child),
+        # When the worker's current step began (`time.monotonic()`, the same clock in every
+        # process), 0 while it waits: shared memory, readable while the worker is stuck.
+        self._busy_since = self._context.Value("d", 0.0, lock=False)
+        process = self._context.Process(target=self._target, args=(self.settings, child, self._busy_since),
                                         name="autoparser-model", daemon=True)
         process.start()
         child.close()
@@ -242,6 +251,7 @@ class SupervisedWorker:
             if time.monotonic() - checked >= POLL_S:  # also while events stream in
                 checked = time.monotonic()
                 self._forward_cancellations()
+                self._check_step_time()
 
     def _dispatch(self, message: tuple[Any, ...]) -> None:
         job_id, (kind, payload) = message
@@ -276,6 +286,13 @@ class SupervisedWorker:
         if stuck:
             log.error("a cancelled request kept the model busy for over %g s: restarting the model worker",
                       self._cancel_grace_s)
+            self._kill()
+
+    def _check_step_time(self) -> None:
+        began = self._busy_since.value if self._busy_since is not None else 0.0
+        if began and time.monotonic() - began > self._step_limit_s:
+            log.error("one generation step has taken over %g s: restarting the model worker", self._step_limit_s)
+            self._busy_since.value = 0.0
             self._kill()
 
     def _kill(self) -> None:
@@ -391,7 +408,7 @@ def _exit_reason(code: int | None) -> str:
 # -- the worker process -------------------------------------------------------------------------
 
 
-def worker_main(settings: EngineSettings, conn: Connection) -> None:
+def worker_main(settings: EngineSettings, conn: Connection, busy_since: Any) -> None:
     """Load the engine, report `ready`, then run jobs until told to stop or the pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the front end's to handle; it stops us
     from autoparser.server.startup import _configure_logging
@@ -407,7 +424,24 @@ def worker_main(settings: EngineSettings, conn: Connection) -> None:
         conn.send(("failed", f"cannot load the model {settings.model_path}: {exc}"))
         return
     conn.send(("ready", EngineFacts(os.getpid(), engine.n_ctx, engine.n_parallel, engine.gpu_offload)))
+    _time_steps(engine, busy_since)
     _serve_jobs(engine, conn)
+
+
+def _time_steps(engine: Any, busy_since: Any) -> None:
+    """Record in `busy_since` when each step and each generation's set-up begins, for the
+    supervisor's watchdog."""
+    def timed(method: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            busy_since.value = time.monotonic()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                busy_since.value = 0.0
+        return run
+
+    engine.step = timed(engine.step)
+    engine.new_generation = timed(engine.new_generation)
 
 
 def _serve_jobs(engine: Any, conn: Connection) -> None:
