@@ -226,3 +226,14 @@ def test_counting_before_tokenizing_never_overstates(tiny_engine: Any) -> None:
     exact = len(tiny_engine.tokenize(text, parse_special=True))
     assert fewest_tokens(tiny_engine, text) <= _count_tokens_above(tiny_engine, text, 10 ** 9) <= exact
     assert _count_tokens_above(tiny_engine, text, 100) < exact  # stops soon after the limit
+
+
+@pytest.mark.slow
+def test_an_oversized_text_completion_prompt_is_refused_early(server) -> None:  # type: ignore[no-untyped-def]
+    http = server.http(timeout=60)
+    started = time.monotonic()
+    text = http.post("/v1/completions", json={"model": "tiny", "prompt": "hello world " * 200_000, "max_tokens": 4})
+    ids = http.post("/v1/completions", json={"model": "tiny", "prompt": [1] * 100_000, "max_tokens": 4})
+    assert time.monotonic() - started < 5
+    for response in (text, ids):
+        assert response.status_code == 400 and response.json()["error"]["code"] == "context_length_exceeded"

@@ -25,6 +25,7 @@ from autoparser.server.protocol import (
 )
 from autoparser.server.runner import prepare_and_start
 from autoparser.server.service import ChatService, PreparedChat
+from autoparser.server.validation import PromptTooLong, check_fits
 from autoparser.server.worker import GenerationWorker
 
 DEFAULT_MAX_TOKENS = 16
@@ -82,12 +83,17 @@ def prepare_text(service: ChatService, request: CompletionRequest) -> PreparedCh
         raise bad_request("suffix is not supported.", param="suffix")
     engine = service.engine
     if isinstance(request.prompt, str):
+        try:
+            check_fits(engine, request.prompt, int(engine.n_ctx))
+        except PromptTooLong as exc:
+            service.clip_max_tokens(exc.at_least, None, param="prompt", at_least=True)
         bos = engine.bos_token
         tokens = engine.tokenize(request.prompt, parse_special=True,
                                  add_bos=bool(bos) and not request.prompt.startswith(bos))
         text = request.prompt
     else:
         tokens = [int(t) for t in request.prompt]
+        service.clip_max_tokens(len(tokens), None, param="prompt")  # before detokenizing them
         if any(not 0 <= t < engine.n_vocab for t in tokens):
             raise bad_request("prompt holds token ids outside the vocabulary.", param="prompt")
         text = engine.detokenize(tokens)

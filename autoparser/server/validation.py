@@ -34,6 +34,7 @@ __all__ = [
     "check_json_value",
     "check_template_kwargs",
     "check_tools",
+    "check_fits",
     "checked_body",
     "fewest_tokens",
     "param_path",
@@ -247,7 +248,7 @@ def tokenize_prompt(engine: Any, prompt: str, untrusted: set[str], special_token
     tokens as the limit, so an oversized prompt never costs a full tokenization.
     """
     if limit is not None:
-        _check_fits(engine, prompt, limit)
+        check_fits(engine, prompt, limit)
     spelled = _special_pattern(frozenset(token for token in special_tokens if token))
     risky = [] if spelled is None else sorted(
         (text for text in untrusted if spelled.search(text) and spelled.sub("", text).strip()),
@@ -276,7 +277,9 @@ ordinary text averages three to five bytes a token, so a prompt that fits is rar
 COUNT_CHUNK = 1 << 16
 
 
-def _check_fits(engine: Any, prompt: str, limit: int) -> None:
+def check_fits(engine: Any, prompt: str, limit: int) -> None:
+    """Raise `PromptTooLong` when `prompt` certainly has more than `limit` tokens, at a cost
+    bounded by the limit rather than by the prompt's length."""
     least = fewest_tokens(engine, prompt)
     if least <= limit and len(prompt) * 4 > limit * TYPICAL_TOKEN_BYTES:
         least = max(least, _count_tokens_above(engine, prompt, limit))
