@@ -303,9 +303,10 @@ class SupervisedWorker:
 
     def _restart(self) -> None:
         """The worker died: fail the jobs it held, start another, then send the jobs that waited."""
+        with self._lock:  # from now on, new jobs wait for the next worker
+            self._state = "restarting"
         process = self._process
         process.join(5)
-        self._state = "restarting"
         self.restarts += 1
         reason = _exit_reason(process.exitcode)
         log.error("the model worker (pid %s) stopped: %s; restarting it", process.pid, reason)
