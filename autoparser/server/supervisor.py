@@ -14,12 +14,13 @@ drop-in for `GenerationWorker` on the front end's side:
   (a batch's next tokens, grammars included) or a job's set-up that takes over `STEP_LIMIT_S`,
   means the worker is stuck inside native code: it is killed and restarted, the only way to
   free a thread inside llama.cpp.
-- When the worker process dies, every job it held ends with an error event (a stream gets
-  `finish_reason: "error"` and `[DONE]`, a plain request a 500), a new worker loads the model
-  again, and jobs submitted meanwhile wait in the queue and run once it is up. `/health`
-  reports `worker: restarting` until then, and counts the restarts.
+- Jobs wait here, in order, and the worker gets one only when it has a free slot, so it never
+  holds more than the running jobs. When the worker process dies, each running job ends with
+  an error event (a stream gets `finish_reason: "error"` and `[DONE]`, a plain request a 500),
+  a new worker loads the model again, and the waiting jobs, and those submitted meanwhile, run
+  once it is up. `/health` reports `worker: restarting` until then, and counts the restarts.
 
-The queue bound (`max_queue`, then 503) is kept here, where jobs wait before the worker sees them.
+The queue bound (`max_queue`, then 503) is kept here too.
 """
 
 from __future__ import annotations
@@ -157,10 +158,8 @@ class SupervisedWorker:
             self._reserved -= 1
             job_id = self._next_id
             self._next_id += 1
-            entry = _Entry(job, submitted=time.perf_counter())
-            self._entries[job_id] = entry
-            if self._state == "ok":
-                self._send_job(job_id, entry)
+            self._entries[job_id] = _Entry(job, submitted=time.perf_counter())
+            self._send_waiting()
 
     def reserve(self) -> None:
         """Keep a place in the queue (503 when there is none) for a request still being prepared."""
@@ -192,6 +191,7 @@ class SupervisedWorker:
                 process.join(timeout)
         if self._thread.is_alive():
             self._thread.join(timeout)
+        self._fail_waiting("The server is shutting down.")
 
     @property
     def waiting(self) -> int:
@@ -260,6 +260,7 @@ class SupervisedWorker:
             if entry is not None and kind in ("done", "error"):
                 del self._entries[job_id]
                 self._average_s = 0.8 * self._average_s + 0.2 * (time.perf_counter() - entry.submitted)
+                self._send_waiting()
         if entry is None:
             return
         if kind == "done":
@@ -332,9 +333,7 @@ class SupervisedWorker:
         log.info("model worker restarted (pid %s) in %.1f s", self.facts.pid, time.monotonic() - started)
         with self._lock:
             self._state = "ok"
-            for job_id, entry in list(self._entries.items()):
-                if not entry.sent:
-                    self._send_job(job_id, entry)
+            self._send_waiting()
 
     def _fail_waiting(self, message: str) -> None:
         with self._lock:
@@ -345,10 +344,25 @@ class SupervisedWorker:
     def _end(self, job_id: int, message: str) -> None:
         with self._lock:
             entry = self._entries.pop(job_id, None)
+            self._send_waiting()
         if entry is not None:
             entry.job.post(("error", message))
 
-    def _send_job(self, job_id: int, entry: _Entry) -> None:
+    def _send_waiting(self) -> None:
+        """Under `_lock`: hand waiting jobs to the worker, in order, while it has free slots.
+
+        Jobs wait here rather than in the worker, so the worker holds only running jobs: when it
+        dies, the jobs still waiting run on the next one instead of failing with it."""
+        if self._state != "ok":
+            return
+        free = self.n_parallel - sum(entry.sent for entry in self._entries.values())
+        for job_id, entry in list(self._entries.items()):
+            if free <= 0:
+                return
+            if not entry.sent and self._send_job(job_id, entry):
+                free -= 1
+
+    def _send_job(self, job_id: int, entry: _Entry) -> bool:
         """Under `_lock`. A job that cannot be pickled fails alone; if the worker is gone, the
         supervisor fails the job with the others it held."""
         try:
@@ -357,9 +371,10 @@ class SupervisedWorker:
             log.exception("cannot hand a request to the model worker")
             del self._entries[job_id]
             entry.job.post(("error", f"generation failed: {type(exc).__name__}: {exc}"))
-            return
+            return False
         entry.sent = True
         self._send(data)
+        return True
 
     def _send(self, message: tuple[Any, ...] | bytes) -> bool:
         conn = self._conn
