@@ -48,7 +48,7 @@ CANCEL_GRACE_S = 20.0
 STEP_LIMIT_S = 300.0
 """Longest one generation step or job set-up may take; beyond it the worker is deemed stuck."""
 POLL_S = 0.05
-"""How often the supervisor looks at cancellations while no event arrives."""
+"""How often the supervisor looks at cancellations and the step clock."""
 RESTART_PAUSE_S = 2.0
 """Wait between failed attempts to start the worker again."""
 
