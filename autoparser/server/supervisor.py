@@ -43,8 +43,9 @@ from autoparser.server.worker import GenerationJob, GenerationResult, ReasoningP
 
 log = logging.getLogger("autoparser.server")
 
-CANCEL_GRACE_S = 20.0
-"""How long a cancelled job may keep running before the worker is deemed stuck and restarted."""
+CANCEL_GRACE_S = 60.0
+"""How long a cancelled job may keep running before the worker is deemed stuck and restarted
+(a step, which ends a cancelled job, takes milliseconds to a few seconds even on a CPU)."""
 STEP_LIMIT_S = 300.0
 """Longest one generation step or job set-up may take; beyond it the worker is deemed stuck."""
 POLL_S = 0.05
