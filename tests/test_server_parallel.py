@@ -176,6 +176,7 @@ def test_second_turn_reuses_the_conversation_prefix(server: ServerProcess) -> No
 
 def test_a_27000_character_message_does_not_take_the_server_down(server: ServerProcess) -> None:
     client = server.client()
+    restarts = server.health()["worker_restarts"]
     try:
         client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "x" * 27000}],
                                        max_tokens=4)
@@ -184,3 +185,5 @@ def test_a_27000_character_message_does_not_take_the_server_down(server: ServerP
     assert server.process.poll() is None
     response = client.chat.completions.create(model="tiny", messages=ask(1), max_tokens=4)
     assert response.choices[0].finish_reason in ("stop", "length")
+    health = server.health()  # avoided, not survived: the model worker did not crash either
+    assert health["worker"] == "ok" and health["worker_restarts"] == restarts

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from typing import Any
 
@@ -116,11 +117,20 @@ def server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped
 
 
 def rss_mb(pid: int) -> int:
-    with open(f"/proc/{pid}/status", encoding="ascii") as handle:
-        for line in handle:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) // 1024
-    raise AssertionError("no VmRSS")
+    """Resident memory of the server and its children (the model worker process), in MB."""
+    total = 0
+    for process in (pid, *child_pids(pid)):
+        with open(f"/proc/{process}/status", encoding="ascii") as handle:
+            total += next(int(line.split()[1]) for line in handle if line.startswith("VmRSS:"))
+    return total // 1024
+
+
+def child_pids(pid: int) -> list[int]:
+    found = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children", encoding="ascii") as handle:
+            found += [int(child) for child in handle.read().split()]
+    return found + [grandchild for child in found for grandchild in child_pids(child)]
 
 
 @pytest.mark.slow
@@ -142,7 +152,9 @@ def test_hostile_requests_through_the_real_server(server) -> None:  # type: igno
     assert response.status_code == 200 and time.monotonic() - started < 5, response.text[:500]
     ok = http.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
     assert ok.status_code == 200
-    assert rss_mb(server.process.pid) - start_rss < 200
+    end_rss = rss_mb(server.process.pid)
+    print(f"server and model worker: {start_rss} MB before the hostile requests, {end_rss} MB after")
+    assert end_rss - start_rss < 200
     log = server.log()
     assert "Traceback" not in log
     assert sum("400 " in line for line in log.splitlines()) >= len(BAD_REQUESTS) - 3
@@ -169,3 +181,59 @@ def test_special_token_text_in_user_content_is_tokenized_as_text(tiny_engine: An
     ordinary = f"{bos}<｜User｜>hello there<｜Assistant｜>"
     assert tokenize_prompt(tiny_engine, ordinary, untrusted_texts(plain), specials) == \
         tiny_engine.tokenize(ordinary, parse_special=True)
+
+
+# -- preparation is bounded -------------------------------------------------------------------------
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+        fields = handle.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+SPECIALS = "<｜tool▁calls▁begin｜><｜end▁of▁sentence｜><｜Assistant｜><｜User｜>"
+OVERSIZED_PROMPTS = {
+    "2.6 MB of special-token text": {"messages": [{"role": "user", "content": SPECIALS * 21_000}]},
+    "20,000 tool descriptions spelling special tokens": {
+        "messages": [{"role": "user", "content": "hi"}],
+        "tools": [tool(f"f{i}") | {"function": {"name": f"f{i}", "description": f"{i}<｜User｜>{i}"}}
+                  for i in range(20_000)]},
+    "80 distinct messages spelling special tokens": {
+        "messages": [{"role": "user", "content": f"note {i}: <｜User｜> {i}"} for i in range(80)]},
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", sorted(OVERSIZED_PROMPTS))
+def test_an_oversized_prompt_is_refused_before_it_costs_a_full_tokenization(server, kind: str) -> None:  # type: ignore[no-untyped-def]
+    raw = json.dumps({**OVERSIZED_PROMPTS[kind], "max_tokens": 4}).encode()
+    spent = cpu_seconds(server.process.pid)
+    started = time.monotonic()
+    response = server.http(timeout=60).post("/v1/chat/completions", content=raw,
+                                            headers={"Content-Type": "application/json"})
+    elapsed, cpu = time.monotonic() - started, cpu_seconds(server.process.pid) - spent
+    print(f"{kind}: {len(raw) / 1e6:.1f} MB body, 400 after {elapsed:.2f} s, {cpu:.2f} s of CPU")
+    assert response.status_code == 400, response.text[:300]
+    assert response.json()["error"]["code"] in ("context_length_exceeded", None)
+    assert elapsed < 5 and cpu < 3
+
+
+def test_counting_before_tokenizing_never_overstates(tiny_engine: Any) -> None:
+    from autoparser.server.validation import COUNT_CHUNK, _count_tokens_above, fewest_tokens
+
+    text = " ".join(f"word{i} and, some; punctuation!\n" for i in range(COUNT_CHUNK // 8))
+    exact = len(tiny_engine.tokenize(text, parse_special=True))
+    assert fewest_tokens(tiny_engine, text) <= _count_tokens_above(tiny_engine, text, 10 ** 9) <= exact
+    assert _count_tokens_above(tiny_engine, text, 100) < exact  # stops soon after the limit
+
+
+@pytest.mark.slow
+def test_an_oversized_text_completion_prompt_is_refused_early(server) -> None:  # type: ignore[no-untyped-def]
+    http = server.http(timeout=60)
+    started = time.monotonic()
+    text = http.post("/v1/completions", json={"model": "tiny", "prompt": "hello world " * 200_000, "max_tokens": 4})
+    ids = http.post("/v1/completions", json={"model": "tiny", "prompt": [1] * 100_000, "max_tokens": 4})
+    assert time.monotonic() - started < 5
+    for response in (text, ids):
+        assert response.status_code == 400 and response.json()["error"]["code"] == "context_length_exceeded"

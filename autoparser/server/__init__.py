@@ -1,20 +1,22 @@
 """An OpenAI-compatible chat server for one GGUF model, driven by the template's analysis.
 
-`autoparser serve` (or `python -m autoparser.server`) loads the model with llama.cpp, analyzes
+`autoparser serve` (or `python -m autoparser.server`) loads the model with llama.cpp in a
+supervised worker process (the HTTP process keeps only its vocabulary), analyzes
 its chat template once, and answers `/v1/chat/completions` with `reasoning_content`, `content`
 and `tool_calls` parsed by the analysis' parser, streaming or not, with grammars that keep tool
 calls well-formed; `/v1/responses` and `/v1/ag-ui` give the same answers in the Responses API's
 and AG-UI's shapes, and `/v1/completions` continues raw prompts. The modules, from the wire inwards:
 
-* `startup`: arguments, model loading, the listening socket, uvicorn;
+* `startup`: arguments, the vocabulary and the model worker, the listening socket, uvicorn;
 * `app`: FastAPI routes, SSE, auth, request ids, body limit, OpenAI error objects;
 * `completions`, `responses`, `agui`: the other endpoints (`segments` shapes deltas into items);
-* `runner`: one prepared request through the worker, as the routes consume it;
+* `runner`: one request prepared and run through the worker, as the routes consume it;
 * `protocol`: the request's fields and their checks;
 * `service`: request -> prompt, token budget, grammar, parser, sampling;
 * `preamble`: the tools preamble for templates that never show tool definitions;
 * `logprobs`: per-token log-probabilities in the endpoints' wire formats;
-* `worker`: the bounded FIFO queue and the one generation thread;
+* `supervisor`: the model worker process, restarted when it dies or gets stuck;
+* `worker`: the bounded FIFO queue and the generation thread (inside the worker process);
 * `completion` and `stops`: the sans-IO core turning token texts into deltas.
 """
 

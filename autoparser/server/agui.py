@@ -17,11 +17,10 @@ from typing import Any
 from fastapi import FastAPI, Request
 from pydantic import ValidationError
 from sse_starlette.sse import EventSourceResponse
-from starlette.concurrency import run_in_threadpool
 
 from autoparser.server.errors import APIError
 from autoparser.server.protocol import ChatCompletionRequest, parse_json_body, parse_request, validation_error
-from autoparser.server.runner import start
+from autoparser.server.runner import prepare_and_start
 from autoparser.server.segments import Segment, Segmenter, Step
 from autoparser.server.service import ChatService
 from autoparser.server.worker import GenerationWorker
@@ -154,8 +153,7 @@ def add_routes(app: FastAPI, service: ChatService, worker: GenerationWorker) -> 
     async def ag_ui(request: Request) -> Any:
         run_input, chat = parse_run_input(await request.body())
         service.check_model(chat.model)
-        prepared = await run_in_threadpool(service.prepare, chat)
-        run = start(worker, prepared, True)
+        run = await prepare_and_start(worker, lambda: service.prepare(chat), True)
         builder = EventBuilder(run_input)
         from ag_ui.encoder import EventEncoder
 

@@ -18,14 +18,13 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sse_starlette.sse import EventSourceResponse
-from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from autoparser.server.errors import APIError, error_body
 from autoparser.server.logprobs import chat_logprobs
 from autoparser.server.protocol import parse_request
-from autoparser.server.runner import Run, public, start
+from autoparser.server.runner import Run, prepare_and_start, public
 from autoparser.server.service import ChatService, PreparedChat
 from autoparser.server.worker import GenerationResult, GenerationWorker
 
@@ -49,7 +48,7 @@ def create_app(service: ChatService, worker: GenerationWorker) -> FastAPI:
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
-        return {"status": "ok", "busy": worker.busy, "waiting": worker.waiting}
+        return {"status": "ok", "busy": worker.busy, "waiting": worker.waiting, **worker.health()}
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
@@ -64,8 +63,8 @@ def create_app(service: ChatService, worker: GenerationWorker) -> FastAPI:
     async def chat_completions(request: Request) -> Any:
         chat = parse_request(await request.body())
         service.check_model(chat.model)
-        prepared = await run_in_threadpool(service.prepare, chat)
-        run = start(worker, prepared, chat.stream)
+        run = await prepare_and_start(worker, lambda: service.prepare(chat), chat.stream)
+        prepared = run.prepared
         meta = ResponseMeta(service.settings.model_name)
         if chat.stream:
             return EventSourceResponse(stream_chunks(run, meta), ping=15, sep="\n",

@@ -13,7 +13,6 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import Field, ValidationError, field_validator
 from sse_starlette.sse import EventSourceResponse
-from starlette.concurrency import run_in_threadpool
 
 from autoparser.server.completion import Completion
 from autoparser.server.errors import bad_request, error_body
@@ -24,8 +23,9 @@ from autoparser.server.protocol import (
     requested_max_tokens,
     validation_error,
 )
-from autoparser.server.runner import start
+from autoparser.server.runner import prepare_and_start
 from autoparser.server.service import ChatService, PreparedChat
+from autoparser.server.validation import PromptTooLong, check_fits
 from autoparser.server.worker import GenerationWorker
 
 DEFAULT_MAX_TOKENS = 16
@@ -83,12 +83,17 @@ def prepare_text(service: ChatService, request: CompletionRequest) -> PreparedCh
         raise bad_request("suffix is not supported.", param="suffix")
     engine = service.engine
     if isinstance(request.prompt, str):
+        try:
+            check_fits(engine, request.prompt, int(engine.n_ctx))
+        except PromptTooLong as exc:
+            service.clip_max_tokens(exc.at_least, None, param="prompt", at_least=True)
         bos = engine.bos_token
         tokens = engine.tokenize(request.prompt, parse_special=True,
                                  add_bos=bool(bos) and not request.prompt.startswith(bos))
         text = request.prompt
     else:
         tokens = [int(t) for t in request.prompt]
+        service.clip_max_tokens(len(tokens), None, param="prompt")  # before detokenizing them
         if any(not 0 <= t < engine.n_vocab for t in tokens):
             raise bad_request("prompt holds token ids outside the vocabulary.", param="prompt")
         text = engine.detokenize(tokens)
@@ -107,8 +112,8 @@ def add_routes(app: FastAPI, service: ChatService, worker: GenerationWorker) -> 
     async def completions(request: Request) -> Any:
         body = parse_completion_request(await request.body())
         service.check_model(body.model)
-        prepared = await run_in_threadpool(prepare_text, service, body)
-        run = start(worker, prepared, body.stream)
+        run = await prepare_and_start(worker, lambda: prepare_text(service, body), body.stream)
+        prepared = run.prepared
         meta = ResponseMeta(service.settings.model_name, prefix="cmpl-")
         head = meta.head("text_completion")
         echo = prepared.prompt if body.echo else ""

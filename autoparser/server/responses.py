@@ -19,12 +19,11 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sse_starlette.sse import EventSourceResponse
-from starlette.concurrency import run_in_threadpool
 
 from autoparser.server.errors import APIError, bad_request
 from autoparser.server.logprobs import chat_entry
 from autoparser.server.protocol import ChatCompletionRequest, parse_json_body, parse_request, validation_error
-from autoparser.server.runner import start
+from autoparser.server.runner import prepare_and_start
 from autoparser.server.segments import Segment, Segmenter, Step, segments_of
 from autoparser.server.service import ChatService, PreparedChat
 from autoparser.server.worker import GenerationResult, GenerationWorker
@@ -319,8 +318,8 @@ def add_routes(app: FastAPI, service: ChatService, worker: GenerationWorker) -> 
     async def responses(request: Request) -> Any:
         body, chat = parse_responses_request(await request.body())
         service.check_model(chat.model)
-        prepared: PreparedChat = await run_in_threadpool(service.prepare, chat)
-        run = start(worker, prepared, body.stream)
+        run = await prepare_and_start(worker, lambda: service.prepare(chat), body.stream)
+        prepared: PreparedChat = run.prepared
         builder = ResponseBuilder(body, chat, service.settings.model_name, service.engine.tokenize)
         if not body.stream:
             result = await run.result(request)

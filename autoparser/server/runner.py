@@ -8,11 +8,12 @@ wire format around them differs.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from fastapi import Request
+from starlette.concurrency import run_in_threadpool
 
 from autoparser.server.errors import APIError
 from autoparser.server.service import PreparedChat
@@ -72,7 +73,21 @@ class Run:
         self.job.cancel()
 
 
-def start(worker: GenerationWorker, prepared: PreparedChat, stream: bool) -> Run:
+async def prepare_and_start(worker: GenerationWorker, prepare: Callable[[], PreparedChat], stream: bool) -> Run:
+    """Prepare a request on the thread pool (render, tokenize, grammar), then queue it.
+
+    The request holds a place in the queue from the start: preparing a large prompt costs CPU
+    too, so a burst of requests meets the queue bound (503) before it is prepared, not after."""
+    worker.reserve()
+    try:
+        prepared = await run_in_threadpool(prepare)
+    except BaseException:
+        worker.release()
+        raise
+    return start(worker, prepared, stream, reserved=True)
+
+
+def start(worker: GenerationWorker, prepared: PreparedChat, stream: bool, reserved: bool = False) -> Run:
     """Queue the generation (503 when the queue is full) and return its handle."""
     request = prepared.request
     channel = AsyncChannel(asyncio.get_running_loop())
@@ -82,7 +97,7 @@ def start(worker: GenerationWorker, prepared: PreparedChat, stream: bool) -> Run
         stop_token_ids=prepared.stop_token_ids, ignore_eos=request.ignore_eos,
         completion=prepared.completion, make_stats=_new_stats, post=channel.post,
         reasoning=prepared.reasoning, stream_deltas=stream)
-    worker.submit(job)
+    worker.submit(job, reserved=reserved)
     return Run(prepared, job, channel)
 
 

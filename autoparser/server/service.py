@@ -25,7 +25,7 @@ from autoparser.server.completion import Completion, OutputOptions
 from autoparser.server.errors import APIError, bad_request
 from autoparser.server.preamble import template_hides_tools, tools_preamble, with_preamble
 from autoparser.server.protocol import ChatCompletionRequest, GenerationFields
-from autoparser.server.validation import tokenize_prompt, untrusted_texts
+from autoparser.server.validation import InvalidInput, PromptTooLong, tokenize_prompt, untrusted_texts
 from autoparser.server.worker import ReasoningPhase
 
 log = logging.getLogger("autoparser.server")
@@ -131,8 +131,7 @@ class ChatService:
         if self.wants_preamble(request, tools, tool_choice):
             messages = with_preamble(messages, self.preamble(tools or [], thinking))
         prompt = self.render(messages, tools, thinking, request.chat_template_kwargs or {})
-        prompt_tokens = tokenize_prompt(self.engine, prompt, client_texts,
-                                        self.special_tokens)
+        prompt_tokens = self.tokenize(prompt, client_texts)
         max_tokens = self.clip_max_tokens(len(prompt_tokens), protocol.requested_max_tokens(request))
         policy = request.tool_call_policy or self.settings.tool_call_policy
         budget = protocol.thinking_budget(request)
@@ -203,14 +202,26 @@ class ChatService:
             raise APIError(400, f"The chat template cannot render this conversation: {exc}",
                            param="messages", code="template_error") from None
 
-    def clip_max_tokens(self, prompt_length: int, requested: int | None, param: str = "messages") -> int:
+    def tokenize(self, prompt: str, client_texts: set[str]) -> list[int]:
+        """The prompt's tokens; one that cannot fit the context is refused before tokenizing."""
+        try:
+            return tokenize_prompt(self.engine, prompt, client_texts, self.special_tokens,
+                                   limit=int(self.engine.n_ctx))
+        except PromptTooLong as exc:
+            self.clip_max_tokens(exc.at_least, None, at_least=True)
+            raise
+        except InvalidInput as exc:
+            raise bad_request(str(exc), param=exc.param) from None
+
+    def clip_max_tokens(self, prompt_length: int, requested: int | None, param: str = "messages",
+                        at_least: bool = False) -> int:
         """The completion budget: what was asked for, at most what the context has left."""
         n_ctx = int(self.engine.n_ctx)
         remaining = n_ctx - prompt_length
         if remaining < 1:  # OpenAI's wording, which clients (litellm, LangChain) recognise
             raise APIError(400, f"This model's maximum context length is {n_ctx} tokens. However, your "
-                                f"messages resulted in {prompt_length} tokens. Please reduce the length "
-                                "of the messages.",
+                                f"messages resulted in {'at least ' if at_least else ''}{prompt_length} "
+                                "tokens. Please reduce the length of the messages.",
                            param=param, code="context_length_exceeded")
         return remaining if requested is None else min(requested, remaining)
 

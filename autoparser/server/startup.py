@@ -83,7 +83,7 @@ def run_server(args: argparse.Namespace) -> int:
         return exc.exit_code
     engine = None
     try:
-        engine = load_engine(args)
+        engine = load_vocabulary(args)
         analysis = analyze_template(args, engine)
         return _serve(args, sock, engine, analysis)
     except StartupError as exc:
@@ -158,21 +158,39 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def load_engine(args: argparse.Namespace) -> Any:
-    from autoparser.llama.engine import Engine
+def load_vocabulary(args: argparse.Namespace) -> Any:
+    """The model's vocabulary, for the front end: the weights load in the worker process."""
+    from autoparser.llama.vocabulary import Vocabulary
 
     try:
-        engine = Engine(args.model, n_ctx=args.n_ctx, n_gpu_layers=args.n_gpu_layers, n_threads=args.threads,
-                        n_parallel=parallel_slots(args), reuse_prefix=not getattr(args, "no_prefix_cache", False))
+        return Vocabulary(args.model, n_ctx=args.n_ctx // parallel_slots(args), n_parallel=parallel_slots(args))
     except Exception as exc:  # llama.cpp reports any load failure as an exception or a NULL model
         raise StartupError(f"cannot load the model {args.model}: {exc}", exit_code=2) from None
-    if engine.gpu_offload:
+
+
+def start_model_worker(args: argparse.Namespace, vocabulary: Any, max_queue: int) -> Any:
+    """Load the model in its supervised worker process; the vocabulary learns the slots' size."""
+    from autoparser.server.supervisor import EngineSettings, SupervisedWorker, WorkerStartError
+
+    worker = SupervisedWorker(EngineSettings(
+        model_path=args.model, n_ctx=args.n_ctx, n_parallel=parallel_slots(args),
+        n_gpu_layers=args.n_gpu_layers, n_threads=args.threads,
+        reuse_prefix=not getattr(args, "no_prefix_cache", False),
+        log_level=getattr(args, "log_level", "info")), max_queue=max_queue)
+    try:
+        facts = worker.start()
+    except WorkerStartError as exc:
+        raise StartupError(str(exc), exit_code=2) from None
+    vocabulary.n_ctx, vocabulary.n_parallel = facts.n_ctx, facts.n_parallel
+    vocabulary.n_ctx_total = facts.n_ctx * facts.n_parallel
+    vocabulary.gpu_offload = facts.gpu_offload
+    if facts.gpu_offload:
         say(f"GPU: used ({'all' if args.n_gpu_layers < 0 else args.n_gpu_layers} layers offloaded)")
     elif args.n_gpu_layers != 0:
         say("GPU: not used (this llama-cpp-python build has no GPU support; running on the CPU)")
     else:
         say("GPU: not used (--n-gpu-layers 0; running on the CPU)")
-    return engine
+    return worker
 
 
 def template_source(args: argparse.Namespace, engine: Any) -> tuple[str, str]:
@@ -214,7 +232,6 @@ def _serve(args: argparse.Namespace, sock: socket.socket, engine: Any, analysis:
 
     from autoparser.server.app import create_app
     from autoparser.server.service import ChatService, ServerSettings
-    from autoparser.server.worker import GenerationWorker
 
     settings = ServerSettings(
         model_name=args.served_model_name or Path(args.model).stem,
@@ -222,19 +239,18 @@ def _serve(args: argparse.Namespace, sock: socket.socket, engine: Any, analysis:
         max_body_bytes=args.max_body_bytes, api_key=args.api_key,
         reasoning_budget=getattr(args, "reasoning_budget", None),
         tool_preamble=getattr(args, "tool_preamble", "auto"))
-    service = ChatService(analysis, engine, settings)
-    worker = GenerationWorker(engine, max_queue=settings.max_queue)
-    worker.start()
-    app = create_app(service, worker)
-    host, port = sock.getsockname()[:2]
-    shown = f"[{host}]" if ":" in host else host
-    config = uvicorn.Config(app, log_level=args.log_level, timeout_graceful_shutdown=3,
-                            access_log=args.log_level == "debug")
-    server = uvicorn.Server(config)
-    log.info("model %r, %d slot(s) of %d tokens, queue %d", settings.model_name, engine.n_parallel,
-             engine.n_ctx, settings.max_queue)
-    say(f"listening on http://{shown}:{port}")
+    worker = start_model_worker(args, engine, settings.max_queue)
     try:
+        service = ChatService(analysis, engine, settings)
+        app = create_app(service, worker)
+        host, port = sock.getsockname()[:2]
+        shown = f"[{host}]" if ":" in host else host
+        config = uvicorn.Config(app, log_level=args.log_level, timeout_graceful_shutdown=3,
+                                access_log=args.log_level == "debug")
+        server = uvicorn.Server(config)
+        log.info("model %r, %d slot(s) of %d tokens, queue %d, model worker pid %s", settings.model_name,
+                 engine.n_parallel, engine.n_ctx, settings.max_queue, worker.pid)
+        say(f"listening on http://{shown}:{port}")
         server.run(sockets=[sock])
     except KeyboardInterrupt:  # uvicorn shut down gracefully, then re-raised the signal
         pass

@@ -14,10 +14,12 @@ so the command line reuses them for its tools file.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import logging
 import re
+import weakref
 from typing import Any
 
 from autoparser.generators.schema_gbnf import SchemaError, check_schema
@@ -25,12 +27,16 @@ from autoparser.generators.schema_gbnf import SchemaError, check_schema
 __all__ = [
     "MAX_BODY_INTEGER",
     "MAX_JSON_DEPTH",
+    "MAX_SPECIAL_TEXTS",
     "TOOL_NAME",
     "InvalidInput",
+    "PromptTooLong",
     "check_json_value",
     "check_template_kwargs",
     "check_tools",
+    "check_fits",
     "checked_body",
+    "fewest_tokens",
     "param_path",
     "tokenize_prompt",
 ]
@@ -215,19 +221,43 @@ def untrusted_texts(value: Any) -> set[str]:
     return found
 
 
-def tokenize_prompt(engine: Any, prompt: str, untrusted: set[str], special_tokens: Any) -> list[int]:
+MAX_SPECIAL_TEXTS = 64
+"""Most distinct client texts holding a special token's spelling one prompt may carry: each is
+looked for in the prompt, and a conversation quoting chat markup in more places is not a chat."""
+
+
+class PromptTooLong(ValueError):
+    """The prompt cannot fit `limit` tokens, known before tokenizing it: `at_least` tokens."""
+
+    def __init__(self, at_least: int):
+        super().__init__(f"at least {at_least} tokens")
+        self.at_least = at_least
+
+
+def tokenize_prompt(engine: Any, prompt: str, untrusted: set[str], special_tokens: Any,
+                    limit: int | None = None) -> list[int]:
     """The prompt's tokens, with special-token text that came from the client read as text.
 
     The template's own markers are special tokens (`parse_special=True`); a client's text that
     holds a special token's spelling (`<|im_end|>` typed into a message) is tokenized as plain
     text, so a user cannot forge a turn boundary or a tool call. Prompts whose client texts hold
     no special-token spelling are tokenized in one call, exactly as before.
+
+    With `limit`, a prompt that has more tokens raises `PromptTooLong` early: before any
+    tokenizing when its bytes alone say so (`fewest_tokens`), else after counting only as many
+    tokens as the limit, so an oversized prompt never costs a full tokenization.
     """
-    specials = [token for token in special_tokens if token]
-    risky = sorted((text for text in untrusted if any(token in text for token in specials)
-                    and not _only_markup(text, specials)), key=len, reverse=True)
+    if limit is not None:
+        check_fits(engine, prompt, limit)
+    spelled = _special_pattern(frozenset(token for token in special_tokens if token))
+    risky = [] if spelled is None else sorted(
+        (text for text in untrusted if spelled.search(text) and spelled.sub("", text).strip()),
+        key=len, reverse=True)
     if not risky:
         return engine.tokenize(prompt, parse_special=True, add_bos=False)
+    if len(risky) > MAX_SPECIAL_TEXTS:
+        raise InvalidInput(f"{len(risky)} texts in the request spell special tokens of the model; "
+                           f"at most {MAX_SPECIAL_TEXTS} may", param="messages")
     spans = re.compile("|".join(re.escape(text) for text in risky))
     tokens: list[int] = []
     at = 0
@@ -241,9 +271,57 @@ def tokenize_prompt(engine: Any, prompt: str, untrusted: set[str], special_token
     return tokens
 
 
-def _only_markup(text: str, specials: list[str]) -> bool:
-    """A text that is nothing but special tokens and spaces could equal the template's own
-    markup, which must stay special; such a text is left as the template renders it."""
-    for token in sorted(specials, key=len, reverse=True):
-        text = text.replace(token, "")
-    return not text.strip()
+TYPICAL_TOKEN_BYTES = 8
+"""Prompts longer than this many bytes per token of the limit are counted before tokenizing:
+ordinary text averages three to five bytes a token, so a prompt that fits is rarely counted."""
+COUNT_CHUNK = 1 << 16
+
+
+def check_fits(engine: Any, prompt: str, limit: int) -> None:
+    """Raise `PromptTooLong` when `prompt` certainly has more than `limit` tokens, at a cost
+    bounded by the limit rather than by the prompt's length."""
+    least = fewest_tokens(engine, prompt)
+    if least <= limit and len(prompt) * 4 > limit * TYPICAL_TOKEN_BYTES:
+        least = max(least, _count_tokens_above(engine, prompt, limit))
+    if least > limit:
+        raise PromptTooLong(least)
+
+
+def _count_tokens_above(engine: Any, prompt: str, limit: int) -> int:
+    """The prompt's tokens, counted in chunks cut at whitespace and stopping once past `limit`.
+
+    A cut can change the tokens next to it by one or so either way; each chunk's count is taken
+    one lower, so the total never overstates the tokens of the whole."""
+    count, at = 0, 0
+    while at < len(prompt) and count <= limit:
+        end = min(len(prompt), at + COUNT_CHUNK)
+        while end < len(prompt) and not prompt[end].isspace() and end - at < 2 * COUNT_CHUNK:
+            end += 1
+        count += max(0, len(engine.tokenize(prompt[at:end], parse_special=True, add_bos=False)) - 1)
+        at = end
+    return count
+
+
+def fewest_tokens(engine: Any, text: str) -> int:
+    """A lower bound on the tokens of `text`: its bytes over the longest token's (0 when unknown)."""
+    longest = _longest_token_bytes(engine)
+    return -(-len(text.encode("utf-8", "surrogatepass")) // longest) if longest else 0
+
+
+_LONGEST: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+
+
+def _longest_token_bytes(engine: Any) -> int:
+    if engine not in _LONGEST:
+        n_vocab = getattr(engine, "n_vocab", None)
+        pieces = (len(engine.token_to_piece(token)) for token in range(n_vocab)) if isinstance(n_vocab, int) else ()
+        _LONGEST[engine] = max(pieces, default=0)
+    return _LONGEST[engine]
+
+
+@functools.lru_cache(maxsize=8)
+def _special_pattern(specials: frozenset[str]) -> re.Pattern[str] | None:
+    """Any special token's spelling (longest first), or None when there are none."""
+    if not specials:
+        return None
+    return re.compile("|".join(re.escape(token) for token in sorted(specials, key=len, reverse=True)))

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import queue
 import threading
 import time
@@ -171,16 +172,27 @@ class GenerationWorker:
     def start(self) -> None:
         self._thread.start()
 
-    def submit(self, job: GenerationJob) -> None:
+    def submit(self, job: GenerationJob, reserved: bool = False) -> None:
         """Queue a job, or raise a 503 `APIError` when `max_queue` jobs are already waiting.
 
         Jobs that free slots will take at once do not count as waiting, even before the worker
-        thread has picked them up (it may be busy building a sampler)."""
+        thread has picked them up (it may be busy building a sampler). With `reserved`, the job
+        takes the place `reserve` kept for it."""
+        if not reserved:
+            self.reserve()
+        self._jobs.put(job)
+
+    def reserve(self) -> None:
+        """Keep a place in the queue (503 when there is none) for a request still being prepared."""
         with self._lock:
             if self._waiting - self._free_slots() >= self._max_queue:
                 raise overloaded(self.retry_after_s())
             self._waiting += 1
-        self._jobs.put(job)
+
+    def release(self) -> None:
+        """Give back a place `reserve` kept, for a request whose preparation failed."""
+        with self._lock:
+            self._waiting -= 1
 
     def _free_slots(self) -> int:
         return max(0, self.n_parallel - len(self._runs))
@@ -207,6 +219,11 @@ class GenerationWorker:
     @property
     def busy(self) -> bool:
         return bool(self._runs)
+
+    def health(self) -> dict[str, Any]:
+        """What `/health` says about the generation: this thread runs in the server's own process."""
+        return {"worker": "ok" if self._thread.is_alive() else "stopped", "worker_pid": os.getpid(),
+                "worker_restarts": 0}
 
     # -- worker thread -------------------------------------------------------------------------
 
