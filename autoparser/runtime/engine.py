@@ -92,19 +92,6 @@ class StreamParser(TagCalls, JsonCalls):
         self._after_id = NAME_START if spec.id_before_name else ARGS_START
         self._reset_call()
 
-    def __getstate__(self) -> dict[str, object]:
-        """Pickled without its marker sets (they hold closures), which are rebuilt from the spec:
-        the server hands a request's parser to the process that generates its output."""
-        state = dict(self.__dict__)
-        del state["_sets"]
-        return state
-
-    def __setstate__(self, state: dict[str, object]) -> None:
-        from autoparser.runtime.parser import build_marker_sets
-
-        self.__dict__.update(state)
-        self._sets = build_marker_sets(self._spec)
-
     # -- public surface ------------------------------------------------------------------------
 
     def feed(self, chunk: str) -> list[dict]:

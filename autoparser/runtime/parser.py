@@ -20,15 +20,36 @@ from autoparser.runtime.messages import MessageStream
 from autoparser.runtime.spec import Spec
 
 
+def kinds(*pairs: tuple[str, str]) -> dict[str, str]:
+    """Marker -> kind, the first pair of each marker winning; empty markers left out."""
+    table: dict[str, str] = {}
+    for marker, kind in pairs:
+        if marker and marker not in table:
+            table[marker] = kind
+    return table
+
+
+class KeyedValueEnd:
+    """The value end markers when the end marker names the argument's key (`</city>`), one set per
+    key, the first 256 kept. A class, not a closure, so that a parser stream can be pickled (the
+    server hands a request's stream to the process that generates its output)."""
+
+    def __init__(self, arg_end: str, others: list[tuple[str, str]]) -> None:
+        self._arg_end = arg_end
+        self._others = others
+        self._sets: dict[str, MarkerSet] = {}
+
+    def __call__(self, key: str) -> MarkerSet:
+        markers = self._sets.get(key)
+        if markers is None:
+            markers = MarkerSet(kinds((self._arg_end.replace(KEY_HOLE, key), "end"), *self._others))
+            if len(self._sets) < 256:
+                self._sets[key] = markers
+        return markers
+
+
 def build_marker_sets(spec: Spec) -> dict[str, Any]:
     """The marker sets each engine mode searches, with what each marker means there."""
-
-    def kinds(*pairs: tuple[str, str]) -> dict[str, str]:
-        table: dict[str, str] = {}
-        for marker, kind in pairs:
-            if marker and marker not in table:
-                table[marker] = kind
-        return table
 
     stops = [(stop, "stop") for stop in spec.stops]
     # a reasoning end marker inside the answer is text (`Use the </think> tag.`)
@@ -58,17 +79,6 @@ def build_marker_sets(spec: Spec) -> dict[str, Any]:
         # `name(key=value)`: a value's end marker may be left out before the call's end or the next
         # argument (checked by what follows, see `calls_tagged`)
         value_enders = [(spec.call_end, "call_end"), (spec.arg_separator, "sep")]
-    keyed: dict[str, MarkerSet] = {}
-
-    def keyed_value_end(key: str) -> MarkerSet:
-        """The value end markers when the end marker names the argument's key (`</city>`)."""
-        markers = keyed.get(key)
-        if markers is None:
-            markers = MarkerSet(kinds((spec.arg_end.replace(KEY_HOLE, key), "end"), *stops, *value_enders))
-            if len(keyed) < 256:
-                keyed[key] = markers
-        return markers
-
     name_stops = [spec.name_end, spec.id_start, spec.args_start, spec.arg_start, spec.call_end]
     name_pattern = "|".join(re.escape(m) for m in sorted({m for m in name_stops if m}, key=len, reverse=True))
     forbidden = f"[{NAME_FORBIDDEN}]"
@@ -93,7 +103,7 @@ def build_marker_sets(spec: Spec) -> dict[str, Any]:
                                         (spec.arg_end if spec.literal_values or spec.bare_keys else "",
                                          "sep"))),
         "value_end": MarkerSet(kinds((spec.arg_end, "end"), *stops, *value_enders)),
-        "keyed_value_end": keyed_value_end,
+        "keyed_value_end": KeyedValueEnd(spec.arg_end, [*stops, *value_enders]),
         # where a literal value may end: before these markers' first characters (or whitespace)
         "value_boundary": frozenset(m[0] for m in (spec.arg_end, spec.call_end, spec.section_end, *spec.stops,
                                                    spec.arg_separator) if m),
