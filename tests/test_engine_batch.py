@@ -92,8 +92,8 @@ def test_batched_logits_match_lone_logits_within_tolerance(batch_engine: Engine,
     greedy = SamplingParams(temperature=0.0)
     jobs = [(PROMPTS[i], 40, 0) for i in range(4)]
     alone, alone_logits = [], []
-    for prompt, n, _ in jobs:
-        stats = GenerationStats()
+    alone_stats = [GenerationStats() for _ in jobs]  # all kept alive: `seen` is keyed by id()
+    for (prompt, n, _), stats in zip(jobs, alone_stats, strict=True):
         alone.append(lone(batch_engine, prompt, n, 0, stats=stats, sampling=greedy))
         alone_logits.append(seen[id(stats)])
     batched, stats, _ = run_batch(batch_engine, jobs, join_at={1: 5, 2: 9, 3: 20}, sampling=greedy)
