@@ -240,6 +240,10 @@ class GenerationWorker:
         return self._waiting
 
     @property
+    def max_queue(self) -> int:
+        return self._max_queue
+
+    @property
     def running(self) -> int:
         return len(self._runs)
 
