@@ -535,15 +535,17 @@ class Engine:
             self._threads_set = wanted
 
     def _tokens_breaking_utf8(self, tail: bytes) -> np.ndarray:
-        """The tokens (end-of-generation ones aside) whose bytes cannot follow ``tail``: a lone
-        continuation byte after complete text, a letter inside a character. Computed once per
+        """The tokens whose bytes cannot follow ``tail``: a lone continuation byte after complete
+        text; inside a character, anything but its next byte, end-of-generation tokens included
+        (the output would end with half a character). Computed once per
         :func:`~autoparser.llama.utf8.continuation_state`, so that sampling leaves them out in one
         pass instead of rejecting them one pick at a time."""
         state = continuation_state(tail)
         found = self._utf8_breaking.get(state)
         if found is None:
+            ends = self._eog_set if not tail else frozenset()
             found = np.array([t for t, piece in enumerate(self._pieces)
-                              if t not in self._eog_set and incomplete_tail(tail + piece) is None], dtype=np.int64)
+                              if t not in ends and incomplete_tail(tail + piece) is None], dtype=np.int64)
             self._utf8_breaking[state] = found
         return found
 
@@ -569,7 +571,8 @@ class Engine:
     def _next_token(self, generation: Generation, logits: np.ndarray) -> int | None:
         """Sample a token; with a lazy grammar, resample while the token would make its trigger abort.
 
-        End-of-generation and stop tokens end the run without reaching the grammar, so they pass.
+        End-of-generation and stop tokens end the run without reaching the grammar, so they pass
+        (once the text is complete UTF-8: inside a character only its next byte may come).
         """
         sampler, guard, stop_ids = generation.sampler, generation.guard, generation.stop_ids
         breaking = generation.utf8_breaking()
@@ -639,11 +642,11 @@ class Generation:
 
     def utf8_breaking(self) -> np.ndarray | None:
         """Tokens to leave out of the next pick because they would break UTF-8 (stop tokens
-        stay: they end the output); None when there are none."""
+        stay after complete text: they end the output); None when there are none."""
         state = continuation_state(self.utf8_tail)
         if state not in self._breaking:
             found = self.engine._tokens_breaking_utf8(self.utf8_tail)
-            if self.stop_ids:
+            if self.stop_ids and not self.utf8_tail:
                 found = found[~np.isin(found, list(self.stop_ids))]
             self._breaking[state] = found if found.size else None
         return self._breaking[state]
