@@ -163,7 +163,7 @@ def percentile(values: list[float], q: float) -> float:
 
 def throughput(model: Path, tmp: Path, parallel: int, args: argparse.Namespace) -> list[dict]:
     process, url = start_server(model, tmp / f"server-p{parallel}.log", "--parallel", str(parallel),
-                                "--n-ctx", str(args.n_ctx))
+                                "--n-ctx", str(args.n_ctx), *args.server_args)
     rows = []
     try:
         streamed_request(url, 8, 0)  # warm-up
@@ -205,7 +205,7 @@ def conversation(n_sentences: int) -> list[dict]:
 def second_turn(model: Path, tmp: Path, reuse: bool, args: argparse.Namespace) -> dict:
     import httpx
 
-    flags = ["--parallel", "1", "--n-ctx", str(args.n_ctx)] + ([] if reuse else ["--no-prefix-cache"])
+    flags = ["--parallel", "1", "--n-ctx", str(args.n_ctx), *args.server_args] + ([] if reuse else ["--no-prefix-cache"])
     process, url = start_server(model, tmp / f"server-reuse-{reuse}.log", *flags)
     try:
         with httpx.Client(base_url=url, timeout=600) as http:
@@ -242,8 +242,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sentences", type=int, default=72,
                         help="sentences in the conversation's first message (default 72: ~1,500 tokens)")
     parser.add_argument("--skip-load", action="store_true", help="only the second-turn measurement")
+    parser.add_argument("--threads", type=int, help="the servers' --threads (default: theirs)")
     args = parser.parse_args(argv)
     args.clients = [int(c) for c in args.clients.split(",")]
+    args.server_args = ["--threads", str(args.threads)] if args.threads else []
     parallels = [int(p) for p in args.parallel.split(",")]
 
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}, {os.cpu_count()} cores")
