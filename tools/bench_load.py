@@ -20,7 +20,7 @@ machine the figures swing with it.
 
 Usage::
 
-    python tools/bench_load.py [--model M.gguf] [--parallel 1,4] [--clients 1,2,4,8] [--tokens 96]
+    python tools/bench_load.py [--model M.gguf] [--parallel 1,4] [--clients 1,2,4,8] [--tokens 96] [--threads N]
 """
 
 from __future__ import annotations
