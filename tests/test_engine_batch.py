@@ -92,8 +92,8 @@ def test_batched_logits_match_lone_logits_within_tolerance(batch_engine: Engine,
     greedy = SamplingParams(temperature=0.0)
     jobs = [(PROMPTS[i], 40, 0) for i in range(4)]
     alone, alone_logits = [], []
-    for prompt, n, _ in jobs:
-        stats = GenerationStats()
+    alone_stats = [GenerationStats() for _ in jobs]  # all kept alive: `seen` is keyed by id()
+    for (prompt, n, _), stats in zip(jobs, alone_stats, strict=True):
         alone.append(lone(batch_engine, prompt, n, 0, stats=stats, sampling=greedy))
         alone_logits.append(seen[id(stats)])
     batched, stats, _ = run_batch(batch_engine, jobs, join_at={1: 5, 2: 9, 3: 20}, sampling=greedy)
@@ -143,17 +143,37 @@ def test_slot_choice_prefers_the_longest_shared_prefix(batch_engine: Engine) -> 
     assert stats[1].cached_tokens >= len(batch_engine.tokenize(other)) - 1
 
 
-def test_reused_prefix_gives_the_same_tokens_as_a_fresh_run(tiny_model_path: Path) -> None:
+def test_reused_prefix_gives_the_same_tokens_as_a_fresh_run(tiny_model_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reused prefix against a fresh prompt, greedy: the tokens agree until a near tie, and
+    the logits within TOLERANCE. llama.cpp computes a prefix's keys and values with the
+    arithmetic of the batch they came in, so the two differ in the last bits (logits by up to
+    about 0.03 here); with sampling, the draws part wherever one lands near a boundary."""
+    seen: dict[int, list[np.ndarray]] = {}
+    original = Generation.sample
+
+    def recording(self: Generation, logits: np.ndarray) -> Any:
+        seen.setdefault(id(self.stats), []).append(logits.copy())
+        return original(self, logits)
+
+    monkeypatch.setattr(Generation, "sample", recording)
+    greedy = SamplingParams(temperature=0.0)
     base = "<｜User｜>" + "The same long beginning for both requests. " * 30
     first, second = base + "First ending.<｜Assistant｜>", base + "Second ending.<｜Assistant｜>"
     with Engine(str(tiny_model_path), n_ctx=2048, n_parallel=1) as warm, \
             Engine(str(tiny_model_path), n_ctx=2048, n_parallel=1, reuse_prefix=False) as cold:
         lone(warm, first, 4, seed=1)
-        stats = GenerationStats()
-        reused = lone(warm, second, 48, seed=9, stats=stats)
-        fresh = lone(cold, second, 48, seed=9)
+        stats, fresh_stats = GenerationStats(), GenerationStats()
+        reused = lone(warm, second, 48, seed=9, stats=stats, sampling=greedy)
+        fresh = lone(cold, second, 48, seed=9, stats=fresh_stats, sampling=greedy)
         assert stats.cached_tokens >= len(warm.tokenize(base)) - 1
-    assert reused == fresh
+        assert fresh_stats.cached_tokens == 0
+    for step, (a, b) in enumerate(zip(fresh, reused, strict=True)):
+        fresh_row, reused_row = seen[id(fresh_stats)][step], seen[id(stats)][step]
+        if a != b:
+            assert fresh_row[a] - fresh_row[b] <= 2 * TOLERANCE, step
+            break
+        assert np.abs(fresh_row - reused_row).max() < TOLERANCE, step
     with pytest.raises(RuntimeError, match="closed"):
         warm.tokenize(base)
 

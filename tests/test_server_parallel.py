@@ -140,8 +140,10 @@ def test_streamed_deltas_equal_the_non_streamed_message_under_load(server: Serve
 def test_a_client_that_leaves_frees_its_slot(server: ServerProcess) -> None:
     long = {"model": "tiny", "max_tokens": 3000, "extra_body": {"ignore_eos": True}, "stream": True}
     streams = [server.client().chat.completions.create(messages=ask(200 + i), **long) for i in range(PARALLEL)]
-    for stream in streams:
-        next(iter(stream))
+    for stream in streams:  # the role chunk comes first, before the generation; then its first token
+        chunks = iter(stream)
+        next(chunks)
+        next(chunks)
     done: dict[str, float] = {}
 
     def queued() -> None:
@@ -151,7 +153,10 @@ def test_a_client_that_leaves_frees_its_slot(server: ServerProcess) -> None:
     waiting = threading.Thread(target=queued)
     waiting.start()
     time.sleep(0.5)
-    assert server.health()["waiting"] == 1 and "at" not in done
+    health = server.health()
+    assert health["waiting"] == 1 and "at" not in done
+    assert health["slots"] == {"total": PARALLEL, "busy": PARALLEL}
+    assert health["queue"] == {"waiting": 1, "max": MAX_QUEUE}
     closed_at = time.monotonic()
     streams[0].close()
     waiting.join(30)
@@ -159,6 +164,7 @@ def test_a_client_that_leaves_frees_its_slot(server: ServerProcess) -> None:
     for stream in streams[1:]:
         stream.close()
     wait_until_idle(server, within=5)
+    assert server.health()["slots"] == {"total": PARALLEL, "busy": 0}
 
 
 def test_second_turn_reuses_the_conversation_prefix(server: ServerProcess) -> None:

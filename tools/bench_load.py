@@ -5,8 +5,10 @@
    each send ``--requests`` streaming requests one after another, all clients at once
    (``ignore_eos``, ``--tokens`` tokens each, a different seed and prompt per request). Printed
    per row: the aggregate tokens/s (completion tokens of all requests over the wall time of the
-   round), time to first token (p50/p95, from sending the request to the first generated text)
-   and how many requests were refused with 503.
+   round), time to first token (p50/p95, from sending the request to the first generated text),
+   how many requests were refused with 503, and the CPU time the server process and the clients
+   spent per token (Linux): on a machine shared with other work, wall-clock figures swing with
+   the load, CPU time much less.
 2. Prefix reuse: a conversation of about 1,500 prompt tokens, then its second turn (the first
    answer and a new question appended), with the prompt cache on and off
    (``--no-prefix-cache``). Printed: ``prompt_tokens``, ``cached_tokens`` and ``prefill_time``
@@ -18,7 +20,7 @@ machine the figures swing with it.
 
 Usage::
 
-    python tools/bench_load.py [--model M.gguf] [--parallel 1,4] [--clients 1,2,4,8] [--tokens 96]
+    python tools/bench_load.py [--model M.gguf] [--parallel 1,4] [--clients 1,2,4,8] [--tokens 96] [--threads N]
 """
 
 from __future__ import annotations
@@ -96,7 +98,7 @@ class Outcome:
 def streamed_request(url: str, n_tokens: int, seed: int) -> Outcome:
     import httpx
 
-    body = {"model": "bench", "stream": True, "max_tokens": n_tokens, "seed": seed, "ignore_eos": True,
+    body = {"stream": True, "max_tokens": n_tokens, "seed": seed, "ignore_eos": True,
             "stream_options": {"include_usage": True},
             "messages": [{"role": "user", "content": f"Request {seed}: say something about "
                                                      f"{TOPICS[seed % len(TOPICS)]}."}]}
@@ -119,6 +121,15 @@ def streamed_request(url: str, n_tokens: int, seed: int) -> Outcome:
                                            or delta.get("tool_calls")):
                 outcome.ttft_s = time.perf_counter() - start
     return outcome
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of a process so far (Linux; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def load_round(url: str, clients: int, requests: int, n_tokens: int, seed0: int) -> tuple[float, list[Outcome]]:
@@ -152,20 +163,24 @@ def percentile(values: list[float], q: float) -> float:
 
 def throughput(model: Path, tmp: Path, parallel: int, args: argparse.Namespace) -> list[dict]:
     process, url = start_server(model, tmp / f"server-p{parallel}.log", "--parallel", str(parallel),
-                                "--n-ctx", str(args.n_ctx))
+                                "--n-ctx", str(args.n_ctx), *args.server_args)
     rows = []
     try:
         streamed_request(url, 8, 0)  # warm-up
         for clients in args.clients:
+            server_cpu, own_cpu = cpu_seconds(process.pid), time.process_time()
             wall, outcomes = load_round(url, clients, args.requests, args.tokens, seed0=1000 * clients)
+            server_cpu, own_cpu = cpu_seconds(process.pid) - server_cpu, time.process_time() - own_cpu
             done = [o for o in outcomes if not o.refused]
+            n_tokens = max(1, sum(o.tokens for o in done))
             ttfts = [o.ttft_s for o in done if o.ttft_s is not None]
             rows.append({"parallel": parallel, "clients": clients, "requests": len(outcomes),
                          "refused": len(outcomes) - len(done), "tokens": sum(o.tokens for o in done),
                          "complete": all(o.tokens == args.tokens for o in done),
                          "tokens_per_s": sum(o.tokens for o in done) / wall,
                          "ttft_p50_ms": 1000 * statistics.median(ttfts) if ttfts else float("nan"),
-                         "ttft_p95_ms": 1000 * percentile(ttfts, 0.95)})
+                         "ttft_p95_ms": 1000 * percentile(ttfts, 0.95),
+                         "server_cpu_us": 1e6 * server_cpu / n_tokens, "client_cpu_us": 1e6 * own_cpu / n_tokens})
             print(_row_text(rows[-1]), flush=True)
     finally:
         stop_server(process)
@@ -176,7 +191,8 @@ def _row_text(row: dict) -> str:
     return (f"--parallel {row['parallel']}  {row['clients']} client(s): {row['tokens_per_s']:7.1f} tokens/s  "
             f"TTFT p50 {row['ttft_p50_ms']:6.1f} ms  p95 {row['ttft_p95_ms']:6.1f} ms  "
             f"{row['requests']} requests, {row['refused']} refused, "
-            f"{'all tokens' if row['complete'] else 'TOKENS MISSING'}")
+            f"{'all tokens' if row['complete'] else 'TOKENS MISSING'}; "
+            f"CPU per token: server {row['server_cpu_us']:.0f} us, clients {row['client_cpu_us']:.0f} us")
 
 
 def conversation(n_sentences: int) -> list[dict]:
@@ -189,13 +205,13 @@ def conversation(n_sentences: int) -> list[dict]:
 def second_turn(model: Path, tmp: Path, reuse: bool, args: argparse.Namespace) -> dict:
     import httpx
 
-    flags = ["--parallel", "1", "--n-ctx", str(args.n_ctx)] + ([] if reuse else ["--no-prefix-cache"])
+    flags = ["--parallel", "1", "--n-ctx", str(args.n_ctx), *args.server_args] + ([] if reuse else ["--no-prefix-cache"])
     process, url = start_server(model, tmp / f"server-reuse-{reuse}.log", *flags)
     try:
         with httpx.Client(base_url=url, timeout=600) as http:
             def ask(messages: list[dict]) -> dict:
                 return http.post("/v1/chat/completions", json={
-                    "model": "bench", "messages": messages, "max_tokens": 24, "seed": 1,
+                    "messages": messages, "max_tokens": 24, "seed": 1,
                     "temperature": 0}).raise_for_status().json()
 
             http.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "warm up"}],
@@ -226,8 +242,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sentences", type=int, default=72,
                         help="sentences in the conversation's first message (default 72: ~1,500 tokens)")
     parser.add_argument("--skip-load", action="store_true", help="only the second-turn measurement")
+    parser.add_argument("--threads", type=int, help="the servers' --threads (default: theirs)")
     args = parser.parse_args(argv)
     args.clients = [int(c) for c in args.clients.split(",")]
+    args.server_args = ["--threads", str(args.threads)] if args.threads else []
     parallels = [int(p) for p in args.parallel.split(",")]
 
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}, {os.cpu_count()} cores")

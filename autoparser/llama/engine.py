@@ -39,7 +39,7 @@ from autoparser.llama.logprobs import TokenLogprob, token_logprobs
 from autoparser.llama.long_runs import tokenizer_pieces
 from autoparser.llama.sampling import GrammarSpec, SamplingParams, TokenSampler
 from autoparser.llama.token_trie import TokenTrie
-from autoparser.llama.utf8 import incomplete_tail
+from autoparser.llama.utf8 import continuation_state, incomplete_tail
 
 __all__ = ["Engine", "GeneratedToken", "Generation", "GenerationStats", "GrammarSpec", "SamplingParams"]
 
@@ -114,18 +114,14 @@ class Engine:
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
         self._slots = [Slot(seq_id) for seq_id in range(n_parallel)]
         self._uses = 0
-        self.vocab_ptr: int = llama_cpp.llama_model_get_vocab(self._model)
-        self.n_vocab: int = llama_cpp.llama_vocab_n_tokens(self.vocab_ptr)
+        self._read_vocabulary()
         self.n_ctx_total: int = llama_cpp.llama_n_ctx(self._ctx)
         self.n_ctx: int = self.n_ctx_total // n_parallel
         """What one generation may use, prompt included: the context split between the slots."""
         self.gpu_offload: bool = bool(llama_cpp.llama_supports_gpu_offload()) and n_gpu_layers != 0
-        self.chat_template: str | None = self._read_chat_template()
-        self.bos_token: str = self._special_text(llama_cpp.llama_vocab_bos(self.vocab_ptr))
-        self.eos_token: str = self._special_text(llama_cpp.llama_vocab_eos(self.vocab_ptr))
-        self.special_tokens: set[str] = self._collect_special_tokens()
-        self._eog_ids = [t for t in range(self.n_vocab) if llama_cpp.llama_vocab_is_eog(self.vocab_ptr, t)]
-        self._trie: TokenTrie | None = None
+        self._utf8_breaking: dict[tuple[int, int, int], np.ndarray] = {}
+        self._step_rows = np.empty((0, self.n_vocab), dtype=np.float32)
+        self._step_base = 0
 
     # ------------------------------------------------------------------ setup
 
@@ -144,6 +140,8 @@ class Engine:
         params.n_threads = n_threads or max(cores // 2, 1)
         params.n_threads_batch = n_threads or cores
         params.no_perf = True
+        self._threads = (params.n_threads, params.n_threads_batch)
+        self._threads_set = self._threads
         self._ctx = llama_cpp.llama_init_from_model(self._model, params)
         if not self._ctx:
             raise ValueError(f"llama.cpp could not create a context of {n_ctx} tokens for {self.model_path}")
@@ -233,6 +231,20 @@ class Engine:
             return None
         return tokens[0] if self.token_to_piece(tokens[0]) == text.encode("utf-8") else None
 
+    def _read_vocabulary(self) -> None:
+        """What the token methods read from the loaded model (also all a vocab-only model has)."""
+        self.vocab_ptr: int = llama_cpp.llama_model_get_vocab(self._model)
+        self.n_vocab: int = llama_cpp.llama_vocab_n_tokens(self.vocab_ptr)
+        self.chat_template: str | None = self._read_chat_template()
+        self.bos_token: str = self._special_text(llama_cpp.llama_vocab_bos(self.vocab_ptr))
+        self.eos_token: str = self._special_text(llama_cpp.llama_vocab_eos(self.vocab_ptr))
+        self.special_tokens: set[str] = self._collect_special_tokens()
+        self._eog_ids = [t for t in range(self.n_vocab) if llama_cpp.llama_vocab_is_eog(self.vocab_ptr, t)]
+        self._eog_set = frozenset(self._eog_ids)
+        # every token's bytes, looked up once: the generation loop needs them for each token
+        self._pieces: list[bytes] = [self.token_to_piece(t) for t in range(self.n_vocab)]
+        self._trie: TokenTrie | None = None
+
     def token_to_piece(self, token: int, special: bool = True) -> bytes:
         """The bytes of one token; special tokens rendered as their text when ``special``."""
         buf = getattr(self._local, "piece_buf", None)
@@ -249,7 +261,7 @@ class Engine:
         return b"".join(self.token_to_piece(t, special) for t in tokens).decode("utf-8", errors="replace")
 
     def is_eog(self, token: int) -> bool:
-        return bool(llama_cpp.llama_vocab_is_eog(self.vocab_ptr, token))
+        return token in self._eog_set
 
     # ------------------------------------------------------------------ generation
 
@@ -395,7 +407,7 @@ class Engine:
         if self._trie is None:
             excluded = np.zeros(self.n_vocab, dtype=bool)
             excluded[self._special_ids] = True
-            self._trie = TokenTrie([self.token_to_piece(t) for t in range(self.n_vocab)], excluded)
+            self._trie = TokenTrie(self._pieces, excluded)
         return self._trie
 
     def _run_alone(self, generation: Generation) -> Iterator[GeneratedToken]:
@@ -430,6 +442,7 @@ class Engine:
         plan = self._plan([generations[i] for i in live])
         rows = self._decode_plan(plan)
         position = {id(generations[i]): i for i in live}
+        self._load_step_logits(sum(row >= 0 for row in rows))
         for (generation, _chunk, _wants), row in zip(plan, rows, strict=True):
             if row >= 0:
                 results[position[id(generation)]] = generation.sample(self._logits(row))
@@ -501,6 +514,7 @@ class Engine:
                 batch.logits[n - 1] = 1
             rows.append(n - 1 if wants_logits else -1)
         batch.n_tokens = n
+        self._use_threads(generating_only=n == len(plan))
         status = llama_cpp.llama_decode(self._ctx, batch)
         if status != 0:
             # The failed batch may have left partial state: forget the cache entirely.
@@ -513,24 +527,68 @@ class Engine:
             del generation.pending[: len(chunk)]
         return rows
 
-    def _logits(self, row: int = -1) -> np.ndarray:
+    def _use_threads(self, generating_only: bool) -> None:
+        """A step of one new token per generation runs on the generation thread count, as a lone
+        token does: llama.cpp would take the prompt count for any batch over one token, and those
+        threads synchronise at every layer, which costs more than it saves for a few rows (and a
+        lot on a busy machine). Prompt chunks keep the prompt count."""
+        n_threads, n_threads_batch = self._threads
+        wanted = (n_threads, n_threads) if generating_only else self._threads
+        if wanted != self._threads_set:
+            llama_cpp.llama_set_n_threads(self._ctx, *wanted)
+            self._threads_set = wanted
+
+    def _tokens_breaking_utf8(self, tail: bytes) -> np.ndarray:
+        """The tokens whose bytes cannot follow ``tail``: a lone continuation byte after complete
+        text; inside a character, anything but its next byte, end-of-generation tokens included
+        (the output would end with half a character). Computed once per
+        :func:`~autoparser.llama.utf8.continuation_state`, so that sampling leaves them out in one
+        pass instead of rejecting them one pick at a time."""
+        state = continuation_state(tail)
+        found = self._utf8_breaking.get(state)
+        if found is None:
+            ends = self._eog_set if not tail else frozenset()
+            found = np.array([t for t, piece in enumerate(self._pieces)
+                              if t not in ends and incomplete_tail(tail + piece) is None], dtype=np.int64)
+            self._utf8_breaking[state] = found
+        return found
+
+    def _load_step_logits(self, n_outputs: int) -> None:
+        """View the last batch's logits as one array, once per step rather than once per row."""
+        self._step_rows = np.empty((0, self.n_vocab), dtype=np.float32)
+        if not n_outputs:
+            return
+        ptr = llama_cpp.llama_get_logits(self._ctx)
+        if not ptr:
+            raise RuntimeError("llama.cpp returned no logits")
+        self._step_base = ctypes.cast(ptr, ctypes.c_void_p).value or 0
+        self._step_rows = np.ctypeslib.as_array(ptr, shape=(n_outputs, self.n_vocab))
+
+    def _logits(self, row: int) -> np.ndarray:
+        """The logits of batch position ``row``: llama.cpp says where its output row is."""
         ptr = llama_cpp.llama_get_logits_ith(self._ctx, row)
         if not ptr:
             raise RuntimeError("llama.cpp returned no logits")
-        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
+        index = ((ctypes.cast(ptr, ctypes.c_void_p).value or 0) - self._step_base) // (4 * self.n_vocab)
+        return self._step_rows[index]
 
     def _next_token(self, generation: Generation, logits: np.ndarray) -> int | None:
         """Sample a token; with a lazy grammar, resample while the token would make its trigger abort.
 
-        End-of-generation and stop tokens end the run without reaching the grammar, so they pass.
+        End-of-generation and stop tokens end the run without reaching the grammar, so they pass
+        (once the text is complete UTF-8: inside a character only its next byte may come).
         """
         sampler, guard, stop_ids = generation.sampler, generation.guard, generation.stop_ids
-        token = sampler.sample(logits)
+        breaking = generation.utf8_breaking()
+        token = sampler.sample(logits, exclude=breaking if breaking is not None else ())
+        if token is None and breaking is not None:  # only such tokens are allowed
+            breaking = None
+            token = sampler.sample(logits)
         excluded: list[int] = []
         fallback: int | None = None  # allowed, but breaks UTF-8: better than stopping
-        while token is not None and token not in stop_ids and not self.is_eog(token):
+        while token is not None and token not in stop_ids and token not in self._eog_set:
             safe = guard is None or guard.is_safe(token)
-            tail = incomplete_tail(generation.utf8_tail + self.token_to_piece(token))
+            tail = incomplete_tail(generation.utf8_tail + self._pieces[token])
             if safe and tail is not None:
                 generation.utf8_tail = tail
                 return token
@@ -540,7 +598,8 @@ class Engine:
             if len(excluded) > _MAX_TRIGGER_RETRIES:
                 generation.utf8_tail = b""
                 return fallback
-            token = sampler.sample(logits, exclude=excluded)
+            token = sampler.sample(logits, exclude=excluded if breaking is None
+                                   else np.concatenate((breaking, excluded)))
         return token
 
 
@@ -579,10 +638,22 @@ class Generation:
         self.utf8_tail = b""
         self.finished = False
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._breaking: dict[tuple[int, int, int], np.ndarray | None] = {}
         self._started = 0.0
         self._mark: float | None = None
         self._closed = False
         self.logprobs: int | None = None  # how many alternatives to report per token, when asked
+
+    def utf8_breaking(self) -> np.ndarray | None:
+        """Tokens to leave out of the next pick because they would break UTF-8 (stop tokens
+        stay after complete text: they end the output); None when there are none."""
+        state = continuation_state(self.utf8_tail)
+        if state not in self._breaking:
+            found = self.engine._tokens_breaking_utf8(self.utf8_tail)
+            if self.stop_ids and not self.utf8_tail:
+                found = found[~np.isin(found, list(self.stop_ids))]
+            self._breaking[state] = found if found.size else None
+        return self._breaking[state]
 
     def begin(self, slot: Slot, cached: int) -> None:
         self.slot = slot
@@ -605,14 +676,14 @@ class Generation:
             self.finish("stop")
             return None
         self.stats.completion_tokens += 1
-        if token in self.stop_ids or (not self.ignore_eos and self.engine.is_eog(token)):
+        if token in self.stop_ids or (not self.ignore_eos and token in self.engine._eog_set):
             self.stats.stop_token_id = token
             self.finish("stop")
             return None
         self.sampler.accept(token)
         if self.guard is not None:
             self.guard.accept(token)
-        text = self._decoder.decode(self.engine.token_to_piece(token))
+        text = self._decoder.decode(self.engine._pieces[token])
         info = None if self.logprobs is None else token_logprobs(logits, token, self.logprobs,
                                                                  self.engine.token_to_piece)
         now = time.perf_counter()

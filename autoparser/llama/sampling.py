@@ -156,7 +156,7 @@ class TokenSampler:
         self._make_penalties(params, penalty_window)
         self.picker = self._make_picker(params)
         self.grammar_fallbacks = 0  # tokens sampled from the grammar-filtered distribution, not a first pick
-        self._exclude: Sequence[int] = ()
+        self._exclude: Sequence[int] | np.ndarray = ()
         self._restrictive = False  # did the last grammar state admit fewer tokens than top-k uses?
 
     def _make_penalties(self, params: SamplingParams, penalty_window: int) -> None:
@@ -206,10 +206,11 @@ class TokenSampler:
 
     # ------------------------------------------------------------------ sampling
 
-    def sample(self, logits: np.ndarray, exclude: Sequence[int] = ()) -> int | None:
+    def sample(self, logits: np.ndarray, exclude: Sequence[int] | np.ndarray = ()) -> int | None:
         """Pick the next token from ``logits`` (float32, one per vocabulary entry); None if nothing is allowed.
 
-        ``exclude`` bans tokens for this step only (the engine's lazy-trigger guard uses it).
+        ``exclude`` bans tokens for this step only (the engine uses it for tokens that would
+        break UTF-8 or fire a lazy trigger the grammar rejects).
         """
         cand = self.candidates
         self._exclude = exclude
@@ -270,8 +271,8 @@ class TokenSampler:
         cand.load_all(logits)
         if self.banned is not None:
             cand.view["logit"][self.banned] = -np.inf
-        if self._exclude:
-            cand.view["logit"][list(self._exclude)] = -np.inf
+        if len(self._exclude):
+            cand.view["logit"][np.asarray(self._exclude, dtype=np.int64)] = -np.inf
         for penalty in self._penalty_samplers():
             llama_cpp.llama_sampler_apply(penalty, cand.ref)
 

@@ -29,3 +29,15 @@ def incomplete_tail(data: bytes) -> bytes | None:
         if not low <= tail[1] <= high:
             return None
     return tail
+
+
+def continuation_state(tail: bytes) -> tuple[int, int, int]:
+    """What must follow the unfinished sequence `tail` (b"" for none): (bytes still needed, the
+    lowest and highest value allowed for the next one). Whether a token's bytes keep the output
+    valid depends on the output only through this."""
+    if not tail:
+        return 0, 0, 0
+    lead = tail[0]
+    needed = (2 if lead < 0xE0 else 3 if lead < 0xF0 else 4) - len(tail)
+    low, high = _SECOND_BYTE.get(lead, (0x80, 0xBF)) if len(tail) == 1 else (0x80, 0xBF)
+    return needed, low, high

@@ -12,8 +12,6 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-import llama_cpp
-
 from autoparser.llama import _native
 from autoparser.llama.engine import Engine
 
@@ -27,25 +25,18 @@ class Vocabulary(Engine):
 
     def __init__(self, model_path: str, n_ctx: int = 0, n_parallel: int = 1) -> None:  # noqa: D107
         # Engine.__init__ would load the weights and create a context; only its token methods
-        # (which read `vocab_ptr`, `special_tokens` and `_local`) are reused here.
+        # (which read what `_read_vocabulary` sets, and `_local`) are reused here.
         _native.ensure_backend(False)
         self.model_path = str(model_path)
         self._lock = threading.Lock()
         self._ctx = None
         self._local = threading.local()
         self._model = _native.load_model(model_path, vocab_only=True)
-        self.vocab_ptr = llama_cpp.llama_model_get_vocab(self._model)
-        self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab_ptr)
+        self._read_vocabulary()
         self.n_ctx = n_ctx
         self.n_ctx_total = n_ctx * n_parallel
         self.n_parallel = n_parallel
         self.gpu_offload = False
-        self.chat_template = self._read_chat_template()
-        self.bos_token = self._special_text(llama_cpp.llama_vocab_bos(self.vocab_ptr))
-        self.eos_token = self._special_text(llama_cpp.llama_vocab_eos(self.vocab_ptr))
-        self.special_tokens = self._collect_special_tokens()
-        self._eog_ids = [t for t in range(self.n_vocab) if llama_cpp.llama_vocab_is_eog(self.vocab_ptr, t)]
-        self._trie = None
 
     def new_generation(self, *args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("a vocabulary cannot generate; the engine runs in the worker process")

@@ -48,7 +48,9 @@ def create_app(service: ChatService, worker: GenerationWorker) -> FastAPI:
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
-        return {"status": "ok", "busy": worker.busy, "waiting": worker.waiting, **worker.health()}
+        return {"status": "ok", "busy": worker.busy, "waiting": worker.waiting,
+                "slots": {"total": worker.n_parallel, "busy": worker.running},
+                "queue": {"waiting": worker.waiting, "max": worker.max_queue}, **worker.health()}
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:

@@ -5,7 +5,9 @@ server's defaults) and turns each request into a `PreparedChat`. Everything that
 request (a template that raises, a prompt that does not fit, an unknown tool) happens here,
 before the request takes a place in the queue, so a refusal costs no generation time.
 Grammars and parsers are cached by their inputs: building them is the slow part, and clients
-send the same tool set again and again.
+send the same tool set again and again. Both start where the rendered prompt leaves the model
+(`start_state`: inside reasoning the prompt opened, in the answer after a tool result, ...), so
+they are keyed by that state rather than by the prompt text, which differs on every turn.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autoparser.analysis import Analysis, ReasoningAnalysis
+from autoparser.language.request import OPEN, start_state
 from autoparser.server import protocol
 from autoparser.server.completion import Completion, OutputOptions
 from autoparser.server.errors import APIError, bad_request
@@ -107,6 +110,7 @@ class ChatService:
                                   if (token := engine.token_id(text)) is not None}
         self._end_of_turn_ids, self._end_of_turn_texts = self._end_of_turn()
         self._unused_specials = self.special_tokens - self._marker_tokens()
+        self._analysis_dict = analysis.to_dict()
         self._grammars = LRU()
         self._parsers = LRU()
         self._preambles = LRU()
@@ -139,20 +143,14 @@ class ChatService:
             budget = self.settings.reasoning_budget
         warnings: list[str] = []
         grammar, phase = None, None
-        in_reasoning = self.starts_in_reasoning(prompt)
-        if in_reasoning:  # whatever variable opened it (templates accept aliases), the output starts there
-            thinking = True
-        elif self.analysis.reasoning.forced_open:
-            # The template opens reasoning in the prompt when thinking is on, but this prompt does
-            # not (after a tool result, say): the output is the answer, so no reasoning is expected.
-            thinking = False
-        if in_reasoning and (budget is not None or self.constrained(request, tools, tool_choice)):
+        start = self.start_state(thinking, prompt)
+        if start[0] == OPEN and (budget is not None or self.constrained(request, tools, tool_choice)):
             answer_grammar, warnings = self.grammar(request, tools, tool_choice, None, after_reasoning=True)
             phase = ReasoningPhase(
                 end_text=reasoning.end, end_tokens=self.engine.tokenize(reasoning.end, parse_special=True),
                 answer_grammar=answer_grammar, budget=budget, no_eos=self.answer_required(request, tool_choice))
         else:
-            grammar, warnings = self.grammar(request, tools, tool_choice, thinking)
+            grammar, warnings = self.grammar(request, tools, tool_choice, thinking, prompt=prompt)
         stream = self.parser(tools, thinking, request.parallel_tool_calls, tool_choice, policy, prompt).stream()
         return PreparedChat(
             request=request, prompt=prompt, prompt_tokens=prompt_tokens, max_tokens=max_tokens,
@@ -169,11 +167,10 @@ class ChatService:
         kwargs = self.analysis.thinking_kwargs(thinking)
         return self._preambles.get(_key(tools, kwargs), lambda: tools_preamble(self.analysis, tools, kwargs))
 
-    def starts_in_reasoning(self, prompt: str) -> bool:
-        """Whether the rendered prompt leaves the model inside reasoning (it ends with the opener)."""
-        r = self.analysis.reasoning
-        return (r.mode != "none" and bool(r.start.strip()) and bool(r.end)
-                and prompt.rstrip().endswith(r.start.rstrip()))
+    def start_state(self, thinking: bool | None, prompt: str | None) -> tuple[str, bool]:
+        """Where the output starts after `prompt`, as the parser and the grammar both see it:
+        (`open`/`closed`/`free`/`implied`, whether it continues the prompt's partial answer)."""
+        return start_state(self._analysis_dict, thinking, prompt)
 
     def constrained(self, request: ChatCompletionRequest, tools: list[dict[str, Any]] | None,
                     tool_choice: Any) -> bool:
@@ -268,22 +265,26 @@ class ChatService:
 
     def grammar(self, request: ChatCompletionRequest, tools: list[dict[str, Any]] | None,
                 tool_choice: Any, thinking: bool | None,
-                after_reasoning: bool = False) -> tuple[Any, list[str]]:
+                after_reasoning: bool = False, prompt: str | None = None) -> tuple[Any, list[str]]:
         """The grammar for this request, as the engine's `GrammarSpec`, and its warnings.
 
         Forced tool calls (`required`, named) get the full grammar; `auto` with tools gets a lazy
         grammar that wakes on the analysis' triggers; `none` generates freely, unless
         `response_format` asks for JSON. A forced tool choice wins over `response_format`.
-        With `after_reasoning`, the grammar covers only what follows the reasoning.
+        With `after_reasoning`, the grammar covers only what follows the reasoning; otherwise it
+        starts where `prompt` leaves the model.
         """
         schema = protocol.response_schema(request)
         forced = tool_choice == "required" or isinstance(tool_choice, dict)
         if not forced and schema is not None:
             result = self._grammars.get(_key("schema", schema), lambda: self._schema_grammar(schema))
         elif self.constrained(request, tools, tool_choice):
-            key = _key("tools", tools, tool_choice, thinking, request.parallel_tool_calls, after_reasoning)
+            start = None if after_reasoning else self.start_state(thinking, prompt)
+            key = _key("tools", tools, tool_choice, self.analysis.thinking_enabled(thinking),
+                       request.parallel_tool_calls, after_reasoning, start)
             result = self._grammars.get(key, lambda: self._tools_grammar(
-                tools or [], tool_choice, thinking, request.parallel_tool_calls, after_reasoning))
+                tools or [], tool_choice, thinking, request.parallel_tool_calls, after_reasoning,
+                None if after_reasoning else prompt))
         else:
             return None, []
         warnings = list(getattr(result, "warnings", []) or [])
@@ -293,28 +294,26 @@ class ChatService:
 
     def parser(self, tools: list[dict[str, Any]] | None, thinking: bool | None, parallel: bool,
                tool_choice: Any, policy: str, prompt: str | None = None) -> Any:
-        """The parser for one request; with `prompt` it starts where that prompt leaves the model
-        (built per request: about a millisecond, and prompts rarely repeat)."""
-        if prompt is not None:
-            return self.analysis.parser(tools=tools, thinking=thinking, parallel_tool_calls=parallel,
-                                        tool_choice=tool_choice, tool_call_policy=policy, prompt=prompt)
-        key = _key(tools, thinking, parallel, tool_choice, policy)
+        """The parser for one request; with `prompt` it starts where that prompt leaves the model.
+        Cached by the start state: the prompt matters to it only through that."""
+        key = _key(tools, self.analysis.thinking_enabled(thinking), parallel, tool_choice, policy,
+                   self.start_state(thinking, prompt))
         return self._parsers.get(key, lambda: self.analysis.parser(
             tools=tools, thinking=thinking, parallel_tool_calls=parallel, tool_choice=tool_choice,
-            tool_call_policy=policy))
+            tool_call_policy=policy, prompt=prompt))
 
     def _answer_analysis(self) -> Analysis:
         """The analysis of what follows reasoning: the same output language without reasoning."""
         return dataclasses.replace(self.analysis, reasoning=ReasoningAnalysis())
 
     def _tools_grammar(self, tools: list[dict[str, Any]], tool_choice: Any, thinking: bool | None,
-                       parallel: bool, after_reasoning: bool) -> Any:
+                       parallel: bool, after_reasoning: bool, prompt: str | None) -> Any:
         from autoparser.generators.gbnf import build_grammar
 
         analysis = self._answer_analysis() if after_reasoning else self.analysis
         return self._checked(lambda: build_grammar(
             analysis, tools=tools, tool_choice=tool_choice, thinking=None if after_reasoning else thinking,
-            parallel_tool_calls=parallel, special_tokens=self.special_token_ids))
+            parallel_tool_calls=parallel, special_tokens=self.special_token_ids, prompt=prompt))
 
     def _schema_grammar(self, schema: dict[str, Any]) -> Any:
         """JSON following `schema`, from the start of the answer.

@@ -211,6 +211,10 @@ class SupervisedWorker:
         process = self._process
         return process.pid if process is not None else None
 
+    @property
+    def max_queue(self) -> int:
+        return self._max_queue
+
     def health(self) -> dict[str, Any]:
         return {"worker": self._state, "worker_pid": self.pid, "worker_restarts": self.restarts}
 

@@ -24,6 +24,7 @@ import os
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -115,11 +116,13 @@ class AsyncChannel:
     The worker may produce tokens faster than one wake-up of the event loop each (a small model
     makes over a thousand a second), so `post` schedules a wake-up only when none is pending, and
     `take` returns everything that has arrived since. The buffer needs no bound: one request
-    produces at most a context's worth of tokens.
+    produces at most a context's worth of tokens. The wake-ups of all channels on one loop go
+    through one `LoopWaker`, so a decode step that feeds several requests wakes the loop once.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop):
         self._loop = loop
+        self._waker = LoopWaker.of(loop)
         self._lock = threading.Lock()
         self._events: list[tuple[str, Any]] = []
         self._wake_pending = False
@@ -132,10 +135,10 @@ class AsyncChannel:
             if self._wake_pending:
                 return
             self._wake_pending = True
-        with contextlib.suppress(RuntimeError):  # the loop closed: nobody is listening any more
-            self._loop.call_soon_threadsafe(self._wake)
+        self._waker.schedule(self)
 
-    def _wake(self) -> None:
+    def wake(self) -> None:
+        """On the loop."""
         with self._lock:
             self._wake_pending = False
         if self._waiter is not None and not self._waiter.done():
@@ -150,6 +153,42 @@ class AsyncChannel:
                     return events
                 self._waiter = self._loop.create_future()
             await self._waiter
+
+
+class LoopWaker:
+    """Wakes the channels of one event loop with one `call_soon_threadsafe` per round (each one
+    writes to the loop's wake-up pipe) rather than one per channel."""
+
+    _by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopWaker] = weakref.WeakKeyDictionary()
+    _registry_lock = threading.Lock()
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self._loop = loop
+        self._lock = threading.Lock()
+        self._due: list[AsyncChannel] = []
+
+    @classmethod
+    def of(cls, loop: asyncio.AbstractEventLoop) -> LoopWaker:
+        with cls._registry_lock:
+            waker = cls._by_loop.get(loop)
+            if waker is None:
+                waker = cls._by_loop[loop] = cls(loop)
+            return waker
+
+    def schedule(self, channel: AsyncChannel) -> None:
+        """From any thread: wake `channel` on the loop's next round."""
+        with self._lock:
+            self._due.append(channel)
+            if len(self._due) > 1:
+                return
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody is listening any more
+            self._loop.call_soon_threadsafe(self._wake_due)
+
+    def _wake_due(self) -> None:
+        with self._lock:
+            due, self._due = self._due, []
+        for channel in due:
+            channel.wake()
 
 
 class GenerationWorker:
@@ -211,6 +250,10 @@ class GenerationWorker:
     @property
     def waiting(self) -> int:
         return self._waiting
+
+    @property
+    def max_queue(self) -> int:
+        return self._max_queue
 
     @property
     def running(self) -> int:
