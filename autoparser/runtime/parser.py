@@ -86,6 +86,7 @@ def build_marker_sets(spec: Spec) -> dict[str, Any]:
         "value_boundary": frozenset(m[0] for m in (spec.arg_end, spec.call_end, spec.section_end, *spec.stops,
                                                    spec.arg_separator) if m),
         "name_stop": re.compile(f"{name_pattern}|{forbidden}" if name_pattern else forbidden),
+        "name_stop_longest": max((len(m) for m in name_stops if m), default=1),
     }
 
 
