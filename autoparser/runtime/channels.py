@@ -53,25 +53,26 @@ class ToolCall:
     chunks is held as a few hundred strings rather than tens of thousands.
     """
 
-    __slots__ = ("index", "id", "name", "recent", "joined", "incomplete")
+    __slots__ = ("index", "id", "name", "parts", "fresh", "incomplete")
 
     def __init__(self, index: int, call_id: str, name: str) -> None:
         self.index = index
         self.id = call_id
         self.name = name
-        self.recent: list[str] = []
-        self.joined: list[str] = []
+        self.parts: list[str] = []
+        self.fresh = 0  # how many of the last parts are single fragments, not yet joined
         self.incomplete = False
 
     def append(self, text: str) -> None:
-        recent = self.recent
-        recent.append(text)
-        if len(recent) >= 64:
-            self.joined.append("".join(recent))
-            recent.clear()
+        parts = self.parts
+        parts.append(text)
+        self.fresh += 1
+        if self.fresh >= 64:
+            parts[-64:] = ["".join(parts[-64:])]
+            self.fresh = 0
 
     def arguments(self) -> str:
-        return "".join(self.joined) + "".join(self.recent)
+        return "".join(self.parts)
 
     def as_dict(self) -> dict:
         call = {"id": self.id, "type": "function",
@@ -88,9 +89,9 @@ class Output:
     string in place would copy it on every piece (quadratic in a long whole-text parse).
     """
 
-    __slots__ = ("reasoning", "content", "calls", "_pending", "_last", "key_pending")
+    __slots__ = ("reasoning", "content", "calls", "_pending", "_last", "key_pending", "_collect")
 
-    def __init__(self) -> None:
+    def __init__(self, deltas: bool = True) -> None:
         self.reasoning = TextChannel()
         self.content = TextChannel()
         self.calls: list[ToolCall] = []
@@ -99,6 +100,7 @@ class Output:
         self._last: object = None
         # an argument's key (`, "city": `), emitted only with the first text of its value
         self.key_pending = ""
+        self._collect = deltas  # a whole-text parse needs the message only, not the deltas
 
     def take(self) -> list[dict]:
         deltas = []
@@ -114,6 +116,8 @@ class Output:
         return deltas
 
     def _add(self, owner: object, text: str) -> None:
+        if not self._collect:
+            return
         if self._last is owner:
             self._pending[-1][1].append(text)
         else:
@@ -133,8 +137,9 @@ class Output:
     def start_call(self, call_id: str, name: str) -> ToolCall:
         call = ToolCall(len(self.calls), call_id, name)
         self.calls.append(call)
-        self._pending.append((None, {"tool_calls": [{"index": call.index, "id": call_id, "type": "function",
-                                                     "function": {"name": name, "arguments": ""}}]}))
+        if self._collect:
+            self._pending.append((None, {"tool_calls": [{"index": call.index, "id": call_id, "type": "function",
+                                                         "function": {"name": name, "arguments": ""}}]}))
         self._last = None
         return call
 

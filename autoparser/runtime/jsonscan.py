@@ -75,8 +75,8 @@ class JsonScanner:
         self.first = first
         self.started = False
         self.holding = False  # a member or element is held until its value starts
-        self.pending: list[str] = []  # its emitted text from earlier calls of `scan`
-        self.pending_raw: list[str] = []  # and its source text
+        self.pending: list[str] | tuple = ()  # its emitted text from earlier calls of `scan`
+        self.pending_raw: list[str] | tuple = ()  # and its source text (lists once there is any)
 
     @property
     def done(self) -> bool:
@@ -203,11 +203,13 @@ class JsonScanner:
             if self.pending:
                 out[0:0] = self.pending
             self.holding = False
-            self.pending, self.pending_raw = [], []
+            self.pending, self.pending_raw = (), ()
 
     def _result(self, text: str, pos: int, status: int, out: list[str], hold: list[int]):
         if not self.holding:
             return pos, status, "".join(out)
+        if not self.pending_raw:
+            self.pending, self.pending_raw = [], []
         self.pending.extend(out[hold[0]:])
         self.pending_raw.append(text[hold[1]:pos])
         return pos, status, "".join(out[: hold[0]])

@@ -123,7 +123,7 @@ class Parser:
 
     def parse(self, text: str) -> dict[str, Any]:
         """The assistant message for a complete model output."""
-        stream = self.stream()
+        stream = StreamParser(self.spec, self._sets, deltas=False)
         stream.feed(text)
         stream.finish()
         return stream.message()
