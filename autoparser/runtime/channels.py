@@ -53,26 +53,25 @@ class ToolCall:
     chunks is held as a few hundred strings rather than tens of thousands.
     """
 
-    __slots__ = ("index", "id", "name", "parts", "fresh", "incomplete")
+    __slots__ = ("index", "id", "name", "recent", "joined", "incomplete")
 
     def __init__(self, index: int, call_id: str, name: str) -> None:
         self.index = index
         self.id = call_id
         self.name = name
-        self.parts: list[str] = []
-        self.fresh = 0  # how many of the last parts are single fragments, not yet joined
+        self.recent: list[str] = []
+        self.joined: list[str] = []
         self.incomplete = False
 
     def append(self, text: str) -> None:
-        parts = self.parts
-        parts.append(text)
-        self.fresh += 1
-        if self.fresh >= 64:
-            parts[-64:] = ["".join(parts[-64:])]
-            self.fresh = 0
+        recent = self.recent
+        recent.append(text)
+        if len(recent) >= 64:
+            self.joined.append("".join(recent))
+            recent.clear()
 
     def arguments(self) -> str:
-        return "".join(self.parts)
+        return "".join(self.joined) + "".join(self.recent)
 
     def as_dict(self) -> dict:
         call = {"id": self.id, "type": "function",
@@ -103,14 +102,19 @@ class Output:
         self._collect = deltas  # a whole-text parse needs the message only, not the deltas
 
     def take(self) -> list[dict]:
+        pending = self._pending
+        if not pending:
+            return []
         deltas = []
-        for owner, pieces in self._pending:
+        for owner, pieces in pending:
             if owner is None:
                 deltas.append(pieces)
-            elif isinstance(owner, str):
-                deltas.append({owner: "".join(pieces)})
+                continue
+            text = pieces[0] if len(pieces) == 1 else "".join(pieces)
+            if owner.__class__ is str:
+                deltas.append({owner: text})
             else:
-                deltas.append({"tool_calls": [{"index": owner.index, "function": {"arguments": "".join(pieces)}}]})
+                deltas.append({"tool_calls": [{"index": owner.index, "function": {"arguments": text}}]})
         self._pending = []
         self._last = None
         return deltas
@@ -150,7 +154,12 @@ class Output:
             text, self.key_pending = self.key_pending + text, ""
         call = self.calls[-1]
         call.append(text)
-        self._add(call, text)
+        if self._collect:
+            if self._last is call:
+                self._pending[-1][1].append(text)
+            else:
+                self._pending.append((call, [text]))
+                self._last = call
 
     def close_arguments(self, opened: bool) -> None:
         """Close the arguments object; a key still waiting for its value is dropped with it."""

@@ -41,7 +41,7 @@ from collections.abc import Callable
 from autoparser.language.request import CLOSED, IMPLIED, core
 from autoparser.runtime.calls_json import JsonCalls
 from autoparser.runtime.calls_tagged import TagCalls
-from autoparser.runtime.channels import Output
+from autoparser.runtime.channels import Output, ToolCall
 from autoparser.runtime.jsonscan import JsonScanner, is_string_body, skip_whitespace
 from autoparser.runtime.markers import FULL, PARTIAL, MarkerSet, match_at
 from autoparser.runtime.spec import Spec
@@ -86,7 +86,8 @@ class StreamParser(TagCalls, JsonCalls):
         self._bracketed = False
         self._array_raw = ""
         self._entry = 0
-        self._in_string = False
+        # the call whose JSON string argument all parsed text ends inside, for the hot path of `feed`
+        self._string_call: ToolCall | None = None
         self._raw_call_end_is_content = True
         # the text that opened the current section, held until a call in it is certain: a section
         # holding no call (`[1, 2]` where `[` opens Python-style calls) is content, markers and all
@@ -105,9 +106,9 @@ class StreamParser(TagCalls, JsonCalls):
         """Parse the next piece of output; return the deltas it completes (possibly none)."""
         if self._finished:
             raise RuntimeError("feed() after finish()")
-        if chunk and self._in_string and self._pos >= len(self._text) and is_string_body(chunk):
+        call = self._string_call
+        if call is not None and chunk and is_string_body(chunk):
             # the hot path: more characters of a JSON string inside streamed arguments
-            call = self.out.calls[-1]
             call.append(chunk)
             return [{"tool_calls": [{"index": call.index, "function": {"arguments": chunk}}]}]
         if not chunk:
@@ -126,7 +127,10 @@ class StreamParser(TagCalls, JsonCalls):
         self._pos = 0
         self._run(False)
         held = len(self._text) - self._pos
-        self._stalled_at = held if held >= _LONG_HOLD else 0
+        if held >= _LONG_HOLD:
+            self._stalled_at = held
+        elif self._stalled_at:
+            self._stalled_at = 0
         return self.out.take()
 
     def finish(self) -> list[dict]:
@@ -171,8 +175,9 @@ class StreamParser(TagCalls, JsonCalls):
                 break
         self._text, self._pos = text, pos
         scanner = self._scanner
-        self._in_string = (scanner is not None and scanner.in_string and self._args_buffer is None
-                           and self._mode == self._json_args)
+        in_string = (scanner is not None and scanner.in_string and self._args_buffer is None
+                     and self._mode == self._json_args and pos >= len(text))
+        self._string_call = self.out.calls[-1] if in_string else None
         if final and pos < len(text):
             self.out.add_content(text[pos:])
             self._pos = len(text)

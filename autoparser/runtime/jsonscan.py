@@ -301,13 +301,15 @@ def _complete_scalar(held: str) -> str:
     return "null"
 
 
-_STRING_TOKEN = re.compile(r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*"')
+_STRING_TOKEN = re.compile(r'"(?:[^"\\\x00-\x1f]++|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*+"')
 _STRING_TOKEN_PREFIX = re.compile(r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{0,4}|\\)*\Z')
 
 
 def read_string_token(text: str, pos: int, final: bool, limit: int = _LONGEST_HELD_TOKEN):
-    """Decode a complete JSON string token at pos: (value, end), "" if cut short, None if invalid."""
-    match = _STRING_TOKEN.match(text, pos)
+    """Decode a complete JSON string token at pos: (value, end), "" if cut short, None if invalid.
+
+    A token longer than `limit` is invalid, whether the text is whole or streamed."""
+    match = _STRING_TOKEN.match(text, pos, pos + limit)
     if match:
         return json.loads(match.group()), match.end()
     if not final and len(text) - pos < limit and _STRING_TOKEN_PREFIX.match(text, pos):
