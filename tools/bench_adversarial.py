@@ -8,9 +8,10 @@ streamed in 16-character chunks at 100 KB and at 1 MB. Linear time gives a 1 MB 
 near 10; the benchmark fails (exit 1) when any ratio exceeds 12, or when a stream's message
 differs from the whole parse of the same text.
 
-Times are CPU time of this process (`time.process_time`), best of several runs, so that other
-work on a shared machine disturbs them less; a ratio over the limit is measured again before it
-counts. A 100 KB case slower than `--give-up` seconds is reported as failing without the 1 MB run.
+Times are CPU time of this process (`time.process_time`), the small size best of three runs,
+so that other work on a shared machine disturbs them less; the two sizes are timed back to back,
+and a ratio over the limit is measured again (the best of five rounds counts). A 100 KB case
+slower than `--give-up` seconds is reported as failing without the 1 MB run.
 
 Usage: python tools/bench_adversarial.py [--family TEXT] [--case TEXT] [--small 100000]
        [--large 1000000] [--chunk 16] [--limit 12] [--markdown]
@@ -213,18 +214,21 @@ class Row:
 
 
 def measure(parser, case: Case, mode: str, args) -> Row:
+    """Both sizes timed back to back, so that both see the same load on a shared machine; a ratio
+    over the limit is measured again, and the best of five rounds counts."""
     run = whole if mode == "whole" else streamed
     small_text, large_text = case.text(args.small), case.text(args.large)
-    small = timed(run, parser, small_text, args.chunk, 3)[0]
-    if small > args.give_up:
-        return Row("", case.name, mode, small, None)
-    large = timed(run, parser, large_text, args.chunk, 1)[0]
-    for _ in range(4):  # a ratio over the limit is measured again before it counts
-        if large / max(small, 1e-6) <= args.limit:
+    best: Row | None = None
+    for _ in range(5):
+        small = timed(run, parser, small_text, args.chunk, 3)[0]
+        if small > args.give_up:
+            return Row("", case.name, mode, small, None)
+        row = Row("", case.name, mode, small, timed(run, parser, large_text, args.chunk, 1)[0])
+        if best is None or row.ratio < best.ratio:
+            best = row
+        if best.ratio <= args.limit:
             break
-        small = min(small, timed(run, parser, small_text, args.chunk, 3)[0])
-        large = min(large, timed(run, parser, large_text, args.chunk, 1)[0])
-    return Row("", case.name, mode, small, large)
+    return best
 
 
 def main() -> int:

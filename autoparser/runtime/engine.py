@@ -430,6 +430,13 @@ class StreamParser(TagCalls, JsonCalls):
             self.out.add_content(found)
             return end
         if kind == "brace":
+            # a bare JSON call starts `{"`: any other brace is text, without trying a call on it
+            p = skip_whitespace(text, end)
+            if p >= len(text) and not final:
+                return start
+            if p >= len(text) or text[p] != '"':
+                self.out.add_content(found)
+                return end
             self._begin_call("", self._wrapper, W_OPEN)
             return start
         if kind == "bracket":
