@@ -118,8 +118,9 @@ DECISIONS: dict[str, tuple[str, dict[str, Any]]] = {
         {"content": "I will help you get the weather info.\n\n\n\nmeaningwhile, I will also check the "
                     "weather in Shanghai."}),
     "sglang-mistral-invalid_array": (
-        "an invalid payload after [TOOL_CALLS] stays content instead of being dropped",
-        {"content": "not valid json]"}),
+        "an invalid payload after [TOOL_CALLS] stays content instead of being dropped; a section that "
+        "holds no call is content, its opener and bracket included",
+        {"content": "[TOOL_CALLS] [not valid json]"}),
     "vllm-kimik2-invalid_json_kept": (
         "agreed that the call is kept: its unclosed arguments are repaired and it is marked incomplete",
         {"tool_calls": [{"name": "valid_get_weather", "arguments": {"city": "Shanghai"}}],

@@ -228,10 +228,14 @@ def _structural_words(analysis, text: str) -> str:
     Where values are literals, an escape is an encoding of the character it stands for (and
     `None` is spelled `null` in JSON): those are compared as their decoded form.
     """
+    if _literal_values(analysis):
+        # `None` is read as a word where the model wrote it, before markers are blanked out (as
+        # the parser sees it: `pythonNone` right after a marker is no `None`)
+        text = re.sub(r"\bNone\b", "null", text)
     for marker in sorted(_marker_texts(analysis), key=len, reverse=True):
         text = re.sub(flexible_pattern(marker), " ", text)
     if _literal_values(analysis):
-        text = _as_json_spelling(_ESCAPE.sub(" ", text))
+        text = _ESCAPE.sub(" ", text).lower()
     tools = analysis.tools
     if tools.format == "json":
         for key in {tools.name_field, tools.args_field, "arguments", "parameters", "type", tools.id_field or "",

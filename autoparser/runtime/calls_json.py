@@ -25,6 +25,7 @@ from autoparser.runtime.markers import FULL, PARTIAL, match_at
 from autoparser.runtime.steps import (
     A_ITEM,
     A_OPEN,
+    NO,
     W_AFTER,
     W_ARGS_STRING,
     W_COLON,
@@ -33,6 +34,8 @@ from autoparser.runtime.steps import (
     W_OPEN,
     W_SKIP,
     W_VALUE,
+    WAIT,
+    YES,
 )
 
 
@@ -98,7 +101,6 @@ class JsonCalls:
 
     def _wrapper(self, text: str, pos: int, final: bool) -> int:
         """A call written as a JSON object: {"name": ..., "arguments": {...}, "id": ...}."""
-        spec = self._spec
         step = self._step
         if step == W_SKIP or step == W_ARGS_STRING:
             return self._wrapper_value_scan(text, pos, final)
@@ -127,9 +129,11 @@ class JsonCalls:
             if token is None:
                 return self._wrapper_error(p)
             key, end = token
-            if spec.markerless and self._first_key and key not in self._known_keys():
-                return self._wrapper_error(p)
-            self._first_key = False
+            place = self._has_place(key, text, end, final)
+            if place == WAIT:
+                return p
+            if place == NO:
+                return self._stray_member(p)
             self._key = key
             self._step = W_COLON
             return end
@@ -148,14 +152,47 @@ class JsonCalls:
             return self._wrapper_close(p + 1)
         return self._wrapper_error(p)
 
-    def _known_keys(self) -> set[str]:
+    def _has_place(self, key: str, text: str, end: int, final: bool) -> int:
+        """YES when the call has a place for a member of this key (a field the format names, not
+        yet read; `"type": "function"` anywhere), NO when it has not, WAIT to see the value."""
         spec = self._spec
-        keys = {spec.name_field, *spec.args_fields, "type"}
-        if spec.id_field:
-            keys.add(spec.id_field)
-        if spec.function_field:
-            keys.add(spec.function_field)
-        return keys
+        if key == "type":
+            return self._is_function_type(text, end, final)
+        if key == spec.name_field:
+            place = not self._name
+        elif key in spec.args_fields:
+            place = not self._has_args
+        elif key == spec.id_field:
+            place = not self._call_id
+        elif key == spec.function_field:
+            place = self._level == 0 and not self._name and not self._has_args
+        else:
+            place = False
+        return YES if place else NO
+
+    @staticmethod
+    def _is_function_type(text: str, end: int, final: bool) -> int:
+        """Whether `: "function"` follows the `type` key at `end` (YES, NO or WAIT)."""
+        q = skip_whitespace(text, end)
+        if q >= len(text):
+            return NO if final else WAIT
+        if text[q] != ":":
+            return NO
+        q = skip_whitespace(text, q + 1)
+        if q >= len(text):
+            return NO if final else WAIT
+        token = read_string_token(text, q, final)
+        if token == "":
+            return WAIT
+        return YES if token is not None and token[0] == "function" else NO
+
+    def _stray_member(self, pos: int) -> int:
+        """A member the call has no place for (`"argumes": {...}`, a second name): the model's text
+        is not dropped. Before the call was emitted it is no call, and its text is content; after,
+        the call is marked incomplete and the text from the member on is content."""
+        if not self._emitted:
+            return self._fail_call()
+        return self._to_junk(pos, incomplete=True)
 
     def _wrapper_value(self, text: str, p: int, final: bool) -> int:
         spec = self._spec
@@ -208,6 +245,8 @@ class JsonCalls:
                 self._step = W_ARGS_STRING
                 return p
             return self._wrapper_error(p)
+        if key != "type":  # a known member whose value is of the wrong kind (`"id": {...}`)
+            return self._stray_member(p)
         self._scanner = JsonScanner()
         self._step = W_SKIP
         return p
@@ -296,12 +335,16 @@ class JsonCalls:
     def _array(self, text: str, pos: int, final: bool) -> int:
         step = self._step
         p = skip_whitespace(text, pos)
+        if self._opener is not None:
+            self._opener.append(text[pos:p])  # the section's opener is content until a call is certain
         if p >= len(text):
             return self._array_end(p) if final else p
         char = text[p]
         if step == A_OPEN:
             self._step = A_ITEM
             self._bracketed = char == "["
+            if self._bracketed and self._opener is not None:
+                self._opener.append(char)
             return p + 1 if self._bracketed else p
         if step == A_ITEM:
             if char == "{" and self._tools_allowed():
@@ -309,7 +352,8 @@ class JsonCalls:
                 self._array_raw = ""
                 return p
             if char == "]" and self._bracketed:
-                return self._array_end(p + 1)
+                return self._array_end(p + 1, char)
+            self._release_opener()
             self._mode = self._raw_mode
             return p
         # A_AFTER: after a call
@@ -323,7 +367,10 @@ class JsonCalls:
             return p
         return self._array_end(p)
 
-    def _array_end(self, pos: int) -> int:
+    def _array_end(self, pos: int, closer: str = "") -> int:
+        if self._opener is not None:  # the array held no call: it is content, brackets and all
+            self._release_opener()
+            self.out.add_content(closer)
         self._in_section = False
         self._mode = self._after_array
         return pos

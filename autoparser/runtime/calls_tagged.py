@@ -111,12 +111,11 @@ class TagCalls:
             self._step = ID_VALUE
             return end
         if step == ID_VALUE:
-            markers = self._sets["id_end"]
-            hit = markers.find(text, p)
-            if hit is None:
-                if final or len(text) - p > MAX_NAME:
-                    return self._fail_call()
+            hit = self._field_end(self._sets["id_end"], text, p, final)
+            if hit == WAIT:
                 return pos
+            if hit is None or hit == NO:
+                return self._fail_call()
             start, found, kind = hit
             self._call_id = text[p:start].strip() or self._call_id
             self._step = self._after_id
@@ -153,9 +152,11 @@ class TagCalls:
                 return p
             if found == YES:
                 return self._recipient_content(text, p)
-        match = self._sets["name_stop"].search(text, p)
+        # looked for only as far as a name can reach, so a long run of name characters costs no more
+        limit = p + MAX_NAME + self._sets["name_stop_longest"]
+        match = self._sets["name_stop"].search(text, p, limit)
         if match is None:
-            if final or len(text) - p > MAX_NAME:
+            if final or len(text) >= limit:
                 return self._fail_call()
             return p
         name = text[p : match.start()]
@@ -322,15 +323,16 @@ class TagCalls:
             if hit == WAIT:
                 return pos
         else:
-            hit = markers.find(text, p)
+            hit = self._field_end(markers, text, p, final)
+            if hit == WAIT:
+                return pos
+        cut_off = hit is None or (hit == NO and spec.bare_keys and final)
+        if cut_off and self._emitted:
+            # cut off inside a key: only arguments whose values were written are kept, and the
+            # unfinished key stays as text
+            return self._close_tagged(p, incomplete=True, junk=True)
         if hit is None or hit == NO:
-            if final and self._emitted:
-                # cut off inside a key: only arguments whose values were written are kept, and
-                # the unfinished key stays as text
-                return self._close_tagged(p, incomplete=True, junk=True)
-            if final or hit == NO or len(text) - p > MAX_NAME:
-                return self._key_failed(p)
-            return pos
+            return self._key_failed(p)
         start, found, kind = hit
         key = text[p:start].strip()
         if not key:
@@ -349,6 +351,22 @@ class TagCalls:
         self._value_parts = []
         self._step = T_KEY_TRAIL
         return start + len(found)
+
+    @staticmethod
+    def _field_end(markers, text: str, p: int, final: bool):
+        """The marker ending a name-like field (a key, an id) that starts at p, as `find` gives it.
+
+        Looked for only within `MAX_NAME` characters (plus the marker), so that a whole parse and
+        any chunking decide alike and a long run without the marker costs no more than that:
+        NO when the field is longer, None when the output ended inside it, WAIT while the text is
+        too short to say."""
+        limit = p + MAX_NAME + markers.longest
+        hit = markers.find(text, p, min(limit, len(text)), final)
+        if hit is not None:
+            return hit if hit[0] - p <= MAX_NAME else NO
+        if len(text) >= limit:
+            return NO
+        return None if final else WAIT
 
     def _bare_key(self, text: str, p: int, final: bool):
         """A key with no marker before it: an identifier, then the key end marker right after."""
@@ -435,7 +453,7 @@ class TagCalls:
         markers = self._value_end_markers()
         search = pos
         while True:
-            hit = markers.find(text, search)
+            hit = markers.find(text, search, final=final)
             if hit is None:
                 safe = markers.safe_end(text, pos)
                 if spec.arg_end_lead:

@@ -9,10 +9,6 @@ between tool calls, before the end-of-turn token) never reaches the client unles
 
 from __future__ import annotations
 
-import re
-
-_TRAILING_WS = re.compile(r"\s*\Z")
-
 
 class TextChannel:
     """Accumulates one text field of the message; `push` returns what may be emitted now."""
@@ -21,7 +17,7 @@ class TextChannel:
 
     def __init__(self) -> None:
         self.parts: list[str] = []
-        self.pending = ""
+        self.pending: list[str] = []  # a whitespace run held until visible text follows it
         self.started = False
 
     def push(self, text: str) -> str:
@@ -32,12 +28,17 @@ class TextChannel:
             if not text:
                 return ""
             self.started = True
-        cut = _TRAILING_WS.search(text).start()
+        # `rstrip` rather than a `\s*\Z` search, which is quadratic in a long whitespace run
+        cut = len(text.rstrip())
         if cut == 0:
-            self.pending += text
+            self.pending.append(text)
             return ""
-        out = self.pending + text[:cut] if self.pending else text[:cut]
-        self.pending = text[cut:]
+        out = text[:cut]
+        if self.pending:
+            out = "".join(self.pending) + out
+            self.pending = []
+        if cut < len(text):
+            self.pending.append(text[cut:])
         self.parts.append(out)
         return out
 
@@ -81,34 +82,52 @@ class ToolCall:
 
 
 class Output:
-    """Collects the message and the deltas of the current `feed`, merging neighbours of one kind."""
+    """Collects the message and the deltas of the current `feed`, merging neighbours of one kind.
 
-    __slots__ = ("reasoning", "content", "calls", "deltas", "_last", "key_pending", "held")
+    Neighbouring pieces are gathered in lists and joined once by `take`: adding to a delta's
+    string in place would copy it on every piece (quadratic in a long whole-text parse).
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("reasoning", "content", "calls", "_pending", "_last", "key_pending", "_collect", "held")
+
+    def __init__(self, deltas: bool = True) -> None:
         self.reasoning = TextChannel()
         self.content = TextChannel()
         self.calls: list[ToolCall] = []
-        self.deltas: list[dict] = []
+        # (text key or call, its pieces) for text and argument deltas; (None, delta) for a call start
+        self._pending: list[tuple[object, object]] = []
         self._last: object = None
         # an argument's key (`, "city": `), emitted only with the first text of its value
         self.key_pending = ""
+        self._collect = deltas  # a whole-text parse needs the message only, not the deltas
         # where the deltas of a call not yet known to be valid begin: they are kept back until its
         # first argument text (or `confirm`), or withdrawn with the call by `withdraw`
         self.held: int | None = None
 
     def take(self) -> list[dict]:
+        pending = self._pending
+        if not pending:
+            return []
         if self.held is not None:
-            deltas, self.deltas = self.deltas[: self.held], self.deltas[self.held:]
+            pending, self._pending = pending[: self.held], pending[self.held:]
             self.held = 0
-            return deltas
-        deltas = self.deltas
-        self.deltas = []
-        self._last = None
+        else:
+            self._pending = []
+            self._last = None
+        deltas = []
+        for owner, pieces in pending:
+            if owner is None:
+                deltas.append(pieces)
+                continue
+            text = pieces[0] if len(pieces) == 1 else "".join(pieces)
+            if owner.__class__ is str:
+                deltas.append({owner: text})
+            else:
+                deltas.append({"tool_calls": [{"index": owner.index, "function": {"arguments": text}}]})
         return deltas
 
     def hold(self) -> None:
-        self.held = len(self.deltas)
+        self.held = len(self._pending)
         self._last = None
 
     def confirm(self) -> None:
@@ -118,34 +137,37 @@ class Output:
         """The held call was no call: its deltas and the call itself are gone."""
         if self.held is None:
             return
-        del self.deltas[self.held:]
+        del self._pending[self.held:]
         self.calls.pop()
         self.key_pending = ""
         self.held = None
         self._last = None
 
-    def _text(self, key: str, text: str) -> None:
-        if self._last == key:
-            self.deltas[-1][key] += text
+    def _add(self, owner: object, text: str) -> None:
+        if not self._collect:
+            return
+        if self._last is owner:
+            self._pending[-1][1].append(text)
         else:
-            self.deltas.append({key: text})
-            self._last = key
+            self._pending.append((owner, [text]))
+            self._last = owner
 
     def add_reasoning(self, text: str) -> None:
         out = self.reasoning.push(text)
         if out:
-            self._text("reasoning_content", out)
+            self._add("reasoning_content", out)
 
     def add_content(self, text: str) -> None:
         out = self.content.push(text)
         if out:
-            self._text("content", out)
+            self._add("content", out)
 
     def start_call(self, call_id: str, name: str) -> ToolCall:
         call = ToolCall(len(self.calls), call_id, name)
         self.calls.append(call)
-        self.deltas.append({"tool_calls": [{"index": call.index, "id": call_id, "type": "function",
-                                             "function": {"name": name, "arguments": ""}}]})
+        if self._collect:
+            self._pending.append((None, {"tool_calls": [{"index": call.index, "id": call_id, "type": "function",
+                                                         "function": {"name": name, "arguments": ""}}]}))
         self._last = None
         return call
 
@@ -157,11 +179,12 @@ class Output:
             text, self.key_pending = self.key_pending + text, ""
         call = self.calls[-1]
         call.append(text)
-        if self._last is call:
-            self.deltas[-1]["tool_calls"][0]["function"]["arguments"] += text
-        else:
-            self.deltas.append({"tool_calls": [{"index": call.index, "function": {"arguments": text}}]})
-            self._last = call
+        if self._collect:
+            if self._last is call:
+                self._pending[-1][1].append(text)
+            else:
+                self._pending.append((call, [text]))
+                self._last = call
 
     def close_arguments(self, opened: bool) -> None:
         """Close the arguments object; a key still waiting for its value is dropped with it."""

@@ -41,7 +41,7 @@ from collections.abc import Callable
 from autoparser.language.request import CLOSED, IMPLIED, core
 from autoparser.runtime.calls_json import JsonCalls
 from autoparser.runtime.calls_tagged import TagCalls
-from autoparser.runtime.channels import Output
+from autoparser.runtime.channels import Output, ToolCall
 from autoparser.runtime.jsonscan import JsonScanner, is_string_body, skip_whitespace
 from autoparser.runtime.markers import FULL, PARTIAL, MarkerSet, match_at
 from autoparser.runtime.spec import Spec
@@ -58,16 +58,24 @@ from autoparser.runtime.steps import (
     W_OPEN,
 )
 
+# held text this long is only there when a whitespace run (or other text that decides nothing)
+# follows a point where the next token decides; the bounded waits (a partial marker, a JSON token,
+# a name or key) are much shorter
+_LONG_HOLD = 4096
+
 
 class StreamParser(TagCalls, JsonCalls):
     """Incremental parser of one model output; create it with `Parser.stream()`."""
 
-    def __init__(self, spec: Spec, sets: dict[str, MarkerSet]) -> None:
+    def __init__(self, spec: Spec, sets: dict[str, MarkerSet], deltas: bool = True) -> None:
         self._spec = spec
         self._sets = sets
-        self.out = Output()
+        self.out = Output(deltas)
         self._text = ""
         self._pos = 0
+        self._waiting: list[str] = []  # chunks not parsed yet while a long text is held
+        self._waiting_size = 0
+        self._stalled_at = 0  # the held text's length when it was last parsed, when that was long
         self._mode = self._begin
         self._step = 0
         self._finished = False
@@ -78,18 +86,20 @@ class StreamParser(TagCalls, JsonCalls):
         self._bracketed = False
         self._array_raw = ""
         self._entry = 0
-        self._in_string = False
+        # the call whose JSON string argument all parsed text ends inside, for the hot path of `feed`
+        self._string_call: ToolCall | None = None
         self._raw_call_end_is_content = True
         self._held = False  # the current call's deltas are held until it is valid (call syntax)
         self._had_call = False
         # the text that opened the current section, held until a call in it is certain: a section
         # holding no call (`[1, 2]` where `[` opens Python-style calls) is content, markers and all
-        self._opener: str | None = None
+        self._opener: list[str] | None = None
         self._section_has_call = False
         # a call header is name then id, or id then name when the template writes the id first
         self._header_first = ID if spec.id_before_name else NAME_START
         self._after_name = ARGS_START if spec.id_before_name else ID
         self._after_id = NAME_START if spec.id_before_name else ARGS_START
+        self._value_parts: list[str] = []
         self._reset_call()
 
     # -- public surface ------------------------------------------------------------------------
@@ -98,22 +108,38 @@ class StreamParser(TagCalls, JsonCalls):
         """Parse the next piece of output; return the deltas it completes (possibly none)."""
         if self._finished:
             raise RuntimeError("feed() after finish()")
-        if (chunk and self._in_string and self._pos >= len(self._text) and self.out.held is None
-                and is_string_body(chunk)):
+        call = self._string_call
+        if call is not None and chunk and self.out.held is None and is_string_body(chunk):
             # the hot path: more characters of a JSON string inside streamed arguments
-            call = self.out.calls[-1]
             call.append(chunk)
             return [{"tool_calls": [{"index": call.index, "function": {"arguments": chunk}}]}]
-        if chunk:
-            self._text = self._text[self._pos :] + chunk if self._pos < len(self._text) else chunk
-            self._pos = 0
-            self._run(False)
+        if not chunk:
+            return self.out.take()
+        if self._stalled_at:
+            # a long text is held (a whitespace run where the next token decides): parse again only
+            # once it has doubled, so that holding it costs linear time (the result is the same for
+            # every chunking, so a coarser one changes nothing but when deltas go out)
+            self._waiting.append(chunk)
+            self._waiting_size += len(chunk)
+            if len(self._text) - self._pos + self._waiting_size < 2 * self._stalled_at:
+                return []
+            chunk = "".join(self._waiting)
+            self._waiting, self._waiting_size = [], 0
+        self._text = self._text[self._pos :] + chunk if self._pos < len(self._text) else chunk
+        self._pos = 0
+        self._run(False)
+        held = len(self._text) - self._pos
+        if held >= _LONG_HOLD:
+            self._stalled_at = held
+        elif self._stalled_at:
+            self._stalled_at = 0
         return self.out.take()
 
     def finish(self) -> list[dict]:
         """The output is complete: release held-back text, close an open call."""
         if not self._finished:
-            self._text = self._text[self._pos :]
+            self._text = self._text[self._pos :] + "".join(self._waiting)
+            self._waiting, self._waiting_size, self._stalled_at = [], 0, 0
             self._pos = 0
             self._run(True)
             self._finalize()
@@ -153,8 +179,9 @@ class StreamParser(TagCalls, JsonCalls):
                 break
         self._text, self._pos = text, pos
         scanner = self._scanner
-        self._in_string = (scanner is not None and scanner.in_string and self._args_buffer is None
-                           and self._mode == self._json_args)
+        in_string = (scanner is not None and scanner.in_string and self._args_buffer is None
+                     and self._mode == self._json_args and pos >= len(text))
+        self._string_call = self.out.calls[-1] if in_string else None
         if final and pos < len(text):
             self.out.add_content(text[pos:])
             self._pos = len(text)
@@ -179,11 +206,11 @@ class StreamParser(TagCalls, JsonCalls):
         self._args_end_seen = False
         self._key = ""
         self._kind = ""
-        self._value_parts: list[str] = []
+        if self._value_parts:
+            self._value_parts: list[str] = []
         self._level = 0
         self._args_buffer: list[str] | None = None
         self._has_args = False
-        self._first_key = True
         self._index_digits = ""
         self._cdata = False  # inside a raw string value's CDATA section
         self._quote = ""  # a literal string value's quote, and whether it is a raw (r'') string
@@ -196,7 +223,7 @@ class StreamParser(TagCalls, JsonCalls):
     def _begin_call(self, raw_text: str, mode, step: int) -> None:
         self._reset_call()
         if self._opener is not None:
-            raw_text = self._opener + raw_text
+            raw_text = "".join(self._opener) + raw_text
             self._opener = None
         self._raw = [raw_text]
         self._mode = mode
@@ -447,6 +474,13 @@ class StreamParser(TagCalls, JsonCalls):
             self.out.add_content(found)
             return end
         if kind == "brace":
+            # a bare JSON call starts `{"`: any other brace is text, without trying a call on it
+            p = skip_whitespace(text, end)
+            if p >= len(text) and not final:
+                return start
+            if p >= len(text) or text[p] != '"':
+                self.out.add_content(found)
+                return end
             self._begin_call("", self._wrapper, W_OPEN)
             return start
         if kind == "bracket":
@@ -475,20 +509,20 @@ class StreamParser(TagCalls, JsonCalls):
 
     def _open_section(self, found: str) -> None:
         self._in_section = True
+        self._opener = [found]
+        self._section_has_call = False
         if self._spec.array:
             self._mode = self._array
             self._step = A_OPEN
         else:
-            self._opener = found
-            self._section_has_call = False
             self._mode = self._section
 
     def _release_opener(self) -> None:
         """The section turned out to hold no call: its opener is content (unless content drops it
         anyway, as a content marker that also opens the section)."""
         if self._opener is not None:
-            if core(self._opener) not in self._spec.content_markers:
-                self.out.add_content(self._opener)
+            if core(self._opener[0]) not in self._spec.content_markers:
+                self.out.add_content("".join(self._opener))
             self._opener = None
 
     def _start_marked_call(self, marker_text: str) -> None:
@@ -521,7 +555,7 @@ class StreamParser(TagCalls, JsonCalls):
         p = skip_whitespace(text, pos)
         if p > pos:
             if self._opener is not None:
-                self._opener += text[pos:p]
+                self._opener.append(text[pos:p])
             else:
                 self.out.add_content(text[pos:p])
         if p >= len(text):
@@ -540,7 +574,10 @@ class StreamParser(TagCalls, JsonCalls):
         end = p + len(found)
         if kind == "sep":
             # a separator belongs to the call after it: content again if no call follows
-            self._opener = (self._opener or "") + found
+            if self._opener is None:
+                self._opener = [found]
+            else:
+                self._opener.append(found)
             return end
         if kind == "end":
             self._release_opener()

@@ -75,8 +75,8 @@ class JsonScanner:
         self.first = first
         self.started = False
         self.holding = False  # a member or element is held until its value starts
-        self.pending: list[str] = []  # its emitted text from earlier calls of `scan`
-        self.pending_raw: list[str] = []  # and its source text
+        self.pending: list[str] | tuple = ()  # its emitted text from earlier calls of `scan`
+        self.pending_raw: list[str] | tuple = ()  # and its source text (lists once there is any)
 
     @property
     def done(self) -> bool:
@@ -203,11 +203,13 @@ class JsonScanner:
             if self.pending:
                 out[0:0] = self.pending
             self.holding = False
-            self.pending, self.pending_raw = [], []
+            self.pending, self.pending_raw = (), ()
 
     def _result(self, text: str, pos: int, status: int, out: list[str], hold: list[int]):
         if not self.holding:
             return pos, status, "".join(out)
+        if not self.pending_raw:
+            self.pending, self.pending_raw = [], []
         self.pending.extend(out[hold[0]:])
         self.pending_raw.append(text[hold[1]:pos])
         return pos, status, "".join(out[: hold[0]])
@@ -299,13 +301,15 @@ def _complete_scalar(held: str) -> str:
     return "null"
 
 
-_STRING_TOKEN = re.compile(r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*"')
+_STRING_TOKEN = re.compile(r'"(?:[^"\\\x00-\x1f]++|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*+"')
 _STRING_TOKEN_PREFIX = re.compile(r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{0,4}|\\)*\Z')
 
 
 def read_string_token(text: str, pos: int, final: bool, limit: int = _LONGEST_HELD_TOKEN):
-    """Decode a complete JSON string token at pos: (value, end), "" if cut short, None if invalid."""
-    match = _STRING_TOKEN.match(text, pos)
+    """Decode a complete JSON string token at pos: (value, end), "" if cut short, None if invalid.
+
+    A token longer than `limit` is invalid, whether the text is whole or streamed."""
+    match = _STRING_TOKEN.match(text, pos, pos + limit)
     if match:
         return json.loads(match.group()), match.end()
     if not final and len(text) - pos < limit and _STRING_TOKEN_PREFIX.match(text, pos):

@@ -3,9 +3,9 @@
 A marker is matched by its *core*, the marker without surrounding whitespace: templates put
 newlines around markers that models sometimes drop or double, and the whitespace next to a
 marker is handled by the state that follows (skipped, or kept as content). Whitespace *inside*
-a core (GLM's `</arg_key>\\n<arg_value>`) matches any whitespace run, including none, and so
-does the boundary between two tags (`</arg_key><arg_value>` also matches with a newline between,
-as models trained on either spelling write both). A marker that is only whitespace has no core;
+a core (GLM's `</arg_key>\\n<arg_value>`) matches any whitespace run of up to 64 characters,
+including none, and so does the boundary between two tags (`</arg_key><arg_value>` also matches
+with a newline between, as models trained on either spelling write both). A marker that is only whitespace has no core;
 states that expect one skip whitespace instead.
 
 `MarkerSet.find` looks for the earliest core of a set with one regular-expression search, and
@@ -23,7 +23,10 @@ FULL = 1  # the text at the position is the whole expected marker
 PARTIAL = 2  # the text ends inside the expected marker: wait for more
 NONE = 0  # something else is there
 
-_WS_ALLOWANCE = 64  # how much inner whitespace a held partial marker may contain
+_WS_ALLOWANCE = 64  # how much inner whitespace a marker may contain
+# a bounded gap: a held partial marker stays short, and a whole parse and a stream (which releases
+# text once no marker can start in it) agree on where a gap is too long to be part of a marker
+_GAP = rf"\s{{0,{_WS_ALLOWANCE}}}"
 
 
 def leading_ws(marker: str | None) -> str:
@@ -50,7 +53,7 @@ def is_flexible(marker: str) -> bool:
 
 def flexible_pattern(marker: str) -> str:
     """Regex for a core whose inner whitespace runs (or tag boundaries) match any whitespace."""
-    return r"\s*".join(re.escape(part) for part in _parts(marker))
+    return _GAP.join(re.escape(part) for part in _parts(marker))
 
 
 def _prefix_alternatives(marker: str) -> list[str]:
@@ -58,9 +61,9 @@ def _prefix_alternatives(marker: str) -> list[str]:
     parts = _parts(marker)
     alternatives = []
     for index, part in enumerate(parts):
-        head = r"\s*".join(re.escape(p) for p in parts[:index])
+        head = _GAP.join(re.escape(p) for p in parts[:index])
         if index:
-            head += r"\s*"
+            head += _GAP
             alternatives.append(head)
         nested = ""
         for char in reversed(part[1:]):
@@ -127,7 +130,7 @@ class MarkerSet:
             self.prefix_pattern = re.compile("(?:" + "|".join(alternatives) + r")\Z")
         firsts = sorted({c[0] for c in cores})
         self.first_chars = re.compile("[" + "".join(re.escape(c) for c in firsts) + "]") if firsts else None
-        self.longest = max((len(c) for c in cores), default=0) + (_WS_ALLOWANCE if flexible else 0)
+        self.longest = max((len(c) + (len(_parts(c)) - 1) * _WS_ALLOWANCE for c in cores), default=0)
 
     def find(self, text: str, pos: int, end: int | None = None, final: bool = True):
         """The earliest marker in text[pos:end]: (start, matched text, kind) or None.
@@ -139,7 +142,7 @@ class MarkerSet:
         match = self.pattern.search(text, pos) if end is None else self.pattern.search(text, pos, end)
         if match is None:
             return None
-        if (not final and end is None and len(text) - match.start() < self.longest
+        if (not final and (end is None or end >= len(text)) and len(text) - match.start() < self.longest
                 and text[match.start():] in self.prefixes):
             return None
         return match.start(), match.group(), self.kinds[match.lastindex - 1]
@@ -163,7 +166,8 @@ class MarkerSet:
         """Whether text[pos:] (non-empty) could still grow into one of the markers."""
         if self.prefix_pattern is not None:
             return pos < len(text) and self.prefix_pattern.match(text, pos) is not None
-        return text[pos:] in self.prefixes
+        # a proper prefix is shorter than the longest marker: never slice a long rest of the text
+        return len(text) - pos < self.longest and text[pos:] in self.prefixes
 
     def safe_end(self, text: str, pos: int) -> int:
         """The end of the text that may be released: a possible marker start at the end is held."""

@@ -108,6 +108,7 @@ def build_marker_sets(spec: Spec) -> dict[str, Any]:
         "value_boundary": frozenset(m[0] for m in (spec.arg_end, spec.call_end, spec.section_end, *spec.stops,
                                                    spec.arg_separator) if m),
         "name_stop": re.compile(f"{name_pattern}|{forbidden}" if name_pattern else forbidden),
+        "name_stop_longest": max((len(m) for m in name_stops if m), default=1),
     }
 
 
@@ -157,7 +158,7 @@ class Parser:
 
     def parse(self, text: str) -> dict[str, Any]:
         """The assistant message for a complete model output."""
-        stream = self.stream()
+        stream = StreamParser(self.spec, self._sets, deltas=False)
         stream.feed(text)
         stream.finish()
         return stream.message()

@@ -1,0 +1,183 @@
+"""Nothing is lost (CONTRACT section 4), as hypothesis properties over hostile outputs.
+
+Every letter and digit the model wrote is a structural marker or appears in the reasoning, the
+content, a tool call's name, id or arguments; a call whose text could not all be placed is not
+returned as a clean call. Three kinds of output that used to lose text:
+
+* JSON calls with members the call has no place for (`{"name": ..., "argumes": {...}}`, a second
+  name): the object's text stays content, or the call is marked incomplete;
+* outputs cut at any point (by `max_tokens`): only the one member being written when the output
+  stopped may be left out of a call, and that call is marked incomplete;
+* long keys in tagged formats (247 characters and more): the same message streamed as whole.
+
+Every property also checks that any chunking streams to the whole parse.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections import Counter
+
+import analyses
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_runtime_properties import (
+    FAMILIES,
+    TOOLS,
+    _as_json_spelling,
+    _literal_values,
+    _marker_texts,
+    _messages_equal_after_chunking,
+    _strings_for,
+    _structural_words,
+    _words,
+    calls,
+    plain_text,
+)
+
+from autoparser.runtime import Parser
+
+SETTINGS = settings(max_examples=int(os.environ.get("AUTOPARSER_HYPOTHESIS_EXAMPLES", "40")), deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow])
+
+JSON_FAMILIES = ["hermes", "qwen3", "mistral_array", "llama31", "bare_json_array"]
+LONG_KEY_FAMILIES = ["qwen3_coder", "glm45", "keyed_tags"]
+chunk_cuts = st.lists(st.integers(0, 10**6), max_size=12)
+
+
+def _produced(analysis, message: dict) -> str:
+    produced = " ".join([message["reasoning_content"] or "", message["content"] or ""]
+                        + [f"{c['id']} {c['function']['name']} {c['function']['arguments']}"
+                           for c in message["tool_calls"]])
+    return _as_json_spelling(produced) if _literal_values(analysis) else produced
+
+
+def _lost(analysis, text: str, message: dict) -> Counter:
+    """Letters and digits of the output found nowhere in the message (markers aside; a call
+    object's `"type": "function"` is its structure too)."""
+    text = re.sub(r'"type"\s*:\s*"function"', " ", text)
+    arg_end = analysis.tools.arg_end.strip()
+    if "{key}" in arg_end:  # an end tag that names the key (`</city>`)
+        text = re.sub(re.escape(arg_end).replace(re.escape("{key}"), r"[^<>\s]*"), " ", text)
+    name_end = analysis.tools.name_end.strip()
+    if re.search("[0-9]", name_end):  # a call index in the name's end marker (`:0<|...|>`)
+        text = re.sub(re.sub("[0-9]+", "[0-9]+", re.escape(name_end)), " ", text)
+    return _words(_structural_words(analysis, text)) - _words(_produced(analysis, message))
+
+
+# -- JSON-call members ------------------------------------------------------------------------------
+
+member_keys = st.sampled_from(["name", "arguments", "parameters", "argumes", "args", "params", "input",
+                               "id", "type", "function", "extra"]) | \
+    st.text(st.characters(whitelist_categories=("Ll",)), min_size=1, max_size=8)
+member_values = st.sampled_from(['"get_weather"', '"search_web"', '"function"', '"call0abcd"']) | \
+    st.dictionaries(st.sampled_from(["city", "days"]), st.sampled_from(["Paris", "Oslo", 3, 7]),
+                    max_size=2).map(json.dumps)
+
+
+def _known(tools, key: str) -> bool:
+    return key in {tools.name_field, "arguments", "parameters", tools.args_field, "type", tools.id_field or "",
+                   tools.function_field or ""}
+
+
+@pytest.mark.parametrize("family", JSON_FAMILIES)
+@SETTINGS
+@given(members=st.lists(st.tuples(member_keys, member_values), min_size=1, max_size=4), cuts=chunk_cuts)
+def test_json_call_members_are_never_dropped(family: str, members: list[tuple[str, str]], cuts) -> None:
+    analysis = getattr(analyses, family)()
+    tools = analysis.tools
+    obj = "{" + ", ".join(f"{json.dumps(key)}: {value}" for key, value in
+                          [(tools.name_field, '"get_weather"'), *members]) + "}"
+    text = "Sure. " + tools.section_start + tools.call_start + obj + tools.call_end + tools.section_end
+    message = _messages_equal_after_chunking(Parser(analysis), text, cuts)
+    assert not _lost(analysis, text, message), (text, message)
+    keys = [tools.name_field, *(key for key, _ in members)]
+    strays = [k for k in keys if not _known(tools, k)]
+    repeated = [k for k in set(keys) if k != "type" and keys.count(k) > 1]
+    if strays or repeated:
+        # the call had members with no place in it: their text is content, the call is not clean
+        assert all(call.get("incomplete") for call in message["tool_calls"]), (text, message)
+
+
+def test_misspelled_arguments_stay_content() -> None:
+    """The issue's example: the call is not returned with `{}`, the model's text is kept."""
+    analysis = analyses.hermes()
+    text = '<tool_call>\n{"name": "get_weather", "argumes": {"city": "Paris"}}\n</tool_call>'
+    message = analyses.parse(analysis, text)
+    assert message["tool_calls"] == []
+    assert message["content"] == text
+
+
+def test_member_after_streamed_arguments_is_kept() -> None:
+    analysis = analyses.hermes()
+    text = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}, "note": "soon"}\n</tool_call>'
+    message = analyses.parse(analysis, text)
+    [call] = message["tool_calls"]
+    assert call["incomplete"] is True and json.loads(call["function"]["arguments"]) == {"city": "Paris"}
+    assert '"note": "soon"}' in message["content"]
+
+
+@pytest.mark.parametrize("cut", ["[TOOL_CALLS][", "[TOOL_CALLS] [", "Hi [TOOL_CALLS][", "[TOOL_CALLS][]",
+                                 "[TOOL_CALLS] [1, 2]"])
+def test_mistral_array_cut_after_its_bracket_keeps_it(cut: str) -> None:
+    """A section that holds no call is content, its opener and bracket included."""
+    message = analyses.parse(analyses.mistral_array(), cut)
+    assert message["content"] == cut and message["tool_calls"] == []
+
+
+# -- truncation points ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("family", FAMILIES)
+@SETTINGS
+@given(data=st.data())
+def test_truncated_output_loses_at_most_the_member_being_written(family: str, data) -> None:
+    analysis = getattr(analyses, family)()
+    written = data.draw(calls(_strings_for(analysis)))
+    if not analysis.tools.parallel:
+        written = written[:1]
+    text = analyses.render_output(analysis, "some thought", "Some text.", written, stop=False)
+    text = text[:data.draw(st.integers(0, len(text)))]
+    message = _messages_equal_after_chunking(Parser(analysis, tools=TOOLS), text, data.draw(chunk_cuts))
+    lost = _lost(analysis, _without_cut_marker(analysis, text), message)
+    if not lost:
+        return
+    # only a member cut off mid-way is left out, and only from a call marked incomplete
+    assert message["tool_calls"] and message["tool_calls"][-1].get("incomplete"), (text, message)
+    members = [_words(_as_json_spelling(f"{key} {value!r} {json.dumps(value, ensure_ascii=False)}"))
+               for _name, args in written for key, value in args.items()]
+    assert any(not lost - member for member in members), (text, message, lost)
+
+
+def _without_cut_marker(analysis, text: str) -> str:
+    """The text without a marker cut off at its end (`</ar` of `</arg_key>`): that is structure too."""
+    cut = max((size for marker in _marker_texts(analysis) for size in range(1, len(marker))
+               if text.endswith(marker[:size])), default=0)
+    return text[:len(text) - cut]
+
+
+# -- long keys --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("family", LONG_KEY_FAMILIES)
+@SETTINGS
+@given(key=st.text(st.characters(whitelist_categories=("Ll",)), min_size=200, max_size=400),
+       value=plain_text, cuts=chunk_cuts)
+def test_long_keys_stream_as_whole(family: str, key: str, value: str, cuts) -> None:
+    analysis = getattr(analyses, family)()
+    text = analyses.render_output(analysis, None, "", [("get_weather", {key: value})], stop=False)
+    message = _messages_equal_after_chunking(Parser(analysis), text, cuts)
+    assert not _lost(analysis, text, message), (text, message)
+    if len(key) <= 256:  # a key up to the longest name the parser accepts is read as one
+        [call] = message["tool_calls"]
+        assert json.loads(call["function"]["arguments"]) == {key: value.strip()}
+
+
+@pytest.mark.parametrize("length", [246, 247, 256, 257, 300])
+@pytest.mark.parametrize("family", LONG_KEY_FAMILIES)
+def test_long_key_lengths_around_the_limit(family: str, length: int) -> None:
+    analysis = getattr(analyses, family)()
+    text = analyses.render_output(analysis, None, "", [("get_weather", {"k" * length: "Paris"})], stop=False)
+    message = analyses.parse(analysis, text)  # also checks one character per chunk
+    assert not _lost(analysis, text, message)
