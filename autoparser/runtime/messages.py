@@ -26,6 +26,7 @@ from autoparser.runtime.markers import MarkerSet
 
 MAX_HEADER = 128
 _WORD = re.compile(r"[A-Za-z_]\w*")
+_BLANK = re.compile(r"\s*")
 _NAME = re.compile(f"[^{NAME_FORBIDDEN}]+")
 _LEAD = re.compile(r"<[^<>]*>|\w+=?|\S")  # how a header begins: a tag, a word (`to=`), a symbol
 HEADER, REASONING, CONTENT, CALL, STOPPED = "header", "reasoning", "content", "call", "stopped"
@@ -92,6 +93,9 @@ class MessageStream:
         self._call_parser = call_parser  # makes the engine that parses one call body
         self.out = Output()
         self._text = ""
+        self._pos = 0  # where the unread text begins
+        self._blank: list[str] = []  # blank chunks held unscanned while a header may follow
+        self._blank_rest = False  # whether all unread text is blank, before a header
         self._finished = False
         self._inner = None  # the engine parsing the current call body
         self._deltas: list[dict] = []
@@ -105,12 +109,28 @@ class MessageStream:
     def feed(self, chunk: str) -> list[dict]:
         if self._finished:
             raise RuntimeError("feed() after finish()")
-        self._text += chunk
+        if not chunk:
+            return self._take()
+        if self._blank_rest and chunk.isspace():
+            # blank text before the next header decides nothing: keep it aside, unscanned, so that
+            # a long run of it costs linear time
+            self._blank.append(chunk)
+            return self._take()
+        if self._blank:
+            chunk = "".join(self._blank) + chunk
+            self._blank = []
+        self._text = self._text[self._pos:] + chunk if self._pos < len(self._text) else chunk
+        self._pos = 0
         self._run(False)
+        rest = self._text[self._pos:] if self._state == HEADER else "x"
+        self._blank_rest = not rest or rest.isspace()
         return self._take()
 
     def finish(self) -> list[dict]:
         if not self._finished:
+            self._text = self._text[self._pos:] + "".join(self._blank)
+            self._pos = 0
+            self._blank = []
             self._run(True)
             self._finished = True
         return self._take()
@@ -126,39 +146,41 @@ class MessageStream:
     # -- the loop ------------------------------------------------------------------------------
 
     def _run(self, final: bool) -> None:
-        while self._text:
+        text = self._text
+        while self._pos < len(text):
             state = self._state
-            consumed = self._header(final) if state == HEADER else self._body(final)
-            if consumed == 0 and self._state == state:
+            end = self._header(final) if state == HEADER else self._body(final)
+            if end == self._pos and self._state == state:
                 break
-            self._text = self._text[consumed:]
+            self._pos = end
         if final:
             if self._inner is not None:
                 self._close_call()
-            if self._text:
-                self.out.add_content(self._text)
-                self._text = ""
+            if self._pos < len(text):
+                self.out.add_content(text[self._pos:])
+                self._pos = len(text)
 
     def _header(self, final: bool) -> int:
-        text, fmt = self._text, self._format
-        lead = len(text) - len(text.lstrip())
-        if lead == len(text) and not final:
-            return 0
-        hit = fmt.between.find_at(text, lead)
-        if fmt.between.undecided(text, lead, hit, final):
-            return 0
+        """Where the header starting at `_pos` ends (with its body marker), or `_pos` to wait."""
+        text, pos, fmt = self._text, self._pos, self._format
+        start = _BLANK.match(text, pos).end()
+        if start == len(text) and not final:
+            return pos
+        hit = fmt.between.find_at(text, start)
+        if fmt.between.undecided(text, start, hit, final):
+            return pos
         if hit is not None:
-            return lead + len(hit[0])
-        window = text[:MAX_HEADER + len(fmt.body_start)]
+            return start + len(hit[0])
+        window = text[pos:pos + MAX_HEADER + len(fmt.body_start)]
         at = window.find(fmt.body_start)
         ender = fmt.enders.find(window, 0)
-        if (at < 0 or (ender is not None and ender[0] < at) or "\n" in text[:at].strip()
-                or not _words(text[:at]) & fmt.header_words or not text[:at].lstrip().startswith(fmt.header_leads)):
-            if at < 0 and len(text) < MAX_HEADER and not final:
-                return 0  # the header may still be arriving
+        header = window[:at]
+        if (at < 0 or (ender is not None and ender[0] < at) or "\n" in header.strip()
+                or not _words(header) & fmt.header_words or not header.lstrip().startswith(fmt.header_leads)):
+            if at < 0 and len(text) - pos < MAX_HEADER and not final:
+                return pos  # the header may still be arriving
             self._state = CONTENT  # no header: plain text
-            return 0
-        header = text[:at]
+            return pos
         kind, name = fmt.classify(header)
         if kind == CALL and not (self._spec.tools_on and self._spec.name_allowed(name)):
             self.out.add_content(header + fmt.body_start)
@@ -169,18 +191,18 @@ class MessageStream:
                 canonical = fmt.call_header.replace("{name}", name) + fmt.body_start
                 self._deltas += self._inner.feed(canonical)
         self._state = kind
-        return at + len(fmt.body_start)
+        return pos + at + len(fmt.body_start)
 
     def _body(self, final: bool) -> int:
-        text = self._text
+        """Where the body text from `_pos` is read up to: its end marker, or what is safe to emit."""
+        text, pos = self._text, self._pos
         if self._state == STOPPED:
-            self.out.add_content(text)
+            self.out.add_content(text[pos:])
             return len(text)
         enders = self._format.call_enders if self._state == CALL else self._format.enders
-        hit = enders.find(text, 0, final=final)
-        end = len(text) if final or hit is not None else enders.safe_end(text, 0)
-        body = text[: hit[0]] if hit is not None else text[:end]
-        self._emit(body)
+        hit = enders.find(text, pos, final=final)
+        end = len(text) if final or hit is not None else enders.safe_end(text, pos)
+        self._emit(text[pos:hit[0]] if hit is not None else text[pos:end])
         if hit is None:
             return end
         start, found, kind = hit
@@ -189,7 +211,7 @@ class MessageStream:
                 self._deltas += self._inner.feed(found)
             self._close_call()
         self._state = STOPPED if kind == "stop" else HEADER
-        return start + len(found) or 1
+        return max(start + len(found), pos + 1)
 
     def _emit(self, body: str) -> None:
         if not body:
