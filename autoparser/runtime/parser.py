@@ -158,7 +158,7 @@ class Parser:
 
     def parse(self, text: str) -> dict[str, Any]:
         """The assistant message for a complete model output."""
-        stream = StreamParser(self.spec, self._sets, deltas=False)
+        stream = self.stream() if self._call_spec is not None else StreamParser(self.spec, self._sets, deltas=False)
         stream.feed(text)
         stream.finish()
         return stream.message()
