@@ -48,6 +48,11 @@ The language is what the runtime (`autoparser.runtime`, lenient policy) reads as
 Output outside the language makes `parse_with_lark` raise, where the runtime recovers (invalid
 JSON, unknown tool names, truncated calls): on everything inside it the two build the same
 message, which ``tests/test_lark_agreement.py`` checks on round trips of real templates.
+
+`parse_with_lark` reads first by the request's output language (`language.build`, written
+for Lark by `lark_ir.write_lark` and read by its capture roles), which is what the GBNF
+generates; this grammar reads what that language does not hold: no tools given (any name),
+calls opened by the prompt, text after the calls, a reasoning start marker the prompt wrote.
 """
 
 from __future__ import annotations
