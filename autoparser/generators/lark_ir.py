@@ -1,9 +1,9 @@
 """The output language (`language.ir`) written as a Lark grammar, and read back into a message.
 
-`write_lark` gives Lark text for the Earley parser with the dynamic lexer: free text is
-one regular expression that cannot contain the markers that end it, so the first marker ends
-it, as the runtime reads it; the parser tries every shorter length too, which lets whitespace
-fall to the marker or gap after it. JSON and Python-literal values are read by small generic
+`write_lark` gives Lark text for the Earley parser with the dynamic lexer: free text is read in
+pieces (words that cannot contain the markers that end it, single spaces, single brackets), so
+the first marker ends it, as the runtime reads it, and whitespace or a bare JSON call after it
+can fall to what follows. JSON and Python-literal values are read by small generic
 grammars (the schema constrains generation, not reading). `read_message` walks the parse tree
 by the IR's capture roles: reasoning and content texts, and per call its name, id and
 arguments, tagged arguments by member.
