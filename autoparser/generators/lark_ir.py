@@ -18,7 +18,6 @@ from functools import lru_cache
 from typing import Any
 
 from autoparser.language import ir
-from autoparser.language.request import value_kind
 
 VALUE_RULES = r"""
 _json: object | array | STRING | NUMBER | "true" | "false" | "null"
@@ -348,4 +347,4 @@ class _Reader:
         return {"role": "assistant", "reasoning_content": reasoning, "content": content, "tool_calls": calls}
 
 
-__all__ = ["LarkLanguage", "read_message", "value_kind", "write_lark"]
+__all__ = ["LarkLanguage", "read_message", "write_lark"]
