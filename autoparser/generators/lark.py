@@ -48,6 +48,11 @@ The language is what the runtime (`autoparser.runtime`, lenient policy) reads as
 Output outside the language makes `parse_with_lark` raise, where the runtime recovers (invalid
 JSON, unknown tool names, truncated calls): on everything inside it the two build the same
 message, which ``tests/test_lark_agreement.py`` checks on round trips of real templates.
+
+`parse_with_lark` reads first by the request's output language (`language.build`, written
+for Lark by `lark_ir.write_lark` and read by its capture roles), which is what the GBNF
+generates; this grammar reads what that language does not hold: no tools given (any name),
+calls opened by the prompt, text after the calls, a reasoning start marker the prompt wrote.
 """
 
 from __future__ import annotations
@@ -61,8 +66,19 @@ from functools import lru_cache
 from typing import Any
 
 from autoparser.analysis import Analysis
-from autoparser.language.request import KEY_HOLE, NAME_FORBIDDEN, is_weak, split_call_index, value_kind
-from autoparser.language.values import convert_literal_value, decode_string_body
+from autoparser.generators.lark_ir import read_message, write_lark
+from autoparser.language import ir
+from autoparser.language.build import Request, build_language
+from autoparser.language.request import (
+    KEY_HOLE,
+    NAME_FORBIDDEN,
+    OPEN,
+    is_weak,
+    split_call_index,
+    start_state,
+    value_kind,
+)
+from autoparser.language.values import convert_literal_value, convert_tagged_value, decode_string_body
 
 __all__ = ["generate_lark", "parse_with_lark", "lark_parser"]
 
@@ -890,12 +906,55 @@ def parse_with_lark(analysis: Analysis, text: str, tools: list[dict[str, Any]] |
     Raises `lark.exceptions.UnexpectedInput` when `text` is not in the grammar's language.
     Reasoning and content are returned with surrounding whitespace removed, None when empty.
     """
+    message = _read_by_language(analysis, text, tools, thinking, parallel_tool_calls, tool_choice)
+    if message is not None:
+        return message
     grammar = generate_lark(analysis, tools=tools, thinking=thinking, parallel_tool_calls=parallel_tool_calls,
                             tool_choice=tool_choice)
     tree = lark_parser(grammar).parse(text)
     builder = _MessageBuilder(analysis, _schemas(tools), text)
     builder.visit(tree)
     return builder.message()
+
+
+def _read_by_language(analysis: Analysis, text: str, tools: list[dict[str, Any]] | None,
+                      thinking: bool | None, parallel_tool_calls: bool, tool_choice: Any) -> dict[str, Any] | None:
+    """The message read with the request's output language (`build_language`, written by
+    `lark_ir.write_lark`); None where that language does not hold `text` or the request: no
+    tools (any name is a call), a named tool that is not given, text the runtime reads but
+    generation does not write (content after the calls, or around prompt-opened calls)."""
+    from lark.exceptions import UnexpectedInput
+
+    if not tools or analysis.tools.opened_by_prompt:
+        # a prompt-opened call: the language has content or calls, the runtime reads both in turn
+        return None
+    opener = analysis.reasoning.start.strip()
+    if opener and text.lstrip().startswith(opener) and start_state(analysis.to_dict(), thinking, None)[0] == OPEN:
+        return None  # reasoning the prompt opened, opened once more: the runtime reads the marker, the language text
+    request = Request(tools=tuple(tools), tool_choice=tool_choice, thinking=thinking,
+                      parallel_tool_calls=parallel_tool_calls, lazy=False,
+                      end_tokens=(analysis.eos_token,) if analysis.eos_token else ())
+    try:
+        written = write_lark(build_language(analysis.to_dict(), request), end_of_turn=tuple(analysis.stop))
+    except ValueError:
+        return None
+    try:
+        return read_message(written, text, lambda owner, key, raw, node: _raw_argument(analysis, raw, node))
+    except UnexpectedInput:
+        return None
+
+
+def _raw_argument(analysis: Analysis, raw: str, node: Any) -> Any:
+    """A tagged argument's value from its text, read as the runtime reads it."""
+    schema = getattr(node, "schema", None)
+    if isinstance(node, ir.PyValue):
+        kind, text = value_kind(schema), raw.strip()
+        if kind != "json" and len(text) > 1 and text[0] in "'\"" and text[-1] == text[0]:
+            return decode_string_body(text[1:-1])  # a quoted string is its decoded text
+        return json.loads(convert_literal_value(raw, kind, schema))
+    if isinstance(node, ir.Json):
+        return json.loads(convert_tagged_value(raw, "json", schema))
+    return _tagged_value(_without_cdata(raw), schema, analysis.tools.arg_string_raw)
 
 
 def _schemas(tools: list[dict[str, Any]] | None) -> dict[str, dict[str, Any]] | None:

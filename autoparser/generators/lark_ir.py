@@ -1,0 +1,350 @@
+"""The output language (`language.ir`) written as a Lark grammar, and read back into a message.
+
+`write_lark` gives Lark text for the Earley parser with the dynamic lexer: free text is read in
+pieces (words that cannot contain the markers that end it, single spaces, single brackets), so
+the first marker ends it, as the runtime reads it, and whitespace or a bare JSON call after it
+can fall to what follows. JSON and Python-literal values are read by small generic
+grammars (the schema constrains generation, not reading). `read_message` walks the parse tree
+by the IR's capture roles: reasoning and content texts, and per call its name, id and
+arguments, tagged arguments by member.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from autoparser.language import ir
+
+VALUE_RULES = r"""
+_json: object | array | STRING | NUMBER | "true" | "false" | "null"
+object: "{" _jws (pair (_jws "," _jws pair)* _jws)? "}"
+pair: STRING _jws ":" _jws _json
+array: "[" _jws (_json (_jws "," _jws _json)* _jws)? "]"
+_jws: JWS?
+_space: /[ \t\n\r]/
+JWS: /[ \t\n\r]+/
+STRING: /"(?:[^"\\]|\\[\s\S])*"/
+NUMBER: /-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?/
+_py: pyseq | pydict | PYSTRING | NUMBER | /true|false|null|True|False|None/
+pyseq: ("[" | "(") _jws (_py (_jws "," _jws _py)* _jws ","? _jws)? ("]" | ")")
+pydict: "{" _jws (_py _jws ":" _jws _py (_jws "," _jws _py _jws ":" _jws _py)* _jws ","? _jws)? "}"
+PYSTRING: /[rRuUbB]{0,2}(?:'(?:[^'\\]|\\[\s\S])*'|"(?:[^"\\]|\\[\s\S])*")/
+"""
+
+
+_CONTROL = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "/": "\\/", '"': "\\x22"}
+
+
+def _regex_escape(text: str) -> str:
+    """Text as a regex inside a Lark `/.../` literal. Lark unescapes `\\xNN` before `re` reads
+    the pattern, so punctuation is escaped with a backslash and only a quote (which Lark's
+    unescaping mishandles) as hex."""
+    return "".join(_CONTROL.get(c) or (c if c.isalnum() or c == "_" or ord(c) > 127 else "\\" + c)
+                   for c in text)
+
+
+@dataclass
+class _Writer:
+    rules: dict[str, str] = field(default_factory=dict)
+    roles: dict[str, str] = field(default_factory=dict)  # capture rule -> role
+    values: dict[str, ir.Node] = field(default_factory=dict)  # argument value rule -> its node
+    members: dict[str, tuple[str, str | None]] = field(default_factory=dict)  # member rule -> (owner, key)
+    priorities: set[str] = field(default_factory=set)
+    terminals: dict[str, str] = field(default_factory=dict)  # pattern -> name
+    _names: dict[int, str] = field(default_factory=dict)
+    _keep: list[ir.Node] = field(default_factory=list)
+
+    def new(self, prefix: str, body: str) -> str:
+        name = f"{prefix}_{len(self.rules)}"
+        self.rules[name] = body
+        return name
+
+    def write(self, node: ir.Node) -> str:  # noqa: C901 - one case per node kind
+        """A node as one symbol or a sequence of symbols. Alternatives and optional parts get
+        rules of their own (`_` rules: spliced into the parse tree): Lark expands a group inside a
+        rule into alternatives of that rule, which doubles with every optional part."""
+        if isinstance(node, ir.Lit):
+            return f"/{_regex_escape(node.text)}/" if node.text else ""
+        if isinstance(node, ir.Chars):
+            hi = "" if node.max is None else str(node.max)
+            rx = f"/[{node.allowed}]{{{max(node.min, 1)},{hi}}}/"
+            return rx if node.min else self.optional(rx)
+        if isinstance(node, ir.Text):
+            return self.text(node)
+        if isinstance(node, ir.Seq):
+            return " ".join(p for p in (self.write(i) for i in node.items) if p)
+        if isinstance(node, ir.Choice):
+            return self.shared(node, lambda: self.new("_alt", " | ".join(self.write(o) or "_empty"
+                                                                          for o in node.options)))
+        if isinstance(node, ir.Repeat):
+            return self.repeat(node)
+        if isinstance(node, ir.Gap):
+            return self.gap(node.max)
+        if isinstance(node, ir.Json):
+            return "STRING" if node.kind == "string" else "_json"
+        if isinstance(node, ir.PyValue):
+            return "_py"
+        if isinstance(node, ir.RawString):
+            return self.write(node.text)
+        if isinstance(node, ir.Members):
+            return self.shared(node, lambda: self.members_of(node))
+        if isinstance(node, ir.Capture):
+            name = self.shared(node, lambda: self.new(f"cap_{node.role}", self.write(node.body) or "_empty"))
+            self.roles[name] = node.role
+            if node.role == ir.TOOL_NAME:
+                # where a text could be read as content or as a call (a bare JSON object), the
+                # runtime reads the call: the reading with more calls wins
+                self.priorities.add(name)
+            return name
+        if isinstance(node, ir.Rule):
+            return self.shared(node, lambda: self.new("r", self.write(node.body) or "_empty"))
+        raise TypeError(f"no Lark form for {type(node).__name__}")
+
+    def optional(self, body: str) -> str:
+        return self.new("_opt", f"({body})?") if body else ""
+
+    def gap(self, most: int) -> str:
+        if not most:
+            return ""
+        name = f"_gap{most}"
+        if name not in self.rules:
+            self.rules[name] = f"(_space {self.gap(most - 1)})?"
+        return name
+
+    def repeat(self, node: ir.Repeat) -> str:
+        body = self.write(node.item)
+        if not body:
+            return ""
+        if (node.min, node.max) == (0, 1):
+            return self.optional(body)
+        if node.max is None:
+            return self.new("_rep", " ".join([f"({body})"] * node.min + [f"({body})*"]))
+        return " ".join([body] * node.min + [self.optional(body)] * (node.max - node.min))
+
+    def shared(self, node: ir.Node, make: Any) -> str:
+        """One rule per node object (nodes are shared in the IR; writing them once keeps the
+        grammar small)."""
+        name = self._names.get(id(node))
+        if name is None:
+            self._keep.append(node)
+            name = self._names[id(node)] = make()
+        return name
+
+    def text(self, node: ir.Text) -> str:
+        stops = sorted({s.strip() for s in node.stops if s.strip()} | ({node.end.strip()} if node.end and
+                                                                     node.end.strip() else set()))
+        excluded = [_regex_escape(s) for s in stops if not (node.weak and s == node.weak.marker)]
+        if node.weak is not None:
+            key_end = _regex_escape(node.weak.before)
+            excluded.append(_regex_escape(node.weak.marker) + r"\s*[^\W\d][\w.\-]*\s*" + key_end)
+        # text in pieces: words, single spaces, single brackets. Where the text ends is then the
+        # parser's choice among few places: before a space (a marker or gap may start with it),
+        # before a bracket (a bare JSON call may start there), at the first marker; and each
+        # piece is matched once, so reading stays linear
+        stop = f"(?!{'|'.join(excluded)})" if excluded else ""
+        word = self.terminal(f"/(?:{stop}[^\\s{{\\[])+/")
+        single = self.terminal(f"/{stop}[\\s{{\\[]/")
+        text = f"({word} | {single})" + ("+" if node.nonempty else "*")
+        return self.shared(node, lambda: self.new("_text", text))
+
+    def terminal(self, pattern: str) -> str:
+        """A named terminal per pattern (Earley reads a named terminal as one token kind)."""
+        name = self.terminals.setdefault(pattern, f"T{len(self.terminals)}")
+        return name
+
+    def members_of(self, node: ir.Members) -> str:
+        """Members in order, the required ones present, a separator between two present ones."""
+        sep = self.write(node.separator)
+        items = []
+        for member, required in node.items:
+            key = member.name[len(f"{node.owner}-arg-"):] if isinstance(member, ir.Rule) else None
+            items.append((self.member(node.owner, member, key), required))
+        if node.extra is not None:
+            extra = self.member(node.owner, node.extra, None)
+            items.append((f"{extra} ({sep} {extra})*".strip(), False))
+
+        made: dict[tuple[int, bool], str] = {}
+
+        def rest(i: int, first: bool) -> str:
+            """Members from `i` on; `first`: none was written before (a rule per case)."""
+            if (i, first) in made:
+                return made[(i, first)]
+            name = made[(i, first)] = self.new("members", "")
+            options = []
+            for j in range(i, len(items)):
+                lead = "" if first else sep
+                options.append(f"{lead} {items[j][0]} {rest(j + 1, False)}".strip())
+                if items[j][1]:
+                    break
+            else:
+                options.append("_empty")
+            self.rules[name] = " | ".join(options)
+            return name
+
+        return rest(0, True) if items else "_empty"
+
+    def member(self, owner: str, member: ir.Node, key: str | None) -> str:
+        """One tagged argument, its value in a rule of its own (the message reads it by key)."""
+        body = member.body if isinstance(member, ir.Rule) else member
+        parts = body.items if isinstance(body, ir.Seq) else (body,)
+        written = []
+        for part in parts:
+            text = self.write(part)
+            if isinstance(part, ir.Json | ir.PyValue | ir.RawString | ir.Text):
+                text = self.new("val", text or "_empty")
+                self.values[text] = part
+            elif key is None and isinstance(part, ir.Chars):
+                text = self.new("key", text)
+            written.append(text)
+        name = self.new("arg", " ".join(p for p in written if p) or "_empty")
+        self.members[name] = (owner, key)
+        return name
+
+
+@dataclass(frozen=True)
+class LarkLanguage:
+    """A language written for Lark: the grammar text, and what its rules mean in the message."""
+
+    grammar: str
+    roles: dict[str, str]
+    values: dict[str, ir.Node]
+    members: dict[str, tuple[str, str | None]]
+
+
+def write_lark(language: ir.Language, end_of_turn: tuple[str, ...] = ()) -> LarkLanguage:
+    """The Lark grammar (Earley, dynamic lexer) of `language`; the output may end with
+    any of the `end_of_turn` strings (the parser stops at them, generation ends with them)."""
+    root = language.root
+    if isinstance(root, ir.Lazy):
+        raise TypeError("a lazy language has no Lark form; build the full language (lazy=False)")
+    w = _Writer()
+    start = w.write(root) or "_empty"
+    lines = ["// Output language of a chat model, generated by autoparser from its chat template.",
+             '// Load with: Lark(grammar, parser="earley", lexer="dynamic")',
+             f"start: {start}", "_empty:"]
+    ends = sorted({e.strip() for e in end_of_turn if e.strip()})
+    if ends:
+        lines[-2] += " _end_of_turn*"
+        lines.append(f"_end_of_turn: /[ \\t\\n\\r]*(?:{'|'.join(_regex_escape(e) for e in ends)})/")
+    lines += [f"{name}{'.2' if name in w.priorities else ''}: {body}" for name, body in w.rules.items()]
+    lines += [f"{name}: {pattern}" for pattern, name in w.terminals.items()]
+    grammar = "\n".join(lines) + "\n" + VALUE_RULES
+    return LarkLanguage(grammar, dict(w.roles), dict(w.values), dict(w.members))
+
+
+@lru_cache(maxsize=64)
+def earley_parser(grammar: str):  # type: ignore[no-untyped-def]
+    from lark import Lark
+
+    return Lark(grammar, parser="earley", lexer="dynamic", propagate_positions=True,
+                ambiguity="resolve")
+
+
+def read_message(written: LarkLanguage, text: str, convert_raw: Any) -> dict[str, Any]:
+    """Parse `text` and build the assistant message from the captures.
+
+    `convert_raw(owner, key, raw, node)` gives the JSON value of a tagged argument's raw text.
+    Raises `lark.exceptions.UnexpectedInput` when `text` is not in the language."""
+    tree = earley_parser(written.grammar).parse(text)
+    reader = _Reader(written, text, convert_raw)
+    reader.visit(tree)
+    return reader.message()
+
+
+@dataclass
+class _Reader:
+    written: LarkLanguage
+    text: str
+    convert_raw: Any
+    reasoning: list[str] = field(default_factory=list)
+    content: list[str] = field(default_factory=list)
+    calls: list[dict[str, Any]] = field(default_factory=list)
+
+    def span(self, tree: Any) -> str:
+        if getattr(tree.meta, "empty", True):
+            return ""
+        return self.text[tree.meta.start_pos:tree.meta.end_pos]
+
+    def visit(self, tree: Any) -> None:
+        """Texts by their roles, in output order; a call is the largest part that holds one tool
+        name and nothing but the call's own captures (its id or arguments may come first)."""
+        from lark import Tree
+
+        for child in tree.children:
+            if not isinstance(child, Tree):
+                continue
+            role = self.written.roles.get(child.data)
+            if role == ir.REASONING:
+                self.reasoning.append(self.span(child))
+            elif role == ir.CONTENT:
+                self.content.append(self.span(child))
+            elif role is None and self.is_call(child):
+                self.calls.append(self.call(child))
+            else:
+                self.visit(child)
+
+    def captures(self, tree: Any) -> list[Any]:
+        from lark import Tree
+
+        found = []
+        for child in tree.children:
+            if isinstance(child, Tree):
+                found += [child] if child.data in self.written.roles else self.captures(child)
+        return found
+
+    def is_call(self, tree: Any) -> bool:
+        roles = [self.written.roles[c.data] for c in self.captures(tree)]
+        return roles.count(ir.TOOL_NAME) == 1 and set(roles) <= {ir.TOOL_NAME, ir.ARGUMENTS, ir.CALL_ID}
+
+    def call(self, tree: Any) -> dict[str, Any]:
+        found: dict[str, Any] = {"name": "", "arguments": None, "id": None}
+        for capture in self.captures(tree):
+            role = self.written.roles[capture.data]
+            if role == ir.TOOL_NAME:
+                name = self.span(capture)
+                found["name"] = json.loads(name) if name.startswith('"') else name
+            elif role == ir.CALL_ID:
+                found["id"] = self.span(capture)
+            else:
+                found["arguments"] = self.arguments(capture)
+        return found
+
+    def arguments(self, tree: Any) -> Any:
+        from lark import Tree
+
+        members = [t for t in tree.iter_subtrees_topdown() if t.data in self.written.members]
+        if not members:
+            if not self.span(tree).strip():  # a call written without arguments
+                return {}
+            value = json.loads(self.span(tree), strict=False)
+            return json.loads(value, strict=False) if isinstance(value, str) else value
+        arguments: dict[str, Any] = {}
+        for member in members:
+            owner, key = self.written.members[member.data]
+            raw, node = "", None
+            for part in member.children:
+                if not isinstance(part, Tree):
+                    continue
+                if part.data.startswith("key_"):
+                    key = self.span(part)
+                elif part.data in self.written.values:
+                    raw, node = self.span(part), self.written.values[part.data]
+            arguments[key or ""] = self.convert_raw(owner, key or "", raw, node)
+        return arguments
+
+    def message(self) -> dict[str, Any]:
+        reasoning = "".join(self.reasoning).strip() or None
+        content = "".join(self.content).strip() or None
+        calls = [{"id": c["id"] or f"call_{uuid.uuid4().hex[:24]}", "type": "function",
+                  "function": {"name": c["name"],
+                               "arguments": json.dumps(c["arguments"] if c["arguments"] is not None else {},
+                                                       ensure_ascii=False)}}
+                 for c in self.calls]
+        return {"role": "assistant", "reasoning_content": reasoning, "content": content, "tool_calls": calls}
+
+
+__all__ = ["LarkLanguage", "read_message", "write_lark"]

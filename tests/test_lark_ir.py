@@ -1,0 +1,65 @@
+"""The output language written as Lark (`generators.lark_ir`): Lark builds a parser from the text,
+and `parse_with_lark` reads a request's output by the language's capture roles.
+
+The agreement property over both corpora is `test_language_agreement.py`; these are the cases a
+user would try first, and the ones the older grammar read differently from the runtime.
+"""
+
+from __future__ import annotations
+
+import analyses
+import pytest
+from lark import Lark
+from lark.exceptions import UnexpectedInput
+from lark_cases import TOOLS, analysis_of, comparable
+
+from autoparser.generators.lark import parse_with_lark
+from autoparser.generators.lark_ir import read_message, write_lark
+from autoparser.language.build import Request, build_language
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+    "required": ["city"]}}}
+
+
+@pytest.mark.parametrize("family", sorted(analyses.FAMILIES))
+@pytest.mark.parametrize("choice", ["auto", "required", "none"])
+def test_the_lark_text_of_a_language_builds_a_parser(family: str, choice: str) -> None:
+    analysis = getattr(analyses, family)()
+    language = build_language(analysis.to_dict(), Request(tools=(WEATHER,), tool_choice=choice, lazy=False))
+    grammar = write_lark(language, tuple(analysis.stop)).grammar
+    Lark(grammar, parser="earley", lexer="dynamic_complete")  # raises on a grammar Lark cannot read
+
+
+def test_a_bare_json_call_after_content_is_a_call_as_the_runtime_reads_it() -> None:
+    analysis = analyses.llama31()
+    text = 'Let me check. {"name": "get_weather", "parameters": {"city": "Paris"}}'
+    runtime = comparable(analysis.parser(tools=[WEATHER]).parse(text))
+    lark = comparable(parse_with_lark(analysis, text, tools=[WEATHER]))
+    assert lark == runtime
+    assert lark["tool_calls"] == [("get_weather", {"city": "Paris"})]
+
+
+def test_call_syntax_with_raw_values_splits_at_a_comma_before_a_key() -> None:
+    analysis = analyses.llama32_pythonic()
+    text = "[get_weather(city=Paris, France, days=3)]<|eot_id|>"
+    lark = comparable(parse_with_lark(analysis, text, tools=[WEATHER]))
+    assert lark == comparable(analysis.parser(tools=[WEATHER]).parse(text))
+    assert lark["tool_calls"] == [("get_weather", {"city": "Paris, France", "days": 3})]
+
+
+def test_reasoning_content_and_parallel_calls_by_capture_role() -> None:
+    a = analysis_of("deepseek_v3_1")
+    call = '<｜tool▁call▁begin｜>search<｜tool▁sep｜>{"query": "a"}<｜tool▁call▁end｜>'
+    text = f"plan</think>Checking.<｜tool▁calls▁begin｜>{call}{call}<｜tool▁calls▁end｜>"
+    m = parse_with_lark(a, text, tools=TOOLS, thinking=True)
+    assert (m["reasoning_content"], m["content"]) == ("plan", "Checking.")
+    assert [c["function"]["name"] for c in m["tool_calls"]] == ["search", "search"]
+
+
+def test_text_outside_the_language_is_rejected() -> None:
+    analysis = analyses.llama31()
+    written = write_lark(build_language(analysis.to_dict(), Request(tools=(WEATHER,), tool_choice="required",
+                                                                    lazy=False)))
+    with pytest.raises(UnexpectedInput):
+        read_message(written, "No call.", lambda owner, key, raw, node: raw)
