@@ -8,6 +8,7 @@ its own. Tests that need the analyzer's real output use `autoparser.analyze` ins
 from __future__ import annotations
 
 import json
+import random
 import re
 from typing import Any
 
@@ -408,3 +409,16 @@ def parse(analysis: Any, text: str, **options: Any) -> dict[str, Any]:
 def calls(message: dict[str, Any]) -> list[tuple[str, Any]]:
     """A message's tool calls as (name, decoded arguments) pairs."""
     return [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in message["tool_calls"]]
+
+
+def streamed_in_random_chunks(parser: Any, text: str, seed: int, largest: int = 6) -> dict[str, Any]:
+    """The message of `text` fed to a new stream in chunks of 1 to `largest` characters."""
+    rng = random.Random(seed)
+    stream = parser.stream()
+    at = 0
+    while at < len(text):
+        size = rng.randint(1, largest)
+        stream.feed(text[at:at + size])
+        at += size
+    stream.finish()
+    return stream.message()

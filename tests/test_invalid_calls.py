@@ -8,12 +8,11 @@ to the call after it, so it is never dropped when that call turns out to be text
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 import analyses
 import pytest
-from analyses import WEATHER_TOOLS
+from analyses import WEATHER_TOOLS, streamed_in_random_chunks
 
 import autoparser
 
@@ -28,15 +27,7 @@ INVALID = ["foo(x=1])", "get_weather(city=)", "get_weather(city=, days=2)", "get
 
 
 def streamed(parser, text: str, seed: int) -> dict:
-    rng = random.Random(seed)
-    stream = parser.stream()
-    at = 0
-    while at < len(text):
-        size = rng.randint(1, 6)
-        stream.feed(text[at:at + size])
-        at += size
-    stream.finish()
-    return stream.message()
+    return streamed_in_random_chunks(parser, text, seed, largest=6)
 
 
 @pytest.mark.parametrize("body", INVALID)

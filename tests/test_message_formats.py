@@ -11,9 +11,9 @@ on the real templates that write them.
 from __future__ import annotations
 
 import json
-import random
 
 import pytest
+from analyses import streamed_in_random_chunks
 from corpora import llamacpp_templates
 from test_analyze_fixtures import analyze_fixture
 
@@ -29,15 +29,7 @@ def template(name: str):
 
 
 def streamed(parser, text: str, seed: int) -> dict:
-    rng = random.Random(seed)
-    stream = parser.stream()
-    at = 0
-    while at < len(text):
-        size = rng.randint(1, 5)
-        stream.feed(text[at:at + size])
-        at += size
-    stream.finish()
-    return stream.message()
+    return streamed_in_random_chunks(parser, text, seed, largest=5)
 
 
 def summary(message: dict) -> tuple:
