@@ -53,6 +53,7 @@ from autoparser.generators.gbnf_builder import (
     ws,
 )
 from autoparser.generators.regex_gbnf import RegexUnsupported, regex_to_gbnf
+from autoparser.language.build import resolve_ref
 
 ANNOTATIONS = frozenset({
     "title", "description", "default", "examples", "example", "$schema", "$id", "id", "$comment",
@@ -501,16 +502,9 @@ class SchemaConverter:
         if not isinstance(ref, str) or not ref.startswith("#"):
             self.w.add(path, "$ref", f"{ref!r} is not a local reference; any value allowed")
             return None
-        node: Any = self.root
-        for part in (p for p in ref[1:].split("/") if p):
-            part = part.replace("~1", "/").replace("~0", "~")
-            if isinstance(node, dict) and part in node:
-                node = node[part]
-            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-                node = node[int(part)]
-            else:
-                self.w.add(path, "$ref", f"{ref!r} does not resolve; any value allowed")
-                return None
+        node = resolve_ref(self.root, ref)
+        if node is None:
+            self.w.add(path, "$ref", f"{ref!r} does not resolve; any value allowed")
         return node
 
     def visit_enum(self, schema: dict, path: str) -> str:
