@@ -318,6 +318,8 @@ def test_ag_ui_endpoint_streams_protocol_events(server: ServerProcess, ids: Seen
     assert "REASONING_MESSAGE_CONTENT" in kinds and "TOOL_CALL_ARGS" in kinds
     assert kinds.index("REASONING_START") < kinds.index("TOOL_CALL_START") < kinds.index("TOOL_CALL_END")
     starts = [event for event in events if event.type.value == "TOOL_CALL_START"]
-    args = "".join(event.delta for event in events if event.type.value == "TOOL_CALL_ARGS")
+    # `required` lets the model make more than one call: read the first call's own arguments
+    args = "".join(event.delta for event in events
+                   if event.type.value == "TOOL_CALL_ARGS" and event.tool_call_id == starts[0].tool_call_id)
     assert starts[0].tool_call_name == "get_weather" and json.loads(args)["city"] in ("Paris", "Lima")
     ids.fresh([event.tool_call_id for event in starts])
