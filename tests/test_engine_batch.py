@@ -60,6 +60,19 @@ def run_batch(engine: Engine, jobs: list[tuple[str, int, int]], join_at: dict[in
     return out, stats, step
 
 
+def record_logits(monkeypatch: pytest.MonkeyPatch) -> dict[int, list[np.ndarray]]:
+    """Every generation's logits, step by step, keyed by `id()` of its stats (keep those alive)."""
+    seen: dict[int, list[np.ndarray]] = {}
+    original = Generation.sample
+
+    def recording(self: Generation, logits: np.ndarray) -> Any:
+        seen.setdefault(id(self.stats), []).append(logits.copy())
+        return original(self, logits)
+
+    monkeypatch.setattr(Generation, "sample", recording)
+    return seen
+
+
 def test_every_batched_generation_gets_all_its_tokens(batch_engine: Engine) -> None:
     jobs = [(PROMPTS[i], 20 + 7 * i, i) for i in range(4)]
     out, stats, steps = run_batch(batch_engine, jobs)
@@ -81,14 +94,7 @@ def test_batched_logits_match_lone_logits_within_tolerance(batch_engine: Engine,
     """Greedy, alone and batched with generations joining at other steps: while the tokens agree,
     the logits agree within TOLERANCE, and where the tokens part, the lone run's two candidates
     were within 2 * TOLERANCE of each other (a near tie that float noise may flip)."""
-    seen: dict[int, list[np.ndarray]] = {}
-    original = Generation.sample
-
-    def recording(self: Generation, logits: np.ndarray) -> Any:
-        seen.setdefault(id(self.stats), []).append(logits.copy())
-        return original(self, logits)
-
-    monkeypatch.setattr(Generation, "sample", recording)
+    seen = record_logits(monkeypatch)
     greedy = SamplingParams(temperature=0.0)
     jobs = [(PROMPTS[i], 40, 0) for i in range(4)]
     alone, alone_logits = [], []
@@ -149,14 +155,7 @@ def test_reused_prefix_gives_the_same_tokens_as_a_fresh_run(tiny_model_path: Pat
     the logits within TOLERANCE. llama.cpp computes a prefix's keys and values with the
     arithmetic of the batch they came in, so the two differ in the last bits (logits by up to
     about 0.03 here); with sampling, the draws part wherever one lands near a boundary."""
-    seen: dict[int, list[np.ndarray]] = {}
-    original = Generation.sample
-
-    def recording(self: Generation, logits: np.ndarray) -> Any:
-        seen.setdefault(id(self.stats), []).append(logits.copy())
-        return original(self, logits)
-
-    monkeypatch.setattr(Generation, "sample", recording)
+    seen = record_logits(monkeypatch)
     greedy = SamplingParams(temperature=0.0)
     base = "<｜User｜>" + "The same long beginning for both requests. " * 30
     first, second = base + "First ending.<｜Assistant｜>", base + "Second ending.<｜Assistant｜>"
