@@ -281,7 +281,9 @@ def required_failures(engine: Engine, analysis: Analysis, tools: list[dict[str, 
     prompt = prompt_tokens(engine, analysis, tools)
     parser = analysis.parser(tools=tools, thinking=True, parallel_tool_calls=False, tool_choice="required")
     checks = validators(tools)
-    reasoning_end = engine.token_id(analysis.reasoning.end) if analysis.reasoning.end else None
+    # reasoning ends with its end token, or where the calls begin (their opening special token)
+    closers = {engine.token_id(m.strip()) for m in (analysis.reasoning.end, *analysis.triggers[:1]) if m.strip()}
+    closers.discard(None)
     starts_in_reasoning = analysis.reasoning.forced_open and analysis.thinking_enabled(True)
     failures = []
     for seed in seeds:
@@ -293,9 +295,9 @@ def required_failures(engine: Engine, analysis: Analysis, tools: list[dict[str, 
         if (message["content"] or "").strip():
             problems.append("content beside a required call")
         problems += [f"{t!r} spelled as text" for t in spelled_specials(engine, run.ids)]
-        if starts_in_reasoning:  # the real end-of-reasoning token must close it
-            if reasoning_end is not None and reasoning_end not in run.ids:
-                problems.append("reasoning not closed by its special token")
+        if starts_in_reasoning:  # a real special token must close it
+            if closers and not closers.intersection(run.ids):
+                problems.append("reasoning not closed by a special token")
             if message["reasoning_content"] is None or len(message["reasoning_content"]) > FREE_TEXT_LIMIT:
                 problems.append("reasoning missing or longer than the grammar allows")
         if problems:
@@ -322,6 +324,10 @@ def test_required_generation_with_unbounded_strings_and_rich_schemas(tiny_engine
 
 
 # -- 2. tool_choice="auto": lazy grammar ---------------------------------------------------------
+
+
+class Spelled(str):
+    """A steering target written with ordinary tokens even where it is one special token."""
 
 
 @dataclass
@@ -351,6 +357,8 @@ class Steering:
         self.targets = [self.token_ids(text) for _, text in self.phases]
 
     def token_ids(self, text: str) -> list[int]:
+        if isinstance(text, Spelled):
+            return self.engine.tokenize(text, parse_special=False)
         single = self.engine.token_id(text)
         return [single] if single is not None else self.engine.tokenize(text, parse_special=False)
 
@@ -508,15 +516,34 @@ REASONING_CASE_IDS = ["deepseek-v3.1", "deepseek-r1", "deepseek-r1-hf", "qwen3",
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case_id", REASONING_CASE_IDS)
-def test_lazy_trigger_inside_reasoning_does_not_fire(tiny_engine: Engine, case_id: str) -> None:
-    """The model writes the trigger inside its reasoning first: the grammar must stay inactive
-    (the run matches the grammar-free run up to the second trigger, after ``</think>``), and the
-    call after the real trigger is valid. The first trigger is reasoning text."""
+def test_lazy_trigger_mentioned_inside_reasoning_does_not_fire(tiny_engine: Engine, case_id: str) -> None:
+    """The model mentions the trigger inside its reasoning, written as ordinary text: the grammar
+    must stay inactive (the run matches the grammar-free run up to the real trigger, after
+    ``</think>``), and the call after the real trigger is valid. The mention is reasoning text."""
     analysis = analysis_for(case_id, tiny_engine)
     assert analysis.thinking_enabled(True) and analysis.reasoning.mode != "none"
     result = grammar_for(tiny_engine, analysis, "auto")
     trigger = trigger_text(analysis)
-    phases = [*reasoning_phases(analysis, [(2, trigger)]), (3, trigger)]
+    phases = [*reasoning_phases(analysis, [(2, Spelled(trigger))]), (3, trigger)]
+    checked, failures = lazy_seed_results(tiny_engine, analysis, phases, grammar_spec(tiny_engine, result), trigger)
+    assert checked == LAZY_RUNS, f"only {checked} of {len(LAZY_SEEDS)} seeds reached the trigger"
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case_id", ["deepseek-v3.1", "deepseek-r1"])
+def test_lazy_trigger_token_inside_reasoning_starts_the_calls(tiny_engine: Engine, case_id: str) -> None:
+    """The model writes the calls-begin special token before ``</think>``: that ends the
+    reasoning, as the parser reads it, so the grammar fires there. The run matches the
+    grammar-free run up to the token, the call after it is valid, and the text before it comes
+    back as reasoning."""
+    analysis = analysis_for(case_id, tiny_engine)
+    result = grammar_for(tiny_engine, analysis, "auto")
+    trigger = trigger_text(analysis)
+    assert result.trigger_words == [trigger.strip()]
+    r = analysis.reasoning
+    opening = [] if r.forced_open or not r.start.strip() else [(0, r.start.strip())]
+    phases = [*opening, (4, trigger)]
     checked, failures = lazy_seed_results(tiny_engine, analysis, phases, grammar_spec(tiny_engine, result), trigger)
     assert checked == LAZY_RUNS, f"only {checked} of {len(LAZY_SEEDS)} seeds reached the trigger"
     assert not failures, "\n".join(failures)

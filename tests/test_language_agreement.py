@@ -35,10 +35,6 @@ _LARK_REJECTS = "prompt-opened calls, read by the older Lark grammar, which reje
 KNOWN = {
     "meetkai-functionary-medium-v3.2": _LARK_REJECTS,
     "muse-glimmer": "a second call after an end-of-call marker: the runtime reads a call, Lark reads content",
-    # the full language ends unclosed reasoning where calls begin (the rule for calls begun inside
-    # reasoning); the runtime reads a reply written as messages by its headers, so a call header
-    # with no separator before it stays inside the reasoning message
-    "openai-gpt-oss-120b": "a call header right after unclosed reasoning: the grammar reads a call, the runtime reasoning",
 }
 
 

@@ -114,9 +114,10 @@ CALL_TEXT = ('<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather
 
 def test_calls_that_begin_inside_reasoning_end_it_in_parser_and_full_language(v31) -> None:
     """Thinking on, the model opens the calls before `</think>` and never closes the reasoning:
-    the parser ends the reasoning there, and the full language holds exactly that reading. The
-    languages for generation stay stricter: "required" closes reasoning with its end marker, and
-    the lazy trigger does not count inside reasoning (it cannot see whether `</think>` follows)."""
+    the parser ends the reasoning there, and every language holds exactly that reading: the full
+    and "required" grammars allow the calls right after the reasoning, and the lazy grammar fires
+    on the calls-begin special token inside reasoning too. A mention of the marker written as
+    text does not fire: the trigger patterns still wait for `</think>`."""
     prompt = _prompt(v31, ASKED, thinking=True)
     assert prompt.endswith("<think>")
     output = "I should check the weather." + CALL_TEXT
@@ -129,11 +130,14 @@ def test_calls_that_begin_inside_reasoning_end_it_in_parser_and_full_language(v3
     assert Gbnf(full.gbnf).matches(output)
     required = build_grammar(v31, TOOLS, tool_choice="required", thinking=True, prompt=prompt,
                              special_tokens=specials)
-    assert not Gbnf(required.gbnf).matches(output)
+    assert Gbnf(required.gbnf).matches(output)
     assert Gbnf(required.gbnf).matches("I should check the weather.</think>" + CALL_TEXT)
     lazy = build_grammar(v31, TOOLS, thinking=True, prompt=prompt, special_tokens=specials)
-    assert lazy.trigger_words == []
+    assert lazy.trigger_words == ["<｜tool▁calls▁begin｜>"]
     assert all(re.search(p, output) is None for p in lazy.trigger_patterns)
+    # without the special-token list the marker is text, which never fires inside reasoning
+    as_text = build_grammar(v31, TOOLS, thinking=True, prompt=prompt)
+    assert as_text.trigger_words == []
 
 
 def test_a_mention_of_the_calls_opener_inside_closed_reasoning_stays_reasoning(v31) -> None:

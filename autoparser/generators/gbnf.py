@@ -66,9 +66,10 @@ class GrammarResult:
     """A grammar plus what llama.cpp needs to run it.
 
     `trigger_patterns` (ECMAScript regexes, for ``llama_sampler_init_grammar_lazy_patterns``)
-    are complete on their own. `trigger_words` repeats the triggers as plain text only when they
-    may fire anywhere (no reasoning to protect), so a caller may turn single-token ones into
-    trigger tokens; it is empty otherwise.
+    are complete on their own. `trigger_words` are the triggers that may fire anywhere: all of
+    them where there is no reasoning to protect, else those that are one special token (written
+    only to call; inside reasoning the calls end it, as the parser reads it). A caller may turn
+    single-token ones into trigger tokens.
     """
 
     gbnf: str
@@ -448,18 +449,19 @@ def _is_name(expr: str) -> bool:
 
 
 def trigger_patterns(lazy: ir.Lazy) -> tuple[list[str], list[str]]:
-    """The lazy grammar's trigger patterns (ECMAScript), and its trigger words where they may
-    fire anywhere. The patterns refuse to match inside reasoning: they require the reasoning
-    end marker before the trigger, or (where reasoning is optional) no reasoning start."""
+    """The lazy grammar's trigger patterns (ECMAScript), and its trigger words, which may fire
+    anywhere. The patterns refuse to match inside reasoning: they require the reasoning end
+    marker before the trigger, or (where reasoning is optional) no reasoning start. A trigger
+    that is one special token is also a word: inside reasoning, the calls end the reasoning."""
     group = "(" + "|".join(_regex_escape(t) for t in sorted(lazy.triggers, key=len, reverse=True)) + ")"
     guard = lazy.guard
     if guard is None:
         return [group], list(lazy.triggers)
     end = _regex_escape(guard.end)
     if guard.inside or not guard.start:
-        return [f"{end}[\\s\\S]*?{group}"], []
+        return [f"{end}[\\s\\S]*?{group}"], list(lazy.anywhere)
     no_reasoning = "^(?!\\s*" + _regex_escape(guard.start) + ")[\\s\\S]*?" + group
-    return [no_reasoning, f"{end}[\\s\\S]*?{group}"], []
+    return [no_reasoning, f"{end}[\\s\\S]*?{group}"], list(lazy.anywhere)
 
 
 def write_gbnf(language: ir.Language, special_tokens: Iterable[str] | Mapping[str, int] | None = None,

@@ -251,11 +251,14 @@ class _Builder:
         if self.choice == "none":
             return self.language(seq(self.reasoning(), self.content(None)))
         if self.choice == "required":
-            # generation closes reasoning with its end marker before the calls
-            return self.language(seq(self.reasoning(), self.gap(), self.section()))
+            section = self.section()
+            return self.language(self.reasoning_then(seq(self.gap(), section), section))
         triggers = self.triggers()
         if self.req.lazy and triggers:
-            return self.language(Lazy(tuple(triggers), self.guard(), self.section(lazy_start=True)))
+            guard = self.guard()
+            anywhere = tuple(t for t in triggers if guard and t.strip() in self.specials
+                             and t.strip() == self.calls_opener())
+            return self.language(Lazy(tuple(triggers), guard, self.section(lazy_start=True), anywhere))
         if self.req.lazy:
             self.warnings.append("no trigger marks the start of a tool call; the grammar is not lazy")
         section = self.section()
@@ -361,14 +364,13 @@ class _Builder:
         """Reasoning, then `rest`; or reasoning with no end marker, then the call `section`.
 
         The parser's rule: tool calls that begin inside reasoning, with no reasoning end marker
-        after them, end the reasoning there. The full language holds it where the reasoning
-        before the calls is not empty (an output that starts with the calls opened no reasoning).
-        The languages for generation do not: there reasoning ends with its end marker, and a
-        trigger inside reasoning does not count (a lazy language cannot see whether the end
-        marker follows)."""
+        after them, end the reasoning there. The language holds it where the reasoning before
+        the calls is not empty (an output that starts with the calls opened no reasoning). In a
+        lazy language the calls opener counts inside reasoning only as its special token
+        (`Lazy.anywhere`): a model writes that token to call, not to mention it."""
         closed = seq(self.reasoning(), rest)
         opener = self.calls_opener()
-        if not self.reasoning_active() or not opener:
+        if not self.reasoning_active() or not opener or self.written_as_messages():
             return closed
         end = self.r.end.strip()
         text = Text((end, *self.stop, opener), opener, self.limit, hint="reasoning-before-calls", nonempty=True)
@@ -376,6 +378,12 @@ class _Builder:
         if not self.forced and self.r.start.strip():
             unclosed = seq(self.gap(), self.marker(self.r.start.strip()), unclosed)
         return choice(closed, unclosed)
+
+    def written_as_messages(self) -> bool:
+        """A reply written as messages with headers: each message, reasoning included, ends with
+        its own end marker, and a call header inside the reasoning message is its text."""
+        messages = self.a.get("messages") or {}
+        return bool(str(messages.get("body_start") or "").strip()) and not self.opened
 
     def call_markers(self) -> list[str]:
         """Texts content may not contain: what opens a tool call, and every other marker the

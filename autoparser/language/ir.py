@@ -19,7 +19,7 @@ makes it from an analysis and a request; the GBNF backend writes it as a grammar
 * `Capture`: the text its body matches is a part of the message (`ROLES`);
 * `Rule`: a named part, for reading and for sharing (a backend may name a rule after it);
 * `Lazy`: free output until a trigger; from the trigger on, the body applies. Triggers count
-  only outside reasoning (`Guard`).
+  only outside reasoning (`Guard`), except a trigger that is one special token (`anywhere`).
 
 One rule about reasoning is the parser's and therefore the full language's: reasoning that has
 no end marker after it ends where the tool calls begin (`build._Builder.reasoning_then`).
@@ -164,9 +164,13 @@ class Guard:
 
 @dataclass(frozen=True)
 class Lazy:
+    """`anywhere`: the triggers that count inside reasoning too (one special token each, which
+    a model does not write by mentioning it): there the calls end the reasoning."""
+
     triggers: tuple[str, ...]
     guard: Guard | None
     body: Node
+    anywhere: tuple[str, ...] = ()
 
 
 Node = Lit | Chars | Text | Seq | Choice | Repeat | Gap | Json | PyValue | RawString | Members | Capture | Rule | Lazy
@@ -261,6 +265,7 @@ def _show(node: Node, rules: dict[str, str]) -> str:  # noqa: C901 - one case pe
         if node.guard is not None:
             where = "starting inside" if node.guard.inside else "outside"
             guard = f", not inside {node.guard.start!r}..{node.guard.end!r} ({where})"
+            guard += f" except {' '.join(repr(t) for t in node.anywhere)}" if node.anywhere else ""
         return f"lazy on {' '.join(repr(t) for t in node.triggers)}{guard}: {_show(node.body, rules)}"
     raise TypeError(f"not a language node: {node!r}")
 
