@@ -47,6 +47,12 @@ class ReasoningAnalysis:
     closed_when_off: bool = False
     rendered_in_history: bool = False
 
+    def toggle_kwargs(self, thinking: bool | None) -> dict[str, Any]:
+        """Template variables that switch thinking on or off; none for `None` or without a toggle."""
+        if thinking is None or not self.toggle:
+            return {}
+        return {self.toggle: self.toggle_on if thinking else self.toggle_off}
+
 
 @dataclass
 class ContentAnalysis:
@@ -125,10 +131,7 @@ class Analysis:
 
     def thinking_kwargs(self, thinking: bool | None) -> dict[str, Any]:
         """Template variables that put the template in the requested thinking mode."""
-        if thinking is None or not self.reasoning.toggle:
-            return {}
-        value = self.reasoning.toggle_on if thinking else self.reasoning.toggle_off
-        return {self.reasoning.toggle: value}
+        return self.reasoning.toggle_kwargs(thinking)
 
     def thinking_enabled(self, thinking: bool | None) -> bool:
         if self.reasoning.mode == "none":
