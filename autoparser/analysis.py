@@ -1,8 +1,9 @@
 """The analysis of a chat template: plain data describing a model's output language.
 
 An `Analysis` is produced by `autoparser.analyzers.analyze` and consumed by the parser runtime
-and the grammar generators. It holds only strings, booleans and lists, so it serializes to JSON
-(`to_dict`) and back (`from_dict`) without loss; the standalone generated module embeds it.
+and the grammar generators. It holds only plain data (strings, booleans, lists and small frozen
+parts), so it serializes to JSON (`to_dict`) and back (`from_dict`) without loss; the standalone
+generated module embeds it.
 
 How a model's output is laid out, in the order the fields below describe it::
 

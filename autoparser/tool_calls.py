@@ -181,13 +181,12 @@ class TaggedArguments:
     format: Literal["tag_tagged"] = field(default="tag_tagged", init=False)
 
     def flat(self) -> dict[str, Any]:
-        nested = self.nested or NestedValues("quoted")
+        nested = self.nested
         return {"arg_start": self.start, "arg_key_end": self.key_end, "arg_end": self.end,
                 "arg_separator": self.separator, "arg_string_raw": self.encoding == "raw_strings",
                 "arg_end_keyed": self.end_names_key, "arg_python": self.encoding == "python",
-                "arg_key_end_json": self.key_end_before_json,
-                "arg_nested": self.nested.style if self.nested else "",
-                "arg_nested_quote": nested.quote, "arg_nested_item": nested.item}
+                "arg_key_end_json": self.key_end_before_json, "arg_nested": nested.style if nested else "",
+                "arg_nested_quote": nested.quote if nested else "", "arg_nested_item": nested.item if nested else ""}
 
     @classmethod
     def from_flat(cls, data: dict[str, Any]) -> TaggedArguments:
