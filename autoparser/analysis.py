@@ -1,34 +1,16 @@
 """The analysis of a chat template: plain data describing a model's output language.
 
 An `Analysis` is produced by `autoparser.analyzers.analyze` and consumed by the parser runtime
-and the grammar generators. It holds only strings, booleans and lists, so it serializes to JSON
-(`to_dict`) and back (`from_dict`) without loss; the standalone generated module embeds it.
+and the grammar generators. It holds only plain data (strings, booleans, lists and small frozen
+parts), so it serializes to JSON (`to_dict`) and back (`from_dict`) without loss; the standalone
+generated module embeds it.
 
 How a model's output is laid out, in the order the fields below describe it::
 
     [reasoning.start] REASONING reasoning.end        (start omitted when the prompt opened it)
     [content.start] CONTENT [content.end]
-    tools.section_start
-        tools.call_start CALL tools.call_end
-        tools.call_separator
-        tools.call_start CALL tools.call_end ...
-    tools.section_end
+    TOOL CALLS                                       (`ToolsAnalysis`, in `autoparser.tool_calls`)
     stop[0]                                          (end of turn, may be absent)
-
-A CALL depends on `tools.format`:
-
-* ``json``: one JSON object, e.g. ``{"name": "f", "arguments": {...}}``; the key names are
-  `name_field`, `args_field`, optional `id_field`, optionally nested under `function_field`.
-  When `array` is true the calls are the elements of one JSON array, and `call_start`,
-  `call_end`, `call_separator` are the JSON punctuation around them.
-* ``tag_json``: ``name_start NAME name_end args_start ARGS args_end`` where ARGS is a JSON
-  object; `args_start`/`args_end` are a wrapper such as a ```` ```json ```` fence.
-* ``tag_tagged``: ``name_start NAME name_end`` then per argument
-  ``arg_start KEY arg_key_end VALUE arg_end`` (separated by `arg_separator`); string values are
-  raw text when `arg_string_raw`, every other value is JSON; `arg_key_end_json` replaces
-  `arg_key_end` before a non-string value when the template writes them differently. With
-  `arg_python`, every value is a Python literal (`'text'`, `42`, `True`, `None`), as in
-  ``[get_weather(location='Paris', days=3)]``.
 """
 
 from __future__ import annotations
@@ -38,9 +20,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from autoparser.tool_calls import ToolsAnalysis
+
 REASONING_MODES = ("none", "tagged", "tools_only")
 CONTENT_MODES = ("plain", "wrapped", "wrapped_with_reasoning")
-TOOL_FORMATS = ("none", "json", "tag_json", "tag_tagged")
 
 
 @dataclass
@@ -65,6 +48,12 @@ class ReasoningAnalysis:
     closed_when_off: bool = False
     rendered_in_history: bool = False
 
+    def toggle_kwargs(self, thinking: bool | None) -> dict[str, Any]:
+        """Template variables that switch thinking on or off; none for `None` or without a toggle."""
+        if thinking is None or not self.toggle:
+            return {}
+        return {self.toggle: self.toggle_on if thinking else self.toggle_off}
+
 
 @dataclass
 class ContentAnalysis:
@@ -73,60 +62,6 @@ class ContentAnalysis:
     mode: str = "plain"
     start: str = ""
     end: str = ""
-
-
-@dataclass
-class ToolsAnalysis:
-    """How tool calls are written. See the module docstring for the layout."""
-
-    supported: bool = False
-    format: str = "none"
-    section_start: str = ""
-    section_end: str = ""
-    call_start: str = ""
-    call_end: str = ""
-    call_separator: str = ""
-    parallel: bool = False
-    # tag formats: text around the function name, and an optional wrapper around JSON arguments
-    name_start: str = ""
-    name_end: str = ""
-    args_start: str = ""
-    args_end: str = ""
-    # json format
-    name_field: str = "name"
-    args_field: str = "arguments"
-    id_field: str | None = None
-    function_field: str | None = None
-    array: bool = False
-    args_as_string: bool = False
-    # tag_tagged format
-    arg_start: str = ""
-    arg_key_end: str = ""
-    arg_end: str = ""
-    arg_separator: str = ""
-    arg_string_raw: bool = True
-    arg_end_keyed: bool = False  # `arg_end` names its key, written `{key}`: <city>Paris</city>
-    arg_python: bool = False  # values are Python literals (`name(key='text', n=42)` call syntax)
-    arg_key_end_json: str = ""  # when a non-string value is introduced differently from a string
-    # objects and arrays inside an argument, when not written as JSON: "quoted" (JSON whose strings
-    # are quoted by `arg_nested_quote` and whose keys are bare: `{k:<|"|>v<|"|>}`) or "tags" (the
-    # argument markup nested, an array's elements all named `arg_nested_item`); confirmed by rendering
-    arg_nested: str = ""
-    arg_nested_quote: str = ""
-    arg_nested_item: str = ""
-    # tag formats that carry a call id: `id_start` ID `id_end`, right after `name_end`, or, when
-    # `id_before_name`, right after `call_start` and before `name_start`
-    id_start: str = ""
-    id_end: str = ""
-    id_before_name: bool = False
-    content_allowed: bool = True
-    # The generation prompt ends with the call opener (`>>>`): the output starts inside a call
-    # header, where `content.start` (a recipient such as `all\n`) introduces plain content instead.
-    opened_by_prompt: bool = False
-    # The template numbers its calls inside `name_end` (`:0<|x|>`, ` index="1"`): `name_end` with
-    # the number written `{index}`, confirmed by rendering two calls, and the first call's number.
-    call_index: str = ""
-    call_index_base: int = 0
 
 
 @dataclass
@@ -171,6 +106,7 @@ class Analysis:
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
+        data["tools"] = self.tools.to_dict()
         for private in ("source", "bos_token", "eos_token"):
             data.pop(private)
         return data
@@ -184,7 +120,7 @@ class Analysis:
         data = dict(data)
         reasoning = ReasoningAnalysis(**_known(ReasoningAnalysis, data.pop("reasoning", {})))
         content = ContentAnalysis(**_known(ContentAnalysis, data.pop("content", {})))
-        tools = ToolsAnalysis(**_known(ToolsAnalysis, data.pop("tools", {})))
+        tools = ToolsAnalysis.from_dict(data.pop("tools", {}) or {})
         messages = MessagesAnalysis(**_known(MessagesAnalysis, data.pop("messages", {}) or {}))
         rest = _known(cls, data)
         for private in ("source", "bos_token", "eos_token"):
@@ -196,10 +132,7 @@ class Analysis:
 
     def thinking_kwargs(self, thinking: bool | None) -> dict[str, Any]:
         """Template variables that put the template in the requested thinking mode."""
-        if thinking is None or not self.reasoning.toggle:
-            return {}
-        value = self.reasoning.toggle_on if thinking else self.reasoning.toggle_off
-        return {self.reasoning.toggle: value}
+        return self.reasoning.toggle_kwargs(thinking)
 
     def thinking_enabled(self, thinking: bool | None) -> bool:
         if self.reasoning.mode == "none":

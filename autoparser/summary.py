@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 from autoparser.analysis import Analysis
+from autoparser.tool_calls import JsonCalls, TagCalls, TaggedArguments
 
 
 def summary_rows(analysis: Analysis) -> list[tuple[str, str]]:
@@ -47,26 +48,29 @@ def summary_rows(analysis: Analysis) -> list[tuple[str, str]]:
 
 
 def _layout(analysis: Analysis) -> str:
-    t = analysis.tools
-    if t.format == "json":
-        fields = {t.name_field: "NAME", t.args_field: "{ARGS}"}
-        if t.id_field:
-            fields[t.id_field] = "ID"
-        body = json.dumps({t.function_field: fields} if t.function_field else fields)
-        call = t.call_start + body + t.call_end
-        if t.array:
-            call = "[" + call + t.call_separator + "…]"
-    else:
-        name = t.name_start + "NAME" + t.name_end
-        if t.id_start or t.id_end:
-            ident = t.id_start + "ID" + t.id_end
-            name = ident + name if t.id_before_name else name + ident
-        if t.format == "tag_json":
-            args = t.args_start + "{ARGS}" + t.args_end
+    markers, calls = analysis.tools.markers, analysis.tools.calls
+    if isinstance(calls, JsonCalls):
+        fields = {calls.name_field: "NAME", calls.args_field: "{ARGS}"}
+        if calls.id_field:
+            fields[calls.id_field] = "ID"
+        body = json.dumps({calls.function_field: fields} if calls.function_field else fields)
+        call = markers.call_start + body + markers.call_end
+        if calls.array:
+            call = "[" + call + markers.call_separator + "…]"
+    elif isinstance(calls, TagCalls):
+        name = calls.name.start + "NAME" + calls.name.end
+        if calls.id:
+            ident = calls.id.start + "ID" + calls.id.end
+            name = ident + name if calls.id.before_name else name + ident
+        args = calls.arguments
+        if isinstance(args, TaggedArguments):
+            written = args.start + "KEY" + args.key_end + "VALUE" + args.end + "…"
         else:
-            args = t.arg_start + "KEY" + t.arg_key_end + "VALUE" + t.arg_end + "…"
-        call = t.call_start + name + args + t.call_end
-    return _show(t.section_start + call + t.section_end)
+            written = args.start + "{ARGS}" + args.end
+        call = markers.call_start + name + written + markers.call_end
+    else:
+        call = ""
+    return _show(markers.section_start + call + markers.section_end)
 
 
 def _show(text: str) -> str:

@@ -7,6 +7,7 @@ its own. Tests that need the analyzer's real output use `autoparser.analyze` ins
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import re
@@ -32,18 +33,18 @@ def deepseek_v31() -> Analysis:
     return Analysis(
         generation_prompt="<｜Assistant｜><think></think>",
         reasoning=_think(forced_open=True, toggle="thinking", default_on=False, closed_when_off=True),
-        tools=ToolsAnalysis(supported=True, format="tag_json", section_start=DS_SECTION[0],
+        tools=ToolsAnalysis.from_dict(dict(supported=True, format="tag_json", section_start=DS_SECTION[0],
                             section_end=DS_SECTION[1], call_start=DS_CALL[0], call_end=DS_CALL[1],
-                            name_end=DS_SEP, parallel=True),
+                            name_end=DS_SEP, parallel=True)),
         stop=[DS_EOS], preserved_tokens=["<think>", "</think>", *DS_SECTION, *DS_CALL, DS_SEP],
         triggers=[DS_SECTION[0]])
 
 
 def _fenced_tools() -> ToolsAnalysis:
-    return ToolsAnalysis(supported=True, format="tag_json", section_start=DS_SECTION[0],
+    return ToolsAnalysis.from_dict(dict(supported=True, format="tag_json", section_start=DS_SECTION[0],
                          section_end=DS_SECTION[1], call_start=DS_CALL[0], call_end=DS_CALL[1],
                          call_separator="\n", name_start="function" + DS_SEP, name_end="\n",
-                         args_start="```json\n", args_end="\n```", parallel=True)
+                         args_start="```json\n", args_end="\n```", parallel=True))
 
 
 def deepseek_v3_0324() -> Analysis:
@@ -63,8 +64,8 @@ def hermes() -> Analysis:
     """Hermes / Qwen2.5: `<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`."""
     return Analysis(
         generation_prompt="<|im_start|>assistant\n",
-        tools=ToolsAnalysis(supported=True, format="json", call_start="<tool_call>\n",
-                            call_end="\n</tool_call>", call_separator="\n", parallel=True),
+        tools=ToolsAnalysis.from_dict(dict(supported=True, format="json", call_start="<tool_call>\n",
+                            call_end="\n</tool_call>", call_separator="\n", parallel=True)),
         stop=["<|im_end|>"], triggers=["<tool_call>"])
 
 
@@ -79,10 +80,10 @@ def qwen3_coder() -> Analysis:
     """Qwen3-Coder: `<function=NAME>` with `<parameter=KEY>` values, strings raw."""
     return Analysis(
         generation_prompt="<|im_start|>assistant\n",
-        tools=ToolsAnalysis(supported=True, format="tag_tagged", call_start="<tool_call>\n",
+        tools=ToolsAnalysis.from_dict(dict(supported=True, format="tag_tagged", call_start="<tool_call>\n",
                             call_end="</function>\n</tool_call>", call_separator="\n",
                             name_start="<function=", name_end=">\n", arg_start="<parameter=",
-                            arg_key_end=">\n", arg_end="\n</parameter>\n", parallel=True),
+                            arg_key_end=">\n", arg_end="\n</parameter>\n", parallel=True)),
         stop=["<|im_end|>"], triggers=["<tool_call>"])
 
 
@@ -91,10 +92,10 @@ def glm45() -> Analysis:
     return Analysis(
         generation_prompt="<|assistant|>",
         reasoning=_think(toggle="enable_thinking", default_on=True, closed_when_off=True),
-        tools=ToolsAnalysis(supported=True, format="tag_tagged", call_start="<tool_call>",
+        tools=ToolsAnalysis.from_dict(dict(supported=True, format="tag_tagged", call_start="<tool_call>",
                             call_end="</tool_call>", call_separator="\n", name_end="\n",
                             arg_start="<arg_key>", arg_key_end="</arg_key>\n<arg_value>",
-                            arg_end="</arg_value>\n", parallel=True),
+                            arg_end="</arg_value>\n", parallel=True)),
         stop=["<|user|>", "<|observation|>", "<|endoftext|>"], triggers=["<tool_call>"])
 
 
@@ -102,9 +103,9 @@ def mistral_array() -> Analysis:
     """Mistral v0.3 / Nemo: `[TOOL_CALLS] [{"name": ..., "arguments": {...}, "id": ...}]`."""
     return Analysis(
         generation_prompt="[/INST]",
-        tools=ToolsAnalysis(supported=True, format="json", array=True, section_start="[TOOL_CALLS]",
+        tools=ToolsAnalysis.from_dict(dict(supported=True, format="json", array=True, section_start="[TOOL_CALLS]",
                             call_start="[", call_end="]", call_separator=", ", id_field="id",
-                            parallel=True),
+                            parallel=True)),
         stop=["</s>"], triggers=["[TOOL_CALLS]"])
 
 
@@ -112,8 +113,8 @@ def mistral_compact() -> Analysis:
     """Devstral / Mistral Small 3.2 (v11 tokenizer): `[TOOL_CALLS]NAME[ARGS]{json}`."""
     return Analysis(
         generation_prompt="[/INST]",
-        tools=ToolsAnalysis(supported=True, format="tag_json", call_start="[TOOL_CALLS]",
-                            name_end="[ARGS]", parallel=True),
+        tools=ToolsAnalysis.from_dict(dict(supported=True, format="tag_json", call_start="[TOOL_CALLS]",
+                            name_end="[ARGS]", parallel=True)),
         stop=["</s>"], triggers=["[TOOL_CALLS]"])
 
 
@@ -121,7 +122,7 @@ def llama31() -> Analysis:
     """Llama 3.1/3.2 JSON tool calling: a bare `{"name": ..., "parameters": {...}}` object."""
     return Analysis(
         generation_prompt="<|start_header_id|>assistant<|end_header_id|>\n\n",
-        tools=ToolsAnalysis(supported=True, format="json", args_field="parameters", parallel=False),
+        tools=ToolsAnalysis.from_dict(dict(supported=True, format="json", args_field="parameters", parallel=False)),
         stop=["<|eot_id|>", "<|eom_id|>"])
 
 
@@ -129,8 +130,8 @@ def bare_json_array() -> Analysis:
     """xLAM / Cogito style: the calls are a bare JSON array, `[{"name": ..., "arguments": ...}]`."""
     return Analysis(
         generation_prompt="<|im_start|>assistant\n",
-        tools=ToolsAnalysis(supported=True, format="json", array=True, call_start="[", call_end="]",
-                            call_separator=", ", parallel=True),
+        tools=ToolsAnalysis.from_dict(dict(supported=True, format="json", array=True, call_start="[", call_end="]",
+                            call_separator=", ", parallel=True)),
         stop=["<|im_end|>"])
 
 
@@ -141,11 +142,11 @@ def kimi_k2() -> Analysis:
     """
     return Analysis(
         generation_prompt="<|im_assistant|>assistant<|im_middle|>",
-        tools=ToolsAnalysis(supported=True, format="tag_json",
+        tools=ToolsAnalysis.from_dict(dict(supported=True, format="tag_json",
                             section_start="<|tool_calls_section_begin|>",
                             section_end="<|tool_calls_section_end|>", call_start="<|tool_call_begin|>",
                             call_end="<|tool_call_end|>", name_start="functions.",
-                            name_end=":0<|tool_call_argument_begin|>", parallel=True),
+                            name_end=":0<|tool_call_argument_begin|>", parallel=True)),
         stop=["<|im_end|>"], triggers=["<|tool_calls_section_begin|>"])
 
 
@@ -161,21 +162,22 @@ def deepseek_v32() -> Analysis:
     return Analysis(
         generation_prompt="<｜Assistant｜></think>",
         reasoning=_think(forced_open=True, toggle="thinking", default_on=False, closed_when_off=True),
-        tools=ToolsAnalysis(supported=True, format="tag_tagged",
+        tools=ToolsAnalysis.from_dict(dict(supported=True, format="tag_tagged",
                             section_start=f"\n\n<{dsml}function_calls>\n",
                             section_end=f"</{dsml}function_calls>", call_start=f"<{dsml}invoke name=\"",
                             name_end="\">\n", call_end=f"</{dsml}invoke>\n",
                             arg_start=f"<{dsml}parameter name=\"", arg_key_end="\" string=\"true\">",
                             arg_end=f"</{dsml}parameter>\n", arg_key_end_json="\" string=\"false\">",
-                            parallel=True),
+                            parallel=True)),
         stop=[DS_EOS])
 
 
 def deepseek_v4() -> Analysis:
     """DeepSeek V4: DSML like V3.2 inside a `<｜DSML｜tool_calls>` block."""
     analysis = deepseek_v32()
-    analysis.tools.section_start = "\n\n<｜DSML｜tool_calls>\n"
-    analysis.tools.section_end = "</｜DSML｜tool_calls>"
+    markers = dataclasses.replace(analysis.tools.markers, section_start="\n\n<｜DSML｜tool_calls>\n",
+                                  section_end="</｜DSML｜tool_calls>")
+    analysis.tools = dataclasses.replace(analysis.tools, markers=markers)
     return analysis
 
 
@@ -205,10 +207,10 @@ def lfm2_python() -> Analysis:
     """LFM2.5: Python call syntax in a bracketed section, `[name(key='text', n=3), ...]`."""
     return Analysis(
         generation_prompt="<|im_start|>assistant\n", reasoning=_think(),
-        tools=ToolsAnalysis(supported=True, format="tag_tagged", section_start="<|tool_call_start|>[",
+        tools=ToolsAnalysis.from_dict(dict(supported=True, format="tag_tagged", section_start="<|tool_call_start|>[",
                             section_end="]<|tool_call_end|>", call_end=")", call_separator=", ",
                             name_end="(", arg_key_end="=", arg_separator=", ", arg_string_raw=False,
-                            arg_python=True, parallel=True),
+                            arg_python=True, parallel=True)),
         stop=["<|im_end|>"], triggers=["<|tool_call_start|>"])
 
 
@@ -217,9 +219,9 @@ def llama32_pythonic() -> Analysis:
     string values unquoted, so `, ` and `)` inside a value are told apart by what follows."""
     return Analysis(
         generation_prompt="<|start_header_id|>assistant<|end_header_id|>\n\n",
-        tools=ToolsAnalysis(supported=True, format="tag_tagged", section_start="[", section_end="]",
+        tools=ToolsAnalysis.from_dict(dict(supported=True, format="tag_tagged", section_start="[", section_end="]",
                             call_end=")", call_separator=", ", name_end="(", arg_key_end="=",
-                            arg_end=", ", parallel=True),
+                            arg_end=", ", parallel=True)),
         stop=["<|eot_id|>"])
 
 
@@ -227,10 +229,10 @@ def minicpm3_kwargs() -> Analysis:
     """MiniCPM3: one `name(key=<JSON>,key=<JSON>)` line per call inside a python fence."""
     return Analysis(
         generation_prompt="<|im_start|>assistant\n",
-        tools=ToolsAnalysis(supported=True, format="tag_tagged",
+        tools=ToolsAnalysis.from_dict(dict(supported=True, format="tag_tagged",
                             section_start="<|tool_call_start|>\n```python\n",
                             section_end="```\n<|tool_call_end|>", call_end=")\n", name_end="(",
-                            arg_key_end="=", arg_end=",", arg_string_raw=False, parallel=True),
+                            arg_key_end="=", arg_end=",", arg_string_raw=False, parallel=True)),
         stop=["<|im_end|>"], triggers=["<|tool_call_start|>"])
 
 
@@ -240,8 +242,8 @@ def functionary_v32() -> Analysis:
     return Analysis(
         generation_prompt="<|start_header_id|>assistant<|end_header_id|>\n\n>>>",
         content=ContentAnalysis(mode="wrapped", start="all\n"),
-        tools=ToolsAnalysis(supported=True, format="tag_json", name_start=">>>", name_end="\n",
-                            parallel=True, opened_by_prompt=True),
+        tools=ToolsAnalysis.from_dict(dict(supported=True, format="tag_json", name_start=">>>", name_end="\n",
+                            parallel=True, opened_by_prompt=True)),
         stop=["<|eot_id|>"])
 
 
@@ -250,10 +252,10 @@ def glm4_tool_only() -> Analysis:
     with the call's name and its tagged arguments."""
     return Analysis(
         generation_prompt="<|assistant|>\n<tool_call>",
-        tools=ToolsAnalysis(supported=True, format="tag_tagged", call_start="<tool_call>",
+        tools=ToolsAnalysis.from_dict(dict(supported=True, format="tag_tagged", call_start="<tool_call>",
                             call_end="\n</tool_call>", call_separator="\n", arg_start="\n<arg_key>",
                             arg_key_end="</arg_key>\n<arg_value>", arg_end="</arg_value>", parallel=True,
-                            opened_by_prompt=True),
+                            opened_by_prompt=True)),
         stop=["<|user|>"])
 
 
@@ -261,10 +263,10 @@ def keyed_tags() -> Analysis:
     """MiniMax-style: each argument in a tag named after its key, `<city>Paris</city>`."""
     return Analysis(
         generation_prompt="<|assistant|>",
-        tools=ToolsAnalysis(supported=True, format="tag_tagged", section_start="<tool_calls>\n",
+        tools=ToolsAnalysis.from_dict(dict(supported=True, format="tag_tagged", section_start="<tool_calls>\n",
                             section_end="</tool_calls>", name_start="<invoke name=\"", name_end="\">\n",
                             call_end="</invoke>\n", arg_start="<", arg_key_end=">", arg_end="</{key}>\n",
-                            arg_end_keyed=True, parallel=True),
+                            arg_end_keyed=True, parallel=True)),
         stop=["<|end|>"])
 
 
@@ -274,8 +276,8 @@ def gpt_oss() -> Analysis:
         generation_prompt="<|start|>assistant",
         reasoning=ReasoningAnalysis(mode="tagged", start="<|channel|>analysis<|message|>", end="<|end|>"),
         content=ContentAnalysis(mode="wrapped", start="<|channel|>final<|message|>", end="<|return|>"),
-        tools=ToolsAnalysis(supported=True, format="tag_json", section_start=" to=functions.",
-                            name_end="<|channel|>commentary json<|message|>", call_end="<|call|>"),
+        tools=ToolsAnalysis.from_dict(dict(supported=True, format="tag_json", section_start=" to=functions.",
+                            name_end="<|channel|>commentary json<|message|>", call_end="<|call|>")),
         stop=["<|return|>"])
 
 

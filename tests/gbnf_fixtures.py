@@ -54,10 +54,10 @@ def hermes() -> Analysis:
 def qwen3_coder() -> Analysis:
     return Analysis(
         generation_prompt="<|im_start|>assistant\n",
-        tools=ToolsAnalysis(supported=True, format="tag_tagged", call_start="<tool_call>",
+        tools=ToolsAnalysis.from_dict(dict(supported=True, format="tag_tagged", call_start="<tool_call>",
                             call_end="\n</function>\n</tool_call>", call_separator="\n", parallel=True,
                             name_start="\n<function=", name_end=">", arg_start="\n<parameter=",
-                            arg_key_end=">\n", arg_end="\n</parameter>"),
+                            arg_key_end=">\n", arg_end="\n</parameter>")),
         stop=["<|im_end|>"], preserved_tokens=["<tool_call>", "</tool_call>", "<|im_end|>"],
         triggers=["<tool_call>"])
 
@@ -66,9 +66,9 @@ def glm45() -> Analysis:
     return Analysis(
         generation_prompt="<|assistant|>",
         reasoning=_think(False, toggle="enable_thinking", closed_when_off=True),
-        tools=ToolsAnalysis(supported=True, format="tag_tagged", call_start="\n<tool_call>",
+        tools=ToolsAnalysis.from_dict(dict(supported=True, format="tag_tagged", call_start="\n<tool_call>",
                             call_end="\n</tool_call>", parallel=True, arg_start="\n<arg_key>",
-                            arg_key_end="</arg_key>\n<arg_value>", arg_end="</arg_value>"),
+                            arg_key_end="</arg_key>\n<arg_value>", arg_end="</arg_value>")),
         stop=["<|user|>"],
         preserved_tokens=["<think>", "</think>", "<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>",
                           "<arg_value>", "</arg_value>"],
@@ -78,16 +78,16 @@ def glm45() -> Analysis:
 def mistral_nemo() -> Analysis:
     """Calls as one JSON array after ``[TOOL_CALLS]``, each with a 9-character id."""
     return Analysis(
-        tools=ToolsAnalysis(supported=True, format="json", section_start="[TOOL_CALLS]", call_separator=", ",
-                            parallel=True, id_field="id", array=True),
+        tools=ToolsAnalysis.from_dict(dict(supported=True, format="json", section_start="[TOOL_CALLS]", call_separator=", ",
+                            parallel=True, id_field="id", array=True)),
         stop=["</s>"], preserved_tokens=["[TOOL_CALLS]"], triggers=["[TOOL_CALLS]"])
 
 
 def mistral_small() -> Analysis:
     """``[TOOL_CALLS]NAME[CALL_ID]ID[ARGS]{...}`` per call."""
     return Analysis(
-        tools=ToolsAnalysis(supported=True, format="tag_json", call_start="[TOOL_CALLS]", parallel=True,
-                            id_start="[CALL_ID]", id_end="[ARGS]"),
+        tools=ToolsAnalysis.from_dict(dict(supported=True, format="tag_json", call_start="[TOOL_CALLS]", parallel=True,
+                            id_start="[CALL_ID]", id_end="[ARGS]")),
         stop=["</s>"], preserved_tokens=["[TOOL_CALLS]", "[CALL_ID]", "[ARGS]"], triggers=["[TOOL_CALLS]"])
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,8 @@ def _check(path: Path | None) -> None:
     assert set(data) >= {"generation_prompt", "reasoning", "content", "tools", "stop", "preserved_tokens",
                          "triggers", "warnings"}
     assert analysis.tools.supported or analysis.warnings, "unsupported tools must be explained"
+    again = autoparser.Analysis.from_dict(json.loads(analysis.to_json()))
+    assert again == analysis and again.to_dict() == data, "the analysis must read back from its JSON"
     if analysis.tools.supported:
         assert analysis.tools.format in ("json", "tag_json", "tag_tagged")
 

@@ -5,6 +5,7 @@ Each case is parsed whole and one character at a time (`analyses.parse` checks t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import analyses
@@ -110,7 +111,9 @@ def test_a_string_cut_off_streams_as_written_and_marks_the_call() -> None:
 def _numbered_token_analysis():  # type: ignore[no-untyped-def]
     """Kimi-K2's layout, but the name ends with a special token that has digits in it."""
     analysis = analyses.kimi_k2()
-    analysis.tools.name_end = "<|tool_sep_2|>"
+    calls = analysis.tools.calls
+    name = dataclasses.replace(calls.name, end="<|tool_sep_2|>")
+    analysis.tools = dataclasses.replace(analysis.tools, calls=dataclasses.replace(calls, name=name))
     return analysis
 
 

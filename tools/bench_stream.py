@@ -42,9 +42,9 @@ def deepseek_v31() -> Analysis:
     return Analysis(
         reasoning=ReasoningAnalysis(mode="tagged", start="<think>", end="</think>", forced_open=True,
                                     toggle="thinking", default_on=False, closed_when_off=True),
-        tools=ToolsAnalysis(supported=True, format="tag_json", section_start="<｜tool▁calls▁begin｜>",
+        tools=ToolsAnalysis.from_dict(dict(supported=True, format="tag_json", section_start="<｜tool▁calls▁begin｜>",
                             section_end="<｜tool▁calls▁end｜>", call_start="<｜tool▁call▁begin｜>",
-                            call_end="<｜tool▁call▁end｜>", name_end="<｜tool▁sep｜>", parallel=True),
+                            call_end="<｜tool▁call▁end｜>", name_end="<｜tool▁sep｜>", parallel=True)),
         stop=[EOS])
 
 

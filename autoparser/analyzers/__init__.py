@@ -5,14 +5,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
-from autoparser.analysis import Analysis
+from autoparser.analysis import (
+    Analysis,
+    ContentAnalysis,
+    MessagesAnalysis,
+    ReasoningAnalysis,
+    ToolsAnalysis,
+)
 from autoparser.analyzers.content import analyze_content
 from autoparser.analyzers.diff import is_marker, segments
 from autoparser.analyzers.messages import analyze_messages
 from autoparser.analyzers.probes import Prober
-from autoparser.analyzers.prompt import generation_prompt, turn_end
+from autoparser.analyzers.prompt import TurnEnd, generation_prompt, turn_end
 from autoparser.analyzers.reasoning import analyze_reasoning, template_facts
 from autoparser.analyzers.tools import analyze_tools, tool_markers, tool_triggers
 from autoparser.render import TemplateRenderError
@@ -26,80 +33,79 @@ def analyze(source: str, bos_token: str = "", eos_token: str = "", **template_kw
     """
     facts = template_facts(source)
     prober = Prober(source, bos_token=bos_token, eos_token=eos_token, base_kwargs=dict(template_kwargs))
-    analysis = Analysis(source=source, bos_token=bos_token, eos_token=eos_token,
-                        template_vars=dict(template_kwargs))
-    warnings = analysis.warnings
+    warnings: list[str] = []
     if not prober.choose_shape():
         reason = prober.errors[-1] if prober.errors else "it renders nothing for a user message"
         raise TemplateRenderError(f"the template cannot render a basic conversation: {reason}")
 
-    analysis.generation_prompt = generation_prompt(prober) or ""
+    prompt = generation_prompt(prober) or ""
     reasoning = analyze_reasoning(prober, facts, warnings)
-    analysis.reasoning = reasoning
-    quiet = analysis.thinking_kwargs(False) if reasoning.toggle else {}
-
+    quiet = reasoning.toggle_kwargs(False)
     turn = turn_end(prober, eos_token, **quiet)
+    stop = _stops(turn, eos_token, warnings)
+    content = analyze_content(prober, reasoning, stop, quiet)
+    if turn is not None:
+        stop = _with_turn_closing_stops(stop, content, turn.closing)
+    messages = analyze_messages(prober, reasoning, prompt, reasoning.toggle_kwargs(True))
+    tools = analyze_tools(prober, reasoning, stop, quiet, warnings, messages, content)
+    if messages.body_start:
+        reasoning, content = _markers_from_messages(reasoning, content, messages)
+    if tools.opened_by_prompt and turn is not None:
+        content = _content_after_opened_call(content, turn.before_content)
+    if not tools.supported:
+        warnings.append("the template does not render tool calls; tool calling is off")
+    return Analysis(generation_prompt=prompt, reasoning=reasoning, content=content, tools=tools,
+                    messages=messages, stop=stop, preserved_tokens=_preserved_tokens(reasoning, content, tools, stop),
+                    triggers=tool_triggers(tools), warnings=warnings, template_vars=dict(template_kwargs),
+                    source=source, bos_token=bos_token, eos_token=eos_token)
+
+
+def _stops(turn: TurnEnd | None, eos_token: str, warnings: list[str]) -> list[str]:
     if turn is None:
         warnings.append("an assistant reply does not render after the prompt, so the end of a turn is unknown")
-        stop: list[str] = [eos_token] if eos_token else []
-    else:
-        stop = turn.stop
-        if not stop:
-            warnings.append("no end-of-turn marker follows an assistant reply; generation relies on the "
-                            "model's end-of-sequence token")
-    analysis.stop = stop
-    analysis.content = analyze_content(prober, reasoning, stop, quiet)
-    if turn is not None:
-        _turn_closing_stops(analysis, turn.closing)
-    analysis.messages = analyze_messages(prober, reasoning, analysis.generation_prompt,
-                                         analysis.thinking_kwargs(True) if reasoning.toggle else {})
-    analysis.tools = analyze_tools(prober, reasoning, stop, quiet, warnings, analysis.messages,
-                                   analysis.content)
-    if analysis.messages.body_start:
-        _markers_from_messages(analysis)
-    if analysis.tools.opened_by_prompt and turn is not None and analysis.content.mode == "plain":
-        # the prompt opened a call header: plain content is introduced by its own recipient text
-        opener = turn.before_content
-        if opener.strip() and len(opener) <= 32:
-            analysis.content.mode, analysis.content.start = "wrapped", opener
-    analysis.preserved_tokens = _preserved_tokens(analysis)
-    analysis.triggers = tool_triggers(analysis.tools)
-    if not analysis.tools.supported:
-        warnings.append("the template does not render tool calls; tool calling is off")
-    return analysis
+        return [eos_token] if eos_token else []
+    if not turn.stop:
+        warnings.append("no end-of-turn marker follows an assistant reply; generation relies on the "
+                        "model's end-of-sequence token")
+    return turn.stop
 
 
-def _turn_closing_stops(analysis: Analysis, closing: list[str]) -> None:
+def _with_turn_closing_stops(stop: list[str], content: ContentAnalysis, closing: list[str]) -> list[str]:
     """Markers between the answer's own closing marker and the end of turn close the turn too
     (`<|close|>message<|sep|>` before `<|end_of_msg|>`): a reply that ends there has ended."""
-    end = analysis.content.end.strip()
-    if not end or end not in closing or not analysis.stop:
-        return
-    at = 1
-    for unit in closing[closing.index(end) + 1:]:
-        if unit not in analysis.stop:
-            analysis.stop.insert(at, unit)
-            at += 1
+    end = content.end.strip()
+    if not end or end not in closing or not stop:
+        return stop
+    added = [unit for unit in dict.fromkeys(closing[closing.index(end) + 1:]) if unit not in stop]
+    return stop[:1] + added + stop[1:]
 
 
-def _markers_from_messages(analysis: Analysis) -> None:
+def _markers_from_messages(reasoning: ReasoningAnalysis, content: ContentAnalysis,
+                           messages: MessagesAnalysis) -> tuple[ReasoningAnalysis, ContentAnalysis]:
     """In a message format, reasoning and the answer are messages: their markers are the headers."""
-    messages = analysis.messages
-    analysis.reasoning.start = (messages.reasoning_header + messages.body_start).strip()
-    analysis.reasoning.end = messages.separator
-    if analysis.content.mode != "wrapped" or not analysis.content.start:
-        analysis.content.mode = "wrapped"
-        analysis.content.start = (messages.content_header + messages.body_start).strip()
+    reasoning = dataclasses.replace(reasoning, start=(messages.reasoning_header + messages.body_start).strip(),
+                                    end=messages.separator)
+    if content.mode != "wrapped" or not content.start:
+        content = dataclasses.replace(content, mode="wrapped",
+                                      start=(messages.content_header + messages.body_start).strip())
+    return reasoning, content
 
 
-def _preserved_tokens(analysis: Analysis) -> list[str]:
+def _content_after_opened_call(content: ContentAnalysis, opener: str) -> ContentAnalysis:
+    """The prompt opened a call header: plain content is introduced by its own recipient text."""
+    if content.mode == "plain" and opener.strip() and len(opener) <= 32:
+        return dataclasses.replace(content, mode="wrapped", start=opener)
+    return content
+
+
+def _preserved_tokens(reasoning: ReasoningAnalysis, content: ContentAnalysis, tools: ToolsAnalysis,
+                      stop: list[str]) -> list[str]:
     out: list[str] = []
-    texts = [analysis.reasoning.start, analysis.reasoning.end, analysis.content.start, analysis.content.end]
-    for text in texts:
+    for text in (reasoning.start, reasoning.end, content.start, content.end):
         for seg in segments(text):
             if is_marker(seg) and seg not in out:
                 out.append(seg)
-    for marker in tool_markers(analysis.tools) + analysis.stop:
+    for marker in tool_markers(tools) + stop:
         if marker and marker not in out:
             out.append(marker)
     return out

@@ -219,7 +219,6 @@ def opening_counterpart(end: str, literals: list[str]) -> str:
 
 
 def analyze_reasoning(prober: Prober, facts: TemplateFacts, warnings: list[str]) -> ReasoningAnalysis:
-    result = ReasoningAnalysis()
     toggle = find_toggle(prober, facts)
     on_kwargs = {toggle.name: toggle.on} if toggle else {}
     literals = marker_literals(facts)
@@ -253,7 +252,7 @@ def analyze_reasoning(prober: Prober, facts: TemplateFacts, warnings: list[str])
         if toggle:
             warnings.append(f"the template switches thinking with '{toggle.name}', but its reasoning markers "
                             "could not be told apart")
-        return result
+        return ReasoningAnalysis()
 
     if end not in closing_counterpart(start):
         end = next((c for c in closing_counterpart(start) if c in literals), end)
@@ -262,18 +261,14 @@ def analyze_reasoning(prober: Prober, facts: TemplateFacts, warnings: list[str])
             not is_marker(start) and prompt_on.rstrip().endswith(start))
     # "tools_only": the only evidence is reasoning kept beside tool calls in the history
     only_beside_tools = beside_tools_only and not toggle and not forced_open and start == history_start
-    result.mode = "tools_only" if only_beside_tools else "tagged"
-    result.rendered_in_history = bool(history_end)
-    result.start, result.end = start, end
-    result.forced_open = forced_open
-    result.closed_when_off = closed_when_off
+    switch: dict[str, Any] = {}
     if toggle:
-        result.toggle, result.toggle_on, result.toggle_off = toggle.name, toggle.on, toggle.off
-        if in_system_text:
-            result.default_on = prober.prompt() == prober.prompt(**on_kwargs)
-        else:
-            result.default_on = generation_prompt(prober) == toggle.prompt_on
-    return result
+        default_on = (prober.prompt() == prober.prompt(**on_kwargs) if in_system_text
+                      else generation_prompt(prober) == toggle.prompt_on)
+        switch = dict(toggle=toggle.name, toggle_on=toggle.on, toggle_off=toggle.off, default_on=default_on)
+    return ReasoningAnalysis(mode="tools_only" if only_beside_tools else "tagged", start=start, end=end,
+                             forced_open=forced_open, closed_when_off=closed_when_off,
+                             rendered_in_history=bool(history_end), **switch)
 
 
 def _markers_from_toggle(toggle: Toggle) -> tuple[str, str, bool, bool]:

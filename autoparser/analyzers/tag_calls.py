@@ -1,0 +1,209 @@
+"""Calls written as markup around the name, an optional id and the arguments.
+
+The arguments are found either as one JSON object outside the name (``tag_json``) or, not being
+JSON, as the probe's keys and values one by one (``tag_tagged``); the text between them is the
+argument markup. Then the call markers are split: the per-call opener from the text that
+introduces the name, a fence from the name's end, a call id from the name's end, and a number in
+the name's end that counts the calls, when two rendered calls show it does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from typing import Any
+
+from autoparser.analyzers.call_markers import Span
+from autoparser.analyzers.diff import common_suffix, first_marker_split, strip_prefix
+from autoparser.analyzers.json_calls import json_args_span
+from autoparser.analyzers.probes import ARGS_A, ARGS_B, ID_A, NAME_A, NAME_B, PROBE_TOOLS, Prober
+from autoparser.tool_calls import (
+    INDEX_HOLE,
+    KEY_HOLE,
+    CallId,
+    CallIndex,
+    CallMarkers,
+    CallName,
+    JsonArguments,
+    NestedValues,
+    TagCalls,
+    TaggedArguments,
+    ValueEncoding,
+)
+
+_FENCE_OPEN = re.compile(r"```[\w.+-]*[ \t]*\n?$")
+_FENCE_CLOSE = re.compile(r"^\s*```")
+
+
+def tag_json_calls(one: str, two: str | None, args: Span) -> tuple[TagCalls, list[Span]] | None:
+    """Calls whose arguments are call A's arguments as JSON, found at `args` in `one`."""
+    name_at = one.rfind(NAME_A, 0, args.start)
+    if name_at < 0:
+        return None
+    spans = [Span(name_at, args.end)]
+    if two is not None:
+        a_at = two.find(NAME_A)
+        a_args = json_args_span(two, ARGS_A, a_at)
+        b_at = two.find(NAME_B, a_args.end if a_args else 0)
+        b_args = json_args_span(two, ARGS_B, b_at)
+        if a_at < 0 or a_args is None or b_at < 0 or b_args is None:
+            return None
+        spans += [Span(a_at, a_args.end), Span(b_at, b_args.end)]
+    return TagCalls(name=CallName(end=one[name_at + len(NAME_A): args.start]), arguments=JsonArguments()), spans
+
+
+def tagged_calls(one: str, two: str | None) -> tuple[TagCalls, list[Span]] | None:
+    """Calls whose arguments each sit in their own markup."""
+    name_at = one.find(NAME_A)
+    found = _tagged_positions(one, name_at + len(NAME_A))
+    if found is None:
+        return None
+    key1, val1, key2, val2, encoding = found
+    first_gap = one[name_at + len(NAME_A): key1.start]
+    middle_gap = one[val1.end: key2.start]
+    arg_start = common_suffix(first_gap, middle_gap)
+    arg_end = middle_gap[: len(middle_gap) - len(arg_start)]
+    key_end = one[key1.end: val1.start]
+    key_end_before_json = one[key2.end: val2.start]
+    separator = ""
+    if key_end_before_json == key_end:
+        key_end_before_json = ""
+    else:
+        # a string opened by its own quote (`key:<|"|>text<|"|>,`): the quote closes it, the rest separates
+        quote = key_end[len(key_end_before_json):] if key_end.startswith(key_end_before_json) else ""
+        if quote.strip() and arg_end.startswith(quote) and arg_end != quote:
+            arg_end, separator = quote, arg_end[len(quote):]
+    end_names_key = "first_arg" in arg_end  # a closing tag named after its key: <first_arg>…</first_arg>
+    arg_end = arg_end.replace("first_arg", KEY_HOLE)
+    if encoding == "python":
+        # literals end themselves: what follows one is a separator, not a closing tag
+        separator, arg_end = arg_end, ""
+    if not arg_start and not key_end:
+        return None
+    spans = [Span(name_at, val2.end)]
+    if two is not None:
+        a_at = two.find(NAME_A)
+        found_two = _tagged_positions(two, a_at + len(NAME_A))
+        b_at = two.find(NAME_B, found_two[3].end) if found_two else -1
+        if found_two is None or b_at < 0:
+            return None
+        b_val = two.find("beta value", b_at)
+        if b_val < 0:
+            return None
+        spans += [Span(a_at, found_two[3].end),
+                  Span(b_at, b_val + len("beta value") + (0 if encoding == "raw_strings" else 1))]
+    arguments = TaggedArguments(start=arg_start, key_end=key_end, end=arg_end, separator=separator,
+                                encoding=encoding, end_names_key=end_names_key,
+                                key_end_before_json=key_end_before_json)
+    return TagCalls(name=CallName(end=first_gap[: len(first_gap) - len(arg_start)]), arguments=arguments), spans
+
+
+def _tagged_positions(text: str, at: int) -> tuple[Span, Span, Span, Span, ValueEncoding] | None:
+    """Where A's argument keys and values are, and how a string value is written: "json" for
+    `"alpha value"`, "python" for `'alpha value'` (Python call syntax, where every value is a
+    literal), "raw_strings" for the bare text."""
+    key1 = text.find("first_arg", at)
+    if key1 < 0:
+        return None
+    bare = text.find("alpha value", key1)
+    if bare < 0:
+        return None
+    quote = text[bare - 1]
+    encoding: ValueEncoding = {'"': "json", "'": "python"}.get(quote, "raw_strings")  # type: ignore[assignment]
+    if encoding != "raw_strings" and text[bare + len("alpha value"): bare + len("alpha value") + 1] != quote:
+        encoding = "raw_strings"
+    val1 = (Span(bare, bare + len("alpha value")) if encoding == "raw_strings"
+            else Span(bare - 1, bare + len("alpha value") + 1))
+    key2 = text.find("second_arg", val1.end)
+    val2 = text.find("42", key2 + len("second_arg")) if key2 >= 0 else -1
+    if key2 < 0 or val2 < 0:
+        return None
+    return (Span(key1, key1 + len("first_arg")), val1, Span(key2, key2 + len("second_arg")),
+            Span(val2, val2 + 2), encoding)
+
+
+def split_tag_markup(markers: CallMarkers, found: TagCalls, id_before_name: CallId | None, one: str,
+                     two: str | None) -> tuple[CallMarkers, TagCalls]:
+    """Tell the per-call opener from the text that introduces the name, unwrap a fence, find the
+    call id and the call index in the name's end."""
+    opener, rest = first_marker_split(markers.call_start)
+    call_start, name_start = (opener, rest) if opener else ("", markers.call_start)
+    name_end, call_end, arguments = found.name.end, markers.call_end, found.arguments
+    if isinstance(arguments, JsonArguments):
+        name_end, call_end, arguments = _unwrap_fence(name_end, call_end)
+    elif arguments.end:
+        call_end = strip_prefix(call_end, arguments.end.replace(KEY_HOLE, "second_arg"))
+    name_end, call_id = _id_in_name_end(name_end, id_before_name)
+    name = CallName(start=name_start, end=name_end, index=_confirmed_call_index(one, two, name_end))
+    markers = dataclasses.replace(markers, call_start=call_start, call_end=call_end)
+    return markers, TagCalls(name=name, arguments=arguments, id=call_id)
+
+
+def _unwrap_fence(name_end: str, call_end: str) -> tuple[str, str, JsonArguments]:
+    fence = _FENCE_OPEN.search(name_end)
+    if not fence:
+        return name_end, call_end, JsonArguments()
+    start, name_end = name_end[fence.start():], name_end[: fence.start()]
+    close = _FENCE_CLOSE.match(call_end)
+    if not close:
+        return name_end, call_end, JsonArguments(start=start)
+    return name_end, call_end[close.end():], JsonArguments(start=start, end=call_end[: close.end()])
+
+
+def _id_in_name_end(name_end: str, id_before_name: CallId | None) -> tuple[str, CallId | None]:
+    if ID_A not in name_end:
+        return name_end, id_before_name
+    at = name_end.index(ID_A)
+    return "", CallId(start=name_end[:at], end=name_end[at + len(ID_A):], before_name=id_before_name is not None)
+
+
+def _confirmed_call_index(one: str, two: str | None, name_end: str) -> CallIndex | None:
+    """A number in the name's end counts calls when the second of two rendered calls carries the
+    next number there (`:0` then `:1`); a number that stays the same is part of the marker."""
+    if two is None or not name_end:
+        return None
+    for digits in re.finditer(r"[0-9]+", name_end):
+        first = int(digits.group())
+        head, tail = name_end[: digits.start()], name_end[digits.end():]
+        if NAME_A + name_end in one and NAME_A + name_end in two and NAME_B + head + str(first + 1) + tail in two:
+            return CallIndex(marker=head + INDEX_HOLE + tail, base=first)
+    return None
+
+
+NESTED_ARGS: dict[str, Any] = {"obj_arg": {"inner_key": "inner text", "inner_num": 7}, "list_arg": ["one item", 3]}
+
+
+def nested_values(prober: Prober, args: TaggedArguments, as_text: bool,
+                  kwargs: dict[str, Any]) -> NestedValues | None:
+    """How an object or an array is written inside a tagged argument, when not as JSON."""
+    output = prober.output(prober.calls_message([(NAME_A, NESTED_ARGS, ID_A)], as_text), tools=PROBE_TOOLS,
+                           **kwargs) or ""
+    if json.dumps(NESTED_ARGS["obj_arg"]) in output or "inner text" not in output:
+        return None
+    quote = args.end
+    if args.key_end_before_json and args.key_end == args.key_end_before_json + quote and quote.strip():
+        if _quoted_form(NESTED_ARGS["obj_arg"], quote) in output and _quoted_form(NESTED_ARGS["list_arg"], quote) in output:
+            return NestedValues(style="quoted", quote=quote)
+    if args.end_names_key and args.start:
+        arg_start, key_end, arg_end = args.start.strip(), args.key_end, args.end.strip()
+        obj = "".join(arg_start + k + key_end + str(v) + arg_end.replace(KEY_HOLE, k)
+                      for k, v in NESTED_ARGS["obj_arg"].items())
+        at = output.find("list_arg" + key_end)
+        item_at = output.find(arg_start, at) + len(arg_start) if at >= 0 else -1
+        item = output[item_at: output.find(key_end, item_at)] if item_at >= len(arg_start) else ""
+        items = "".join(arg_start + item + key_end + str(v) + arg_end.replace(KEY_HOLE, item)
+                        for v in NESTED_ARGS["list_arg"])
+        if item and obj in output and items in output:
+            return NestedValues(style="tags", item=item)
+    return None
+
+
+def _quoted_form(value: Any, quote: str) -> str:
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{_quoted_form(v, quote)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(_quoted_form(v, quote) for v in value) + "]"
+    if isinstance(value, str):
+        return quote + value + quote
+    return json.dumps(value)
