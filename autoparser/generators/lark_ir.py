@@ -12,12 +12,14 @@ arguments, tagged arguments by member.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
 from autoparser.language import ir
+from autoparser.language.request import is_weak
 
 VALUE_RULES = r"""
 _json: object | array | STRING | NUMBER | "true" | "false" | "null"
@@ -29,10 +31,14 @@ _space: /[ \t\n\r]/
 JWS: /[ \t\n\r]+/
 STRING: /"(?:[^"\\]|\\[\s\S])*"/
 NUMBER: /-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?/
-_py: pyseq | pydict | PYSTRING | NUMBER | /true|false|null|True|False|None/
+_py: pyseq | pydict | PYSTRING | pyloose | NUMBER | /true|false|null|True|False|None/
 pyseq: ("[" | "(") _jws (_py (_jws "," _jws _py)* _jws ","? _jws)? ("]" | ")")
 pydict: "{" _jws (_py _jws ":" _jws _py (_jws "," _jws _py _jws ":" _jws _py)* _jws ","? _jws)? "}"
 PYSTRING: /[rRuUbB]{0,2}(?:'(?:[^'\\]|\\[\s\S])*'|"(?:[^"\\]|\\[\s\S])*")/
+// a quote inside a quoted string, where the parser reads on because the value does not end there
+pyloose: "'" (_PYCHUNK1 | "'")* "'" | "\"" (_PYCHUNK2 | "\"")* "\""
+_PYCHUNK1: /(?:[^'\\]|\\[\s\S])+/
+_PYCHUNK2: /(?:[^"\\]|\\[\s\S])+/
 """
 
 
@@ -68,10 +74,11 @@ class _Writer:
         rules of their own (`_` rules: spliced into the parse tree): Lark expands a group inside a
         rule into alternatives of that rule, which doubles with every optional part."""
         if isinstance(node, ir.Lit):
-            return f"/{_regex_escape(node.text)}/" if node.text else ""
+            return self.literal(node.text)
         if isinstance(node, ir.Chars):
             hi = "" if node.max is None else str(node.max)
-            rx = f"/[{node.allowed}]{{{max(node.min, 1)},{hi}}}/"
+            allowed = node.allowed.replace("/", "\\/")  # a slash would end Lark's regex literal
+            rx = f"/[{allowed}]{{{max(node.min, 1)},{hi}}}/"
             return rx if node.min else self.optional(rx)
         if isinstance(node, ir.Text):
             return self.text(node)
@@ -95,14 +102,23 @@ class _Writer:
         if isinstance(node, ir.Capture):
             name = self.shared(node, lambda: self.new(f"cap_{node.role}", self.write(node.body) or "_empty"))
             self.roles[name] = node.role
-            if node.role == ir.TOOL_NAME:
+            if node.role in (ir.TOOL_NAME, ir.REASONING):
                 # where a text could be read as content or as a call (a bare JSON object), the
-                # runtime reads the call: the reading with more calls wins
+                # runtime reads the call, and reasoning where the markers imply it: the reading
+                # with more calls and reasoning wins
                 self.priorities.add(name)
             return name
         if isinstance(node, ir.Rule):
             return self.shared(node, lambda: self.new("r", self.write(node.body) or "_empty"))
         raise TypeError(f"no Lark form for {type(node).__name__}")
+
+    def literal(self, text: str) -> str:
+        """A marker as the parser finds it: whitespace inside it any whitespace, whitespace
+        around it optional (the parser skips whitespace between structural parts, and takes
+        it once from a raw value next to the marker)."""
+        if not text.strip():
+            return self.optional(self.terminal(f"/{_regex_escape(text)}/")) if text else ""
+        return self.terminal(f"/{_marker_regex(text)}/")
 
     def optional(self, body: str) -> str:
         return self.new("_opt", f"({body})?") if body else ""
@@ -135,21 +151,32 @@ class _Writer:
         return name
 
     def text(self, node: ir.Text) -> str:
+        """Free text as one terminal, which the dynamic lexer reads at once (its longest match):
+        up to the first marker that ends it, or, where the marker that follows begins with
+        whitespace (`\n</parameter>`), up to that whitespace, which the marker takes once.
+        A weak marker (`)`, `, `: punctuation values also hold) may also be text: there the
+        parse decides, as the parser decides by what follows the marker."""
         stops = sorted({s.strip() for s in node.stops if s.strip()} | ({node.end.strip()} if node.end and
                                                                      node.end.strip() else set()))
         excluded = [_regex_escape(s) for s in stops if not (node.weak and s == node.weak.marker)]
         if node.weak is not None:
             key_end = _regex_escape(node.weak.before)
             excluded.append(_regex_escape(node.weak.marker) + r"\s*[^\W\d][\w.\-]*\s*" + key_end)
-        # text in pieces: words, single spaces, single brackets. Where the text ends is then the
-        # parser's choice among few places: before a space (a marker or gap may start with it),
-        # before a bracket (a bare JSON call may start there), at the first marker; and each
-        # piece is matched once, so reading stays linear
-        stop = f"(?!{'|'.join(excluded)})" if excluded else ""
-        word = self.terminal(f"/(?:{stop}[^\\s{{\\[])+/")
-        single = self.terminal(f"/{stop}[\\s{{\\[]/")
-        text = f"({word} | {single})" + ("+" if node.nonempty else "*")
-        return self.shared(node, lambda: self.new("_text", text))
+        guard = f"(?!{'|'.join(excluded)})" if excluded else ""
+        first = f"(?!\\s*{_regex_escape(node.not_first.strip())})" if node.not_first.strip() else ""
+        weak = [s for s in stops if is_weak(s) and not (node.weak and s == node.weak.marker)]
+        lead = node.end[: len(node.end) - len(node.end.lstrip())] if node.end and node.end.strip() else ""
+        run = f"(?:{guard}[\\s\\S])+"
+        if weak:
+            marks = [self.terminal(f"/{_regex_escape(w)}/") for w in weak]
+            rest = self.new("_text", f"({' | '.join([self.terminal(f'/{run}/'), *marks])})*")
+            text = self.new("_text", f"({' | '.join([self.terminal(f'/{first}{run}/'), *marks])}) {rest}")
+        elif lead:
+            ahead = "|".join([f"(?:{_regex_escape(lead)})?{_regex_escape(node.end.strip())}", *excluded, r"\Z"])
+            text = self.terminal(f"/{first}{run}?(?={ahead})/")
+        else:
+            text = self.terminal(f"/{first}{run}/")
+        return text if node.nonempty else self.optional(text)
 
     def terminal(self, pattern: str) -> str:
         """A named terminal per pattern (Earley reads a named terminal as one token kind)."""
@@ -203,6 +230,21 @@ class _Writer:
         name = self.new("arg", " ".join(p for p in written if p) or "_empty")
         self.members[name] = (owner, key)
         return name
+
+
+def _marker_regex(text: str) -> str:
+    """`text` as a regex: any whitespace before it and inside it, the whitespace it ends with
+    as written or not at all (a raw value after it keeps the rest)."""
+    pieces = [p for p in re.split(r"(\s+)", text.lstrip()) if p]
+    out = [r"\s*"]
+    for i, piece in enumerate(pieces):
+        if not piece.isspace():
+            out.append(_regex_escape(piece))
+        elif i < len(pieces) - 1:
+            out.append(r"\s*")
+        else:
+            out.append(f"(?:{_regex_escape(piece)})?")
+    return "".join(out)
 
 
 @dataclass(frozen=True)
@@ -305,7 +347,7 @@ class _Reader:
         for capture in self.captures(tree):
             role = self.written.roles[capture.data]
             if role == ir.TOOL_NAME:
-                name = self.span(capture)
+                name = self.span(capture).strip()
                 found["name"] = json.loads(name) if name.startswith('"') else name
             elif role == ir.CALL_ID:
                 found["id"] = self.span(capture)

@@ -22,6 +22,7 @@ The analysis is read in its `to_dict()` form. Standard library only.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -56,9 +57,12 @@ from autoparser.language.ir import (
 )
 from autoparser.language.request import (
     CLOSED,
+    IMPLIED,
     KEY_HOLE,
+    NAME_FORBIDDEN,
     OPEN,
     args_keys,
+    bare_fence,
     is_weak,
     split_call_index,
     start_state,
@@ -87,6 +91,9 @@ class Request:
     `special_tokens`: marker texts that are single tokens of the vocabulary. `lazy`: for
     ``"auto"``, free output until a trigger. `free_text_limit` caps every free text.
     `end_tokens`: texts of end-of-generation tokens; a closing marker is cut before one.
+    `reading`: the language the parser reads (lenient policy), wider than the one generation
+    writes: any tool name when no tools are given, JSON arguments of any shape, text between
+    and after the calls as content, a reasoning block whatever `thinking` says (`_Reading`).
     """
 
     tools: tuple[Mapping[str, Any], ...] = ()
@@ -99,13 +106,14 @@ class Request:
     free_text_limit: int | None = None
     end_tokens: tuple[str, ...] = ()
     policy: str = "lenient"
+    reading: bool = False
 
 
 def build_language(analysis: Mapping[str, Any], request: Request) -> Language:
     """The output language of `request` for the format `analysis` describes.
 
     Raises ValueError for a `tool_choice` naming a tool not in `tools`."""
-    return _Builder(analysis, request).build()
+    return (_Reading if request.reading else _Builder)(analysis, request).build()
 
 
 # -- tools and tool_choice ---------------------------------------------------------------------
@@ -235,6 +243,10 @@ class _Builder:
         self.opened = t.opened_by_prompt and t.format in CALL_FORMATS and self.start != CLOSED
         if self.choice != "none" and not self.tools:
             self.choice = "none"
+        self.check_call_format()
+
+    def check_call_format(self) -> None:
+        t = self.t
         if self.choice != "none" and not (t.supported and t.format in CALL_FORMATS):
             self.warnings.append(f"the template has no tool-call format the grammar knows ({t.format!r}); "
                                  "tool calls are not constrained")
@@ -321,6 +333,9 @@ class _Builder:
         it: the parser finds markers by their core, and templates differ in newlines."""
         core = self.until_stop(marker).strip()
         return seq(self.gap(), self.marker(core)) if core else self.gap()
+
+    def section_closing(self) -> Node:
+        return self.closing(self.t.section_end)
 
     def call_closing(self) -> Node:
         """The call's end marker; right after a raw value (`name(key=value)`) no whitespace
@@ -453,7 +468,7 @@ class _Builder:
                 sep = self.marker(t.call_separator) if t.call_separator.strip() else EMPTY
                 leading = self.gap() if not t.call_start[:1].isspace() else EMPTY
                 calls = seq(first, Repeat(Rule("call-next", seq(sep, leading, one))))
-        return Rule("tool-calls", seq(section_start, calls, self.closing(t.section_end)))
+        return Rule("tool-calls", seq(section_start, calls, self.section_closing()))
 
     def json_array(self, call: Node, call_start: Node) -> Node:
         """Calls as the elements of one JSON array; the brackets are added when the markers
@@ -477,14 +492,24 @@ class _Builder:
         if t.format == "json":
             return Rule(hint, self.json_call(name, params))
         name_start = EMPTY if opened else self.marker(t.name_start)
-        head = seq(name_start, Capture(TOOL_NAME, Lit(name)), self.name_end())
+        head = seq(name_start, Capture(TOOL_NAME, self.name_node(name, quoted=False)), self.name_end())
         if t.id_start or t.id_end:
             call_id = seq(self.marker(t.id_start), Capture(CALL_ID, ID_CHARS), self.marker(t.id_end))
             head = seq(call_id, head) if t.id_before_name else seq(head, call_id)
         if t.format == "tag_json":
-            args = Json("schema", name, params, params)
-            return Rule(hint, seq(head, self.marker(t.args_start), Capture(ARGUMENTS, args), self.marker(t.args_end)))
+            args = self.json_arguments(name, params)
+            return Rule(hint, seq(head, self.args_opener(), Capture(ARGUMENTS, args), self.marker(t.args_end)))
         return Rule(hint, seq(head, Capture(ARGUMENTS, self.tagged_args(name, params))))
+
+    def name_node(self, name: str, quoted: bool) -> Node:
+        """A tool's name as written in a call: `quoted` as a JSON string."""
+        return Lit(json.dumps(name, ensure_ascii=False) if quoted else name)
+
+    def json_arguments(self, name: str, params: Any) -> Node:
+        return Json("schema", name, params, params)
+
+    def args_opener(self) -> Node:
+        return self.marker(self.t.args_start)
 
     def name_end(self) -> Node:
         """`name_end`; a digit run in it is a call index the template numbers (``:0``), which the
@@ -505,8 +530,8 @@ class _Builder:
             args = Json("string", note=f"tool {name}: arguments are a JSON-encoded string; "
                                        "their schema is not enforced")
         else:
-            args = Json("schema", name, params, params)
-        name_member = member(t.name_field, Capture(TOOL_NAME, Lit(json.dumps(name, ensure_ascii=False))))
+            args = self.json_arguments(name, params)
+        name_member = member(t.name_field, Capture(TOOL_NAME, self.name_node(name, quoted=True)))
         # the keys the parser accepts for the arguments (`arguments`, `parameters`), typed alike
         keys = choice(*[Lit(json.dumps(k, ensure_ascii=False)) for k in args_keys(t.args_field)])
         args_member = seq(keys, w, Lit(":"), w, Capture(ARGUMENTS, args))
@@ -552,8 +577,12 @@ class _Builder:
             value = PyValue(name, params, None, "$", f"{name}-extra") if self.literal else self.raw_text()
             extra = Rule(f"{name}-arg-extra",
                          seq(self.marker(t.arg_start), KEY_CHARS, self.marker(t.arg_key_end), value,
-                             EMPTY if between or t.arg_end_keyed else self.marker(t.arg_end)))
+                             EMPTY if between else self.extra_end()))
         return Members(tuple(members), separator, extra, f"{name}-args", name, params)
+
+    def extra_end(self) -> Node:
+        """The end marker of an argument the schema does not name (none where it names the key)."""
+        return EMPTY if self.t.arg_end_keyed else self.marker(self.t.arg_end)
 
     def arg_end(self, key: str) -> str:
         """The argument's end marker; a closing tag may name the key (`</{key}>`)."""
@@ -594,6 +623,171 @@ class _Builder:
         t = self.t
         stops = (t.call_end, t.section_end, *self.stop)
         return Text(stops, weak=Weak(",", t.arg_key_end.strip() or "="), hint="comma-text")
+
+
+# -- the language the parser reads ---------------------------------------------------------------
+
+# a call of any tool, where the request gives no tools (the parser reads any name)
+ANY_TOOL: Mapping[str, Any] = {"type": "function", "function": {"name": "", "parameters": {"type": "object"}}}
+
+
+class _Reading(_Builder):
+    """The language the parser reads, which holds the generation language and more: what the
+    lenient parser accepts from a model that writes outside the grammar.
+
+    * any tool name when the request gives no tools, and JSON arguments of any shape;
+    * text before, between and after the calls as content; content markers dropped from it;
+    * a reasoning block whatever `thinking` says (templates show closed blocks), its start
+      marker repeated where the prompt opened it, and reasoning with no end marker running to
+      the end of the output, or to the calls when no end marker follows them;
+    * where the prompt opened a call: the call, the recipient that introduces content, or
+      content, then later calls and content in turn;
+    * a code fence opening JSON arguments without its language tag."""
+
+    def __init__(self, analysis: Mapping[str, Any], request: Request):
+        super().__init__(analysis, request)
+        wanted, _ = chosen_tools(list(request.tools or []), request.tool_choice)
+        if wanted != "none" and not request.tools:
+            self.choice, self.tools = wanted, [ANY_TOOL]
+            self.check_call_format()
+
+    def build(self) -> Language:
+        if self.opened:
+            return self.language(self.opened_calls())
+        if self.choice == "none":
+            return self.language(self.with_reasoning(self.text(calls=False), None))
+        section = self.section(lazy_start=True)
+        return self.language(self.with_reasoning(seq(self.text(), self.calls_then_text(section)), section))
+
+    # -- calls ----------------------------------------------------------------------------
+
+    def calls_then_text(self, section: Node, *also_stop: str) -> Node:
+        """Call sections, each followed by content (several where calls are parallel)."""
+        most = None if self.parallel else 1
+        after = self.text(*also_stop, not_first=self.t.section_end.strip())
+        return Repeat(seq(section, after), 1 if self.choice == "required" else 0, most)
+
+    def opened_calls(self) -> Node:
+        """The output starts inside a call header the prompt wrote: the rest of a call, the
+        recipient that introduces content, or content; later calls and content in turn."""
+        t = self.t
+        recipient = seq(self.marker(self.c.start.strip()), self.gap()) if self.c.start.strip() else EMPTY
+        if self.choice == "none":
+            return seq(optional(recipient), self.text(calls=False))
+        call = Rule("call", choice(*[self.call(tool, opened=True) for tool in self.tools]))
+        called = seq(call, self.call_closing())
+        heads = [called, recipient] if recipient != EMPTY else [called]
+        first = seq(choice(*heads, EMPTY), self.text())
+        sep = self.marker(t.call_separator) if t.call_separator.strip() else EMPTY
+        opener = seq(sep, self.gap(), self.marker(t.call_start), self.marker(t.name_start))
+        later = Rule("call-next", seq(opener, choice(*heads), self.text()))
+        return seq(first, Repeat(later)) if self.parallel else first
+
+    def name_node(self, name: str, quoted: bool) -> Node:
+        if name:
+            return super().name_node(name, quoted)
+        if quoted:
+            return Json("string")
+        t = self.t
+        indexed = split_call_index(t.name_end)
+        name_end = indexed[0] if indexed else t.name_end
+        ends = [m.strip() for m in (name_end, t.id_start, t.args_start, t.arg_start, t.call_end) if m.strip()]
+        # a name ends at the first character of what may follow it, as the parser reads it
+        return Chars("^" + NAME_FORBIDDEN + "".join(sorted({re.escape(m[0]) for m in ends})))
+
+    def json_arguments(self, name: str, params: Any) -> Node:
+        return Json("any")
+
+    def closing(self, marker: str) -> Node:
+        """As generated, but with no whitespace where the marker is empty: text after the
+        calls is content, its whitespace included."""
+        return super().closing(marker) if self.until_stop(marker).strip() else EMPTY
+
+    def section_closing(self) -> Node:
+        return optional(super().section_closing())  # the output may end before it
+
+    def extra_end(self) -> Node:
+        """An end marker that names the key (`</{key}>`) as any key: a value the schema does not
+        name ends at the first such marker."""
+        head, hole, tail = self.t.arg_end.partition(KEY_HOLE)
+        return seq(self.marker(head), KEY_CHARS, self.marker(tail)) if hole else super().extra_end()
+
+    def raw_text(self, key: str = "") -> Node:
+        """Raw argument text up to its end marker or an end of turn, as the parser reads it; a
+        value's end marker may be left out before the call's end or the next argument where keys
+        have no marker before them."""
+        t = self.t
+        if self.comma_values():
+            return self.comma_text()
+        end = self.arg_end(key) if key else t.arg_end.partition(KEY_HOLE)[0]
+        enders = (t.call_end, t.arg_separator) if self.bare_keys else ()
+        return Text((end, *self.stop, *enders), end, hint="raw-text")
+
+    def tagged_value(self, name: str, params: Any, key: str, sub: Any) -> tuple[Node, bool]:
+        """As generated; a JSON value as raw text, which the parser converts (a Python literal
+        such as `{'a': None}` included)."""
+        value, raw = super().tagged_value(name, params, key, sub)
+        if not isinstance(value, Json):
+            return value, raw
+        return RawString(name, params, sub, value.path, value.hint, self.arg_end(key), self.raw_text(key),
+                         bounded=False), raw
+
+    def args_opener(self) -> Node:
+        fence = bare_fence(self.t.args_start)
+        opener = self.marker(self.t.args_start)
+        return choice(opener, seq(self.marker(fence), self.gap())) if fence else opener
+
+    # -- reasoning and content ------------------------------------------------------------
+
+    def with_reasoning(self, body: Node, section: Node | None) -> Node:
+        """An optional reasoning block, then `body`; or reasoning with no end marker, to the
+        end of the output, or to the calls (`section`) when no end marker follows them."""
+        r = self.r
+        if r.mode == "none" or not r.end.strip() or self.start == CLOSED:
+            return body
+        start, end = r.start.strip(), r.end.strip()
+        opener = self.calls_opener() if section is not None else ""
+        inside = [seq(self.reasoning_text(), self.marker(end), body),
+                  self.reasoning_text(*([opener] if opener else []))]
+        if opener:
+            inside.append(seq(self.reasoning_text(opener, nonempty=True), self.calls_then_text(section, end)))
+        if self.forced:
+            return seq(optional(seq(self.gap(), self.marker(start))) if start else EMPTY, choice(*inside))
+        options = [body]
+        if start:
+            options.append(seq(self.gap(), self.marker(start), choice(*inside)))
+        if self.thinking and (self.start == IMPLIED or not start):
+            options.append(seq(self.reasoning_text(), self.marker(end), body))
+        return choice(*options)
+
+    def reasoning_text(self, *also_stop: str, nonempty: bool = False) -> Node:
+        stops = (self.r.end.strip(), *self.stop, *also_stop)
+        # where the prompt opened reasoning, a start marker the model repeats is markup
+        first = self.r.start.strip() if self.forced else ""
+        return Capture(REASONING, Text(stops, hint="reasoning", nonempty=nonempty, not_first=first))
+
+    def text(self, *also_stop: str, calls: bool = True, not_first: str = "") -> Node:
+        """Content as the parser reads it: text up to what opens a call, the content markers
+        dropped from it; where calls have no marker (a bare JSON object), a bracket that opens
+        no call is text."""
+        t = self.t
+        dropped = [m.strip() for m in ([self.c.end] if self.opened else [self.c.start, self.c.end])
+                   if m.strip() and m.strip() != self.r.end.strip()]
+        openers = self.call_openers() if calls else []
+        stops = tuple(dict.fromkeys([*self.stop, *also_stop, *openers, *dropped]))
+        text = Text(stops, hint="content", nonempty=True, not_first=not_first)
+        parts = [Capture(CONTENT, text), *[self.marker(m) for m in dropped]]
+        if calls and t.format == "json" and not (t.section_start.strip() or t.call_start.strip()):
+            parts.append(Capture(CONTENT, Lit("[" if t.array else "{")))
+        return Repeat(choice(*parts))
+
+    def call_openers(self) -> list[str]:
+        """What makes the parser read a call in content."""
+        t = self.t
+        found = [self.calls_opener()]
+        if t.format == "json" and not (t.section_start.strip() or t.call_start.strip()):
+            found.append("[" if t.array else "{")
+        return [m for m in found if m]
 
 
 _STRING_FIELDS = ("section_start", "section_end", "call_start", "call_end", "call_separator", "name_start",
