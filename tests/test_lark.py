@@ -16,7 +16,7 @@ from lark_cases import (
     PROBES,
     TOOLS,
     analysis_of,
-    assert_lalr_without_conflicts,
+    assert_loads_in_lark,
     comparable,
     expected_message,
     real_analysis,
@@ -59,7 +59,7 @@ def test_grammar_is_lalr_without_conflicts(name: str) -> None:
     for tools in (None, TOOLS, []):
         for thinking in (None, True, False):
             for parallel in (True, False):
-                assert_lalr_without_conflicts(generate_lark(analysis_of(name), tools=tools, thinking=thinking,
+                assert_loads_in_lark(generate_lark(analysis_of(name), tools=tools, thinking=thinking,
                                                             parallel_tool_calls=parallel))
 
 

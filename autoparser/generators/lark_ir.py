@@ -192,7 +192,13 @@ class _Writer:
             items.append((self.member(node.owner, member, key), required))
         if node.extra is not None:
             extra = self.member(node.owner, node.extra, None)
-            items.append((f"{extra} ({sep} {extra})*".strip(), False))
+            if node.any_order:
+                items.append((extra, False))
+            else:
+                items.append((f"{extra} ({sep} {extra})*".strip(), False))
+        if node.any_order:
+            one = self.new("_member", " | ".join(i for i, _ in items)) if items else ""
+            return self.optional(f"{one} ({sep} {one})*".strip()) if one else "_empty"
 
         made: dict[tuple[int, bool], str] = {}
 
@@ -271,7 +277,7 @@ def write_lark(language: ir.Language, end_of_turn: tuple[str, ...] = ()) -> Lark
     ends = sorted({e.strip() for e in end_of_turn if e.strip()})
     if ends:
         lines[-2] += " _end_of_turn*"
-        lines.append(f"_end_of_turn: /[ \\t\\n\\r]*(?:{'|'.join(_regex_escape(e) for e in ends)})/")
+        lines.append(f"_end_of_turn: /[ \\t\\n\\r]*(?:{'|'.join(_regex_escape(e) for e in ends)})[ \\t\\n\\r]*/")
     lines += [f"{name}{'.2' if name in w.priorities else ''}: {body}" for name, body in w.rules.items()]
     lines += [f"{name}: {pattern}" for pattern, name in w.terminals.items()]
     grammar = "\n".join(lines) + "\n" + VALUE_RULES

@@ -570,7 +570,7 @@ class _Builder:
             value, raw = self.tagged_value(name, params, key, props.get(key, True))
             member = Rule(f"{name}-arg-{key}",
                           seq(self.marker(t.arg_start), Lit(key), self.marker(t.arg_key_end if raw else json_key_end),
-                              value, EMPTY if between else self.marker(self.arg_end(key))))
+                              value, EMPTY if between else self.member_end(key, raw)))
             members.append((member, key in required))
         extra = None
         if "properties" not in schema and schema.get("additionalProperties", True) is not False:
@@ -578,7 +578,13 @@ class _Builder:
             extra = Rule(f"{name}-arg-extra",
                          seq(self.marker(t.arg_start), KEY_CHARS, self.marker(t.arg_key_end), value,
                              EMPTY if between else self.extra_end()))
-        return Members(tuple(members), separator, extra, f"{name}-args", name, params)
+        return Members(tuple(members), separator, extra, f"{name}-args", name, params, self.any_order)
+
+    any_order = False  # generation writes the arguments in the schema's order
+
+    def member_end(self, key: str, raw: bool) -> Node:
+        """The end marker after an argument's value (`raw`: text, else JSON)."""
+        return self.marker(self.arg_end(key))
 
     def extra_end(self) -> Node:
         """The end marker of an argument the schema does not name (none where it names the key)."""
@@ -643,6 +649,14 @@ class _Reading(_Builder):
     * where the prompt opened a call: the call, the recipient that introduces content, or
       content, then later calls and content in turn;
     * a code fence opening JSON arguments without its language tag."""
+
+    any_order = True  # the parser reads the arguments in any order
+
+    def member_end(self, key: str, raw: bool) -> Node:
+        """As generated; after a JSON value, which ends by its own syntax, the end marker may be
+        left out."""
+        end = super().member_end(key, raw)
+        return end if raw else optional(end)
 
     def __init__(self, analysis: Mapping[str, Any], request: Request):
         super().__init__(analysis, request)

@@ -16,7 +16,8 @@ makes it from an analysis and a request; the GBNF backend writes it as a grammar
 * `Json`: a JSON value typed by a schema (`kind` "schema"), or any value / string / object;
 * `PyValue`: a tagged value written as a JSON or Python literal (`'text'`, `True`, `None`);
 * `RawString`: a string value written as raw text up to `end`, typed by its schema;
-* `Members`: an object's members in order, required ones present, optional ones skippable;
+* `Members`: an object's members in order, required ones present, optional ones skippable
+  (`any_order`: in any order, each optional);
 * `Capture`: the text its body matches is a part of the message (`ROLES`);
 * `Rule`: a named part, for reading and for sharing (a backend may name a rule after it);
 * `Lazy`: free output until a trigger; from the trigger on, the body applies. Triggers count
@@ -140,6 +141,7 @@ class Members:
     hint: str
     owner: str = ""
     root: Any = None
+    any_order: bool = False  # members in any order, none required (as the parser reads them)
 
 
 @dataclass(frozen=True)
