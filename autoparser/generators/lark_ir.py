@@ -225,8 +225,13 @@ class _Writer:
         body = member.body if isinstance(member, ir.Rule) else member
         parts = body.items if isinstance(body, ir.Seq) else (body,)
         written = []
+        raw = False
         for part in parts:
             text = self.write(part)
+            if raw and isinstance(part, ir.Lit) and part.text.strip():
+                # the marker after a raw value takes only its own whitespace: the rest is the value's
+                text = self.terminal(f"/{_marker_regex(part.text, exact_lead=True)}/")
+            raw = isinstance(part, ir.RawString | ir.Text)
             if isinstance(part, ir.Json | ir.PyValue | ir.RawString | ir.Text):
                 text = self.new("val", text or "_empty")
                 self.values[text] = part
@@ -238,11 +243,13 @@ class _Writer:
         return name
 
 
-def _marker_regex(text: str) -> str:
+def _marker_regex(text: str, exact_lead: bool = False) -> str:
     """`text` as a regex: any whitespace before it and inside it, the whitespace it ends with
-    as written or not at all (a raw value after it keeps the rest)."""
+    as written or not at all (a raw value after it keeps the rest); `exact_lead`: the whitespace
+    it begins with also only as written or not at all."""
+    lead = text[: len(text) - len(text.lstrip())]
     pieces = [p for p in re.split(r"(\s+)", text.lstrip()) if p]
-    out = [r"\s*"]
+    out = [(f"(?:{_regex_escape(lead)})?" if lead else "") if exact_lead else r"\s*"]
     for i, piece in enumerate(pieces):
         if not piece.isspace():
             out.append(_regex_escape(piece))

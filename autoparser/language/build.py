@@ -668,10 +668,13 @@ class _Reading(_Builder):
     def build(self) -> Language:
         if self.opened:
             return self.language(self.opened_calls())
+        # an end marker alone, first, is an empty reasoning block, not text
+        lead = self.r.end.strip() if self.reads_reasoning() else ""
         if self.choice == "none":
-            return self.language(self.with_reasoning(self.text(calls=False), None))
+            return self.language(self.with_reasoning(self.text(calls=False, not_first=lead), None))
         section = self.section(lazy_start=True)
-        return self.language(self.with_reasoning(seq(self.text(), self.calls_then_text(section)), section))
+        body = seq(self.text(not_first=lead), self.calls_then_text(section))
+        return self.language(self.with_reasoning(body, section))
 
     # -- calls ----------------------------------------------------------------------------
 
@@ -757,28 +760,31 @@ class _Reading(_Builder):
         """An optional reasoning block, then `body`; or reasoning with no end marker, to the
         end of the output, or to the calls (`section`) when no end marker follows them."""
         r = self.r
-        if r.mode == "none" or not r.end.strip() or self.start == CLOSED:
+        if not self.reads_reasoning():
             return body
         start, end = r.start.strip(), r.end.strip()
         opener = self.calls_opener() if section is not None else ""
         inside = [seq(self.reasoning_text(), self.marker(end), body),
                   self.reasoning_text(*([opener] if opener else []))]
         if opener:
-            inside.append(seq(self.reasoning_text(opener, nonempty=True), self.calls_then_text(section, end)))
+            inside.append(seq(self.reasoning_text(opener), self.calls_then_text(section, end)))
         if self.forced:
             return seq(optional(seq(self.gap(), self.marker(start))) if start else EMPTY, choice(*inside))
-        options = [body]
+        options = [body, seq(self.gap(), self.marker(end), body)]
         if start:
             options.append(seq(self.gap(), self.marker(start), choice(*inside)))
         if self.thinking and (self.start == IMPLIED or not start):
             options.append(seq(self.reasoning_text(), self.marker(end), body))
         return choice(*options)
 
-    def reasoning_text(self, *also_stop: str, nonempty: bool = False) -> Node:
+    def reads_reasoning(self) -> bool:
+        return self.r.mode != "none" and bool(self.r.end.strip()) and self.start != CLOSED
+
+    def reasoning_text(self, *also_stop: str) -> Node:
         stops = (self.r.end.strip(), *self.stop, *also_stop)
         # where the prompt opened reasoning, a start marker the model repeats is markup
         first = self.r.start.strip() if self.forced else ""
-        return Capture(REASONING, Text(stops, hint="reasoning", nonempty=nonempty, not_first=first))
+        return Capture(REASONING, Text(stops, hint="reasoning", not_first=first))
 
     def text(self, *also_stop: str, calls: bool = True, not_first: str = "") -> Node:
         """Content as the parser reads it: text up to what opens a call, the content markers
