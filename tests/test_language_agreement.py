@@ -30,11 +30,9 @@ TOOLS = [WEATHER, SEARCH]
 SAMPLES = 3  # per tool_choice: the test covers many templates, each briefly
 
 KNOWN = {
-    "muse-glimmer": "a second call after an end-of-call marker: the runtime reads a call, Lark reads content",
-    # the full language ends unclosed reasoning where calls begin (the rule for calls begun inside
-    # reasoning); the runtime reads a reply written as messages by its headers, so a call header
-    # with no separator before it stays inside the reasoning message
-    "openai-gpt-oss-120b": "a call header right after unclosed reasoning: the grammar reads a call, the runtime reasoning",
+    # a reply written as messages (`analysis.messages`) whose call separator is the message separator
+    "muse-glimmer": "calls separated by `<|eom|><|start|>assistant`: the grammar (like the GBNF that wrote "
+                    "them) reads the calls, the runtime reads the reply as content",
     # the analysis takes `r, ` (a raw-string prefix glued to the separator) for the values' end marker
     "vllm__tool_chat_template_toolace": "a weak value end marker (`r, `): the runtime ends the value where the "
                                         "call continues after it, the grammar's parse ends it at a later one",

@@ -163,7 +163,8 @@ class _Writer:
             key_end = _regex_escape(node.weak.before)
             excluded.append(_regex_escape(node.weak.marker) + r"\s*[^\W\d][\w.\-]*\s*" + key_end)
         guard = f"(?!{'|'.join(excluded)})" if excluded else ""
-        first = f"(?!\\s*{_regex_escape(node.not_first.strip())})" if node.not_first.strip() else ""
+        firsts = [_regex_escape(m.strip()) for m in node.not_first if m.strip()]
+        first = f"(?!\\s*(?:{'|'.join(firsts)}))" if firsts else ""
         weak = [s for s in stops if is_weak(s) and not (node.weak and s == node.weak.marker)]
         lead = node.end[: len(node.end) - len(node.end.lstrip())] if node.end and node.end.strip() else ""
         run = f"(?:{guard}[\\s\\S])+"

@@ -63,6 +63,7 @@ from autoparser.language.request import (
     OPEN,
     args_keys,
     bare_fence,
+    core,
     is_weak,
     split_call_index,
     start_state,
@@ -668,8 +669,8 @@ class _Reading(_Builder):
     def build(self) -> Language:
         if self.opened:
             return self.language(self.opened_calls())
-        # an end marker alone, first, is an empty reasoning block, not text
-        lead = self.r.end.strip() if self.reads_reasoning() else ""
+        # a reasoning marker first opens reasoning, or is an empty reasoning block: not text
+        lead = (self.r.start, self.r.end) if self.reads_reasoning() else ()
         if self.choice == "none":
             return self.language(self.with_reasoning(self.text(calls=False, not_first=lead), None))
         section = self.section(lazy_start=True)
@@ -681,7 +682,7 @@ class _Reading(_Builder):
     def calls_then_text(self, section: Node, *also_stop: str) -> Node:
         """Call sections, each followed by content (several where calls are parallel)."""
         most = None if self.parallel else 1
-        after = self.text(*also_stop, not_first=self.t.section_end.strip())
+        after = self.text(*also_stop, not_first=(self.t.section_end,))
         return Repeat(seq(section, after), 1 if self.choice == "required" else 0, most)
 
     def opened_calls(self) -> Node:
@@ -764,6 +765,8 @@ class _Reading(_Builder):
             return body
         start, end = r.start.strip(), r.end.strip()
         opener = self.calls_opener() if section is not None else ""
+        if self.in_messages():
+            opener = ""  # a reply written as messages: reasoning is a message, calls do not end it
         inside = [seq(self.reasoning_text(), self.marker(end), body),
                   self.reasoning_text(*([opener] if opener else []))]
         if opener:
@@ -777,16 +780,20 @@ class _Reading(_Builder):
             options.append(seq(self.reasoning_text(), self.marker(end), body))
         return choice(*options)
 
+    def in_messages(self) -> bool:
+        """Whether the reply is written as messages with headers (`analysis.messages`)."""
+        return bool(core((self.a.get("messages") or {}).get("body_start"))) and not self.opened
+
     def reads_reasoning(self) -> bool:
         return self.r.mode != "none" and bool(self.r.end.strip()) and self.start != CLOSED
 
     def reasoning_text(self, *also_stop: str) -> Node:
         stops = (self.r.end.strip(), *self.stop, *also_stop)
         # where the prompt opened reasoning, a start marker the model repeats is markup
-        first = self.r.start.strip() if self.forced else ""
+        first = (self.r.start,) if self.forced else ()
         return Capture(REASONING, Text(stops, hint="reasoning", not_first=first))
 
-    def text(self, *also_stop: str, calls: bool = True, not_first: str = "") -> Node:
+    def text(self, *also_stop: str, calls: bool = True, not_first: tuple[str, ...] = ()) -> Node:
         """Content as the parser reads it: text up to what opens a call, the content markers
         dropped from it; where calls have no marker (a bare JSON object), a bracket that opens
         no call is text."""

@@ -10,7 +10,7 @@ makes it from an analysis and a request; the GBNF backend writes it as a grammar
 * `Text`: free text up to a set of markers (`stops`); it may end only where the marker that
   follows (`end`) would be found exactly there, so splitting at the first marker gives it back;
   `limit` bounds its length; `weak` makes one stop count only before the right thing;
-  `not_first`: a marker it does not begin with (the parser reads the marker there);
+  `not_first`: markers it does not begin with (the parser reads the marker there);
 * `Seq`, `Choice`, `Repeat`: sequence, alternatives, repetition (`max` None: unbounded);
 * `Gap`: optional whitespace between structural parts, at most `max` characters;
 * `Json`: a JSON value typed by a schema (`kind` "schema"), or any value / string / object;
@@ -66,7 +66,7 @@ class Text:
     weak: Weak | None = None
     hint: str = "text"
     nonempty: bool = False
-    not_first: str = ""  # the text does not begin with this marker (after whitespace): there it is the marker
+    not_first: tuple[str, ...] = ()  # markers the text does not begin with (after whitespace)
 
 
 @dataclass(frozen=True)
@@ -232,7 +232,7 @@ def _show(node: Node, rules: dict[str, str]) -> str:  # noqa: C901 - one case pe
         extra += f" at most {node.limit}" if node.limit is not None else ""
         extra += f" ({node.weak.marker!r} only before a word and {node.weak.before!r})" if node.weak else ""
         extra += " not empty" if node.nonempty else ""
-        extra += f" not starting with {node.not_first!r}" if node.not_first else ""
+        extra += f" not starting with {' '.join(repr(m) for m in node.not_first)}" if node.not_first else ""
         return f"text-without({stops}){extra}"
     if isinstance(node, Seq):
         return " ".join(_show(i, rules) if isinstance(i, Seq) else _group(i, rules) for i in node.items) \
