@@ -653,12 +653,6 @@ class _Reading(_Builder):
 
     any_order = True  # the parser reads the arguments in any order
 
-    def member_end(self, key: str, raw: bool) -> Node:
-        """As generated; after a JSON value, which ends by its own syntax, the end marker may be
-        left out."""
-        end = super().member_end(key, raw)
-        return end if raw else optional(end)
-
     def __init__(self, analysis: Mapping[str, Any], request: Request):
         super().__init__(analysis, request)
         wanted, _ = chosen_tools(list(request.tools or []), request.tool_choice)
@@ -741,6 +735,12 @@ class _Reading(_Builder):
         enders = (t.call_end, t.arg_separator) if self.bare_keys else ()
         return Text((end, *self.stop, *enders), end, hint="raw-text")
 
+    def member_end(self, key: str, raw: bool) -> Node:
+        """As generated; after a JSON value, which ends by its own syntax, the end marker may be
+        left out."""
+        end = super().member_end(key, raw)
+        return end if raw else optional(end)
+
     def tagged_value(self, name: str, params: Any, key: str, sub: Any) -> tuple[Node, bool]:
         """As generated; a JSON value as raw text, which the parser converts (a Python literal
         such as `{'a': None}` included)."""
@@ -797,24 +797,26 @@ class _Reading(_Builder):
         """Content as the parser reads it: text up to what opens a call, the content markers
         dropped from it; where calls have no marker (a bare JSON object), a bracket that opens
         no call is text."""
-        t = self.t
         dropped = [m.strip() for m in ([self.c.end] if self.opened else [self.c.start, self.c.end])
                    if m.strip() and m.strip() != self.r.end.strip()]
         openers = self.call_openers() if calls else []
         stops = tuple(dict.fromkeys([*self.stop, *also_stop, *openers, *dropped]))
         text = Text(stops, hint="content", nonempty=True, not_first=not_first)
         parts = [Capture(CONTENT, text), *[self.marker(m) for m in dropped]]
-        if calls and t.format == "json" and not (t.section_start.strip() or t.call_start.strip()):
-            parts.append(Capture(CONTENT, Lit("[" if t.array else "{")))
+        if calls and self.markerless_opener():
+            parts.append(Capture(CONTENT, Lit(self.markerless_opener())))
         return Repeat(choice(*parts))
 
     def call_openers(self) -> list[str]:
         """What makes the parser read a call in content."""
+        return [m for m in (self.calls_opener(), self.markerless_opener()) if m]
+
+    def markerless_opener(self) -> str:
+        """The bracket that opens JSON calls written with no marker before them ("": none)."""
         t = self.t
-        found = [self.calls_opener()]
-        if t.format == "json" and not (t.section_start.strip() or t.call_start.strip()):
-            found.append("[" if t.array else "{")
-        return [m for m in found if m]
+        if t.format != "json" or t.section_start.strip() or t.call_start.strip():
+            return ""
+        return "[" if t.array else "{"
 
 
 _STRING_FIELDS = ("section_start", "section_end", "call_start", "call_end", "call_separator", "name_start",
