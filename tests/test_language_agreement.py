@@ -33,9 +33,6 @@ KNOWN = {
     # a reply written as messages (`analysis.messages`) whose call separator is the message separator
     "muse-glimmer": "calls separated by `<|eom|><|start|>assistant`: the grammar (like the GBNF that wrote "
                     "them) reads the calls, the runtime reads the reply as content",
-    # the analysis takes `r, ` (a raw-string prefix glued to the separator) for the values' end marker
-    "vllm__tool_chat_template_toolace": "a weak value end marker (`r, `): the runtime ends the value where the "
-                                        "call continues after it, the grammar's parse ends it at a later one",
 }
 
 

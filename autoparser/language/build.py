@@ -733,7 +733,9 @@ class _Reading(_Builder):
             return self.comma_text()
         end = self.arg_end(key) if key else t.arg_end.partition(KEY_HOLE)[0]
         enders = (t.call_end, t.arg_separator) if self.bare_keys else ()
-        return Text((end, *self.stop, *enders), end, hint="raw-text")
+        # a weak end marker (`, `) ends the value only where the next key follows it
+        weak = Weak(end.strip(), t.arg_key_end.strip() or "=") if self.bare_keys and is_weak(end.strip()) else None
+        return Text((end, *self.stop, *enders), end, hint="raw-text", weak=weak)
 
     def member_end(self, key: str, raw: bool) -> Node:
         """As generated; after a JSON value, which ends by its own syntax, the end marker may be
