@@ -782,6 +782,19 @@ class _Reading(_Builder):
             options.append(seq(self.reasoning_text(), self.marker(end), body))
         return choice(*options)
 
+    def message_markers(self) -> tuple[str, Node, str]:
+        """In a reply written as messages, what the parser drops from the text: the separator
+        between messages, and a call message's header (`to=NAME<|message|>`), with how that
+        header begins ("", EMPTY, "": the reply is not written as messages)."""
+        messages = self.a.get("messages") or {}
+        head, hole, tail = (messages.get("call_header") or "").partition("{name}")
+        if not self.in_messages() or not hole or not head.strip():
+            return "", EMPTY, ""
+        name = Chars("^" + NAME_FORBIDDEN)
+        header = seq(self.marker(head.strip()), name, self.marker(tail.strip()),
+                     self.marker(core(messages.get("body_start"))))
+        return core(messages.get("separator")), header, head.strip()
+
     def in_messages(self) -> bool:
         """Whether the reply is written as messages with headers (`analysis.messages`)."""
         return bool(core((self.a.get("messages") or {}).get("body_start"))) and not self.opened
@@ -802,9 +815,10 @@ class _Reading(_Builder):
         dropped = [m.strip() for m in ([self.c.end] if self.opened else [self.c.start, self.c.end])
                    if m.strip() and m.strip() != self.r.end.strip()]
         openers = self.call_openers() if calls else []
-        stops = tuple(dict.fromkeys([*self.stop, *also_stop, *openers, *dropped]))
-        text = Text(stops, hint="content", nonempty=True, not_first=not_first)
-        parts = [Capture(CONTENT, text), *[self.marker(m) for m in dropped]]
+        separator, header, header_start = self.message_markers()
+        stops = tuple(dict.fromkeys([*self.stop, *also_stop, *openers, *dropped, separator]))
+        text = Text(stops, hint="content", nonempty=True, not_first=(*not_first, header_start))
+        parts = [Capture(CONTENT, text), *[self.marker(m) for m in dropped + [separator] if m], header]
         if calls and self.markerless_opener():
             parts.append(Capture(CONTENT, Lit(self.markerless_opener())))
         return Repeat(choice(*parts))
