@@ -1,12 +1,12 @@
 """The output language (`language.ir`) written as a Lark grammar, and read back into a message.
 
-`write_lark` gives Lark text for the Earley parser with the dynamic lexer: free text is read in
-pieces (words that cannot contain the markers that end it, single spaces, single brackets), so
-the first marker ends it, as the runtime reads it, and whitespace or a bare JSON call after it
-can fall to what follows. JSON and Python-literal values are read by small generic
-grammars (the schema constrains generation, not reading). `read_message` walks the parse tree
-by the IR's capture roles: reasoning and content texts, and per call its name, id and
-arguments, tagged arguments by member.
+`write_lark` gives Lark text for the Earley parser with the dynamic lexer: free text is one
+terminal up to the first marker that ends it, as the runtime reads it (Earley takes its longest
+match at once, so long texts cost one regular-expression scan); markers match the whitespace the
+runtime skips around them. JSON and Python-literal values are read by small generic grammars
+(the schema constrains generation, not reading). `read_message` walks the parse tree by the IR's
+capture roles: reasoning and content texts, and per call its name, id and arguments, tagged
+arguments by member.
 """
 
 from __future__ import annotations
@@ -157,16 +157,10 @@ class _Writer:
         whitespace (`\n</parameter>`), up to that whitespace, which the marker takes once.
         A weak marker (`)`, `, `: punctuation values also hold) may also be text: there the
         parse decides, as the parser decides by what follows the marker."""
-        stops = sorted({s.strip() for s in node.stops if s.strip()} | ({node.end.strip()} if node.end and
-                                                                     node.end.strip() else set()))
-        excluded = [_regex_escape(s) for s in stops if not (node.weak and s == node.weak.marker)]
-        if node.weak is not None:
-            key_end = _regex_escape(node.weak.before)
-            excluded.append(_regex_escape(node.weak.marker) + r"\s*[^\W\d][\w.\-]*\s*" + key_end)
+        excluded, weak = _text_stops(node)
         guard = f"(?!{'|'.join(excluded)})" if excluded else ""
         firsts = [_regex_escape(m.strip()) for m in node.not_first if m.strip()]
         first = f"(?!\\s*(?:{'|'.join(firsts)}))" if firsts else ""
-        weak = [s for s in stops if is_weak(s) and not (node.weak and s == node.weak.marker)]
         lead = node.end[: len(node.end) - len(node.end.lstrip())] if node.end and node.end.strip() else ""
         run = f"(?:{guard}[\\s\\S])+"
         if weak:
@@ -243,6 +237,18 @@ class _Writer:
         name = self.new("arg", " ".join(p for p in written if p) or "_empty")
         self.members[name] = (owner, key)
         return name
+
+
+def _text_stops(node: ir.Text) -> tuple[list[str], list[str]]:
+    """Where a text ends: the regexes of the markers it may not contain (a weak `Weak` marker
+    only before a key), and the weak markers (`)`, `, `) that may also be part of it."""
+    stops = sorted({s.strip() for s in (*node.stops, node.end or "") if s.strip()})
+    strong = [s for s in stops if not (node.weak and s == node.weak.marker)]
+    excluded = [_regex_escape(s) for s in strong]
+    if node.weak is not None:
+        key_end = _regex_escape(node.weak.before)
+        excluded.append(_regex_escape(node.weak.marker) + r"\s*[^\W\d][\w.\-]*\s*" + key_end)
+    return excluded, [s for s in strong if is_weak(s)]
 
 
 def _marker_regex(text: str, exact_lead: bool = False) -> str:
