@@ -10,7 +10,8 @@ The shape it builds:
 * a prompt that already opened a call (`tools.opened_by_prompt`): the rest of a call, or the
   recipient that introduces content;
 * ``"auto"``: lazy (`ir.Lazy`): free output until a trigger starts the call section, triggers
-  not counting inside reasoning; with `lazy` off, reasoning, then content or content and calls.
+  not counting inside reasoning; with `lazy` off, reasoning, then content or content and calls;
+* `Request.reading`: the wider language the parser reads (`_Reading`), which Lark parses with.
 
 Free text stops at the first marker the parser would react to (`ir.Text`). Tagged values are
 typed by the tool's schema; where keys have no marker before them (`name(key=value)`), a comma
