@@ -114,3 +114,9 @@ def test_gbnf_and_lark_print_grammars(tmp_path: Path) -> None:
     lark = run("analyze", str(FIXTURES / "deepseek_v31_style.jinja"), "--lark", "--tools", str(tools))
     assert lark.returncode == 0, lark.stderr
     assert "get_weather" in lark.stdout
+    # the printed text is a grammar Lark parses with, as its header says
+    from lark import Lark
+
+    call = ('<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{"location": "Paris"}'
+            "<｜tool▁call▁end｜><｜tool▁calls▁end｜>")
+    Lark(lark.stdout, parser="earley", lexer="dynamic").parse(call)

@@ -29,12 +29,10 @@ from autoparser.generators.lark import parse_with_lark
 TOOLS = [WEATHER, SEARCH]
 SAMPLES = 3  # per tool_choice: the test covers many templates, each briefly
 
-# a prompt-opened call format is read with the older Lark grammar (`parse_with_lark` reads by the
-# output language elsewhere), which rejects some sentences of the GBNF
-_LARK_REJECTS = "prompt-opened calls, read by the older Lark grammar, which rejects a sentence of the GBNF"
 KNOWN = {
-    "meetkai-functionary-medium-v3.2": _LARK_REJECTS,
-    "muse-glimmer": "a second call after an end-of-call marker: the runtime reads a call, Lark reads content",
+    # a reply written as messages (`analysis.messages`) whose call separator is the message separator
+    "muse-glimmer": "calls separated by `<|eom|><|start|>assistant`: the grammar (like the GBNF that wrote "
+                    "them) reads the calls, the runtime reads the reply as content",
 }
 
 

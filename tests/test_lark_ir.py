@@ -63,3 +63,21 @@ def test_text_outside_the_language_is_rejected() -> None:
                                                                     lazy=False)))
     with pytest.raises(UnexpectedInput):
         read_message(written, "No call.", lambda owner, key, raw, node: raw)
+
+
+def test_the_reading_language_holds_what_the_parser_reads_beyond_generation() -> None:
+    """`Request(reading=True)`: any tool name when no tools are given, text after the calls, and a
+    reasoning block with thinking off; the generation language holds none of them."""
+    analysis = analysis_of("deepseek_v3_1")
+    call = '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>lookup<｜tool▁sep｜>{"q": 1}<｜tool▁call▁end｜><｜tool▁calls▁end｜>'
+    text = f"<think>plan</think>Let me check.{call} Done."
+    reading = write_lark(build_language(analysis.to_dict(), Request(thinking=False, lazy=False, reading=True)),
+                         tuple(analysis.stop))
+    message = read_message(reading, text, lambda owner, key, raw, node: raw)
+    assert comparable(message) == comparable(analysis.parser(thinking=False).parse(text))
+    assert comparable(message) == {"reasoning_content": "plan", "content": "Let me check. Done.",
+                                   "tool_calls": [("lookup", {"q": 1})]}
+    generation = build_language(analysis.to_dict(), Request(tools=tuple(TOOLS), thinking=False, lazy=False))
+    with pytest.raises(UnexpectedInput):
+        read_message(write_lark(generation, tuple(analysis.stop)), text, lambda owner, key, raw, node: raw)
+

@@ -1,23 +1,26 @@
 """The output language (`language.ir`) written as a Lark grammar, and read back into a message.
 
-`write_lark` gives Lark text for the Earley parser with the dynamic lexer: free text is read in
-pieces (words that cannot contain the markers that end it, single spaces, single brackets), so
-the first marker ends it, as the runtime reads it, and whitespace or a bare JSON call after it
-can fall to what follows. JSON and Python-literal values are read by small generic
-grammars (the schema constrains generation, not reading). `read_message` walks the parse tree
-by the IR's capture roles: reasoning and content texts, and per call its name, id and
-arguments, tagged arguments by member.
+`write_lark` gives Lark text for the Earley parser with the dynamic lexer: free text is one
+terminal up to the first marker that ends it, as the runtime reads it (Earley takes its longest
+match at once, so long texts cost one regular-expression scan); markers match the whitespace the
+runtime skips around them. JSON and Python-literal values are read by small generic grammars
+(the schema constrains generation, not reading). `read_message` walks the parse tree by the IR's
+capture roles: reasoning and content texts, and per call its name, id and arguments, tagged
+arguments by member.
 """
 
 from __future__ import annotations
 
+import gc
 import json
+import re
 import uuid
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
 from autoparser.language import ir
+from autoparser.language.request import is_weak
 
 VALUE_RULES = r"""
 _json: object | array | STRING | NUMBER | "true" | "false" | "null"
@@ -29,10 +32,14 @@ _space: /[ \t\n\r]/
 JWS: /[ \t\n\r]+/
 STRING: /"(?:[^"\\]|\\[\s\S])*"/
 NUMBER: /-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?/
-_py: pyseq | pydict | PYSTRING | NUMBER | /true|false|null|True|False|None/
+_py: pyseq | pydict | PYSTRING | pyloose | NUMBER | /true|false|null|True|False|None/
 pyseq: ("[" | "(") _jws (_py (_jws "," _jws _py)* _jws ","? _jws)? ("]" | ")")
 pydict: "{" _jws (_py _jws ":" _jws _py (_jws "," _jws _py _jws ":" _jws _py)* _jws ","? _jws)? "}"
 PYSTRING: /[rRuUbB]{0,2}(?:'(?:[^'\\]|\\[\s\S])*'|"(?:[^"\\]|\\[\s\S])*")/
+// a quote inside a quoted string, where the parser reads on because the value does not end there
+pyloose: "'" (_PYCHUNK1 | "'")* "'" | "\"" (_PYCHUNK2 | "\"")* "\""
+_PYCHUNK1: /(?:[^'\\]|\\[\s\S])+/
+_PYCHUNK2: /(?:[^"\\]|\\[\s\S])+/
 """
 
 
@@ -68,10 +75,11 @@ class _Writer:
         rules of their own (`_` rules: spliced into the parse tree): Lark expands a group inside a
         rule into alternatives of that rule, which doubles with every optional part."""
         if isinstance(node, ir.Lit):
-            return f"/{_regex_escape(node.text)}/" if node.text else ""
+            return self.literal(node.text)
         if isinstance(node, ir.Chars):
             hi = "" if node.max is None else str(node.max)
-            rx = f"/[{node.allowed}]{{{max(node.min, 1)},{hi}}}/"
+            allowed = node.allowed.replace("/", "\\/")  # a slash would end Lark's regex literal
+            rx = f"/[{allowed}]{{{max(node.min, 1)},{hi}}}/"
             return rx if node.min else self.optional(rx)
         if isinstance(node, ir.Text):
             return self.text(node)
@@ -95,14 +103,23 @@ class _Writer:
         if isinstance(node, ir.Capture):
             name = self.shared(node, lambda: self.new(f"cap_{node.role}", self.write(node.body) or "_empty"))
             self.roles[name] = node.role
-            if node.role == ir.TOOL_NAME:
+            if node.role in (ir.TOOL_NAME, ir.REASONING):
                 # where a text could be read as content or as a call (a bare JSON object), the
-                # runtime reads the call: the reading with more calls wins
+                # runtime reads the call, and reasoning where the markers imply it: the reading
+                # with more calls and reasoning wins
                 self.priorities.add(name)
             return name
         if isinstance(node, ir.Rule):
             return self.shared(node, lambda: self.new("r", self.write(node.body) or "_empty"))
         raise TypeError(f"no Lark form for {type(node).__name__}")
+
+    def literal(self, text: str) -> str:
+        """A marker as the parser finds it: whitespace inside it any whitespace, whitespace
+        around it optional (the parser skips whitespace between structural parts, and takes
+        it once from a raw value next to the marker)."""
+        if not text.strip():
+            return self.optional(self.terminal(f"/{_regex_escape(text)}/")) if text else ""
+        return self.terminal(f"/{_marker_regex(text)}/")
 
     def optional(self, body: str) -> str:
         return self.new("_opt", f"({body})?") if body else ""
@@ -135,21 +152,27 @@ class _Writer:
         return name
 
     def text(self, node: ir.Text) -> str:
-        stops = sorted({s.strip() for s in node.stops if s.strip()} | ({node.end.strip()} if node.end and
-                                                                     node.end.strip() else set()))
-        excluded = [_regex_escape(s) for s in stops if not (node.weak and s == node.weak.marker)]
-        if node.weak is not None:
-            key_end = _regex_escape(node.weak.before)
-            excluded.append(_regex_escape(node.weak.marker) + r"\s*[^\W\d][\w.\-]*\s*" + key_end)
-        # text in pieces: words, single spaces, single brackets. Where the text ends is then the
-        # parser's choice among few places: before a space (a marker or gap may start with it),
-        # before a bracket (a bare JSON call may start there), at the first marker; and each
-        # piece is matched once, so reading stays linear
-        stop = f"(?!{'|'.join(excluded)})" if excluded else ""
-        word = self.terminal(f"/(?:{stop}[^\\s{{\\[])+/")
-        single = self.terminal(f"/{stop}[\\s{{\\[]/")
-        text = f"({word} | {single})" + ("+" if node.nonempty else "*")
-        return self.shared(node, lambda: self.new("_text", text))
+        """Free text as one terminal, which the dynamic lexer reads at once (its longest match):
+        up to the first marker that ends it, or, where the marker that follows begins with
+        whitespace (`\n</parameter>`), up to that whitespace, which the marker takes once.
+        A weak marker (`)`, `, `: punctuation values also hold) may also be text: there the
+        parse decides, as the parser decides by what follows the marker."""
+        excluded, weak = _text_stops(node)
+        guard = f"(?!{'|'.join(excluded)})" if excluded else ""
+        firsts = [_regex_escape(m.strip()) for m in node.not_first if m.strip()]
+        first = f"(?!\\s*(?:{'|'.join(firsts)}))" if firsts else ""
+        lead = node.end[: len(node.end) - len(node.end.lstrip())] if node.end and node.end.strip() else ""
+        run = f"(?:{guard}[\\s\\S])+"
+        if weak:
+            marks = [self.terminal(f"/{_regex_escape(w)}/") for w in weak]
+            rest = self.new("_text", f"({' | '.join([self.terminal(f'/{run}/'), *marks])})*")
+            text = self.new("_text", f"({' | '.join([self.terminal(f'/{first}{run}/'), *marks])}) {rest}")
+        elif lead:
+            ahead = "|".join([f"(?:{_regex_escape(lead)})?{_regex_escape(node.end.strip())}", *excluded, r"\Z"])
+            text = self.terminal(f"/{first}{run}?(?={ahead})/")
+        else:
+            text = self.terminal(f"/{first}{run}/")
+        return text if node.nonempty else self.optional(text)
 
     def terminal(self, pattern: str) -> str:
         """A named terminal per pattern (Earley reads a named terminal as one token kind)."""
@@ -165,7 +188,13 @@ class _Writer:
             items.append((self.member(node.owner, member, key), required))
         if node.extra is not None:
             extra = self.member(node.owner, node.extra, None)
-            items.append((f"{extra} ({sep} {extra})*".strip(), False))
+            if node.any_order:
+                items.append((extra, False))
+            else:
+                items.append((f"{extra} ({sep} {extra})*".strip(), False))
+        if node.any_order:
+            one = self.new("_member", " | ".join(i for i, _ in items)) if items else ""
+            return self.optional(f"{one} ({sep} {one})*".strip()) if one else "_empty"
 
         made: dict[tuple[int, bool], str] = {}
 
@@ -192,8 +221,13 @@ class _Writer:
         body = member.body if isinstance(member, ir.Rule) else member
         parts = body.items if isinstance(body, ir.Seq) else (body,)
         written = []
+        raw = False
         for part in parts:
             text = self.write(part)
+            if raw and isinstance(part, ir.Lit) and part.text.strip():
+                # the marker after a raw value takes only its own whitespace: the rest is the value's
+                text = self.terminal(f"/{_marker_regex(part.text, exact_lead=True)}/")
+            raw = isinstance(part, ir.RawString | ir.Text)
             if isinstance(part, ir.Json | ir.PyValue | ir.RawString | ir.Text):
                 text = self.new("val", text or "_empty")
                 self.values[text] = part
@@ -203,6 +237,35 @@ class _Writer:
         name = self.new("arg", " ".join(p for p in written if p) or "_empty")
         self.members[name] = (owner, key)
         return name
+
+
+def _text_stops(node: ir.Text) -> tuple[list[str], list[str]]:
+    """Where a text ends: the regexes of the markers it may not contain (a weak `Weak` marker
+    only before a key), and the weak markers (`)`, `, `) that may also be part of it."""
+    stops = sorted({s.strip() for s in (*node.stops, node.end or "") if s.strip()})
+    strong = [s for s in stops if not (node.weak and s == node.weak.marker)]
+    excluded = [_regex_escape(s) for s in strong]
+    if node.weak is not None:
+        key_end = _regex_escape(node.weak.before)
+        excluded.append(_regex_escape(node.weak.marker) + r"\s*[^\W\d][\w.\-]*\s*" + key_end)
+    return excluded, [s for s in strong if is_weak(s)]
+
+
+def _marker_regex(text: str, exact_lead: bool = False) -> str:
+    """`text` as a regex: any whitespace before it and inside it, the whitespace it ends with
+    as written or not at all (a raw value after it keeps the rest); `exact_lead`: the whitespace
+    it begins with also only as written or not at all."""
+    lead = text[: len(text) - len(text.lstrip())]
+    pieces = [p for p in re.split(r"(\s+)", text.lstrip()) if p]
+    out = [(f"(?:{_regex_escape(lead)})?" if lead else "") if exact_lead else r"\s*"]
+    for i, piece in enumerate(pieces):
+        if not piece.isspace():
+            out.append(_regex_escape(piece))
+        elif i < len(pieces) - 1:
+            out.append(r"\s*")
+        else:
+            out.append(f"(?:{_regex_escape(piece)})?")
+    return "".join(out)
 
 
 @dataclass(frozen=True)
@@ -229,7 +292,7 @@ def write_lark(language: ir.Language, end_of_turn: tuple[str, ...] = ()) -> Lark
     ends = sorted({e.strip() for e in end_of_turn if e.strip()})
     if ends:
         lines[-2] += " _end_of_turn*"
-        lines.append(f"_end_of_turn: /[ \\t\\n\\r]*(?:{'|'.join(_regex_escape(e) for e in ends)})/")
+        lines.append(f"_end_of_turn: /[ \\t\\n\\r]*(?:{'|'.join(_regex_escape(e) for e in ends)})[ \\t\\n\\r]*/")
     lines += [f"{name}{'.2' if name in w.priorities else ''}: {body}" for name, body in w.rules.items()]
     lines += [f"{name}: {pattern}" for pattern, name in w.terminals.items()]
     grammar = "\n".join(lines) + "\n" + VALUE_RULES
@@ -249,10 +312,23 @@ def read_message(written: LarkLanguage, text: str, convert_raw: Any) -> dict[str
 
     `convert_raw(owner, key, raw, node)` gives the JSON value of a tagged argument's raw text.
     Raises `lark.exceptions.UnexpectedInput` when `text` is not in the language."""
-    tree = earley_parser(written.grammar).parse(text)
+    tree = _parse_without_gc(earley_parser(written.grammar), text)
     reader = _Reader(written, text, convert_raw)
     reader.visit(tree)
     return reader.message()
+
+
+def _parse_without_gc(parser: Any, text: str) -> Any:
+    """Earley allocates a few small objects per character of the input, and the garbage
+    collector would walk them all again and again while the parse runs (almost half the time on
+    long outputs); what the parse leaves is collected after it."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return parser.parse(text)
+    finally:
+        if enabled:
+            gc.enable()
 
 
 @dataclass
@@ -305,7 +381,7 @@ class _Reader:
         for capture in self.captures(tree):
             role = self.written.roles[capture.data]
             if role == ir.TOOL_NAME:
-                name = self.span(capture)
+                name = self.span(capture).strip()
                 found["name"] = json.loads(name) if name.startswith('"') else name
             elif role == ir.CALL_ID:
                 found["id"] = self.span(capture)

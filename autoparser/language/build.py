@@ -10,7 +10,8 @@ The shape it builds:
 * a prompt that already opened a call (`tools.opened_by_prompt`): the rest of a call, or the
   recipient that introduces content;
 * ``"auto"``: lazy (`ir.Lazy`): free output until a trigger starts the call section, triggers
-  not counting inside reasoning; with `lazy` off, reasoning, then content or content and calls.
+  not counting inside reasoning; with `lazy` off, reasoning, then content or content and calls;
+* `Request.reading`: the wider language the parser reads (`_Reading`), which Lark parses with.
 
 Free text stops at the first marker the parser would react to (`ir.Text`). Tagged values are
 typed by the tool's schema; where keys have no marker before them (`name(key=value)`), a comma
@@ -22,6 +23,7 @@ The analysis is read in its `to_dict()` form. Standard library only.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -56,9 +58,13 @@ from autoparser.language.ir import (
 )
 from autoparser.language.request import (
     CLOSED,
+    IMPLIED,
     KEY_HOLE,
+    NAME_FORBIDDEN,
     OPEN,
     args_keys,
+    bare_fence,
+    core,
     is_weak,
     split_call_index,
     start_state,
@@ -87,6 +93,9 @@ class Request:
     `special_tokens`: marker texts that are single tokens of the vocabulary. `lazy`: for
     ``"auto"``, free output until a trigger. `free_text_limit` caps every free text.
     `end_tokens`: texts of end-of-generation tokens; a closing marker is cut before one.
+    `reading`: the language the parser reads (lenient policy), wider than the one generation
+    writes: any tool name when no tools are given, JSON arguments of any shape, text between
+    and after the calls as content, a reasoning block whatever `thinking` says (`_Reading`).
     """
 
     tools: tuple[Mapping[str, Any], ...] = ()
@@ -99,13 +108,14 @@ class Request:
     free_text_limit: int | None = None
     end_tokens: tuple[str, ...] = ()
     policy: str = "lenient"
+    reading: bool = False
 
 
 def build_language(analysis: Mapping[str, Any], request: Request) -> Language:
     """The output language of `request` for the format `analysis` describes.
 
     Raises ValueError for a `tool_choice` naming a tool not in `tools`."""
-    return _Builder(analysis, request).build()
+    return (_Reading if request.reading else _Builder)(analysis, request).build()
 
 
 # -- tools and tool_choice ---------------------------------------------------------------------
@@ -235,6 +245,10 @@ class _Builder:
         self.opened = t.opened_by_prompt and t.format in CALL_FORMATS and self.start != CLOSED
         if self.choice != "none" and not self.tools:
             self.choice = "none"
+        self.check_call_format()
+
+    def check_call_format(self) -> None:
+        t = self.t
         if self.choice != "none" and not (t.supported and t.format in CALL_FORMATS):
             self.warnings.append(f"the template has no tool-call format the grammar knows ({t.format!r}); "
                                  "tool calls are not constrained")
@@ -324,6 +338,9 @@ class _Builder:
         it: the parser finds markers by their core, and templates differ in newlines."""
         core = self.until_stop(marker).strip()
         return seq(self.gap(), self.marker(core)) if core else self.gap()
+
+    def section_closing(self) -> Node:
+        return self.closing(self.t.section_end)
 
     def call_closing(self) -> Node:
         """The call's end marker; right after a raw value (`name(key=value)`) no whitespace
@@ -461,7 +478,7 @@ class _Builder:
                 sep = self.marker(t.call_separator) if t.call_separator.strip() else EMPTY
                 leading = self.gap() if not t.call_start[:1].isspace() else EMPTY
                 calls = seq(first, Repeat(Rule("call-next", seq(sep, leading, one))))
-        return Rule("tool-calls", seq(section_start, calls, self.closing(t.section_end)))
+        return Rule("tool-calls", seq(section_start, calls, self.section_closing()))
 
     def json_array(self, call: Node, call_start: Node) -> Node:
         """Calls as the elements of one JSON array; the brackets are added when the markers
@@ -485,14 +502,24 @@ class _Builder:
         if t.format == "json":
             return Rule(hint, self.json_call(name, params))
         name_start = EMPTY if opened else self.marker(t.name_start)
-        head = seq(name_start, Capture(TOOL_NAME, Lit(name)), self.name_end())
+        head = seq(name_start, Capture(TOOL_NAME, self.name_node(name, quoted=False)), self.name_end())
         if t.id_start or t.id_end:
             call_id = seq(self.marker(t.id_start), Capture(CALL_ID, ID_CHARS), self.marker(t.id_end))
             head = seq(call_id, head) if t.id_before_name else seq(head, call_id)
         if t.format == "tag_json":
-            args = Json("schema", name, params, params)
-            return Rule(hint, seq(head, self.marker(t.args_start), Capture(ARGUMENTS, args), self.marker(t.args_end)))
+            args = self.json_arguments(name, params)
+            return Rule(hint, seq(head, self.args_opener(), Capture(ARGUMENTS, args), self.marker(t.args_end)))
         return Rule(hint, seq(head, Capture(ARGUMENTS, self.tagged_args(name, params))))
+
+    def name_node(self, name: str, quoted: bool) -> Node:
+        """A tool's name as written in a call: `quoted` as a JSON string."""
+        return Lit(json.dumps(name, ensure_ascii=False) if quoted else name)
+
+    def json_arguments(self, name: str, params: Any) -> Node:
+        return Json("schema", name, params, params)
+
+    def args_opener(self) -> Node:
+        return self.marker(self.t.args_start)
 
     def name_end(self) -> Node:
         """`name_end`; a digit run in it is a call index the template numbers (``:0``), which the
@@ -513,8 +540,8 @@ class _Builder:
             args = Json("string", note=f"tool {name}: arguments are a JSON-encoded string; "
                                        "their schema is not enforced")
         else:
-            args = Json("schema", name, params, params)
-        name_member = member(t.name_field, Capture(TOOL_NAME, Lit(json.dumps(name, ensure_ascii=False))))
+            args = self.json_arguments(name, params)
+        name_member = member(t.name_field, Capture(TOOL_NAME, self.name_node(name, quoted=True)))
         # the keys the parser accepts for the arguments (`arguments`, `parameters`), typed alike
         keys = choice(*[Lit(json.dumps(k, ensure_ascii=False)) for k in args_keys(t.args_field)])
         args_member = seq(keys, w, Lit(":"), w, Capture(ARGUMENTS, args))
@@ -553,15 +580,25 @@ class _Builder:
             value, raw = self.tagged_value(name, params, key, props.get(key, True))
             member = Rule(f"{name}-arg-{key}",
                           seq(self.marker(t.arg_start), Lit(key), self.marker(t.arg_key_end if raw else json_key_end),
-                              value, EMPTY if between else self.marker(self.arg_end(key))))
+                              value, EMPTY if between else self.member_end(key, raw)))
             members.append((member, key in required))
         extra = None
         if "properties" not in schema and schema.get("additionalProperties", True) is not False:
             value = PyValue(name, params, None, "$", f"{name}-extra") if self.literal else self.raw_text()
             extra = Rule(f"{name}-arg-extra",
                          seq(self.marker(t.arg_start), KEY_CHARS, self.marker(t.arg_key_end), value,
-                             EMPTY if between or t.arg_end_keyed else self.marker(t.arg_end)))
-        return Members(tuple(members), separator, extra, f"{name}-args", name, params)
+                             EMPTY if between else self.extra_end()))
+        return Members(tuple(members), separator, extra, f"{name}-args", name, params, self.any_order)
+
+    any_order = False  # generation writes the arguments in the schema's order
+
+    def member_end(self, key: str, raw: bool) -> Node:
+        """The end marker after an argument's value (`raw`: text, else JSON)."""
+        return self.marker(self.arg_end(key))
+
+    def extra_end(self) -> Node:
+        """The end marker of an argument the schema does not name (none where it names the key)."""
+        return EMPTY if self.t.arg_end_keyed else self.marker(self.t.arg_end)
 
     def arg_end(self, key: str) -> str:
         """The argument's end marker; a closing tag may name the key (`</{key}>`)."""
@@ -602,6 +639,209 @@ class _Builder:
         t = self.t
         stops = (t.call_end, t.section_end, *self.stop)
         return Text(stops, weak=Weak(",", t.arg_key_end.strip() or "="), hint="comma-text")
+
+
+# -- the language the parser reads ---------------------------------------------------------------
+
+# a call of any tool, where the request gives no tools (the parser reads any name)
+ANY_TOOL: Mapping[str, Any] = {"type": "function", "function": {"name": "", "parameters": {"type": "object"}}}
+
+
+class _Reading(_Builder):
+    """The language the parser reads, which holds the generation language and more: what the
+    lenient parser accepts from a model that writes outside the grammar.
+
+    * any tool name when the request gives no tools, and JSON arguments of any shape;
+    * text before, between and after the calls as content; content markers dropped from it;
+    * a reasoning block whatever `thinking` says (templates show closed blocks), its start
+      marker repeated where the prompt opened it, and reasoning with no end marker running to
+      the end of the output, or to the calls when no end marker follows them;
+    * where the prompt opened a call: the call, the recipient that introduces content, or
+      content, then later calls and content in turn;
+    * a code fence opening JSON arguments without its language tag."""
+
+    any_order = True  # the parser reads the arguments in any order
+
+    def __init__(self, analysis: Mapping[str, Any], request: Request):
+        super().__init__(analysis, request)
+        wanted, _ = chosen_tools(list(request.tools or []), request.tool_choice)
+        if wanted != "none" and not request.tools:
+            self.choice, self.tools = wanted, [ANY_TOOL]
+            self.check_call_format()
+
+    def build(self) -> Language:
+        if self.opened:
+            return self.language(self.opened_calls())
+        # a reasoning marker first opens reasoning, or is an empty reasoning block: not text
+        lead = (self.r.start, self.r.end) if self.reads_reasoning() else ()
+        if self.choice == "none":
+            return self.language(self.with_reasoning(self.text(calls=False, not_first=lead), None))
+        section = self.section(lazy_start=True)
+        body = seq(self.text(not_first=lead), self.calls_then_text(section))
+        return self.language(self.with_reasoning(body, section))
+
+    # -- calls ----------------------------------------------------------------------------
+
+    def calls_then_text(self, section: Node, *also_stop: str) -> Node:
+        """Call sections, each followed by content (several where calls are parallel)."""
+        most = None if self.parallel else 1
+        after = self.text(*also_stop, not_first=(self.t.section_end,))
+        return Repeat(seq(section, after), 1 if self.choice == "required" else 0, most)
+
+    def opened_calls(self) -> Node:
+        """The output starts inside a call header the prompt wrote: the rest of a call, the
+        recipient that introduces content, or content; later calls and content in turn."""
+        t = self.t
+        recipient = seq(self.marker(self.c.start.strip()), self.gap()) if self.c.start.strip() else EMPTY
+        if self.choice == "none":
+            return seq(optional(recipient), self.text(calls=False))
+        call = Rule("call", choice(*[self.call(tool, opened=True) for tool in self.tools]))
+        called = seq(call, self.call_closing())
+        heads = [called, recipient] if recipient != EMPTY else [called]
+        first = seq(choice(*heads, EMPTY), self.text())
+        sep = self.marker(t.call_separator) if t.call_separator.strip() else EMPTY
+        opener = seq(sep, self.gap(), self.marker(t.call_start), self.marker(t.name_start))
+        later = Rule("call-next", seq(opener, choice(*heads), self.text()))
+        return seq(first, Repeat(later)) if self.parallel else first
+
+    def name_node(self, name: str, quoted: bool) -> Node:
+        if name:
+            return super().name_node(name, quoted)
+        if quoted:
+            return Json("string")
+        t = self.t
+        indexed = split_call_index(t.name_end)
+        name_end = indexed[0] if indexed else t.name_end
+        ends = [m.strip() for m in (name_end, t.id_start, t.args_start, t.arg_start, t.call_end) if m.strip()]
+        # a name ends at the first character of what may follow it, as the parser reads it
+        return Chars("^" + NAME_FORBIDDEN + "".join(sorted({re.escape(m[0]) for m in ends})))
+
+    def json_arguments(self, name: str, params: Any) -> Node:
+        return Json("any")
+
+    def closing(self, marker: str) -> Node:
+        """As generated, but with no whitespace where the marker is empty: text after the
+        calls is content, its whitespace included."""
+        return super().closing(marker) if self.until_stop(marker).strip() else EMPTY
+
+    def section_closing(self) -> Node:
+        return optional(super().section_closing())  # the output may end before it
+
+    def extra_end(self) -> Node:
+        """An end marker that names the key (`</{key}>`) as any key: a value the schema does not
+        name ends at the first such marker."""
+        head, hole, tail = self.t.arg_end.partition(KEY_HOLE)
+        return seq(self.marker(head), KEY_CHARS, self.marker(tail)) if hole else super().extra_end()
+
+    def raw_text(self, key: str = "") -> Node:
+        """Raw argument text up to its end marker or an end of turn, as the parser reads it; a
+        value's end marker may be left out before the call's end or the next argument where keys
+        have no marker before them."""
+        t = self.t
+        if self.comma_values():
+            return self.comma_text()
+        end = self.arg_end(key) if key else t.arg_end.partition(KEY_HOLE)[0]
+        enders = (t.call_end, t.arg_separator) if self.bare_keys else ()
+        # a weak end marker (`, `) ends the value only where the next key follows it
+        weak = Weak(end.strip(), t.arg_key_end.strip() or "=") if self.bare_keys and is_weak(end.strip()) else None
+        return Text((end, *self.stop, *enders), end, hint="raw-text", weak=weak)
+
+    def member_end(self, key: str, raw: bool) -> Node:
+        """As generated; after a JSON value, which ends by its own syntax, the end marker may be
+        left out."""
+        end = super().member_end(key, raw)
+        return end if raw else optional(end)
+
+    def tagged_value(self, name: str, params: Any, key: str, sub: Any) -> tuple[Node, bool]:
+        """As generated; a JSON value as raw text, which the parser converts (a Python literal
+        such as `{'a': None}` included)."""
+        value, raw = super().tagged_value(name, params, key, sub)
+        if not isinstance(value, Json):
+            return value, raw
+        return RawString(name, params, sub, value.path, value.hint, self.arg_end(key), self.raw_text(key),
+                         bounded=False), raw
+
+    def args_opener(self) -> Node:
+        fence = bare_fence(self.t.args_start)
+        opener = self.marker(self.t.args_start)
+        return choice(opener, seq(self.marker(fence), self.gap())) if fence else opener
+
+    # -- reasoning and content ------------------------------------------------------------
+
+    def with_reasoning(self, body: Node, section: Node | None) -> Node:
+        """An optional reasoning block, then `body`; or reasoning with no end marker, to the
+        end of the output, or to the calls (`section`) when no end marker follows them."""
+        r = self.r
+        if not self.reads_reasoning():
+            return body
+        start, end = r.start.strip(), r.end.strip()
+        opener = self.calls_opener() if section is not None else ""
+        if self.in_messages():
+            opener = ""  # a reply written as messages: reasoning is a message, calls do not end it
+        inside = [seq(self.reasoning_text(), self.marker(end), body),
+                  self.reasoning_text(*([opener] if opener else []))]
+        if opener:
+            inside.append(seq(self.reasoning_text(opener), self.calls_then_text(section, end)))
+        if self.forced:
+            return seq(optional(seq(self.gap(), self.marker(start))) if start else EMPTY, choice(*inside))
+        options = [body, seq(self.gap(), self.marker(end), body)]
+        if start:
+            options.append(seq(self.gap(), self.marker(start), choice(*inside)))
+        if self.thinking and (self.start == IMPLIED or not start):
+            options.append(seq(self.reasoning_text(), self.marker(end), body))
+        return choice(*options)
+
+    def message_markers(self) -> tuple[str, Node, str]:
+        """In a reply written as messages, what the parser drops from the text: the separator
+        between messages, and a call message's header (`to=NAME<|message|>`), with how that
+        header begins ("", EMPTY, "": the reply is not written as messages)."""
+        messages = self.a.get("messages") or {}
+        head, hole, tail = (messages.get("call_header") or "").partition("{name}")
+        if not self.in_messages() or not hole or not head.strip():
+            return "", EMPTY, ""
+        name = Chars("^" + NAME_FORBIDDEN)
+        header = seq(self.marker(head.strip()), name, self.marker(tail.strip()),
+                     self.marker(core(messages.get("body_start"))))
+        return core(messages.get("separator")), header, head.strip()
+
+    def in_messages(self) -> bool:
+        """Whether the reply is written as messages with headers (`analysis.messages`)."""
+        return bool(core((self.a.get("messages") or {}).get("body_start"))) and not self.opened
+
+    def reads_reasoning(self) -> bool:
+        return self.r.mode != "none" and bool(self.r.end.strip()) and self.start != CLOSED
+
+    def reasoning_text(self, *also_stop: str) -> Node:
+        stops = (self.r.end.strip(), *self.stop, *also_stop)
+        # where the prompt opened reasoning, a start marker the model repeats is markup
+        first = (self.r.start,) if self.forced else ()
+        return Capture(REASONING, Text(stops, hint="reasoning", not_first=first))
+
+    def text(self, *also_stop: str, calls: bool = True, not_first: tuple[str, ...] = ()) -> Node:
+        """Content as the parser reads it: text up to what opens a call, the content markers
+        dropped from it; where calls have no marker (a bare JSON object), a bracket that opens
+        no call is text."""
+        dropped = [m.strip() for m in ([self.c.end] if self.opened else [self.c.start, self.c.end])
+                   if m.strip() and m.strip() != self.r.end.strip()]
+        openers = self.call_openers() if calls else []
+        separator, header, header_start = self.message_markers()
+        stops = tuple(dict.fromkeys([*self.stop, *also_stop, *openers, *dropped, separator]))
+        text = Text(stops, hint="content", nonempty=True, not_first=(*not_first, header_start))
+        parts = [Capture(CONTENT, text), *[self.marker(m) for m in dropped + [separator] if m], header]
+        if calls and self.markerless_opener():
+            parts.append(Capture(CONTENT, Lit(self.markerless_opener())))
+        return Repeat(choice(*parts))
+
+    def call_openers(self) -> list[str]:
+        """What makes the parser read a call in content."""
+        return [m for m in (self.calls_opener(), self.markerless_opener()) if m]
+
+    def markerless_opener(self) -> str:
+        """The bracket that opens JSON calls written with no marker before them ("": none)."""
+        t = self.t
+        if t.format != "json" or t.section_start.strip() or t.call_start.strip():
+            return ""
+        return "[" if t.array else "{"
 
 
 _STRING_FIELDS = ("section_start", "section_end", "call_start", "call_end", "call_separator", "name_start",

@@ -10,12 +10,14 @@ makes it from an analysis and a request; the GBNF backend writes it as a grammar
 * `Text`: free text up to a set of markers (`stops`); it may end only where the marker that
   follows (`end`) would be found exactly there, so splitting at the first marker gives it back;
   `limit` bounds its length; `weak` makes one stop count only before the right thing;
+  `not_first`: markers it does not begin with (the parser reads the marker there);
 * `Seq`, `Choice`, `Repeat`: sequence, alternatives, repetition (`max` None: unbounded);
 * `Gap`: optional whitespace between structural parts, at most `max` characters;
 * `Json`: a JSON value typed by a schema (`kind` "schema"), or any value / string / object;
 * `PyValue`: a tagged value written as a JSON or Python literal (`'text'`, `True`, `None`);
 * `RawString`: a string value written as raw text up to `end`, typed by its schema;
-* `Members`: an object's members in order, required ones present, optional ones skippable;
+* `Members`: an object's members in order, required ones present, optional ones skippable
+  (`any_order`: in any order, each optional);
 * `Capture`: the text its body matches is a part of the message (`ROLES`);
 * `Rule`: a named part, for reading and for sharing (a backend may name a rule after it);
 * `Lazy`: free output until a trigger; from the trigger on, the body applies. Triggers count
@@ -64,6 +66,7 @@ class Text:
     weak: Weak | None = None
     hint: str = "text"
     nonempty: bool = False
+    not_first: tuple[str, ...] = ()  # markers the text does not begin with (after whitespace)
 
 
 @dataclass(frozen=True)
@@ -138,6 +141,7 @@ class Members:
     hint: str
     owner: str = ""
     root: Any = None
+    any_order: bool = False  # members in any order, none required (as the parser reads them)
 
 
 @dataclass(frozen=True)
@@ -232,6 +236,7 @@ def _show(node: Node, rules: dict[str, str]) -> str:  # noqa: C901 - one case pe
         extra += f" at most {node.limit}" if node.limit is not None else ""
         extra += f" ({node.weak.marker!r} only before a word and {node.weak.before!r})" if node.weak else ""
         extra += " not empty" if node.nonempty else ""
+        extra += f" not starting with {' '.join(repr(m) for m in node.not_first)}" if node.not_first else ""
         return f"text-without({stops}){extra}"
     if isinstance(node, Seq):
         return " ".join(_show(i, rules) if isinstance(i, Seq) else _group(i, rules) for i in node.items) \
