@@ -387,7 +387,7 @@ class _Builder:
         (`Lazy.anywhere`): a model writes that token to call, not to mention it."""
         closed = seq(self.reasoning(), rest)
         opener = self.calls_opener()
-        if not self.reasoning_active() or not opener or self.written_as_messages():
+        if not self.reasoning_active() or not opener or self.in_messages():
             return closed
         end = self.r.end.strip()
         text = Text((end, *self.stop, opener), opener, self.limit, hint="reasoning-before-calls", nonempty=True)
@@ -395,12 +395,6 @@ class _Builder:
         if not self.forced and self.r.start.strip():
             unclosed = seq(self.gap(), self.marker(self.r.start.strip()), unclosed)
         return choice(closed, unclosed)
-
-    def written_as_messages(self) -> bool:
-        """A reply written as messages with headers: each message, reasoning included, ends with
-        its own end marker, and a call header inside the reasoning message is its text."""
-        messages = self.a.get("messages") or {}
-        return bool(str(messages.get("body_start") or "").strip()) and not self.opened
 
     def call_markers(self) -> list[str]:
         """Texts content may not contain: what opens a tool call, and every other marker the
