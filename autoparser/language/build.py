@@ -377,6 +377,12 @@ class _Builder:
             opener = t.name_start
         return opener.strip()
 
+    def in_messages(self) -> bool:
+        """Whether the reply is written as messages with headers (`analysis.messages`): each
+        message, reasoning included, ends with its own end marker, and a call header inside the
+        reasoning message is its text."""
+        return bool(core((self.a.get("messages") or {}).get("body_start"))) and not self.opened
+
     def reasoning_then(self, rest: Node, section: Node) -> Node:
         """Reasoning, then `rest`; or reasoning with no end marker, then the call `section`.
 
@@ -797,10 +803,6 @@ class _Reading(_Builder):
         header = seq(self.marker(head.strip()), name, self.marker(tail.strip()),
                      self.marker(core(messages.get("body_start"))))
         return core(messages.get("separator")), header, head.strip()
-
-    def in_messages(self) -> bool:
-        """Whether the reply is written as messages with headers (`analysis.messages`)."""
-        return bool(core((self.a.get("messages") or {}).get("body_start"))) and not self.opened
 
     def reads_reasoning(self) -> bool:
         return self.r.mode != "none" and bool(self.r.end.strip()) and self.start != CLOSED
