@@ -225,6 +225,10 @@ class _Thread:
         elif self.role == ir.ARGUMENTS:
             self.arguments(piece)
 
+    def value_text(self, piece: str) -> None:
+        if piece and self.value is not None:
+            self.value.append(piece)
+
     def name_text(self, piece: str) -> None:
         """Text of a marker: part of a name or id."""
         if (self.role == ir.TOOL_NAME or self.role == ir.CALL_ID) and self.value is None:
@@ -281,6 +285,8 @@ class _Lit:
                     pos += 1
                 if pos == len(buf) and not final:
                     return MORE
+            if pos == len(buf) and not final:
+                return MORE
             found, end = match_at(buf, pos, self.core, final)
             if found != FULL:
                 return MORE if found == PARTIAL else FAIL
@@ -454,47 +460,42 @@ class _PyValue:
         self.started = False
 
     def step(self, t: _Thread, buf: str, final: bool) -> int:
-        pos = t.pos
-        while pos < len(buf):
+        pos, end = t.pos, len(buf)
+        while pos < end:
             char = buf[pos]
             if self.quote:
-                if char == "\\":
-                    if pos + 1 >= len(buf):
-                        break
-                    pos += 2
-                    continue
+                if char == "\\" and pos + 1 >= end and not final:
+                    break  # an escape cut in two
+                pos += 2 if char == "\\" else 1
                 if char == self.quote:
                     self.quote = ""
-                pos += 1
             elif char in "'\"":
                 self.quote, self.started = char, True
                 pos += 1
             elif char in "[({":
                 self.depth, self.started = self.depth + 1, True
                 pos += 1
-            elif char in "])}" and self.depth:
-                self.depth -= 1
-                pos += 1
             elif self.depth:
+                self.depth -= char in "])}"
                 pos += 1
-            elif not self.started and not char.isspace():
-                word = _PY_END.match(buf, pos)
-                if word.end() == len(buf) and not final:
-                    break
-                pos, self.started = word.end(), True
-            elif not self.started:
+            elif self.started:
+                break
+            elif char.isspace():
                 pos += 1
             else:
-                break
-            if self.started and not self.depth and not self.quote and pos < len(buf) and buf[pos - 1] in "'\"])}":
-                t.text(buf[t.pos:pos])
+                word = _PY_END.match(buf, pos).end()
+                if word == pos:
+                    return FAIL
+                if word == end and not final:
+                    break  # the word may go on
+                pos, self.started = word, True
+            if self.started and not self.depth and not self.quote:
+                t.value_text(buf[t.pos:pos])
                 t.pos = pos
                 return DONE
-        t.text(buf[t.pos:pos])
+        t.value_text(buf[t.pos:pos])
         t.pos = pos
-        if pos < len(buf) or final:
-            return DONE if self.started and not self.depth and not self.quote else FAIL
-        return MORE
+        return FAIL if final else MORE
 
 
 class _Trailer:
@@ -604,6 +605,7 @@ class LanguageStream:
         self.out = Output(deltas)
         self.call_id = call_id
         self.buf = ""
+        self.base = 0  # how much text before `buf` was dropped (positions are relative to `buf`)
         self.threads = [_Thread((reader.root, None), 0)]
         self.safe = 0  # where the text not yet accounted for by emitted events begins
         self.dead: _Thread | None = None  # the reading that got furthest before all failed
@@ -655,8 +657,12 @@ class LanguageStream:
         if low > 0 and (low > 4096 or low * 2 > len(self.buf)):
             self.buf = self.buf[low:]
             self.safe -= low
+            self.base += low
             for t in self.threads:
                 t.pos -= low
+                if t.head.__class__ is _Text:
+                    t.head.start -= low
+                    t.head.after -= low
                 t.events = [(*e[:-1], e[-1] - low) for e in t.events]
 
     def _advance(self, final: bool) -> None:
@@ -819,7 +825,7 @@ class LanguageStream:
         elif cls is ir.Repeat:
             return self._repeat(t, node, node.min, node.max, final)
         elif cls is _Again:
-            if t.pos == node.start:
+            if t.pos + self.base == node.start:
                 return None if node.left_min > 0 else []
             return self._repeat(t, node.repeat, node.left_min, node.left_max, final)
         elif cls is ir.Members:
@@ -878,7 +884,7 @@ class LanguageStream:
     def _repeat(self, t: _Thread, node: ir.Repeat, least: int, most: int | None, final: bool) -> list[_Thread] | None:
         if most == 0:
             return None
-        more = _Again(node, max(least - 1, 0), None if most is None else most - 1, t.pos)
+        more = _Again(node, max(least - 1, 0), None if most is None else most - 1, t.pos + self.base)
         if least > 0:
             t.stack = (node.item, (more, t.stack))
             return None
