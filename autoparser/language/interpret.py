@@ -33,7 +33,7 @@ from typing import Any
 from autoparser.language import ir
 from autoparser.language.request import value_kind
 from autoparser.language.values import convert_literal_value, convert_tagged_value, decode_string_body
-from autoparser.runtime.channels import Output
+from autoparser.runtime.channels import Output, ToolCall
 from autoparser.runtime.jsonscan import DONE, ERROR, JsonScanner, is_string_body
 from autoparser.runtime.markers import FULL, PARTIAL, MarkerSet, match_at
 
@@ -611,21 +611,29 @@ class LanguageStream:
         self.dead: _Thread | None = None  # the reading that got furthest before all failed
         self.finished = False
         self.fallback = False  # no reading continues: the rest is content
+        self.string_call: ToolCall | None = None
 
     # -- public ----------------------------------------------------------------------------
 
     def feed(self, chunk: str) -> list[dict]:
         if self.finished:
             raise RuntimeError("feed() after finish()")
-        if chunk and not self._fast(chunk):
+        call = self.string_call
+        if call is not None and is_string_body(chunk):
+            # the hot path: more plain text of a JSON string in streamed arguments
+            call.append(chunk)
+            return [{"tool_calls": [{"index": call.index, "function": {"arguments": chunk}}]}]
+        if chunk:
             self._trim()
             self.buf += chunk
             self._advance(False)
+            self.string_call = self._in_string()
         return self.out.take()
 
     def finish(self) -> list[dict]:
         if not self.finished:
             self.finished = True
+            self.string_call = None
             self._advance(True)
         return self.out.take()
 
@@ -634,20 +642,19 @@ class LanguageStream:
 
     # -- reading -------------------------------------------------------------------------
 
-    def _fast(self, chunk: str) -> bool:
-        """More plain text of a JSON string in streamed arguments: out as it is."""
+    def _in_string(self) -> ToolCall | None:
+        """The call whose streamed arguments are inside a JSON string with nothing held: the
+        next chunk, if it is plain string text, goes straight out."""
         threads = self.threads
-        if len(threads) != 1:
-            return False
+        if len(threads) != 1 or not self.out.calls:
+            return None
         t = threads[0]
         head = t.head
         if (head.__class__ is not _JsonValue or not head.scanner.in_string or t.pos != len(self.buf)
-                or not t.call.started or t.call.mode != "json" or t.value is not None or t.events
-                or not is_string_body(chunk)):
-            return False
-        self.out.add_arguments(chunk)
+                or not t.call.started or t.call.mode != "json" or t.value is not None or t.events):
+            return None
         self.safe = t.pos
-        return True
+        return self.out.calls[-1]
 
     def _trim(self) -> None:
         """Drop the text every reading has passed (positions shift with it)."""
