@@ -123,12 +123,12 @@ class _EndCapture:
 
 
 class _MembersFrom:
-    """Members of `members` from index `index` on; `first`: none was read before."""
+    """The next member of `members`, or their end; `read`: the indexes of those read so far."""
 
-    __slots__ = ("members", "index", "first")
+    __slots__ = ("members", "read")
 
-    def __init__(self, members: ir.Members, index: int, first: bool) -> None:
-        self.members, self.index, self.first = members, index, first
+    def __init__(self, members: ir.Members, read: frozenset[int]) -> None:
+        self.members, self.read = members, read
 
 
 class _Member:
@@ -838,7 +838,7 @@ class LanguageStream:
         elif cls is ir.Members:
             self._arguments_text(t, "{")
             t.member, t.count = None, 0
-            t.stack = (_MembersFrom(node, 0, True), t.stack)
+            t.stack = (_MembersFrom(node, frozenset()), t.stack)
         elif cls is _MembersFrom:
             return self._members(t, node, final)
         elif cls is _Member:
@@ -949,22 +949,18 @@ class LanguageStream:
             t.value = []
 
     def _members(self, t: _Thread, at: _MembersFrom, final: bool) -> list[_Thread]:
-        """The members from `at.index` on: each one present can be the next, up to the first
-        required one; the extra members (any key) after all."""
-        members = at.members
-        options: list[tuple[tuple, Any, bool]] = []
-        items = members.items
-        for index in range(at.index, len(items)):
-            member, required = items[index]
-            options.append(self._member_then(members, member, _key_of(members, member),
-                                             _MembersFrom(members, index + 1, False), at.first))
-            if required:
-                break
-        else:
-            if members.extra is not None:
-                options.append(self._member_then(members, members.extra, None,
-                                                 _MembersFrom(members, len(items), False), at.first))
-            options.append(((), None, True))
+        """The next member, or the end. Read more leniently than generation writes them: the
+        members in any order, each once, extra members (any key) among them, and the end at any
+        point (a required argument the model left out is not invented)."""
+        members, read = at.members, at.read
+        first = not read
+        options = [self._member_then(members, member, _key_of(members, member), _MembersFrom(members, read | {i}),
+                                     first)
+                   for i, (member, _) in enumerate(members.items) if i not in read]
+        if members.extra is not None:
+            options.append(self._member_then(members, members.extra, None, _MembersFrom(members, read | {-len(read) - 1}),
+                                             first))
+        options.append(((), None, True))
         return self._fork_stacks(t, options, final)
 
     def _member_then(self, members: ir.Members, member: Any, key: str | None, rest: Any,
