@@ -2,10 +2,13 @@
 cases of both corpora (CONTRACT section 6): how many applicable cases each reads back, how many
 messages are the same, and where they differ, grouped by how.
 
-    python tools/reader_parity.py [--verbose]
+    python tools/reader_parity.py [--verbose] [--lenient]
 
 The reader reads the request's full language (`build_language`, not lazy); the runtime also reads
-what generation does not write (see `autoparser.language.interpret`).
+what generation does not write (see `autoparser.language.interpret`). With `--lenient` each
+output with tool calls is also changed the ways a model strays from the language (text after
+the calls, a call to a tool that was not offered, the output cut off at half and at 80%), and
+the reader is compared with the runtime on those, whole and streamed one character at a time.
 """
 
 from __future__ import annotations
@@ -46,6 +49,59 @@ def read(analysis: autoparser.Analysis, output: str, thinking: bool | None) -> d
     return reader.parse(output)
 
 
+def strays(output: str, names: list[str]) -> dict[str, str]:
+    """The output changed the ways a model strays from its language."""
+    found = {"text after the calls": output + "\nThat is all.", "cut at 1/2": output[:len(output) // 2],
+             "cut at 4/5": output[:len(output) * 4 // 5]}
+    if names and names[0] in output:
+        found["unknown tool"] = output.replace(names[0], "unknown_tool", 1)
+    return found
+
+
+def streamed(analysis: autoparser.Analysis, output: str, thinking: bool | None) -> dict:
+    request = Request(tools=tuple(TOOLS), thinking=thinking, lazy=False,
+                      end_tokens=(analysis.eos_token,) if analysis.eos_token else ())
+    stream = LanguageReader(build_language(analysis.to_dict(), request), end_of_turn=tuple(analysis.stop)).stream()
+    for char in output:
+        stream.feed(char)
+    stream.finish()
+    return stream.message()
+
+
+def lenient(paths: list[Path], verbose: bool) -> None:
+    """Reader and runtime on outputs that stray from the language."""
+    total = same = stream_same = 0
+    differences: dict[str, list[str]] = collections.defaultdict(list)
+    for path in paths:
+        try:
+            analysis = autoparser.analyze(path.read_text(encoding="utf-8"), bos_token=BOS, eos_token=EOS)
+        except TemplateRenderError:
+            continue
+        for result in run_template(analysis):
+            if result.status not in ("pass", "fail") or not (result.expected or {}).get("tool_calls"):
+                continue
+            names = [c["name"] for c in result.expected["tool_calls"]]
+            for kind, output in strays(result.output, names).items():
+                total += 1
+                runtime = comparable(analysis.parser(tools=TOOLS, thinking=result.thinking).parse(output))
+                try:
+                    got = comparable(read(analysis, output, result.thinking))
+                    stream_same += comparable(streamed(analysis, output, result.thinking)) == got
+                except Exception as exc:  # noqa: BLE001 - a crash is a difference to report
+                    differences[f"{kind}: reader raised {type(exc).__name__}"].append(path.name)
+                    continue
+                if got == runtime:
+                    same += 1
+                    continue
+                differences[f"{kind}: {how(runtime, got)}"].append(path.name)
+                if verbose:
+                    print(f"  {path.name}:{result.case} {kind}\n    output  {output!r}\n    runtime {runtime}\n"
+                          f"    reader  {got}")
+    print(f"  strayed outputs: {total}; same message as the runtime {same}; reader streamed == whole {stream_same}")
+    for cause, cases in sorted(differences.items(), key=lambda kv: -len(kv[1])):
+        print(f"    {cause} ({len(cases)}): {', '.join(sorted(set(cases))[:8])}")
+
+
 def how(runtime: dict, reader: dict) -> str:
     """A short name for how two messages differ."""
     parts = [key for key in ("reasoning_content", "content", "tool_calls") if runtime[key] != reader[key]]
@@ -55,6 +111,7 @@ def how(runtime: dict, reader: dict) -> str:
 def main() -> int:
     options = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     options.add_argument("--verbose", action="store_true", help="print every differing case")
+    options.add_argument("--lenient", action="store_true", help="also outputs that stray from the language")
     args = options.parse_args()
     from corpora import _quietly, llamacpp_templates, shared_templates
 
@@ -89,6 +146,8 @@ def main() -> int:
               f"same message {same}/{applicable}")
         for cause, cases in sorted(differences.items(), key=lambda kv: -len(kv[1])):
             print(f"    {cause} ({len(cases)}): {', '.join(sorted({c.split(':')[0] for c in cases}))}")
+        if args.lenient:
+            lenient(paths, args.verbose)
     return 0
 
 

@@ -177,7 +177,7 @@ class _Call:
 
 
 class _Thread:
-    __slots__ = ("stack", "pos", "events", "role", "head", "call", "parts", "member", "value", "count")
+    __slots__ = ("stack", "pos", "events", "role", "head", "call", "parts", "member", "value", "count", "mark")
 
     def __init__(self, stack: Any, pos: int) -> None:
         self.stack = stack  # (node, rest) pairs, None at the bottom
@@ -190,6 +190,7 @@ class _Thread:
         self.member: list[Any] | None = None  # [key, value node] of the tagged argument being read
         self.value: list[str] | None = None  # raw text of a tagged value being read
         self.count = 0  # tagged arguments read in the current call
+        self.mark = pos  # where the last whole part read ends (text, a repeated item): failing later, the rest is text
 
     def fork(self, stack: Any) -> _Thread:
         twin = _Thread(stack, self.pos)
@@ -203,6 +204,7 @@ class _Thread:
         twin.member = None if self.member is None else list(self.member)
         twin.value = None if self.value is None else list(self.value)
         twin.count = self.count
+        twin.mark = self.mark
         return twin
 
     def key(self) -> tuple:
@@ -220,6 +222,7 @@ class _Thread:
             self.value.append(piece)
         elif self.role == ir.REASONING or self.role == ir.CONTENT:
             self.events.append((self.role, piece, self.pos))
+            self.mark = self.pos
         elif self.role == ir.TOOL_NAME or self.role == ir.CALL_ID:
             self.parts.append(piece)
         elif self.role == ir.ARGUMENTS:
@@ -608,7 +611,10 @@ class LanguageStream:
         self.base = 0  # how much text before `buf` was dropped (positions are relative to `buf`)
         self.threads = [_Thread((reader.root, None), 0)]
         self.safe = 0  # where the text not yet accounted for by emitted events begins
-        self.dead: _Thread | None = None  # the reading that got furthest before all failed
+        # the reading that got furthest before all failed, and how many events had been emitted then
+        self.dead: tuple[_Thread, int] | None = None
+        self.emitted = 0  # events emitted so far
+        self.resumed = False  # reading again after text that no reading took (reasoning is over)
         self.finished = False
         self.fallback = False  # no reading continues: the rest is content
         self.string_call: ToolCall | None = None
@@ -660,22 +666,33 @@ class LanguageStream:
         """Drop the text every reading has passed (positions shift with it)."""
         if self.fallback:
             return
-        low = min([t.pos for t in self.threads] + [self.safe])
+        kept = self.threads + ([self.dead[0]] if self.dead is not None else [])
+        low = min([t.pos for t in kept] + [self.safe])
         if low > 0 and (low > 4096 or low * 2 > len(self.buf)):
             self.buf = self.buf[low:]
             self.safe -= low
             self.base += low
-            for t in self.threads:
+            for t in kept:
                 t.pos -= low
+                t.mark = max(t.mark - low, 0)
                 if t.head.__class__ is _Text:
                     t.head.start -= low
                     t.head.after -= low
                 t.events = [(*e[:-1], e[-1] - low) for e in t.events]
 
     def _advance(self, final: bool) -> None:
-        if self.fallback:
-            self._content_rest()
-            return
+        while not self.fallback:
+            alive = self._run_all(final)
+            if alive:
+                self.threads = alive
+                self._commit(final)
+                return
+            self.threads = []
+            self._give_up()
+        self._content_rest()
+
+    def _run_all(self, final: bool) -> list[_Thread]:
+        """Every reading read on as far as the text goes; those still alive, in order."""
         todo = list(reversed(self.threads))
         alive: list[_Thread] = []
         seen: set[tuple] = set()
@@ -683,8 +700,8 @@ class LanguageStream:
             t = todo.pop()
             result = self._run(t, final)
             if result is None:
-                if self.dead is None or t.pos >= self.dead.pos:
-                    self.dead = t
+                if self.dead is None or t.pos > self.dead[0].pos:
+                    self.dead = (t, self.emitted)
             elif result.__class__ is list:
                 todo.extend(reversed(result))
             else:
@@ -698,15 +715,11 @@ class LanguageStream:
             # all are complete: the one with the most calls (a text that reads as content or as a
             # call is a call), else the first in the language's order
             alive = [max(alive, key=lambda t: sum(e[0] == "call" for e in t.events))]
-        self.threads = alive
-        if not alive:
-            self._give_up()
-            return
-        self.dead = None
-        self._commit()
+        return alive
 
-    def _commit(self) -> None:
-        """Emit the events every reading has (all of them when one reading is left)."""
+    def _commit(self, final: bool) -> None:
+        """Emit the events every reading has (all of them when one reading is left). A call's
+        start waits for its first argument text, so that a call that fails before is text."""
         threads = self.threads
         first = threads[0].events
         if len(threads) == 1:
@@ -716,13 +729,16 @@ class LanguageStream:
             while agreed < len(first) and all(len(t.events) > agreed and t.events[agreed] == first[agreed]
                                                for t in threads[1:]):
                 agreed += 1
+        if agreed and not final and first[agreed - 1][0] == "call":
+            agreed -= 1
         if agreed:
             self._apply(first[:agreed])
+            self.emitted += agreed
             for t in threads:
                 del t.events[:agreed]
         if len(threads) > 1 and sum(len(t.events) for t in threads) > _HELD_LIMIT:
             self.threads = threads[:1]  # readings undecided for too long: the first one wins
-            self._commit()
+            self._commit(final)
 
     def _apply(self, events: list[tuple]) -> None:
         out = self.out
@@ -740,15 +756,54 @@ class LanguageStream:
             self.safe = events[-1][-1]
 
     def _give_up(self) -> None:
-        """No reading continues: the text since the last emitted event is content (nothing is
-        lost), and a call whose arguments were streaming is closed and marked incomplete."""
-        self.fallback = True
-        best, self.dead = self.dead, None
-        if best is not None and best.call.started and self.out.calls and self._closed_by(best):
+        """No reading continues: recover, losing nothing.
+
+        The reading that got furthest keeps what it read (a call whose arguments had started is
+        closed and marked incomplete; a call not yet started is text); the text from there to
+        where it failed is content; then the language is read again from where it failed, with
+        reasoning over (text after the calls, a call after one that was no call). At the end
+        of the output, a call cut off keeps its complete values. With no reading at all, the
+        rest is content."""
+        if self.dead is None:
+            self.fallback = True
+            self.buf, self.safe = self.buf[self.safe:], 0
+            return
+        best, emitted = self.dead
+        self.dead = None
+        if self.finished and best.role == ir.ARGUMENTS and best.call.started:
+            self._cut_off(best)
+            self.fallback = True
+            return
+        events = best.events[self.emitted - emitted:] if self.emitted >= emitted else []
+        if events and events[-1][0] == "call":
+            events = events[:-1]
+        self._apply(events)
+        self.emitted += len(events)
+        if best.call.started and self.out.calls and self._closed_by(best):
             self.out.calls[-1].incomplete = True
-        self.buf = self.buf[self.safe:]
-        self.safe = 0
-        self._content_rest()
+        self.safe = max(self.safe, min(best.mark, best.pos))
+        failed = best.pos if best.pos > self.safe or not self.buf else self.safe + 1
+        if best.head.__class__ is _Trailer and best.pos > self.safe:
+            self.safe = failed  # the language was read whole: what follows is read again
+        self.out.add_content(self.buf[self.safe:failed])
+        self.safe = failed
+        self.resumed = True
+        self.threads = [_Thread((self.reader.root, None), failed)]
+
+    def _cut_off(self, t: _Thread) -> None:
+        """The output ended inside a call's arguments: they keep the values that were complete
+        (a tagged value running to the end is complete; a JSON member still being written is
+        not) and the call is marked incomplete."""
+        if t.call.mode == "members" and t.member is not None and t.value:
+            self._end_member(t)
+        self._apply(t.events)
+        if t.call.mode == "members":
+            self.out.add_arguments("}")
+        elif t.call.mode == "json" and t.head.__class__ is _JsonValue:
+            self.out.add_arguments(t.head.scanner.closing())
+        if self.out.calls:
+            self.out.calls[-1].incomplete = True
+        self.buf, self.safe = "", 0
 
     def _closed_by(self, t: _Thread) -> bool:
         """Close the emitted arguments of `t`'s call if they are still open; whether they were."""
@@ -763,8 +818,8 @@ class LanguageStream:
         return False
 
     def _content_rest(self) -> None:
-        self.out.add_content(self.buf)
-        self.buf = ""
+        self.out.add_content(self.buf[self.safe:])
+        self.buf, self.safe = "", 0
 
     # -- one reading ----------------------------------------------------------------------
 
@@ -823,6 +878,10 @@ class LanguageStream:
             self._value(t, node)
             t.stack = (node.text, t.stack)
         elif cls is ir.Capture:
+            if self.resumed and node.role == ir.REASONING:
+                return []
+            if node.role in (ir.REASONING, ir.CONTENT):
+                t.mark = t.pos
             self._begin_capture(t, node)
             t.stack = (node.body, (_EndCapture(node.role), t.stack))
         elif cls is _EndCapture:
@@ -830,10 +889,12 @@ class LanguageStream:
         elif cls is ir.Choice:
             return self._fork(t, node.options, final)
         elif cls is ir.Repeat:
+            t.mark = t.pos
             return self._repeat(t, node, node.min, node.max, final)
         elif cls is _Again:
             if t.pos + self.base == node.start:
                 return None if node.left_min > 0 else []
+            t.mark = t.pos
             return self._repeat(t, node.repeat, node.left_min, node.left_max, final)
         elif cls is ir.Members:
             self._arguments_text(t, "{")
