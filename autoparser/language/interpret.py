@@ -700,7 +700,9 @@ class LanguageStream:
             t = todo.pop()
             result = self._run(t, final)
             if result is None:
-                if self.dead is None or t.pos > self.dead[0].pos:
+                dead = self.dead
+                # the furthest; at the same place, the one that saw the latest emitted events
+                if dead is None or t.pos > dead[0].pos or (t.pos == dead[0].pos and dead[1] < self.emitted):
                     self.dead = (t, self.emitted)
             elif result.__class__ is list:
                 todo.extend(reversed(result))
@@ -770,11 +772,13 @@ class LanguageStream:
             return
         best, emitted = self.dead
         self.dead = None
+        # its events not emitted yet (others emitted since it failed are dropped)
+        best.events = best.events[self.emitted - emitted:] if self.emitted >= emitted else []
         if self.finished and best.role == ir.ARGUMENTS and best.call.started:
             self._cut_off(best)
             self.fallback = True
             return
-        events = best.events[self.emitted - emitted:] if self.emitted >= emitted else []
+        events = best.events
         if events and events[-1][0] == "call":
             events = events[:-1]
         self._apply(events)
