@@ -798,7 +798,7 @@ class LanguageStream:
         """The output ended inside a call's arguments: they keep the values that were complete
         (a tagged value running to the end is complete; a JSON member still being written is
         not) and the call is marked incomplete."""
-        if t.call.mode == "members" and t.member is not None and t.value:
+        if t.call.mode == "members" and t.member is not None and "".join(t.value or ()).strip():
             self._end_member(t)
         self._apply(t.events)
         if t.call.mode == "members":
