@@ -177,7 +177,8 @@ class _Call:
 
 
 class _Thread:
-    __slots__ = ("stack", "pos", "events", "role", "head", "call", "parts", "member", "value", "count", "mark")
+    __slots__ = ("stack", "pos", "events", "role", "head", "call", "parts", "member", "value", "count", "mark",
+                 "skip")
 
     def __init__(self, stack: Any, pos: int) -> None:
         self.stack = stack  # (node, rest) pairs, None at the bottom
@@ -191,6 +192,7 @@ class _Thread:
         self.value: list[str] | None = None  # raw text of a tagged value being read
         self.count = 0  # tagged arguments read in the current call
         self.mark = pos  # where the last whole part read ends (text, a repeated item): failing later, the rest is text
+        self.skip = ""  # a marker that may be left out (the end of reasoning skipped on resuming)
 
     def fork(self, stack: Any) -> _Thread:
         twin = _Thread(stack, self.pos)
@@ -205,6 +207,7 @@ class _Thread:
         twin.value = None if self.value is None else list(self.value)
         twin.count = self.count
         twin.mark = self.mark
+        twin.skip = self.skip
         return twin
 
     def key(self) -> tuple:
@@ -863,6 +866,10 @@ class LanguageStream:
         elif cls is ir.Rule:
             t.stack = (node.body, t.stack)
         elif cls is ir.Lit:
+            if t.skip:
+                skipped, t.skip = t.skip == node.text.strip(), ""
+                if skipped:
+                    return self._fork_stacks(t, [((node,), *self.reader.firsts.of(node)), ((), None, True)], final)
             if node.text:
                 t.head = _Lit(node)
         elif cls is ir.Text:
@@ -883,7 +890,10 @@ class LanguageStream:
             t.stack = (node.text, t.stack)
         elif cls is ir.Capture:
             if self.resumed and node.role == ir.REASONING:
-                return []
+                # reading again after reasoning is over: no reasoning, and its end marker optional
+                body = node.body
+                t.skip = body.end.strip() if isinstance(body, ir.Text) and body.end else ""
+                return None
             if node.role in (ir.REASONING, ir.CONTENT):
                 t.mark = t.pos
             self._begin_capture(t, node)
