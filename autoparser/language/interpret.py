@@ -16,6 +16,13 @@ An event is emitted once every living thread has read it, so text that all readi
 open is held only until the readings part. At the end the first complete reading (in the
 language's order of options) gives the message.
 
+Where no reading continues (the model left the language), nothing is lost: the reading that
+got furthest keeps what it read (a call whose arguments had started is closed and marked
+incomplete, a call that had not is text), the text from its last whole part to where it failed
+is content, and the language is read again from there with reasoning over: text after the
+calls is content, a call after one that was no call is a call. At the end of the output, a call
+cut off keeps the values that were complete.
+
 Fast paths: free text is searched for its stop markers with one regular expression
 (`runtime.markers.MarkerSet`), holding back only a possible marker prefix; JSON values go
 through `runtime.jsonscan.JsonScanner` (a long string is consumed by one regular expression, and
@@ -538,7 +545,7 @@ class LanguageReader:
 
     def __init__(self, language: ir.Language, end_of_turn: tuple[str, ...] = ()) -> None:
         self.language = language
-        self.root = self._unlazy(language.root)
+        self.root = self.unlazy(language.root)
         self.end_of_turn = tuple(sorted({e.strip() for e in end_of_turn if e.strip()}, key=len, reverse=True))
         self.firsts = _Firsts()
         self._markers: dict[int, tuple[MarkerSet, Any]] = {}
@@ -555,7 +562,7 @@ class LanguageReader:
         stream.finish()
         return stream.message()
 
-    def _unlazy(self, node: Any) -> Any:
+    def unlazy(self, node: Any) -> Any:
         """A lazy language as one to read: reasoning (where the guard says), free content up to a
         trigger, then the body or nothing."""
         if not isinstance(node, ir.Lazy):
@@ -922,7 +929,7 @@ class LanguageStream:
         elif cls is _EndMember:
             self._end_member(t)
         elif cls is ir.Lazy:
-            t.stack = (self.reader._unlazy(node), t.stack)
+            t.stack = (self.reader.unlazy(node), t.stack)
         else:
             raise TypeError(f"no reading for {cls.__name__}")
         return None
