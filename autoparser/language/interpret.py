@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import json
 import re
-import secrets
 from collections.abc import Callable
 from typing import Any
 
@@ -43,15 +42,14 @@ from autoparser.language.values import convert_literal_value, convert_tagged_val
 from autoparser.runtime.channels import Output, ToolCall
 from autoparser.runtime.jsonscan import DONE, ERROR, JsonScanner, is_string_body
 from autoparser.runtime.markers import FULL, PARTIAL, MarkerSet, match_at
+from autoparser.runtime.spec import Spec
 
 MORE, FAIL, SPLIT = 0, 2, 3  # terminal results besides DONE: wait, no match, the text may end here
 _WHITESPACE = " \t\n\r"
 _HELD_LIMIT = 1 << 16  # undecided text held across readings before the first reading wins
 
 
-def new_call_id() -> str:
-    """A new call id, unique across calls, requests, parsers and processes."""
-    return "call_" + secrets.token_hex(12)
+new_call_id = Spec.call_id  # unique across calls, requests, parsers and processes
 
 
 # -- first characters, per node ------------------------------------------------------------------
