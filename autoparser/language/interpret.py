@@ -169,7 +169,7 @@ _FRAMES = (_EndCapture, _EndMember)
 class _Call:
     """The captures of the call being read."""
 
-    __slots__ = ("name", "id", "args", "started", "pending", "mode", "scanner")
+    __slots__ = ("name", "id", "args", "started", "pending", "mode", "scanner", "done")
 
     def __init__(self) -> None:
         self.name: str | None = None
@@ -179,6 +179,7 @@ class _Call:
         self.pending: list[str] = []  # argument text read before the name
         self.mode = ""  # how the arguments are written: "members", "json", "string"
         self.scanner: JsonScanner | None = None
+        self.done = False  # its arguments were read whole
 
 
 class _Thread:
@@ -205,7 +206,7 @@ class _Thread:
         twin.role = self.role
         call, copy = self.call, _Call()
         copy.name, copy.id, copy.args, copy.started = call.name, call.id, call.args, call.started
-        copy.pending, copy.mode = list(call.pending), call.mode
+        copy.pending, copy.mode, copy.done = list(call.pending), call.mode, call.done
         twin.call = copy
         twin.parts = list(self.parts)
         twin.member = None if self.member is None else list(self.member)
@@ -793,7 +794,14 @@ class LanguageStream:
         self.emitted += len(events)
         if best.call.started and self.out.calls and self._closed_by(best):
             self.out.calls[-1].incomplete = True
-        self.safe = max(self.safe, min(best.mark, best.pos))
+        # after a call read whole, the markers that close it are no text (whitespace before the
+        # failure is); else the part begun is text
+        cut = min(best.mark, best.pos)
+        if best.call.done:
+            cut = best.pos
+            while cut > self.safe and self.buf[cut - 1] in _WHITESPACE:
+                cut -= 1
+        self.safe = max(self.safe, cut)
         failed = best.pos if best.pos > self.safe or not self.buf else self.safe + 1
         if best.head.__class__ is _Trailer and best.pos > self.safe:
             self.safe = failed  # the language was read whole: what follows is read again
@@ -1006,6 +1014,7 @@ class LanguageStream:
         elif role == ir.CALL_ID:
             call.id = text
         elif role == ir.ARGUMENTS:
+            call.done = True
             if call.mode == "members":
                 t.arguments("}")
             elif call.mode == "string":
