@@ -1,0 +1,1103 @@
+"""A streaming reader of an output language (`ir.Language`): text in, OpenAI deltas out.
+
+Why by hand: the reader must stream (a delta as soon as the text decides it, a marker never
+emitted, not even a prefix of one), run in linear time, and use only the standard library so
+that the standalone module can embed it. Lark reads whole texts; a generic streaming parser
+would neither keep the fast paths below nor emit the message's deltas.
+
+How it reads: it follows every reading of the text at once. A *thread* is one reading: the IR
+nodes still to match (a linked stack), its position, the terminal it is inside (free text, a
+JSON value, a marker...), and the events it has read (texts by role, call starts, argument
+fragments). Choices and repetitions fork threads; a thread dies where the text cannot continue
+it. The built languages decide their choices by their leading markers, so forks are pruned by
+each option's first characters (computed once per node) and the readings that remain part soon.
+An event is emitted once every living thread has read it, so text that all readings agree on
+(free text before a marker, a call's arguments) streams at once, and text whose role is still
+open is held only until the readings part. At the end the first complete reading (in the
+language's order of options) gives the message.
+
+Where no reading continues (the model left the language), nothing is lost: the reading that
+got furthest keeps what it read (a call whose arguments had started is closed and marked
+incomplete, a call that had not is text), the text from its last whole part to where it failed
+is content, and the language is read again from there with reasoning over: text after the
+calls is content, a call after one that was no call is a call. At the end of the output, a call
+cut off keeps the values that were complete.
+
+Fast paths: free text is searched for its stop markers with one regular expression
+(`runtime.markers.MarkerSet`), holding back only a possible marker prefix; JSON values go
+through `runtime.jsonscan.JsonScanner` (a long string is consumed by one regular expression, and
+a chunk of plain string text goes straight out); every character is consumed once per thread.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+from autoparser.language import ir
+from autoparser.language.request import value_kind
+from autoparser.language.values import convert_literal_value, convert_tagged_value, decode_string_body
+from autoparser.runtime.channels import Output, ToolCall
+from autoparser.runtime.jsonscan import DONE, ERROR, JsonScanner, is_string_body
+from autoparser.runtime.markers import FULL, PARTIAL, MarkerSet, match_at
+from autoparser.runtime.spec import Spec
+
+MORE, FAIL, SPLIT = 0, 2, 3  # terminal results besides DONE: wait, no match, the text may end here
+_WHITESPACE = " \t\n\r"
+_HELD_LIMIT = 1 << 16  # undecided text held across readings before the first reading wins
+
+
+new_call_id = Spec.call_id  # unique across calls, requests, parsers and processes
+
+
+# -- first characters, per node ------------------------------------------------------------------
+
+
+class _Firsts:
+    """For each node: the characters its text can start with (None: any) and whether it can be
+    empty. Computed once per node and kept, so a choice costs a set lookup per option."""
+
+    def __init__(self) -> None:
+        self._cache: dict[int, tuple[frozenset[str] | None, bool]] = {}
+        self._keep: list[Any] = []
+
+    def of(self, node: Any) -> tuple[frozenset[str] | None, bool]:
+        key = id(node)
+        found = self._cache.get(key)
+        if found is None:
+            self._cache[key] = (None, True)  # a recursive reference reads as "anything"
+            found = self._cache[key] = self._compute(node)
+            self._keep.append(node)
+        return found
+
+    def _compute(self, node: Any) -> tuple[frozenset[str] | None, bool]:  # noqa: C901 - one case per kind
+        if isinstance(node, ir.Lit):
+            core = node.text.strip()
+            if not core:
+                return frozenset(node.text[:1]), True  # whitespace: as much of it as there is
+            # whitespace before a marker is skipped: it may be gone before the core
+            return frozenset(core[0] + (_WHITESPACE if node.text[0] in _WHITESPACE else "")), False
+        if isinstance(node, ir.Gap):
+            return frozenset(_WHITESPACE), True
+        if isinstance(node, ir.Chars):
+            return None, node.min == 0
+        if isinstance(node, ir.Text):
+            return None, not node.nonempty
+        if isinstance(node, ir.Json):
+            return (frozenset("{" + _WHITESPACE), False) if node.kind == "object" else (None, False)
+        if isinstance(node, ir.Capture | ir.Rule):
+            return self.of(node.body)
+        if isinstance(node, ir.Repeat):
+            chars, empty = self.of(node.item)
+            return chars, empty or node.min == 0
+        if isinstance(node, ir.Seq):
+            return self._sequence(node.items)
+        if isinstance(node, ir.Choice):
+            return self._union([self.of(o) for o in node.options])
+        return None, True  # PyValue, RawString, Members, Lazy, frames: decided by reading
+
+    def _sequence(self, items: tuple[Any, ...]) -> tuple[frozenset[str] | None, bool]:
+        chars: set[str] = set()
+        for item in items:
+            first, empty = self.of(item)
+            if first is None:
+                return None, empty and all(self.of(i)[1] for i in items)
+            chars |= first
+            if not empty:
+                return frozenset(chars), False
+        return frozenset(chars), True
+
+    @staticmethod
+    def _union(found: list[tuple[frozenset[str] | None, bool]]) -> tuple[frozenset[str] | None, bool]:
+        empty = any(e for _, e in found)
+        if any(f is None for f, _ in found):
+            return None, empty
+        return frozenset().union(*(f for f, _ in found)), empty
+
+
+# -- frames: what a thread pushes besides IR nodes -------------------------------------------------
+
+
+class _EndCapture:
+    __slots__ = ("role",)
+
+    def __init__(self, role: str) -> None:
+        self.role = role
+
+
+class _MembersFrom:
+    """The next member of `members`, or their end; `read`: the indexes of those read so far."""
+
+    __slots__ = ("members", "read")
+
+    def __init__(self, members: ir.Members, read: frozenset[int]) -> None:
+        self.members, self.read = members, read
+
+
+class _Member:
+    """Read one tagged argument (`key` None: the key is read from the text)."""
+
+    __slots__ = ("body", "key")
+
+    def __init__(self, body: Any, key: str | None) -> None:
+        self.body, self.key = body, key
+
+
+class _EndMember:
+    __slots__ = ()
+
+
+class _Again:
+    """The rest of a repetition, after one item that started at `start`: an item that read
+    nothing ends the repetition (an empty item repeated forever)."""
+
+    __slots__ = ("repeat", "left_min", "left_max", "start")
+
+    def __init__(self, repeat: ir.Repeat, left_min: int, left_max: int | None, start: int) -> None:
+        self.repeat, self.left_min, self.left_max, self.start = repeat, left_min, left_max, start
+
+
+_END_MEMBER = _EndMember()
+_FRAMES = (_EndCapture, _EndMember)
+
+
+# -- a reading ---------------------------------------------------------------------------------------
+
+
+class _Call:
+    """The captures of the call being read."""
+
+    __slots__ = ("name", "id", "args", "started", "pending", "mode", "scanner", "done")
+
+    def __init__(self) -> None:
+        self.name: str | None = None
+        self.id: str | None = None
+        self.args = False  # its arguments began
+        self.started = False  # its start event was made
+        self.pending: list[str] = []  # argument text read before the name
+        self.mode = ""  # how the arguments are written: "members", "json", "string"
+        self.scanner: JsonScanner | None = None
+        self.done = False  # its arguments were read whole
+
+
+class _Thread:
+    __slots__ = ("stack", "pos", "events", "role", "head", "call", "parts", "member", "value", "count", "mark",
+                 "skip")
+
+    def __init__(self, stack: Any, pos: int) -> None:
+        self.stack = stack  # (node, rest) pairs, None at the bottom
+        self.pos = pos
+        self.events: list[tuple] = []
+        self.role: str | None = None
+        self.head: Any = None  # the terminal being read
+        self.call = _Call()
+        self.parts: list[str] = []  # the text of a name or id capture
+        self.member: list[Any] | None = None  # [key, value node] of the tagged argument being read
+        self.value: list[str] | None = None  # raw text of a tagged value being read
+        self.count = 0  # tagged arguments read in the current call
+        self.mark = pos  # where the last whole part read ends (text, a repeated item): failing later, the rest is text
+        self.skip = ""  # a marker that may be left out (the end of reasoning skipped on resuming)
+
+    def fork(self, stack: Any) -> _Thread:
+        twin = _Thread(stack, self.pos)
+        twin.events = list(self.events)
+        twin.role = self.role
+        call, copy = self.call, _Call()
+        copy.name, copy.id, copy.args, copy.started = call.name, call.id, call.args, call.started
+        copy.pending, copy.mode, copy.done = list(call.pending), call.mode, call.done
+        twin.call = copy
+        twin.parts = list(self.parts)
+        twin.member = None if self.member is None else list(self.member)
+        twin.value = None if self.value is None else list(self.value)
+        twin.count = self.count
+        twin.mark = self.mark
+        twin.skip = self.skip
+        return twin
+
+    def key(self) -> tuple:
+        frames, node = [], self.stack
+        while node is not None:
+            frames.append(id(node[0]))
+            node = node[1]
+        return self.pos, self.role, id(self.head), tuple(frames)
+
+    # what the terminal read goes where its capture says
+    def text(self, piece: str) -> None:
+        if not piece:
+            return
+        if self.value is not None:
+            self.value.append(piece)
+        elif self.role == ir.REASONING or self.role == ir.CONTENT:
+            self.events.append((self.role, piece, self.pos))
+            self.mark = self.pos
+        elif self.role == ir.TOOL_NAME or self.role == ir.CALL_ID:
+            self.parts.append(piece)
+        elif self.role == ir.ARGUMENTS:
+            self.arguments(piece)
+
+    def value_text(self, piece: str) -> None:
+        if piece and self.value is not None:
+            self.value.append(piece)
+
+    def name_text(self, piece: str) -> None:
+        """Text of a marker: part of a name or id."""
+        if (self.role == ir.TOOL_NAME or self.role == ir.CALL_ID) and self.value is None:
+            self.parts.append(piece)
+
+    def key_text(self, piece: str) -> None:
+        """Text of a character run: a tagged argument's key (read from the text), a name or an id."""
+        if self.member is not None and self.member[0] is None and self.value is None:
+            self.member[0] = piece
+        else:
+            self.name_text(piece)
+
+    def arguments(self, piece: str) -> None:
+        if not piece:
+            return
+        if self.call.started:
+            self.events.append(("args", piece, self.pos))
+        else:
+            self.call.pending.append(piece)
+
+    def start_call(self) -> None:
+        call = self.call
+        if call.started or call.name is None or not call.args:
+            return
+        call.started = True
+        self.events.append(("call", call.name, call.id, self.pos))
+        if call.pending:
+            self.events.append(("args", "".join(call.pending), self.pos))
+            call.pending = []
+
+
+# -- terminals -----------------------------------------------------------------------------------------
+
+
+class _Lit:
+    """A marker: its core as written (inner whitespace flexible, as the parser finds markers),
+    whitespace before it skipped where the marker starts with some, and as much of the
+    whitespace it ends with as the text has."""
+
+    __slots__ = ("core", "lead", "trail", "done")
+
+    def __init__(self, node: ir.Lit) -> None:
+        text = node.text
+        self.core = text.strip()
+        self.lead = len(text) - len(text.lstrip())
+        self.trail = text[len(text.rstrip()):] if self.core else text
+        self.done = not self.core  # the core was read
+
+    def step(self, t: _Thread, buf: str, final: bool) -> int:
+        pos = t.pos
+        if not self.done:
+            if self.lead:
+                while pos < len(buf) and buf[pos] in _WHITESPACE and pos - t.pos < 64:
+                    pos += 1
+                if pos == len(buf) and not final:
+                    return MORE
+            if pos == len(buf) and not final:
+                return MORE
+            found, end = match_at(buf, pos, self.core, final)
+            if found != FULL:
+                return MORE if found == PARTIAL else FAIL
+            t.name_text(buf[pos:end])
+            t.pos = pos = end
+            self.done = True
+        trail = self.trail
+        index = 0
+        while index < len(trail) and pos < len(buf) and buf[pos] == trail[index]:
+            pos += 1
+            index += 1
+        if index < len(trail) and pos == len(buf) and not final:
+            self.trail = trail[index:]
+            t.pos = pos
+            return MORE
+        t.pos = pos
+        return DONE
+
+
+class _Chars:
+    __slots__ = ("node", "pattern")
+
+    def __init__(self, node: ir.Chars, pattern: re.Pattern[str]) -> None:
+        self.node, self.pattern = node, pattern
+
+    def step(self, t: _Thread, buf: str, final: bool) -> int:
+        found = self.pattern.match(buf, t.pos)
+        run = found.end() - t.pos
+        most = self.node.max
+        if found.end() == len(buf) and not final and (most is None or run < most):
+            return MORE
+        if run < self.node.min:
+            return FAIL
+        if most is not None and run > most:
+            return FAIL
+        t.pos = found.end()
+        t.key_text(found.group())
+        return DONE
+
+
+class _Gap:
+    """Whitespace, at most `max` characters (as much as there is)."""
+
+    __slots__ = ("most",)
+
+    def __init__(self, most: int) -> None:
+        self.most = most
+
+    def step(self, t: _Thread, buf: str, final: bool) -> int:
+        pos, end = t.pos, t.pos
+        while end < len(buf) and end - pos < self.most and buf[end] in _WHITESPACE:
+            end += 1
+        if end == len(buf) and end - pos < self.most and not final:
+            return MORE
+        t.pos = end
+        return DONE
+
+
+class _Text:
+    """Free text up to the first of its stop markers (held back only while it may be one). Where
+    the marker that follows (`end`) begins with whitespace that is there, the text ends before it."""
+
+    __slots__ = ("markers", "weak", "weak_prefix", "lead", "nonempty", "start", "split", "after")
+
+    def __init__(self, node: ir.Text, markers: MarkerSet, weak: tuple[Any, Any] | None, start: int,
+                 split: re.Pattern[str] | None) -> None:
+        self.markers = markers
+        self.weak, self.weak_prefix = weak or (None, None)
+        end = node.end or ""
+        self.lead = end[:len(end) - len(end.lstrip())] if end.strip() else ""
+        self.nonempty = node.nonempty
+        self.start = start
+        self.split = split  # brackets where what follows may begin (a bare JSON call)
+        self.after = start  # where to look for the next one
+
+    def step(self, t: _Thread, buf: str, final: bool) -> int:
+        pos = t.pos
+        hit = self.markers.find(buf, pos, final=final)
+        stop = hit[0] if hit is not None else None
+        held = None
+        if self.weak is not None:
+            found = self.weak.search(buf, pos, stop if stop is not None else len(buf))
+            if found is not None:
+                stop = found.start()
+            elif not final:
+                held = self._weak_hold(buf, pos, stop)
+        if held is None and stop is None and not final:
+            held = self._safe(buf, pos)
+        if self.split is not None:
+            bracket = self.split.search(buf, max(pos, self.after), held if held is not None else
+                                        stop if stop is not None else len(buf))
+            if bracket is not None:
+                self._read(t, buf, bracket.start())
+                self.after = bracket.start() + 1
+                return SPLIT
+        if held is not None:
+            self._read(t, buf, held)
+            return MORE
+        if stop is None:
+            stop = len(buf)
+        lead = self.lead
+        if lead and stop - len(lead) >= pos and buf.startswith(lead, stop - len(lead)):
+            stop -= len(lead)
+        self._read(t, buf, stop)
+        if self.nonempty and t.pos == self.start:
+            return FAIL
+        return DONE
+
+    def _safe(self, buf: str, pos: int) -> int:
+        end = self.markers.safe_end(buf, pos)
+        if self.lead:  # the whitespace the end marker begins with may be coming
+            while end > pos and buf[end - 1] in _WHITESPACE:
+                end -= 1
+        return end
+
+    def _weak_hold(self, buf: str, pos: int, stop: int | None) -> int | None:
+        """Where a weak marker that may still count begins (it waits for what follows it)."""
+        limit = stop if stop is not None else len(buf)
+        index = buf.find(self.weak_prefix[0], max(pos, len(buf) - 256))
+        while 0 <= index < limit:
+            if self.weak_prefix[1].match(buf, index):
+                return index
+            index = buf.find(self.weak_prefix[0], index + 1)
+        return None
+
+    @staticmethod
+    def _read(t: _Thread, buf: str, end: int) -> None:
+        if end > t.pos:
+            start, t.pos = t.pos, end
+            t.text(buf[start:end])
+
+
+class _JsonValue:
+    """A JSON value, scanned as it arrives. As a call's arguments it streams; as a tagged value,
+    or a string holding the arguments, it is kept whole."""
+
+    __slots__ = ("scanner", "node")
+
+    def __init__(self, node: ir.Json) -> None:
+        self.node = node
+        self.scanner = JsonScanner("{" if node.kind == "object" else "")
+
+    def step(self, t: _Thread, buf: str, final: bool) -> int:
+        start = t.pos
+        pos, status, emitted = self.scanner.scan(buf, start, final)
+        if status == ERROR:
+            return FAIL
+        t.pos = pos
+        if t.value is not None:
+            t.value.append(buf[start:pos])
+        elif t.role == ir.ARGUMENTS and t.call.mode == "json":
+            t.arguments(emitted)
+        else:
+            t.parts.append(buf[start:pos])
+        if status == DONE:
+            return DONE
+        return FAIL if final else MORE
+
+
+_PY_END = re.compile(r"""[^\s,)\]}'"]*""")
+
+
+class _PyValue:
+    """A Python or JSON literal: quoted text, a bracketed value, or a bare word."""
+
+    __slots__ = ("depth", "quote", "started")
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.quote = ""
+        self.started = False
+
+    def step(self, t: _Thread, buf: str, final: bool) -> int:
+        pos, end = t.pos, len(buf)
+        while pos < end:
+            char = buf[pos]
+            if self.quote:
+                if char == "\\" and pos + 1 >= end and not final:
+                    break  # an escape cut in two
+                pos += 2 if char == "\\" else 1
+                if char == self.quote:
+                    self.quote = ""
+            elif char in "'\"":
+                self.quote, self.started = char, True
+                pos += 1
+            elif char in "[({":
+                self.depth, self.started = self.depth + 1, True
+                pos += 1
+            elif self.depth:
+                self.depth -= char in "])}"
+                pos += 1
+            elif self.started:
+                break
+            elif char.isspace():
+                pos += 1
+            else:
+                word = _PY_END.match(buf, pos).end()
+                if word == pos:
+                    return FAIL
+                if word == end and not final:
+                    break  # the word may go on
+                pos, self.started = word, True
+            if self.started and not self.depth and not self.quote:
+                t.value_text(buf[t.pos:pos])
+                t.pos = pos
+                return DONE
+        t.value_text(buf[t.pos:pos])
+        t.pos = pos
+        return FAIL if final else MORE
+
+
+class _Trailer:
+    """After the language: whitespace and end-of-turn markers only."""
+
+    __slots__ = ("ends",)
+
+    def __init__(self, ends: tuple[str, ...]) -> None:
+        self.ends = ends
+
+    def step(self, t: _Thread, buf: str, final: bool) -> int:
+        pos = t.pos
+        while pos < len(buf):
+            if buf[pos] in _WHITESPACE:
+                pos += 1
+                continue
+            end = next((e for e in self.ends if buf.startswith(e, pos)), None)
+            if end is None:
+                if not final and any(e.startswith(buf[pos:]) for e in self.ends):
+                    break
+                t.pos = pos
+                return FAIL
+            pos += len(end)
+        t.pos = pos
+        return DONE if final else MORE
+
+
+# -- the reader --------------------------------------------------------------------------------------------
+
+
+class LanguageReader:
+    """Everything about one language that does not change while reading: terminals' marker sets
+    and patterns, first characters, the end-of-turn texts. Shared by all streams."""
+
+    def __init__(self, language: ir.Language, end_of_turn: tuple[str, ...] = ()) -> None:
+        self.language = language
+        self.root = self.unlazy(language.root)
+        self.end_of_turn = tuple(sorted({e.strip() for e in end_of_turn if e.strip()}, key=len, reverse=True))
+        self.firsts = _Firsts()
+        self._markers: dict[int, tuple[MarkerSet, Any]] = {}
+        self._chars: dict[str, re.Pattern[str]] = {}
+        self._splits: dict[str, re.Pattern[str]] = {}
+        self._keep: list[Any] = []
+
+    def stream(self, deltas: bool = True, call_id: Callable[[], str] = new_call_id) -> LanguageStream:
+        return LanguageStream(self, deltas, call_id)
+
+    def parse(self, text: str) -> dict[str, Any]:
+        stream = self.stream(deltas=False)
+        stream.feed(text)
+        stream.finish()
+        return stream.message()
+
+    def unlazy(self, node: Any) -> Any:
+        """A lazy language as one to read: reasoning (where the guard says), free content up to a
+        trigger, then the body or nothing."""
+        if not isinstance(node, ir.Lazy):
+            return node
+        triggers = tuple(t.strip() for t in node.triggers if t.strip())
+        reasoning: Any = ir.EMPTY
+        guard = node.guard
+        if guard is not None and guard.end:
+            block = ir.seq(ir.Capture(ir.REASONING, ir.Text((guard.end,), guard.end)), ir.Lit(guard.end))
+            if guard.inside:
+                reasoning = block
+            elif guard.start:
+                reasoning = ir.optional(ir.seq(ir.Gap(64), ir.Lit(guard.start), block))
+        content = ir.Capture(ir.CONTENT, ir.Text(triggers))
+        return ir.seq(reasoning, content, ir.optional(node.body))
+
+    def text_markers(self, node: ir.Text) -> tuple[MarkerSet, Any]:
+        found = self._markers.get(id(node))
+        if found is None:
+            stops = {s.strip() for s in node.stops if s.strip()}
+            if node.end and node.end.strip():
+                stops.add(node.end.strip())
+            weak = None
+            if node.weak is not None:
+                stops.discard(node.weak.marker)
+                mark, before = re.escape(node.weak.marker), re.escape(node.weak.before)
+                word = r"\s*[^\W\d][\w.\-]*\s*"
+                weak = (re.compile(f"{mark}(?={word}{before})"),
+                        (node.weak.marker[0], re.compile(rf"{mark}\s*(?:[^\W\d][\w.\-]*\s*)?\Z")))
+            found = self._markers[id(node)] = (MarkerSet(dict.fromkeys(stops, "stop")), weak)
+            self._keep.append(node)
+        return found
+
+    def split(self, follow: frozenset[str] | None) -> re.Pattern[str] | None:
+        """Where free text may end early: before a bracket that what follows may begin with."""
+        brackets = "".join(sorted(set("{[") & follow)) if follow is not None else ""
+        return self._splits.setdefault(brackets, re.compile(f"[{re.escape(brackets)}]")) if brackets else None
+
+    def chars(self, node: ir.Chars) -> re.Pattern[str]:
+        pattern = self._chars.get(node.allowed)
+        if pattern is None:
+            pattern = self._chars[node.allowed] = re.compile(f"[{node.allowed}]*")
+        return pattern
+
+
+class LanguageStream:
+    """One output read incrementally: `feed(chunk)` and `finish()` give deltas, `message()` the
+    assistant message (CONTRACT sections 4 and 5)."""
+
+    def __init__(self, reader: LanguageReader, deltas: bool = True,
+                 call_id: Callable[[], str] = new_call_id) -> None:
+        self.reader = reader
+        self.out = Output(deltas)
+        self.call_id = call_id
+        self.buf = ""
+        self.base = 0  # how much text before `buf` was dropped (positions are relative to `buf`)
+        self.threads = [_Thread((reader.root, None), 0)]
+        self.safe = 0  # where the text not yet accounted for by emitted events begins
+        # the reading that got furthest before all failed, and how many events had been emitted then
+        self.dead: tuple[_Thread, int] | None = None
+        self.emitted = 0  # events emitted so far
+        self.resumed = False  # reading again after text that no reading took (reasoning is over)
+        self.finished = False
+        self.fallback = False  # no reading continues: the rest is content
+        self.string_call: ToolCall | None = None
+
+    # -- public ----------------------------------------------------------------------------
+
+    def feed(self, chunk: str) -> list[dict]:
+        if self.finished:
+            raise RuntimeError("feed() after finish()")
+        call = self.string_call
+        if call is not None and is_string_body(chunk):
+            # the hot path: more plain text of a JSON string in streamed arguments
+            call.append(chunk)
+            return [{"tool_calls": [{"index": call.index, "function": {"arguments": chunk}}]}]
+        if chunk:
+            self._trim()
+            self.buf += chunk
+            self._advance(False)
+            self.string_call = self._in_string()
+        return self.out.take()
+
+    def finish(self) -> list[dict]:
+        if not self.finished:
+            self.finished = True
+            self.string_call = None
+            self._advance(True)
+        return self.out.take()
+
+    def message(self) -> dict:
+        return self.out.message()
+
+    # -- reading -------------------------------------------------------------------------
+
+    def _in_string(self) -> ToolCall | None:
+        """The call whose streamed arguments are inside a JSON string with nothing held: the
+        next chunk, if it is plain string text, goes straight out."""
+        threads = self.threads
+        if len(threads) != 1 or not self.out.calls:
+            return None
+        t = threads[0]
+        head = t.head
+        if (head.__class__ is not _JsonValue or not head.scanner.in_string or t.pos != len(self.buf)
+                or not t.call.started or t.call.mode != "json" or t.value is not None or t.events):
+            return None
+        self.safe = t.pos
+        return self.out.calls[-1]
+
+    def _trim(self) -> None:
+        """Drop the text every reading has passed (positions shift with it)."""
+        if self.fallback:
+            return
+        kept = self.threads + ([self.dead[0]] if self.dead is not None else [])
+        low = min([t.pos for t in kept] + [self.safe])
+        if low > 0 and (low > 4096 or low * 2 > len(self.buf)):
+            self.buf = self.buf[low:]
+            self.safe -= low
+            self.base += low
+            for t in kept:
+                t.pos -= low
+                t.mark = max(t.mark - low, 0)
+                if t.head.__class__ is _Text:
+                    t.head.start -= low
+                    t.head.after -= low
+                t.events = [(*e[:-1], e[-1] - low) for e in t.events]
+
+    def _advance(self, final: bool) -> None:
+        while not self.fallback:
+            alive = self._run_all(final)
+            if alive:
+                self.threads = alive
+                self._commit(final)
+                return
+            self.threads = []
+            self._give_up()
+        self._content_rest()
+
+    def _run_all(self, final: bool) -> list[_Thread]:
+        """Every reading read on as far as the text goes; those still alive, in order."""
+        todo = list(reversed(self.threads))
+        alive: list[_Thread] = []
+        seen: set[tuple] = set()
+        while todo:
+            t = todo.pop()
+            result = self._run(t, final)
+            if result is None:
+                dead = self.dead
+                # the furthest; at the same place, the one that saw the latest emitted events
+                if dead is None or t.pos > dead[0].pos or (t.pos == dead[0].pos and dead[1] < self.emitted):
+                    self.dead = (t, self.emitted)
+            elif result.__class__ is list:
+                todo.extend(reversed(result))
+            else:
+                if t.head is None or t.head.__class__ is _Trailer:
+                    key = t.key()
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                alive.append(t)
+        if final and alive:
+            # all are complete: the one with the most calls (a text that reads as content or as a
+            # call is a call), else the first in the language's order
+            alive = [max(alive, key=lambda t: sum(e[0] == "call" for e in t.events))]
+        return alive
+
+    def _commit(self, final: bool) -> None:
+        """Emit the events every reading has (all of them when one reading is left). A call's
+        start waits for its first argument text, so that a call that fails before is text."""
+        threads = self.threads
+        first = threads[0].events
+        if len(threads) == 1:
+            agreed = len(first)
+        else:
+            agreed = 0
+            while agreed < len(first) and all(len(t.events) > agreed and t.events[agreed] == first[agreed]
+                                               for t in threads[1:]):
+                agreed += 1
+        if agreed and not final and first[agreed - 1][0] == "call":
+            agreed -= 1
+        if agreed:
+            self._apply(first[:agreed])
+            self.emitted += agreed
+            for t in threads:
+                del t.events[:agreed]
+        if len(threads) > 1 and sum(len(t.events) for t in threads) > _HELD_LIMIT:
+            self.threads = threads[:1]  # readings undecided for too long: the first one wins
+            self._commit(final)
+
+    def _apply(self, events: list[tuple]) -> None:
+        out = self.out
+        for event in events:
+            kind = event[0]
+            if kind == "args":
+                out.add_arguments(event[1])
+            elif kind == ir.CONTENT:
+                out.add_content(event[1])
+            elif kind == ir.REASONING:
+                out.add_reasoning(event[1])
+            elif kind == "call":
+                out.start_call(event[2] or self.call_id(), event[1])
+        if events:
+            self.safe = events[-1][-1]
+
+    def _give_up(self) -> None:
+        """No reading continues: recover, losing nothing.
+
+        The reading that got furthest keeps what it read (a call whose arguments had started is
+        closed and marked incomplete; a call not yet started is text); the text from there to
+        where it failed is content; then the language is read again from where it failed, with
+        reasoning over (text after the calls, a call after one that was no call). At the end
+        of the output, a call cut off keeps its complete values. With no reading at all, the
+        rest is content."""
+        if self.dead is None:
+            self.fallback = True
+            self.buf, self.safe = self.buf[self.safe:], 0
+            return
+        best, emitted = self.dead
+        self.dead = None
+        # its events not emitted yet (others emitted since it failed are dropped)
+        best.events = best.events[self.emitted - emitted:] if self.emitted >= emitted else []
+        if self.finished and best.role == ir.ARGUMENTS and best.call.started:
+            self._cut_off(best)
+            self.fallback = True
+            return
+        events = best.events
+        if events and events[-1][0] == "call":
+            events = events[:-1]
+        self._apply(events)
+        self.emitted += len(events)
+        if best.call.started and self.out.calls and self._closed_by(best):
+            self.out.calls[-1].incomplete = True
+        # after a call read whole, the markers that close it are no text (whitespace before the
+        # failure is); else the part begun is text
+        cut = min(best.mark, best.pos)
+        if best.call.done:
+            cut = best.pos
+            while cut > self.safe and self.buf[cut - 1] in _WHITESPACE:
+                cut -= 1
+        self.safe = max(self.safe, cut)
+        failed = best.pos if best.pos > self.safe or not self.buf else self.safe + 1
+        if best.head.__class__ is _Trailer and best.pos > self.safe:
+            self.safe = failed  # the language was read whole: what follows is read again
+        self.out.add_content(self.buf[self.safe:failed])
+        self.safe = failed
+        self.resumed = True
+        self.threads = [_Thread((self.reader.root, None), failed)]
+
+    def _cut_off(self, t: _Thread) -> None:
+        """The output ended inside a call's arguments: they keep the values that were complete
+        (a tagged value running to the end is complete; a JSON member still being written is
+        not) and the call is marked incomplete."""
+        if t.call.mode == "members" and t.member is not None and "".join(t.value or ()).strip():
+            self._end_member(t)
+        self._apply(t.events)
+        if t.call.mode == "members":
+            self.out.add_arguments("}")
+        elif t.call.mode == "json" and t.head.__class__ is _JsonValue:
+            self.out.add_arguments(t.head.scanner.closing())
+        if self.out.calls:
+            self.out.calls[-1].incomplete = True
+        self.buf, self.safe = "", 0
+
+    def _closed_by(self, t: _Thread) -> bool:
+        """Close the emitted arguments of `t`'s call if they are still open; whether they were."""
+        call, head = t.call, t.head
+        if call.mode == "json" and head.__class__ is _JsonValue and t.role == ir.ARGUMENTS:
+            if head.scanner.started and not head.scanner.done:
+                self.out.add_arguments(head.scanner.closing())
+                return True
+        if call.mode == "members" and t.role == ir.ARGUMENTS:
+            self.out.add_arguments("}")
+            return True
+        return False
+
+    def _content_rest(self) -> None:
+        self.out.add_content(self.buf[self.safe:])
+        self.buf, self.safe = "", 0
+
+    # -- one reading ----------------------------------------------------------------------
+
+    def _run(self, t: _Thread, final: bool) -> Any:
+        """Read on with `t`: itself when it waits for text (or is complete), a list of readings
+        when it forks, None when it fails."""
+        buf = self.buf
+        while True:
+            head = t.head
+            if head is not None:
+                status = head.step(t, buf, final)
+                if status == MORE:
+                    return t
+                if status == FAIL:
+                    return None
+                if status == SPLIT:  # one reading ends the text here, the other reads on
+                    twin = t.fork(t.stack)
+                    return [twin, t]
+                if head.__class__ is _Trailer:
+                    return t
+                t.head = None
+                continue
+            if t.stack is None:
+                t.head = _Trailer(self.reader.end_of_turn)
+                continue
+            node, t.stack = t.stack
+            forks = self._expand(t, node, final)
+            if forks is not None:
+                return forks
+
+    def _expand(self, t: _Thread, node: Any, final: bool) -> list[_Thread] | None:  # noqa: C901
+        """Put `node` to work in `t`: push its parts, start its terminal, or fork on it."""
+        cls = node.__class__
+        if cls is ir.Seq:
+            for item in reversed(node.items):
+                t.stack = (item, t.stack)
+        elif cls is ir.Rule:
+            t.stack = (node.body, t.stack)
+        elif cls is ir.Lit:
+            if t.skip:
+                skipped, t.skip = t.skip == node.text.strip(), ""
+                if skipped:
+                    return self._fork_stacks(t, [((node,), *self.reader.firsts.of(node)), ((), None, True)], final)
+            if node.text:
+                t.head = _Lit(node)
+        elif cls is ir.Text:
+            markers, weak = self.reader.text_markers(node)
+            t.head = _Text(node, markers, weak, t.pos, self.reader.split(self._follow(t.stack)))
+        elif cls is ir.Gap:
+            if node.max:
+                t.head = _Gap(node.max)
+        elif cls is ir.Chars:
+            t.head = _Chars(node, self.reader.chars(node))
+        elif cls is ir.Json:
+            self._json(t, node)
+        elif cls is ir.PyValue:
+            self._value(t, node)
+            t.head = _PyValue()
+        elif cls is ir.RawString:
+            self._value(t, node)
+            t.stack = (node.text, t.stack)
+        elif cls is ir.Capture:
+            if self.resumed and node.role == ir.REASONING:
+                # reading again after reasoning is over: no reasoning, and its end marker optional
+                body = node.body
+                t.skip = body.end.strip() if isinstance(body, ir.Text) and body.end else ""
+                return None
+            if node.role in (ir.REASONING, ir.CONTENT):
+                t.mark = t.pos
+            self._begin_capture(t, node)
+            t.stack = (node.body, (_EndCapture(node.role), t.stack))
+        elif cls is _EndCapture:
+            self._end_capture(t, node.role)
+        elif cls is ir.Choice:
+            return self._fork(t, node.options, final)
+        elif cls is ir.Repeat:
+            t.mark = t.pos
+            return self._repeat(t, node, node.min, node.max, final)
+        elif cls is _Again:
+            if t.pos + self.base == node.start:
+                return None if node.left_min > 0 else []
+            t.mark = t.pos
+            return self._repeat(t, node.repeat, node.left_min, node.left_max, final)
+        elif cls is ir.Members:
+            self._arguments_text(t, "{")
+            t.member, t.count = None, 0
+            t.stack = (_MembersFrom(node, frozenset()), t.stack)
+        elif cls is _MembersFrom:
+            return self._members(t, node, final)
+        elif cls is _Member:
+            t.member = [node.key, None]
+            t.stack = (node.body, (_END_MEMBER, t.stack))
+        elif cls is _EndMember:
+            self._end_member(t)
+        elif cls is ir.Lazy:
+            t.stack = (self.reader.unlazy(node), t.stack)
+        else:
+            raise TypeError(f"no reading for {cls.__name__}")
+        return None
+
+    def _follow(self, stack: Any) -> frozenset[str] | None:
+        """The characters what is left of a reading can start with (None: any)."""
+        chars: set[str] = set()
+        firsts = self.reader.firsts.of
+        while stack is not None:
+            node, stack = stack
+            if node.__class__ in _FRAMES:
+                continue
+            first, empty = firsts(node)
+            if first is None:
+                return None
+            chars |= first
+            if not empty:
+                break
+        return frozenset(chars)
+
+    def _fork(self, t: _Thread, options: Any, final: bool) -> list[_Thread]:
+        """A reading per option that can start here (judged by its first characters)."""
+        firsts = self.reader.firsts.of
+        return self._fork_stacks(t, [((option,), *firsts(option)) for option in options], final)
+
+    def _fork_stacks(self, t: _Thread, options: list[tuple[tuple, Any, bool]], final: bool) -> list[_Thread]:
+        """A reading per option (the nodes it pushes, its first characters, whether it can be
+        empty) that can start at the text here."""
+        buf, pos = self.buf, t.pos
+        char = buf[pos] if pos < len(buf) else ""
+        forks = []
+        for nodes, first, empty in options:
+            if not empty and (char and first is not None and char not in first or not char and final):
+                continue
+            stack = t.stack
+            for node in reversed(nodes):
+                stack = (node, stack)
+            forks.append(t.fork(stack))
+        return forks
+
+    def _repeat(self, t: _Thread, node: ir.Repeat, least: int, most: int | None, final: bool) -> list[_Thread] | None:
+        if most == 0:
+            return None
+        more = _Again(node, max(least - 1, 0), None if most is None else most - 1, t.pos + self.base)
+        if least > 0:
+            t.stack = (node.item, (more, t.stack))
+            return None
+        first, empty = self.reader.firsts.of(node.item)
+        return self._fork_stacks(t, [((node.item, more), None if empty else first, False), ((), None, True)], final)
+
+    # -- captures ---------------------------------------------------------------------------------------
+
+    def _begin_capture(self, t: _Thread, node: ir.Capture) -> None:
+        role = node.role
+        call = t.call
+        if role in (ir.TOOL_NAME, ir.CALL_ID, ir.ARGUMENTS):
+            done = {ir.TOOL_NAME: call.name is not None, ir.CALL_ID: call.id is not None,
+                    ir.ARGUMENTS: call.args}[role]
+            if done:
+                t.call = call = _Call()
+        t.role = role
+        t.parts = []
+        if role == ir.ARGUMENTS:
+            call.args = True
+            body = node.body
+            call.mode = "members" if isinstance(body, ir.Members) else \
+                "string" if isinstance(body, ir.Json) and body.kind == "string" else "json"
+            t.start_call()
+
+    def _end_capture(self, t: _Thread, role: str) -> None:
+        call = t.call
+        text = "".join(t.parts)
+        if role == ir.TOOL_NAME:
+            call.name = json.loads(text) if text.startswith('"') else text
+            t.start_call()
+        elif role == ir.CALL_ID:
+            call.id = text
+        elif role == ir.ARGUMENTS:
+            call.done = True
+            if call.mode == "members":
+                t.arguments("}")
+            elif call.mode == "string":
+                t.arguments(json.loads(text))
+        t.role = None
+        t.parts = []
+
+    def _arguments_text(self, t: _Thread, text: str) -> None:
+        if t.role == ir.ARGUMENTS:
+            t.arguments(text)
+
+    def _json(self, t: _Thread, node: ir.Json) -> None:
+        if t.member is not None:
+            self._value(t, node)
+        t.head = _JsonValue(node)
+
+    def _value(self, t: _Thread, node: Any) -> None:
+        """A tagged argument's value starts: its text is kept for `_end_member`."""
+        if t.member is not None:
+            t.member[1] = node
+            t.value = []
+
+    def _members(self, t: _Thread, at: _MembersFrom, final: bool) -> list[_Thread]:
+        """The next member, or the end. Read more leniently than generation writes them: the
+        members in any order, each once, extra members (any key) among them, and the end at any
+        point (a required argument the model left out is not invented)."""
+        members, read = at.members, at.read
+        first = not read
+        options = [self._member_then(members, member, _key_of(members, member), _MembersFrom(members, read | {i}),
+                                     first)
+                   for i, (member, _) in enumerate(members.items) if i not in read]
+        if members.extra is not None:
+            options.append(self._member_then(members, members.extra, None, _MembersFrom(members, read | {-len(read) - 1}),
+                                             first))
+        options.append(((), None, True))
+        return self._fork_stacks(t, options, final)
+
+    def _member_then(self, members: ir.Members, member: Any, key: str | None, rest: Any,
+                     first: bool) -> tuple[tuple, Any, bool]:
+        lead = member if first else members.separator
+        chars, empty = self.reader.firsts.of(lead)
+        nodes = (_Member(member, key), rest) if first else (members.separator, _Member(member, key), rest)
+        return nodes, None if empty else chars, False
+
+    def _end_member(self, t: _Thread) -> None:
+        key, node = t.member
+        raw = "".join(t.value or [])
+        t.member, t.value = None, None
+        lead = ", " if t.count else ""
+        t.arguments(f"{lead}{json.dumps(key or '', ensure_ascii=False)}: {_convert(raw, node)}")
+        t.count += 1
+
+
+def _key_of(members: ir.Members, member: Any) -> str | None:
+    prefix = f"{members.owner}-arg-"
+    if isinstance(member, ir.Rule) and member.name.startswith(prefix):
+        return member.name[len(prefix):]
+    return None
+
+
+def _without_cdata(value: str) -> str:
+    opening, closing = "<![CDATA[", "]]>"
+    if value.startswith(opening) and closing in value:
+        inner, _, rest = value[len(opening):].partition(closing)
+        return inner + rest
+    return value
+
+
+def _convert(raw: str, node: Any) -> str:
+    """The JSON text of a tagged argument's value, read from its raw text by its schema."""
+    schema = getattr(node, "schema", None)
+    if isinstance(node, ir.PyValue):
+        kind, text = value_kind(schema), raw.strip()
+        if kind != "json" and len(text) > 1 and text[0] in "'\"" and text[-1] == text[0]:
+            return json.dumps(decode_string_body(text[1:-1]), ensure_ascii=False)
+        return convert_literal_value(raw, kind, schema)
+    if isinstance(node, ir.Json):
+        return convert_tagged_value(raw, "json", schema)
+    raw = _without_cdata(raw)
+    kind = value_kind(schema)
+    if kind == "string":
+        return json.dumps(raw, ensure_ascii=False)
+    return convert_tagged_value(raw, kind, schema)
+
+
+__all__ = ["LanguageReader", "LanguageStream", "new_call_id"]

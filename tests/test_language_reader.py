@@ -1,0 +1,97 @@
+"""The streaming reader of the output language (`language.interpret`) on outputs that stray from
+the language: nothing is lost, calls that are calls are kept, and a stream gives the message a
+whole read gives. Each case is also read by the runtime, which must give the same message.
+
+The outputs are what a model writes when it leaves the grammar (unconstrained generation): text
+after the calls, a call to a tool that was not offered followed by a real one, an output cut off
+by `max_tokens` inside a call's arguments.
+"""
+
+from __future__ import annotations
+
+import json
+
+import analyses
+import pytest
+from analyses import WEATHER_TOOLS, streamed_in_random_chunks, without_generated_ids
+
+from autoparser.language.build import Request, build_language
+from autoparser.language.interpret import LanguageReader
+
+FORMATS = {"hermes": analyses.hermes, "qwen3_coder": analyses.qwen3_coder}
+CALLS = {
+    "hermes": ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}\n</tool_call>',
+               '<tool_call>\n{"name": "unknown_tool", "arguments": {"city": "Paris"}}\n</tool_call>'),
+    "qwen3_coder": ("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+                    "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",
+                    "<tool_call>\n<function=unknown_tool>\n<parameter=city>\nParis\n</parameter>\n"
+                    "</function>\n</tool_call>"),
+}
+
+
+def reader(family: str) -> LanguageReader:
+    analysis = FORMATS[family]()
+    request = Request(tools=tuple(WEATHER_TOOLS), lazy=False)
+    return LanguageReader(build_language(analysis.to_dict(), request), end_of_turn=tuple(analysis.stop))
+
+
+def read(family: str, text: str) -> dict:
+    message = reader(family).parse(text)
+    for seed in range(6):
+        assert without_generated_ids(streamed_in_random_chunks(reader(family), text, seed)) == \
+            without_generated_ids(message), seed
+    runtime = FORMATS[family]().parser(tools=WEATHER_TOOLS).parse(text)
+    assert without_generated_ids(message) == without_generated_ids(runtime)
+    return message
+
+
+def calls(message: dict) -> list[tuple[str, dict]]:
+    return [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in message["tool_calls"]]
+
+
+@pytest.mark.parametrize("family", sorted(FORMATS))
+def test_text_after_the_calls_is_content(family: str) -> None:
+    good, _ = CALLS[family]
+    message = read(family, f"Let me look.\n{good}\nThat is all.")
+    assert calls(message) == [("get_weather", {"city": "Paris", "days": 3})]
+    assert message["content"] == "Let me look.\n\nThat is all."
+
+
+@pytest.mark.parametrize("family", sorted(FORMATS))
+def test_a_call_to_an_unknown_tool_is_content_and_the_next_call_is_kept(family: str) -> None:
+    good, unknown = CALLS[family]
+    message = read(family, f"{unknown}\n{good}")
+    assert calls(message) == [("get_weather", {"city": "Paris", "days": 3})]
+    assert message["content"] == unknown
+
+
+@pytest.mark.parametrize("family", sorted(FORMATS))
+def test_a_call_cut_off_keeps_its_complete_values(family: str) -> None:
+    good, _ = CALLS[family]
+    cut = good[:good.index("3")]  # inside the value of `days`
+    message = read(family, cut)
+    assert calls(message) == [("get_weather", {"city": "Paris"})]
+    assert message["tool_calls"][0].get("incomplete") is True
+    assert message["content"] is None
+
+
+@pytest.mark.parametrize("make", [analyses.qwen3, analyses.deepseek_v31, analyses.kimi_k2_thinking],
+                         ids=["qwen3", "deepseek_v31", "kimi_k2_thinking"])
+def test_a_lazy_language_reads_free_output_then_the_calls(make) -> None:  # type: ignore[no-untyped-def]
+    """A lazy language (the grammar for `tool_choice: auto`): reasoning and content until a
+    trigger, then the calls; read as the runtime reads it."""
+    analysis = make()
+    language = build_language(analysis.to_dict(), Request(tools=tuple(WEATHER_TOOLS), thinking=True))
+    lazy = LanguageReader(language, end_of_turn=tuple(analysis.stop))
+    text = analyses.render_output(analysis, reasoning="Think.", content="Hi.",
+                                  calls=[("get_weather", {"city": "Paris"})], thinking=True)
+    message = lazy.parse(text)
+    assert (message["reasoning_content"], message["content"]) == ("Think.", "Hi.")
+    assert calls(message) == [("get_weather", {"city": "Paris"})]
+    # ids aside: where the format numbers its calls (`functions.get_weather:0`) the runtime passes
+    # that id through, while the language has no capture for it and the reader draws one
+    runtime = analysis.parser(tools=WEATHER_TOOLS, thinking=True).parse(text)
+    assert (message["content"], message["reasoning_content"], calls(message)) == \
+        (runtime["content"], runtime["reasoning_content"], calls(runtime))
+    for seed in range(4):
+        assert without_generated_ids(streamed_in_random_chunks(lazy, text, seed)) == without_generated_ids(message)
