@@ -48,8 +48,8 @@ KNOWN = {
 
 # where the streaming reader of the language reads otherwise than the runtime or Lark (template -> how).
 # The reader reads by the language, as Lark does: it differs from the runtime where Lark does
-READER_KNOWN_RUNTIME = {stem: KNOWN[stem] for stem in ("muse-glimmer", "openai-gpt-oss-120b")}
-READER_KNOWN_LARK = {"meetkai-functionary-medium-v3.2": _LARK_REJECTS}
+READER_KNOWN_RUNTIME = {stem: KNOWN[stem] for stem in ("muse-glimmer",)}
+READER_KNOWN_LARK: dict[str, str] = {}
 
 
 @cache
