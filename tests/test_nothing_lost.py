@@ -152,7 +152,11 @@ def test_truncated_output_loses_at_most_the_member_being_written(family: str, da
 
 
 def _without_cut_marker(analysis, text: str) -> str:
-    """The text without a marker cut off at its end (`</ar` of `</arg_key>`): that is structure too."""
+    """The text without a marker cut off at its end (`</ar` of `</arg_key>`): that is structure too.
+    A whole marker at the end stays (it is blanked out as a marker), even where its last
+    characters could also begin another marker."""
+    if any(text.endswith(marker) for marker in _marker_texts(analysis)):
+        return text
     cut = max((size for marker in _marker_texts(analysis) for size in range(1, len(marker))
                if text.endswith(marker[:size])), default=0)
     return text[:len(text) - cut]
