@@ -43,7 +43,7 @@ def crashing_worker(_settings: EngineSettings, conn: Connection, _busy_since: An
             open(marker, "w").close()
             os._exit(139)
         spec = rest[0]
-        conn.send((spec.job_id, ("done", ("answered", spec.completion))))
+        conn.send([(spec.job_id, ("done", ("answered", spec.completion)))])  # one message holds a list of events
 
 
 def wedged_worker(_settings: EngineSettings, conn: Connection, _busy_since: Any) -> None:
