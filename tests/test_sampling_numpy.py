@@ -12,7 +12,7 @@ pytest_plugins = ["tiny_model"]  # the tiny-model fixtures
 pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
 
 from autoparser.llama.engine import GenerationStats, GrammarSpec, SamplingParams  # noqa: E402
-from autoparser.llama.sampling import TokenSampler, draw_tokens  # noqa: E402
+from autoparser.llama.sampling import TokenSampler, draw_token, draw_tokens  # noqa: E402
 
 #: The server's defaults for a request that sets nothing (OpenAI's: no top-k, top-p or min-p).
 OPENAI_DEFAULTS = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0}
@@ -137,6 +137,21 @@ def test_a_batch_draw_is_what_each_sampler_draws_alone() -> None:
                            np.array([s.rng.random() for s in samplers]))
     for sampler in samplers:
         sampler.close()
+    assert together == alone
+
+
+def test_one_row_alone_draws_what_it_draws_in_a_batch() -> None:
+    """draw_token (a lone generation) and draw_tokens (a batch step) do the same arithmetic: the
+    same token for every row, whatever the temperature, min-p, left-out tokens and draw."""
+    rng = np.random.default_rng(8)
+    n, vocab = 60, 5000  # several blocks
+    logits = (rng.standard_normal((n, vocab)) * 4).astype(np.float32)
+    temperature = rng.uniform(0.2, 2.0, n)
+    min_p = np.where(rng.random(n) < 0.5, 0.0, rng.uniform(0.0, 0.3, n))
+    excluded = [None if i % 3 else rng.choice(vocab, 200, replace=False) for i in range(n)]
+    uniforms = rng.random(n)
+    together = draw_tokens(logits, temperature, min_p, excluded, uniforms)
+    alone = [draw_token(logits[i], temperature[i], min_p[i], excluded[i], uniforms[i]) for i in range(n)]
     assert together == alone
 
 

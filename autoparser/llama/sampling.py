@@ -224,7 +224,7 @@ class TokenSampler:
         break UTF-8 or fire a lazy trigger the grammar rejects).
         """
         if self.draws_in_numpy:
-            return self.draw([logits], [self.excluded(exclude)], np.array([self.rng.random()]))[0]
+            return draw_token(logits, self.temperature, self.min_p, self.excluded(exclude), self.rng.random())
         cand = self.candidates
         self._exclude = exclude
         self._load_adjusted(logits)
@@ -252,12 +252,6 @@ class TokenSampler:
             return self.banned
         exclude = np.asarray(exclude, dtype=np.int64)
         return exclude if self.banned is None else np.concatenate((self.banned, exclude))
-
-    def draw(self, rows: Sequence[np.ndarray], excluded: Sequence[np.ndarray | None],
-             uniforms: np.ndarray) -> list[int | None]:
-        """:func:`draw_tokens` with this sampler's temperature and min-p for every row."""
-        n = len(rows)
-        return draw_tokens(rows, np.full(n, self.temperature), np.full(n, self.min_p), excluded, uniforms)
 
     def _pick_among(self, ids: np.ndarray, adjusted: np.ndarray) -> int | None:
         """Run the picking chain over the given candidates (best first)."""
@@ -448,3 +442,35 @@ def draw_tokens(logits: np.ndarray | Sequence[np.ndarray], temperature: np.ndarr
             index = int(np.flatnonzero(blocks[row, block])[-1])
         tokens.append(block * _DRAW_BLOCK + index)
     return tokens
+
+
+def draw_token(logits: np.ndarray, temperature: float, min_p: float, excluded: np.ndarray | None,
+               uniform: float) -> int | None:
+    """:func:`draw_tokens` for one row, with the same arithmetic step for step (so the same
+    token), without the per-row bookkeeping that costs more than the work on a small vocabulary."""
+    n_vocab = len(logits)
+    weights = np.empty(-(-n_vocab // _DRAW_BLOCK) * _DRAW_BLOCK, dtype=np.float32)
+    weights[n_vocab:] = -np.inf
+    scores = weights[:n_vocab]
+    scores[...] = logits
+    if excluded is not None and len(excluded):
+        scores[excluded] = -np.inf
+    best = scores.max()
+    if not math.isfinite(best):
+        return None
+    if min_p > 0:
+        scores[scores < best + np.log(np.float32(min_p))] = -np.inf
+    scores -= best
+    scores /= np.float32(temperature)
+    np.exp(weights, out=weights)
+    blocks = weights.reshape(-1, _DRAW_BLOCK)
+    running = np.cumsum(blocks.sum(axis=1), dtype=np.float64)
+    target = np.float64(uniform) * running[-1]
+    block = min(int(running.searchsorted(target, side="right")), len(running) - 1)
+    while block > 0 and running[block] == running[block - 1]:
+        block -= 1
+    left = target - (running[block - 1] if block else 0.0)
+    index = int(np.cumsum(blocks[block], dtype=np.float64).searchsorted(left, side="right"))
+    if index >= _DRAW_BLOCK:
+        index = int(np.flatnonzero(blocks[block])[-1])
+    return block * _DRAW_BLOCK + index
