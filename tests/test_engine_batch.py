@@ -65,9 +65,9 @@ def record_logits(monkeypatch: pytest.MonkeyPatch) -> dict[int, list[np.ndarray]
     seen: dict[int, list[np.ndarray]] = {}
     original = Generation.sample
 
-    def recording(self: Generation, logits: np.ndarray) -> Any:
+    def recording(self: Generation, logits: np.ndarray, *args: Any) -> Any:
         seen.setdefault(id(self.stats), []).append(logits.copy())
-        return original(self, logits)
+        return original(self, logits, *args)
 
     monkeypatch.setattr(Generation, "sample", recording)
     return seen
@@ -161,7 +161,8 @@ def test_reused_prefix_gives_the_same_tokens_as_a_fresh_run(tiny_model_path: Pat
     first, second = base + "First ending.<｜Assistant｜>", base + "Second ending.<｜Assistant｜>"
     with Engine(str(tiny_model_path), n_ctx=2048, n_parallel=1) as warm, \
             Engine(str(tiny_model_path), n_ctx=2048, n_parallel=1, reuse_prefix=False) as cold:
-        lone(warm, first, 4, seed=1)
+        first_stats = GenerationStats()  # kept alive: `seen` is keyed by id(), which a freed object gives away
+        lone(warm, first, 4, seed=1, stats=first_stats)
         stats, fresh_stats = GenerationStats(), GenerationStats()
         reused = lone(warm, second, 48, seed=9, stats=stats, sampling=greedy)
         fresh = lone(cold, second, 48, seed=9, stats=fresh_stats, sampling=greedy)
@@ -194,3 +195,23 @@ def test_more_generations_than_slots_is_an_error_not_a_hang(batch_engine: Engine
     for g in gens:
         g.close()
     assert batch_engine.free_slots() == 4
+
+
+def test_whole_vocabulary_sampling_draws_the_batch_in_one_pass(batch_engine: Engine,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """With OpenAI's default sampling (no top-k, top-p or min-p) every step draws the tokens of all
+    its generations from one array of logits rows."""
+    from autoparser.llama import engine as engine_module
+
+    rows_per_draw: list[int] = []
+    original = engine_module.draw_tokens
+
+    def counting(logits: np.ndarray, *args: Any) -> Any:
+        rows_per_draw.append(len(logits))
+        return original(logits, *args)
+
+    monkeypatch.setattr(engine_module, "draw_tokens", counting)
+    plain = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, min_p=0.0, seed=5)
+    out, _stats, steps = run_batch(batch_engine, [(PROMPTS[i], 24, i) for i in range(4)], sampling=plain)
+    assert [len(tokens) for tokens in out] == [24] * 4
+    assert rows_per_draw == [4] * 24

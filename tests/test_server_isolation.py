@@ -43,7 +43,7 @@ def crashing_worker(_settings: EngineSettings, conn: Connection, _busy_since: An
             open(marker, "w").close()
             os._exit(139)
         spec = rest[0]
-        conn.send((spec.job_id, ("done", ("answered", spec.completion))))
+        conn.send([(spec.job_id, ("done", ("answered", spec.completion)))])  # one message holds a list of events
 
 
 def wedged_worker(_settings: EngineSettings, conn: Connection, _busy_since: Any) -> None:
@@ -246,3 +246,34 @@ def test_a_plain_request_running_when_the_worker_dies_gets_a_5xx_error(server) -
     assert "restart" in error["message"] and error["code"] == "generation_error"
     wait_for(lambda: server.health()["worker"] == "ok", 120)
     assert server.health()["worker_restarts"] == health["worker_restarts"] + 1
+
+
+def test_the_worker_sends_events_together_and_a_first_text_or_an_end_at_once(monkeypatch: Any) -> None:
+    """The worker process' outbox: streamed text waits up to FLUSH_S to travel with later tokens,
+    in one message for every request; a request's first text and its end go with the round."""
+    from autoparser.server import supervisor
+
+    sent: list[Any] = []
+
+    class Pipe:
+        def send(self, message: Any) -> None:
+            sent.append(message)
+
+    monkeypatch.setattr(supervisor, "FLUSH_S", 60.0)
+    outbox = supervisor._Outbox(Pipe())  # type: ignore[arg-type]
+    outbox.add(1, ("deltas", ["a"]), urgent=True)
+    outbox.add(2, ("deltas", ["b"]), urgent=False)
+    outbox.flush_when_due()
+    assert sent == [[(1, ("deltas", ["a"])), (2, ("deltas", ["b"]))]]
+    outbox.add(1, ("deltas", ["c"]), urgent=False)
+    outbox.flush_when_due()
+    assert len(sent) == 1  # held back: FLUSH_S has not passed
+    outbox.add(2, ("done", "result"), urgent=True)
+    outbox.flush_when_due()
+    assert sent[1] == [(1, ("deltas", ["c"])), (2, ("done", "result"))]
+    monkeypatch.setattr(supervisor, "FLUSH_S", 0.0)
+    outbox.add(1, ("deltas", ["d"]), urgent=False)
+    outbox.flush_when_due()
+    assert sent[2] == [(1, ("deltas", ["d"]))]
+    outbox.flush_when_due()
+    assert len(sent) == 3  # nothing to send: no empty message

@@ -3,89 +3,56 @@
 
 1. Throughput: for each ``--parallel`` value a server is started; then 1, 2, 4 and 8 clients
    each send ``--requests`` streaming requests one after another, all clients at once
-   (``ignore_eos``, ``--tokens`` tokens each, a different seed and prompt per request). Printed
-   per row: the aggregate tokens/s (completion tokens of all requests over the wall time of the
-   round), time to first token (p50/p95, from sending the request to the first generated text),
-   how many requests were refused with 503, and the CPU time the server process and the clients
-   spent per token (Linux): on a machine shared with other work, wall-clock figures swing with
-   the load, CPU time much less.
+   (``ignore_eos``, ``--tokens`` tokens each, a different seed and prompt per request, the
+   server's default sampling). Printed per row: the aggregate tokens/s (completion tokens of
+   all requests over the wall time of the round), time to first token (p50/p95, from sending
+   the request to the first chunk after the role chunk), how many requests were refused with
+   503, and the CPU time spent per token (Linux) by the server's front end, its model worker
+   process and the clients: on a machine shared with other work, wall-clock figures swing with
+   the load, CPU time much less. With ``--rounds N`` every round runs N times and the median
+   tokens/s is printed.
 2. Prefix reuse: a conversation of about 1,500 prompt tokens, then its second turn (the first
    answer and a new question appended), with the prompt cache on and off
    (``--no-prefix-cache``). Printed: ``prompt_tokens``, ``cached_tokens`` and ``prefill_time``
    of both turns.
 
+The clients run in this process, on the same machine as the server. ``--client lean`` (the
+default) reads the SSE stream with the standard library's ``http.client``, takes the token
+count from the final ``usage`` chunk and parses no other chunk, so that the clients take as
+little CPU as possible from the server; ``--client httpx`` parses every chunk with httpx, and
+``--client openai`` streams through the ``openai`` package, as an application would.
+
 Without ``--model`` the tiny random-weight ``deepseek2`` model is built with llama.cpp's
 DeepSeek V3.1 template. The machine's load average is printed before and after: on a shared
-machine the figures swing with it.
+machine the figures swing with it. The summary at the end holds the acceptance figures.
 
 Usage::
 
-    python tools/bench_load.py [--model M.gguf] [--parallel 1,4] [--clients 1,2,4,8] [--tokens 96] [--threads N]
+    python tools/bench_load.py [--model M.gguf] [--parallel 1,4] [--clients 1,2,4,8] [--tokens 96]
+                               [--threads N] [--client lean|httpx|openai] [--rounds N]
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
-import re
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_server import server_cpu_seconds, start_server, stop_server, tiny_model  # noqa: E402
+
 TOPICS = ["rain", "snow", "the sea", "mountains", "cities", "trains", "birds", "clocks"]
-
-
-def tiny_model(out_dir: Path) -> Path:
-    sys.path.insert(0, str(REPO / "tools"))
-    import fetch_corpus
-    import make_tiny_model
-
-    template = fetch_corpus.templates_dir() / "deepseek-ai-DeepSeek-V3.1.jinja"
-    if not template.is_file():
-        fetch_corpus.fetch()
-    return make_tiny_model.build_tiny_model(out_dir / "tiny-v3.1.gguf", template.read_text(encoding="utf-8"),
-                                            vocab_path=fetch_corpus.vocab_path())
-
-
-def start_server(model: Path, log_path: Path, *args: str) -> tuple[subprocess.Popen, str]:
-    import httpx
-
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-    command = [sys.executable, "-m", "autoparser.server", "--model", str(model), "--port", "0",
-               "--log-level", "warning", "--max-queue", "64", *args]
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            sys.exit(f"the server exited:\n{log_path.read_text()}")
-        found = re.search(r"listening on (http://\S+)", log_path.read_text(errors="replace"))
-        if found:
-            try:
-                if httpx.get(found.group(1) + "/health", timeout=2).status_code == 200:
-                    return process, found.group(1)
-            except httpx.HTTPError:
-                pass
-        time.sleep(0.1)
-    process.kill()
-    sys.exit("the server did not start")
-
-
-def stop_server(process: subprocess.Popen) -> None:
-    process.send_signal(signal.SIGINT)
-    try:
-        process.wait(30)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(5)
+MODEL_NAME = "bench"
 
 
 @dataclass
@@ -95,17 +62,51 @@ class Outcome:
     refused: bool = False
 
 
-def streamed_request(url: str, n_tokens: int, seed: int) -> Outcome:
-    import httpx
-
-    body = {"stream": True, "max_tokens": n_tokens, "seed": seed, "ignore_eos": True,
+def request_body(n_tokens: int, seed: int) -> dict:
+    return {"model": MODEL_NAME, "stream": True, "max_tokens": n_tokens, "seed": seed, "ignore_eos": True,
             "stream_options": {"include_usage": True},
             "messages": [{"role": "user", "content": f"Request {seed}: say something about "
                                                      f"{TOPICS[seed % len(TOPICS)]}."}]}
+
+
+def lean_request(url: str, n_tokens: int, seed: int) -> Outcome:
+    """One streamed request read line by line: TTFT at the first data line after the role chunk,
+    the token count from the ``usage`` chunk; no other chunk is parsed."""
+    parts = urllib.parse.urlsplit(url)
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=600)
+    outcome = Outcome()
+    try:
+        start = time.perf_counter()
+        connection.request("POST", "/v1/chat/completions", body=json.dumps(request_body(n_tokens, seed)),
+                           headers={"Content-Type": "application/json"})
+        response = connection.getresponse()
+        if response.status == 503:
+            outcome.refused = True
+            return outcome
+        if response.status != 200:
+            raise RuntimeError(f"HTTP {response.status}: {response.read()[:300]!r}")
+        data_lines = 0
+        for line in response:
+            if not line.startswith(b"data: {"):
+                continue
+            data_lines += 1
+            if data_lines == 2:
+                outcome.ttft_s = time.perf_counter() - start
+            if b'"completion_tokens"' in line:
+                outcome.tokens = json.loads(line[6:])["usage"]["completion_tokens"]
+    finally:
+        connection.close()
+    return outcome
+
+
+def httpx_request(url: str, n_tokens: int, seed: int) -> Outcome:
+    """One streamed request through httpx, every chunk parsed; TTFT at the first generated text."""
+    import httpx
+
     outcome = Outcome()
     start = time.perf_counter()
-    with httpx.Client(base_url=url, timeout=600) as http, \
-            http.stream("POST", "/v1/chat/completions", json=body) as response:
+    with httpx.Client(base_url=url, timeout=600) as client, \
+            client.stream("POST", "/v1/chat/completions", json=request_body(n_tokens, seed)) as response:
         if response.status_code == 503:
             outcome.refused = True
             return outcome
@@ -123,16 +124,40 @@ def streamed_request(url: str, n_tokens: int, seed: int) -> Outcome:
     return outcome
 
 
-def cpu_seconds(pid: int) -> float:
-    """User plus system CPU time of a process so far (Linux; 0 elsewhere)."""
+def openai_request(url: str, n_tokens: int, seed: int) -> Outcome:
+    """One streamed request through the ``openai`` package; TTFT at the first generated text."""
+    import openai
+
+    body = request_body(n_tokens, seed)
+    extra = {"ignore_eos": body.pop("ignore_eos")}
+    outcome = Outcome()
+    client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=600)
+    start = time.perf_counter()
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        stream = client.chat.completions.create(**body, extra_body=extra)
+    except openai.APIStatusError as exc:
+        if exc.status_code == 503:
+            outcome.refused = True
+            return outcome
+        raise
+    with stream:
+        for chunk in stream:
+            if chunk.usage is not None:
+                outcome.tokens = chunk.usage.completion_tokens
+            delta = chunk.choices[0].delta if chunk.choices else None
+            if outcome.ttft_s is None and delta is not None and (
+                    delta.content or getattr(delta, "reasoning_content", None) or delta.tool_calls):
+                outcome.ttft_s = time.perf_counter() - start
+    client.close()
+    return outcome
 
 
-def load_round(url: str, clients: int, requests: int, n_tokens: int, seed0: int) -> tuple[float, list[Outcome]]:
+CLIENTS: dict[str, Callable[[str, int, int], Outcome]] = {
+    "lean": lean_request, "httpx": httpx_request, "openai": openai_request}
+
+
+def load_round(request: Callable[[str, int, int], Outcome], url: str, clients: int, requests: int,
+               n_tokens: int, seed0: int) -> tuple[float, list[Outcome]]:
     """All clients at once, each sending `requests` requests in turn: (wall seconds, outcomes)."""
     outcomes: list[Outcome] = []
     lock = threading.Lock()
@@ -141,7 +166,7 @@ def load_round(url: str, clients: int, requests: int, n_tokens: int, seed0: int)
     def client(index: int) -> None:
         barrier.wait()
         for r in range(requests):
-            outcome = streamed_request(url, n_tokens, seed0 + index * requests + r)
+            outcome = request(url, n_tokens, seed0 + index * requests + r)
             with lock:
                 outcomes.append(outcome)
 
@@ -163,36 +188,62 @@ def percentile(values: list[float], q: float) -> float:
 
 def throughput(model: Path, tmp: Path, parallel: int, args: argparse.Namespace) -> list[dict]:
     process, url = start_server(model, tmp / f"server-p{parallel}.log", "--parallel", str(parallel),
-                                "--n-ctx", str(args.n_ctx), *args.server_args)
+                                "--n-ctx", str(args.n_ctx), "--max-queue", "64",
+                                "--served-model-name", MODEL_NAME, *args.server_args)
+    request = CLIENTS[args.client]
     rows = []
     try:
-        streamed_request(url, 8, 0)  # warm-up
+        request(url, 8, 0)  # warm-up
         for clients in args.clients:
-            server_cpu, own_cpu = cpu_seconds(process.pid), time.process_time()
-            wall, outcomes = load_round(url, clients, args.requests, args.tokens, seed0=1000 * clients)
-            server_cpu, own_cpu = cpu_seconds(process.pid) - server_cpu, time.process_time() - own_cpu
-            done = [o for o in outcomes if not o.refused]
-            n_tokens = max(1, sum(o.tokens for o in done))
-            ttfts = [o.ttft_s for o in done if o.ttft_s is not None]
-            rows.append({"parallel": parallel, "clients": clients, "requests": len(outcomes),
-                         "refused": len(outcomes) - len(done), "tokens": sum(o.tokens for o in done),
-                         "complete": all(o.tokens == args.tokens for o in done),
-                         "tokens_per_s": sum(o.tokens for o in done) / wall,
-                         "ttft_p50_ms": 1000 * statistics.median(ttfts) if ttfts else float("nan"),
-                         "ttft_p95_ms": 1000 * percentile(ttfts, 0.95),
-                         "server_cpu_us": 1e6 * server_cpu / n_tokens, "client_cpu_us": 1e6 * own_cpu / n_tokens})
+            rounds = [measured_round(request, url, process.pid, clients, args) for _ in range(args.rounds)]
+            row = rounds[0] if len(rounds) == 1 else combined(rounds)
+            rows.append({"parallel": parallel, "clients": clients, **row})
             print(_row_text(rows[-1]), flush=True)
     finally:
         stop_server(process)
     return rows
 
 
+def measured_round(request: Callable[[str, int, int], Outcome], url: str, pid: int, clients: int,
+                   args: argparse.Namespace) -> dict:
+    server_before, own_before = server_cpu_seconds(pid), time.process_time()
+    wall, outcomes = load_round(request, url, clients, args.requests, args.tokens, seed0=1000 * clients)
+    server_after, own_cpu = server_cpu_seconds(pid), time.process_time() - own_before
+    done = [o for o in outcomes if not o.refused]
+    n_tokens = sum(o.tokens for o in done)
+    per_token = 1e6 / max(1, n_tokens)
+    ttfts = [o.ttft_s for o in done if o.ttft_s is not None]
+    return {"requests": len(outcomes), "refused": len(outcomes) - len(done), "tokens": n_tokens,
+            "complete": all(o.tokens == args.tokens for o in done), "tokens_per_s": n_tokens / wall,
+            "ttft_p50_ms": 1000 * statistics.median(ttfts) if ttfts else float("nan"),
+            "ttft_p95_ms": 1000 * percentile(ttfts, 0.95), "ttfts": ttfts,
+            "front_cpu_us": per_token * (server_after["front"] - server_before["front"]),
+            "worker_cpu_us": per_token * (server_after["worker"] - server_before["worker"]),
+            "client_cpu_us": per_token * own_cpu}
+
+
+def combined(rounds: list[dict]) -> dict:
+    """Several runs of one round: medians of the rates and CPU times, TTFT over all requests."""
+    ttfts = [t for r in rounds for t in r["ttfts"]]
+    out = {key: statistics.median(r[key] for r in rounds)
+           for key in ("tokens_per_s", "front_cpu_us", "worker_cpu_us", "client_cpu_us")}
+    return {**out, "requests": sum(r["requests"] for r in rounds), "refused": sum(r["refused"] for r in rounds),
+            "tokens": sum(r["tokens"] for r in rounds), "complete": all(r["complete"] for r in rounds),
+            "ttft_p50_ms": 1000 * statistics.median(ttfts) if ttfts else float("nan"),
+            "ttft_p95_ms": 1000 * percentile(ttfts, 0.95), "ttfts": ttfts,
+            "all_tokens_per_s": [r["tokens_per_s"] for r in rounds]}
+
+
 def _row_text(row: dict) -> str:
-    return (f"--parallel {row['parallel']}  {row['clients']} client(s): {row['tokens_per_s']:7.1f} tokens/s  "
+    rates = row.get("all_tokens_per_s")
+    spread = f" (rounds: {', '.join(f'{r:.0f}' for r in rates)})" if rates else ""
+    server = row["front_cpu_us"] + row["worker_cpu_us"]
+    return (f"--parallel {row['parallel']}  {row['clients']} client(s): {row['tokens_per_s']:7.1f} tokens/s{spread}  "
             f"TTFT p50 {row['ttft_p50_ms']:6.1f} ms  p95 {row['ttft_p95_ms']:6.1f} ms  "
             f"{row['requests']} requests, {row['refused']} refused, "
             f"{'all tokens' if row['complete'] else 'TOKENS MISSING'}; "
-            f"CPU per token: server {row['server_cpu_us']:.0f} us, clients {row['client_cpu_us']:.0f} us")
+            f"CPU per token: server {server:.0f} us (front end {row['front_cpu_us']:.0f}, "
+            f"model worker {row['worker_cpu_us']:.0f}), clients {row['client_cpu_us']:.0f} us")
 
 
 def conversation(n_sentences: int) -> list[dict]:
@@ -231,6 +282,29 @@ def second_turn(model: Path, tmp: Path, reuse: bool, args: argparse.Namespace) -
             "prefill_ms": [t["prefill_time"] for t in turns]}
 
 
+def print_summary(rows: list[dict], turns: list[dict], args: argparse.Namespace) -> None:
+    """The acceptance figures in one place: one client on --parallel 1 against 8 on the largest."""
+    print(f"summary ({args.client} clients, {' '.join(args.server_args) or 'default threads'}):")
+    one = next((r for r in rows if r["parallel"] == 1 and r["clients"] == 1), None)
+    for row in rows:
+        if row is one or row["clients"] == max(args.clients):
+            server = row["front_cpu_us"] + row["worker_cpu_us"]
+            print(f"  {row['clients']} client(s), --parallel {row['parallel']}: {row['tokens_per_s']:.0f} tokens/s, "
+                  f"TTFT p50 {row['ttft_p50_ms']:.0f} ms p95 {row['ttft_p95_ms']:.0f} ms, CPU per token: "
+                  f"server {server:.0f} us (front end {row['front_cpu_us']:.0f} + model worker "
+                  f"{row['worker_cpu_us']:.0f}), clients {row['client_cpu_us']:.0f} us, "
+                  f"{row['refused']} refused, {'all tokens' if row['complete'] else 'TOKENS MISSING'}")
+            if one is not None and row is not one:
+                print(f"    = {row['tokens_per_s'] / one['tokens_per_s']:.2f}x one client on --parallel 1 "
+                      "(goal for 8 clients on --parallel 4: 2.5x or more)")
+    for turn in turns:
+        (p1, p2), (_, c2), (t1, t2) = turn["prompt_tokens"], turn["cached_tokens"], turn["prefill_ms"]
+        label = "with reuse   " if turn["reuse"] else "without reuse"
+        print(f"  second turn {label}: prompt {p1} -> {p2} tokens, cached {c2} ({100 * c2 / p2:.0f} %), "
+              f"prefill {t1:.1f} ms -> {t2:.1f} ms ({100 * t2 / t1:.0f} % of the first turn; goals: "
+              "80 % cached or more, 30 % or less)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", help="GGUF model (default: the tiny deepseek2 model)")
@@ -242,7 +316,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sentences", type=int, default=72,
                         help="sentences in the conversation's first message (default 72: ~1,500 tokens)")
     parser.add_argument("--skip-load", action="store_true", help="only the second-turn measurement")
+    parser.add_argument("--skip-reuse", action="store_true", help="only the throughput measurement")
     parser.add_argument("--threads", type=int, help="the servers' --threads (default: theirs)")
+    parser.add_argument("--client", choices=sorted(CLIENTS), default="lean",
+                        help="how the clients read the stream (default lean: see above)")
+    parser.add_argument("--rounds", type=int, default=1, help="runs of every round; medians printed (default 1)")
     args = parser.parse_args(argv)
     args.clients = [int(c) for c in args.clients.split(",")]
     args.server_args = ["--threads", str(args.threads)] if args.threads else []
@@ -252,23 +330,15 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         model = Path(args.model) if args.model else tiny_model(tmp)
-        print(f"model: {model.name}, {args.tokens} tokens per request, {args.requests} request(s) per client")
+        print(f"model: {model.name}, {args.tokens} tokens per request, {args.requests} request(s) per client, "
+              f"{args.client} clients, {args.rounds} round(s) each, server flags: "
+              f"{' '.join(args.server_args) or '(defaults)'}")
         rows: list[dict] = []
         if not args.skip_load:
             for parallel in parallels:
                 rows += throughput(model, tmp, parallel, args)
-        turns = [second_turn(model, tmp, reuse, args) for reuse in (True, False)]
-    if rows:
-        one = next((r for r in rows if r["parallel"] == 1 and r["clients"] == 1), rows[0])
-        for row in rows:
-            if row["clients"] == 8:
-                print(f"8 clients, --parallel {row['parallel']}: {row['tokens_per_s'] / one['tokens_per_s']:.2f}x "
-                      "one client's aggregate tokens/s on --parallel 1 (goal for --parallel 4: 2.5x or more)")
-    for turn in turns:
-        (p1, p2), (_, c2), (t1, t2) = turn["prompt_tokens"], turn["cached_tokens"], turn["prefill_ms"]
-        label = "with reuse   " if turn["reuse"] else "without reuse"
-        print(f"second turn {label}: prompt {p1} -> {p2} tokens, cached {c2} ({100 * c2 / p2:.0f} %), "
-              f"prefill {t1:.1f} ms -> {t2:.1f} ms ({100 * t2 / t1:.0f} % of the first turn)")
+        turns = [] if args.skip_reuse else [second_turn(model, tmp, reuse, args) for reuse in (True, False)]
+    print_summary(rows, turns, args)
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
 

@@ -24,55 +24,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import re
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_server import start_server, stop_server, tiny_model  # noqa: E402
+
 MESSAGES = [{"role": "user", "content": "Write a long story about the weather in Paris."}]
 SAMPLING = {"temperature": 0.8, "top_p": 0.95, "top_k": 40, "min_p": 0.05}  # llama.cpp's defaults
-
-
-def tiny_model(out_dir: Path) -> Path:
-    sys.path.insert(0, str(REPO / "tools"))
-    import fetch_corpus
-    import make_tiny_model
-
-    template = fetch_corpus.templates_dir() / "deepseek-ai-DeepSeek-V3.1.jinja"
-    if not template.is_file():
-        fetch_corpus.fetch()
-    return make_tiny_model.build_tiny_model(out_dir / "tiny-v3.1.gguf", template.read_text(encoding="utf-8"),
-                                            vocab_path=fetch_corpus.vocab_path())
-
-
-def start_server(model: Path, n_ctx: int, log_path: Path) -> tuple[subprocess.Popen, str]:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-    command = [sys.executable, "-m", "autoparser.server", "--model", str(model), "--port", "0",
-               "--n-ctx", str(n_ctx), "--log-level", "warning", "--served-model-name", "bench"]
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
-    import httpx
-
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            sys.exit(f"the server exited:\n{log_path.read_text()}")
-        found = re.search(r"listening on (http://\S+)", log_path.read_text(errors="replace"))
-        if found:
-            try:
-                if httpx.get(found.group(1) + "/health", timeout=2).status_code == 200:
-                    return process, found.group(1)
-            except httpx.HTTPError:
-                pass
-        time.sleep(0.1)
-    process.kill()
-    sys.exit("the server did not start")
 
 
 def server_run(http, n_tokens: int, seed: int) -> tuple[int, float]:  # type: ignore[no-untyped-def]
@@ -130,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         model = Path(args.model) if args.model else tiny_model(Path(tmp))
-        process, url = start_server(model, args.n_ctx, Path(tmp) / "server.log")
+        process, url = start_server(model, Path(tmp) / "server.log", "--n-ctx", str(args.n_ctx),
+                                    "--served-model-name", "bench")
         try:
             with httpx.Client(base_url=url, timeout=300) as http:
                 rendered = http.post("/v1/chat/completions", json={
@@ -152,8 +115,7 @@ def main(argv: list[str] | None = None) -> int:
                         n, seconds = run()
                         rates[name].append(n / seconds)
         finally:
-            process.send_signal(signal.SIGINT)
-            process.wait(30)
+            stop_server(process)
     median = {name: statistics.median(values) for name, values in rates.items()}
     print(f"model: {model.name}, {args.tokens} tokens per run, {args.runs} runs, seed {args.seed}")
     labels = {"server": "server, streaming (SSE)", "bare": "llama-cpp-python create_completion",

@@ -28,6 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import llama_cpp
 import numpy as np
@@ -37,7 +38,7 @@ from autoparser.llama.grammar_check import create_grammar_sampler, find_token_re
 from autoparser.llama.lazy_guard import LazyTriggerGuard
 from autoparser.llama.logprobs import TokenLogprob, token_logprobs
 from autoparser.llama.long_runs import tokenizer_pieces
-from autoparser.llama.sampling import GrammarSpec, SamplingParams, TokenSampler
+from autoparser.llama.sampling import GrammarSpec, SamplingParams, TokenSampler, draw_tokens
 from autoparser.llama.token_trie import TokenTrie
 from autoparser.llama.utf8 import continuation_state, incomplete_tail
 
@@ -46,6 +47,8 @@ __all__ = ["Engine", "GeneratedToken", "Generation", "GenerationStats", "Grammar
 _SPECIAL_ATTRS = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED
 #: Most slots one engine runs; llama.cpp's own limit on sequences is higher.
 MAX_PARALLEL = 64
+#: "No first pick drawn yet" (token ids are never negative; None means nothing could be drawn).
+NOT_DRAWN = -1
 #: Tokens tried per step before giving up when every pick would fire a lazy trigger the grammar rejects.
 _MAX_TRIGGER_RETRIES = 64
 
@@ -265,28 +268,18 @@ class Engine:
 
     # ------------------------------------------------------------------ generation
 
-    def generate(
-        self,
-        prompt_tokens: list[int],
-        max_tokens: int,
-        sampling: SamplingParams,
-        grammar: GrammarSpec | None = None,
-        stop_token_ids: Sequence[int] = (),
-        ignore_eos: bool = False,
-        should_stop: Callable[[], bool] | None = None,
-        stats: GenerationStats | None = None,
-    ) -> Iterator[GeneratedToken]:
+    def generate(self, *args: Any, **kwargs: Any) -> Iterator[GeneratedToken]:
         """Yield sampled tokens until end of generation, a stop token, ``max_tokens``, the context end or cancellation.
 
-        Validation (prompt length, grammar) happens before the first token is yielded and raises
-        ``ValueError`` (``GrammarError`` for grammars). ``should_stop`` is polled before every
-        token; closing the iterator also stops generation. End-of-generation and stop tokens end
-        the run without being yielded. The generation runs alone; several at once go through
-        :meth:`new_generation` and :meth:`step`.
+        Takes the arguments of :meth:`new_generation` (``prompt_tokens``, ``max_tokens``,
+        ``sampling``, then ``grammar``, ``stop_token_ids``, ``ignore_eos``, ``should_stop`` and
+        ``stats``). Validation (prompt length, grammar) happens before the first token is yielded
+        and raises ``ValueError`` (``GrammarError`` for grammars). ``should_stop`` is polled
+        before every token; closing the iterator also stops generation. End-of-generation and
+        stop tokens end the run without being yielded. The generation runs alone; several at once
+        go through :meth:`new_generation` and :meth:`step`.
         """
-        generation = self.new_generation(prompt_tokens, max_tokens, sampling, grammar, stop_token_ids,
-                                         ignore_eos, should_stop, stats)
-        return self._run_alone(generation)
+        return self._run_alone(self.new_generation(*args, **kwargs))
 
     def new_generation(
         self,
@@ -301,7 +294,8 @@ class Engine:
     ) -> Generation:
         """A checked generation, ready to join :meth:`step` (it takes a slot at its first step).
 
-        Raises like :meth:`generate`. The caller closes it (:meth:`Generation.close`) when done.
+        Raises ``ValueError`` for a prompt that does not fit a slot and ``GrammarError`` for a bad
+        grammar. The caller closes it (:meth:`Generation.close`) when done.
         """
         prompt = [int(t) for t in prompt_tokens]
         self._check_prompt(prompt)
@@ -443,10 +437,32 @@ class Engine:
         rows = self._decode_plan(plan)
         position = {id(generations[i]): i for i in live}
         self._load_step_logits(sum(row >= 0 for row in rows))
-        for (generation, _chunk, _wants), row in zip(plan, rows, strict=True):
-            if row >= 0:
-                results[position[id(generation)]] = generation.sample(self._logits(row))
+        sampling = [(generation, self._logits(row))
+                    for (generation, _chunk, _wants), row in zip(plan, rows, strict=True) if row >= 0]
+        firsts = self._draw_together(sampling)
+        for (generation, logits), first in zip(sampling, firsts, strict=True):
+            results[position[id(generation)]] = generation.sample(logits, first)
         return results
+
+    def _draw_together(self, sampling: list[tuple[Generation, np.ndarray]]) -> list[int | None]:
+        """For (generation, its logits): the first picks of the generations that draw in numpy,
+        for all of them in one pass over their rows; ``NOT_DRAWN`` for the others (they sample
+        one by one). Each generation
+        uses its own seeded generator and leaves out what it would alone, so a pick is the one a
+        lone step on the same logits makes."""
+        firsts: list[int | None] = [NOT_DRAWN] * len(sampling)
+        chosen = [i for i, (generation, _row) in enumerate(sampling) if generation.draws_next_in_numpy()]
+        if len(chosen) < 2:  # one row is drawn the same way by its own sampler
+            return firsts
+        generations = [sampling[i][0] for i in chosen]
+        rows = [sampling[i][1] for i in chosen]
+        samplers = [generation.sampler for generation in generations]
+        excluded = [g.sampler.excluded(() if (b := g.utf8_breaking()) is None else b) for g in generations]
+        picks = draw_tokens(rows, np.array([s.temperature for s in samplers]), np.array([s.min_p for s in samplers]),
+                            excluded, np.array([s.rng.random() for s in samplers]))
+        for i, token in zip(chosen, picks, strict=True):
+            firsts[i] = token
+        return firsts
 
     def _attach(self, generation: Generation) -> None:
         """Give the generation the free slot sharing the longest prefix; drop that slot's other tokens."""
@@ -564,23 +580,27 @@ class Engine:
         self._step_base = ctypes.cast(ptr, ctypes.c_void_p).value or 0
         self._step_rows = np.ctypeslib.as_array(ptr, shape=(n_outputs, self.n_vocab))
 
-    def _logits(self, row: int) -> np.ndarray:
-        """The logits of batch position ``row``: llama.cpp says where its output row is."""
+    def _row_index(self, row: int) -> int:
+        """Where the logits of batch position ``row`` are in the step's array: llama.cpp says."""
         ptr = llama_cpp.llama_get_logits_ith(self._ctx, row)
         if not ptr:
             raise RuntimeError("llama.cpp returned no logits")
-        index = ((ctypes.cast(ptr, ctypes.c_void_p).value or 0) - self._step_base) // (4 * self.n_vocab)
-        return self._step_rows[index]
+        return ((ctypes.cast(ptr, ctypes.c_void_p).value or 0) - self._step_base) // (4 * self.n_vocab)
 
-    def _next_token(self, generation: Generation, logits: np.ndarray) -> int | None:
+    def _logits(self, row: int) -> np.ndarray:
+        """The logits of batch position ``row`` (a view of llama.cpp's buffer, valid for this step)."""
+        return self._step_rows[self._row_index(row)]
+
+    def _next_token(self, generation: Generation, logits: np.ndarray, first: int | None = NOT_DRAWN) -> int | None:
         """Sample a token; with a lazy grammar, resample while the token would make its trigger abort.
 
         End-of-generation and stop tokens end the run without reaching the grammar, so they pass
         (once the text is complete UTF-8: inside a character only its next byte may come).
+        ``first`` is the first pick when it was drawn already (:meth:`_draw_together`).
         """
         sampler, guard, stop_ids = generation.sampler, generation.guard, generation.stop_ids
         breaking = generation.utf8_breaking()
-        token = sampler.sample(logits, exclude=breaking if breaking is not None else ())
+        token = first if first != NOT_DRAWN else sampler.sample(logits, exclude=breaking if breaking is not None else ())
         if token is None and breaking is not None:  # only such tokens are allowed
             breaking = None
             token = sampler.sample(logits)
@@ -662,8 +682,14 @@ class Generation:
         self.sampler.feed_prompt(self.prompt)
         self._started = time.perf_counter()
 
-    def sample(self, logits: np.ndarray) -> GeneratedToken | None:
-        """The next token from the logits after ``pending`` was decoded; None when the generation ends."""
+    def draws_next_in_numpy(self) -> bool:
+        """Will :meth:`sample` draw its first pick in numpy (rather than end on its budget)?"""
+        return self.sampler.draws_in_numpy and not self.finished and self.stats.completion_tokens < self.budget
+
+    def sample(self, logits: np.ndarray, first: int | None = NOT_DRAWN) -> GeneratedToken | None:
+        """The next token from the logits after ``pending`` was decoded; None when the generation ends.
+
+        ``first``: the first pick, when the engine drew it for the whole batch (else ``NOT_DRAWN``)."""
         now = time.perf_counter()
         if self._mark is None:
             self.stats.prefill_ms = (now - self._started) * 1000.0
@@ -671,7 +697,7 @@ class Generation:
         if self.stats.completion_tokens >= self.budget:
             self.finish("length")
             return None
-        token = self.engine._next_token(self, logits)
+        token = self.engine._next_token(self, logits, first)
         if token is None:  # the grammar allows nothing more (complete, and end-of-generation is banned)
             self.finish("stop")
             return None

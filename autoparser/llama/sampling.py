@@ -20,6 +20,11 @@ into both the grammar and the penalty history.
 
 A token the grammar has not allowed is never passed to ``llama_sampler_accept`` on the grammar:
 llama.cpp aborts the process on that.
+
+Without a grammar, penalties, top-k or top-p, sampling is a softmax over the whole vocabulary
+(min-p and temperature applied) and one random draw. llama.cpp's chain sorts the vocabulary for
+that; :func:`draw_tokens` does it in a few numpy passes instead, for one row or for every row of
+a batch step at once, with the sampler's own seeded generator (:attr:`TokenSampler.draws_in_numpy`).
 """
 
 from __future__ import annotations
@@ -143,6 +148,12 @@ class TokenSampler:
         self.min_p = (
             float(params.min_p) if params.min_p and 0.0 < params.min_p <= 1.0 and not self.greedy else 0.0
         )
+        self.temperature = float(params.temperature)
+        # Plain whole-vocabulary sampling is drawn in numpy (see the module's docstring).
+        self.draws_in_numpy = (grammar is None and not self.greedy and not self.top_k
+                               and not 0.0 < params.top_p < 1.0 and params.repetition_penalty == 1.0
+                               and not params.presence_penalty and not params.frequency_penalty)
+        self.rng = np.random.default_rng(None if params.seed is None else int(params.seed) & 0xFFFFFFFF)
         self.candidates = _Candidates(n_vocab)
         self.scratch = _Candidates(n_vocab)
         self.banned = np.array(sorted(set(banned_tokens)), dtype=np.int64) if banned_tokens else None
@@ -154,7 +165,7 @@ class TokenSampler:
         self.repetition = None
         self.presence = None
         self._make_penalties(params, penalty_window)
-        self.picker = self._make_picker(params)
+        self.picker = None if self.draws_in_numpy else self._make_picker(params)
         self.grammar_fallbacks = 0  # tokens sampled from the grammar-filtered distribution, not a first pick
         self._exclude: Sequence[int] | np.ndarray = ()
         self._restrictive = False  # did the last grammar state admit fewer tokens than top-k uses?
@@ -212,6 +223,8 @@ class TokenSampler:
         ``exclude`` bans tokens for this step only (the engine uses it for tokens that would
         break UTF-8 or fire a lazy trigger the grammar rejects).
         """
+        if self.draws_in_numpy:
+            return draw_token(logits, self.temperature, self.min_p, self.excluded(exclude), self.rng.random())
         cand = self.candidates
         self._exclude = exclude
         self._load_adjusted(logits)
@@ -232,6 +245,13 @@ class TokenSampler:
         self._load_adjusted(logits)
         adjusted = cand.logits()
         return self._pick_among(self._best_allowed(adjusted), adjusted)
+
+    def excluded(self, exclude: Sequence[int] | np.ndarray = ()) -> np.ndarray | None:
+        """The tokens a numpy draw leaves out: the banned ones and ``exclude``."""
+        if not len(exclude):
+            return self.banned
+        exclude = np.asarray(exclude, dtype=np.int64)
+        return exclude if self.banned is None else np.concatenate((self.banned, exclude))
 
     def _pick_among(self, ids: np.ndarray, adjusted: np.ndarray) -> int | None:
         """Run the picking chain over the given candidates (best first)."""
@@ -336,7 +356,8 @@ class TokenSampler:
         """Record a generated token in the penalty history and, unless told otherwise, the grammar."""
         for penalty in self._penalty_samplers():
             llama_cpp.llama_sampler_accept(penalty, token)
-        llama_cpp.llama_sampler_accept(self.picker, token)
+        if self.picker is not None:
+            llama_cpp.llama_sampler_accept(self.picker, token)
         if into_grammar and self.grammar is not None:
             llama_cpp.llama_sampler_accept(self.grammar, token)
 
@@ -361,3 +382,95 @@ def _top_indices(scores: np.ndarray, n: int) -> np.ndarray:
         return np.argsort(-scores, kind="stable")
     part = np.argpartition(-scores, n - 1)[:n]
     return part[np.argsort(-scores[part], kind="stable")]
+
+
+#: Tokens per block in :func:`draw_tokens`: the draw finds its block from the blocks' sums, then
+#: its token from a running sum over that block only (a running sum over the whole vocabulary
+#: costs more than everything else together).
+_DRAW_BLOCK = 1024
+
+
+def draw_tokens(logits: np.ndarray | Sequence[np.ndarray], temperature: np.ndarray, min_p: np.ndarray,
+                excluded: Sequence[np.ndarray | None], uniforms: np.ndarray) -> list[int | None]:
+    """One token per row of ``logits`` (rows × vocabulary, or a list of rows), drawn from the
+    softmax of that row.
+
+    Row ``r`` leaves out the tokens ``excluded[r]`` (None: none) and those whose probability is
+    below ``min_p[r]`` times the best one's (0: no cut), divides the logits by ``temperature[r]``
+    (> 0), and picks the token where the cumulative probability passes ``uniforms[r]`` (in
+    [0, 1)) of the total: the inverse-CDF draw, one random number per token. None for a row
+    whose tokens are all left out. The input is not modified (llama.cpp owns it).
+    """
+    n_rows, n_vocab = len(uniforms), len(logits[0])
+    width = -(-n_vocab // _DRAW_BLOCK) * _DRAW_BLOCK
+    weights = np.empty((n_rows, width), dtype=np.float32)
+    weights[:, n_vocab:] = -np.inf  # padding to whole blocks: weight 0
+    scores = weights[:, :n_vocab]
+    for row in range(n_rows):
+        scores[row] = logits[row]
+    for row, ids in enumerate(excluded):
+        if ids is not None and len(ids):
+            scores[row, ids] = -np.inf
+    best = scores.max(axis=1, keepdims=True)
+    empty = ~np.isfinite(best[:, 0])
+    best[empty] = 0.0
+    min_p = np.asarray(min_p, dtype=np.float32)
+    if (min_p > 0).any():
+        with np.errstate(divide="ignore"):
+            floor = best + np.log(min_p)[:, np.newaxis]
+        scores[scores < floor] = -np.inf
+    scores -= best
+    scores /= np.asarray(temperature, dtype=np.float32)[:, np.newaxis]
+    np.exp(weights, out=weights)
+    blocks = weights.reshape(n_rows, -1, _DRAW_BLOCK)
+    running = np.cumsum(blocks.sum(axis=2), axis=1, dtype=np.float64)
+    targets = np.asarray(uniforms, dtype=np.float64) * running[:, -1]
+    tokens: list[int | None] = []
+    for row in range(n_rows):
+        if empty[row]:
+            tokens.append(None)
+            continue
+        # the first block, then the first token in it, whose running sum passes the target:
+        # never a token of weight 0
+        block = min(int(np.searchsorted(running[row], targets[row], side="right")), running.shape[1] - 1)
+        while block > 0 and running[row, block] == running[row, block - 1]:
+            block -= 1  # the target rounded up past the last block with any weight
+        left = targets[row] - (running[row, block - 1] if block else 0.0)
+        inside = np.cumsum(blocks[row, block], dtype=np.float64)
+        index = int(np.searchsorted(inside, left, side="right"))
+        if index >= _DRAW_BLOCK:  # rounding between the block's sum and its running sum
+            index = int(np.flatnonzero(blocks[row, block])[-1])
+        tokens.append(block * _DRAW_BLOCK + index)
+    return tokens
+
+
+def draw_token(logits: np.ndarray, temperature: float, min_p: float, excluded: np.ndarray | None,
+               uniform: float) -> int | None:
+    """:func:`draw_tokens` for one row, with the same arithmetic step for step (so the same
+    token), without the per-row bookkeeping that costs more than the work on a small vocabulary."""
+    n_vocab = len(logits)
+    weights = np.empty(-(-n_vocab // _DRAW_BLOCK) * _DRAW_BLOCK, dtype=np.float32)
+    weights[n_vocab:] = -np.inf
+    scores = weights[:n_vocab]
+    scores[...] = logits
+    if excluded is not None and len(excluded):
+        scores[excluded] = -np.inf
+    best = scores.max()
+    if not math.isfinite(best):
+        return None
+    if min_p > 0:
+        scores[scores < best + np.log(np.float32(min_p))] = -np.inf
+    scores -= best
+    scores /= np.float32(temperature)
+    np.exp(weights, out=weights)
+    blocks = weights.reshape(-1, _DRAW_BLOCK)
+    running = np.cumsum(blocks.sum(axis=1), dtype=np.float64)
+    target = np.float64(uniform) * running[-1]
+    block = min(int(running.searchsorted(target, side="right")), len(running) - 1)
+    while block > 0 and running[block] == running[block - 1]:
+        block -= 1
+    left = target - (running[block - 1] if block else 0.0)
+    index = int(np.cumsum(blocks[block], dtype=np.float64).searchsorted(left, side="right"))
+    if index >= _DRAW_BLOCK:
+        index = int(np.flatnonzero(blocks[block])[-1])
+    return block * _DRAW_BLOCK + index

@@ -7,8 +7,10 @@ weights and runs the usual `GenerationWorker` over its `Engine`. `SupervisedWork
 drop-in for `GenerationWorker` on the front end's side:
 
 - `submit` sends a picklable description of the job (prompt tokens, sampling, grammar, the
-  `Completion` that parses the output, ...) down a pipe; the worker process sends the job's
-  events back (`deltas`, then `done` with the finished `Completion`'s state, or `error`).
+  `Completion` that parses the output, ...) down a pipe; the worker process sends the jobs'
+  events back (`deltas`, then `done` with the finished `Completion`'s state, or `error`), the
+  events of all running jobs in one message, at most every `FLUSH_S` while tokens stream and at
+  once when a job ends: one crossing and one wake-up for several tokens.
 - A cancelled job (the client went away) is cancelled in the worker process too. A job that
   is still running `CANCEL_GRACE_S` after its cancellation, or one step of the generation
   (a batch's next tokens, grammars included) or a job's set-up that takes over `STEP_LIMIT_S`,
@@ -20,7 +22,7 @@ drop-in for `GenerationWorker` on the front end's side:
   a new worker loads the model again, and the waiting jobs, and those submitted meanwhile, run
   once it is up. `/health` reports `worker: restarting` until then, and counts the restarts.
 
-The queue bound (`max_queue`, then 503) is kept here too.
+The queue bound (`max_queue`, then 503) is kept here, by the same `QueueBound` as in-process.
 """
 
 from __future__ import annotations
@@ -38,8 +40,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
-from autoparser.server.errors import overloaded
-from autoparser.server.worker import GenerationJob, GenerationResult, ReasoningPhase
+from autoparser.server.worker import GenerationJob, GenerationResult, QueueBound, ReasoningPhase
 
 log = logging.getLogger("autoparser.server")
 
@@ -52,6 +53,10 @@ POLL_S = 0.05
 """How often the supervisor looks at cancellations and the step clock."""
 RESTART_PAUSE_S = 2.0
 """Wait between failed attempts to start the worker again."""
+FLUSH_S = 0.01
+"""Longest the worker process holds streamed text to send it together with later tokens: a
+stream then arrives in pieces of up to 10 ms of tokens, with a fraction of the per-token
+crossings, wake-ups and socket writes of the front end and the clients."""
 
 
 @dataclass(frozen=True)
@@ -122,7 +127,7 @@ class SupervisedWorker:
         self._target = target or worker_main
         """The worker process' entry point (module-level, for `spawn`)."""
         self.n_parallel = settings.n_parallel
-        self._max_queue = max_queue
+        self._bound = QueueBound(max_queue, settings.n_parallel)
         self._cancel_grace_s = cancel_grace_s
         self._step_limit_s = step_limit_s
         self._busy_since: Any = None
@@ -130,7 +135,6 @@ class SupervisedWorker:
         self._lock = threading.Lock()
         self._send_lock = threading.Lock()
         self._entries: dict[int, _Entry] = {}
-        self._reserved = 0
         self._next_id = 0
         self._process: Any = None
         self._conn: Connection | None = None
@@ -138,7 +142,6 @@ class SupervisedWorker:
         self._stopping = False
         self.restarts = 0
         self.facts: EngineFacts | None = None
-        self._average_s = 5.0
         self._thread = threading.Thread(target=self._supervise, name="autoparser-supervisor", daemon=True)
 
     # -- front-end side ------------------------------------------------------------------------
@@ -151,12 +154,11 @@ class SupervisedWorker:
         return self.facts
 
     def submit(self, job: GenerationJob, reserved: bool = False) -> None:
-        """Queue a job, or raise a 503 `APIError` when `max_queue` jobs are already waiting;
-        with `reserved`, the job takes the place `reserve` kept for it."""
+        """Queue a job, or raise a 503 `APIError` when `max_queue` jobs are already waiting
+        (`QueueBound`); with `reserved`, the job takes the place `reserve` kept for it."""
         if not reserved:
             self.reserve()
         with self._lock:
-            self._reserved -= 1
             job_id = self._next_id
             self._next_id += 1
             self._entries[job_id] = _Entry(job, submitted=time.perf_counter())
@@ -164,18 +166,14 @@ class SupervisedWorker:
 
     def reserve(self) -> None:
         """Keep a place in the queue (503 when there is none) for a request still being prepared."""
-        with self._lock:
-            if len(self._entries) + self._reserved - self.n_parallel >= self._max_queue:
-                raise overloaded(self.retry_after_s())
-            self._reserved += 1
+        self._bound.reserve()
 
     def release(self) -> None:
         """Give back a place `reserve` kept, for a request whose preparation failed."""
-        with self._lock:
-            self._reserved -= 1
+        self._bound.release()
 
     def retry_after_s(self) -> int:
-        return max(1, round(self._average_s * (self.waiting + 1) / (2 * self.n_parallel)))
+        return self._bound.retry_after_s()
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stopping = True
@@ -196,7 +194,7 @@ class SupervisedWorker:
 
     @property
     def waiting(self) -> int:
-        return max(0, len(self._entries) + self._reserved - self.n_parallel)
+        return self._bound.waiting
 
     @property
     def running(self) -> int:
@@ -213,7 +211,7 @@ class SupervisedWorker:
 
     @property
     def max_queue(self) -> int:
-        return self._max_queue
+        return self._bound.max_queue
 
     def health(self) -> dict[str, Any]:
         return {"worker": self._state, "worker_pid": self.pid, "worker_restarts": self.restarts}
@@ -247,7 +245,8 @@ class SupervisedWorker:
             assert conn is not None
             try:
                 if conn.poll(POLL_S):
-                    self._dispatch(conn.recv())
+                    for job_id, event in conn.recv():
+                        self._dispatch(job_id, event)
             except (EOFError, OSError):
                 if self._stopping:
                     return
@@ -258,13 +257,13 @@ class SupervisedWorker:
                 self._forward_cancellations()
                 self._check_step_time()
 
-    def _dispatch(self, message: tuple[Any, ...]) -> None:
-        job_id, (kind, payload) = message
+    def _dispatch(self, job_id: int, event: tuple[str, Any]) -> None:
+        kind, payload = event
         with self._lock:
             entry = self._entries.get(job_id)
             if entry is not None and kind in ("done", "error"):
                 del self._entries[job_id]
-                self._average_s = 0.8 * self._average_s + 0.2 * (time.perf_counter() - entry.submitted)
+                self._bound.ended(time.perf_counter() - entry.submitted)
                 self._send_waiting()
         if entry is None:
             return
@@ -349,6 +348,8 @@ class SupervisedWorker:
     def _end(self, job_id: int, message: str) -> None:
         with self._lock:
             entry = self._entries.pop(job_id, None)
+            if entry is not None:
+                self._bound.release()
             self._send_waiting()
         if entry is not None:
             entry.job.post(("error", message))
@@ -375,6 +376,7 @@ class SupervisedWorker:
         except Exception as exc:  # noqa: BLE001 - a bug in what a request carries, reported to it
             log.exception("cannot hand a request to the model worker")
             del self._entries[job_id]
+            self._bound.release()
             entry.job.post(("error", f"generation failed: {type(exc).__name__}: {exc}"))
             return False
         entry.sent = True
@@ -469,18 +471,21 @@ def _serve_jobs(engine: Any, conn: Connection) -> None:
     from autoparser.llama.engine import GenerationStats
     from autoparser.server.worker import GenerationWorker
 
-    worker = GenerationWorker(engine, max_queue=1 << 30)
-    worker.start()
-    send_lock = threading.Lock()
     jobs: dict[int, GenerationJob] = {}
+    outbox = _Outbox(conn)
+    worker = GenerationWorker(engine, max_queue=1 << 30, after_round=outbox.flush_when_due)
+    worker.start()
 
     def poster(job_id: int, job: GenerationJob) -> Any:
+        started = False
+
         def post(event: tuple[str, Any]) -> None:
+            nonlocal started
             kind, payload = event
             if kind == "done":
                 payload = (payload, job.completion)
-            with send_lock:
-                conn.send((job_id, (kind, payload)))
+            outbox.add(job_id, (kind, payload), urgent=kind != "deltas" or not started)
+            started = True
             if kind in ("done", "error"):
                 jobs.pop(job_id, None)
         return post
@@ -508,7 +513,39 @@ def _serve_jobs(engine: Any, conn: Connection) -> None:
         pass
     finally:
         worker.stop()
+        with contextlib.suppress(OSError, ValueError):
+            outbox.flush()
         engine.close(timeout=5)
+
+
+class _Outbox:
+    """The worker process' events for the front end, sent together: at the end of a round of
+    the generation thread when one is urgent (a job's first text, for the time to first token;
+    its end, which frees a slot the supervisor fills), else once `FLUSH_S` has passed."""
+
+    def __init__(self, conn: Connection):
+        self._conn = conn
+        self._lock = threading.Lock()
+        self._events: list[tuple[int, tuple[str, Any]]] = []
+        self._urgent = False
+        self._sent = time.monotonic()
+
+    def add(self, job_id: int, event: tuple[str, Any], urgent: bool) -> None:
+        """`urgent`: send with this round (a job's first text, its end), not after `FLUSH_S`."""
+        with self._lock:
+            self._events.append((job_id, event))
+            self._urgent = self._urgent or urgent
+
+    def flush_when_due(self) -> None:
+        if self._urgent or time.monotonic() - self._sent >= FLUSH_S:
+            self.flush()
+
+    def flush(self) -> None:
+        with self._lock:
+            events, self._events, self._urgent = self._events, [], False
+            self._sent = time.monotonic()
+            if events:
+                self._conn.send(events)
 
 
 def _unset_post(_event: tuple[str, Any]) -> None:

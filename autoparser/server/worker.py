@@ -191,20 +191,69 @@ class LoopWaker:
             channel.wake()
 
 
+class QueueBound:
+    """The bounded queue in front of `n_parallel` slots: at most `max_queue` requests wait, and
+    the next one is refused at once with 503 and a `Retry-After` estimate.
+
+    A request counts from `reserve` (still being prepared) until `ended` (or `release`, for a
+    reservation given back): so jobs that free slots will take at once never count as waiting,
+    even before the worker has picked them up."""
+
+    def __init__(self, max_queue: int, n_parallel: int):
+        self.max_queue = max_queue
+        self.n_parallel = n_parallel
+        self._lock = threading.Lock()
+        self._held = 0
+        self._average_s = 5.0
+        """Recent job durations, for `Retry-After`."""
+
+    def reserve(self) -> None:
+        """Keep a place (503 `APIError` when `max_queue` requests are already waiting)."""
+        with self._lock:
+            if self._held - self.n_parallel >= self.max_queue:
+                raise overloaded(self._retry_after(self._held))
+            self._held += 1
+
+    def release(self) -> None:
+        """Give back a place without a finished job (its preparation failed, it never ran)."""
+        with self._lock:
+            self._held -= 1
+
+    def ended(self, seconds: float) -> None:
+        """A job that held a place finished after `seconds`."""
+        with self._lock:
+            self._held -= 1
+            self._average_s = 0.8 * self._average_s + 0.2 * seconds
+
+    @property
+    def waiting(self) -> int:
+        return max(0, self._held - self.n_parallel)
+
+    def retry_after_s(self) -> int:
+        return self._retry_after(self._held)
+
+    def _retry_after(self, held: int) -> int:
+        """A rough wait: the requests ahead times the recent average job time, over the slots."""
+        waiting = max(0, held - self.n_parallel)
+        return max(1, round(self._average_s * (waiting + 1) / (2 * self.n_parallel)))
+
+
 class GenerationWorker:
     """Runs up to `n_parallel` jobs at once on one engine, one decode step for all of them at a time."""
 
-    def __init__(self, engine: Any, max_queue: int, n_parallel: int | None = None):
+    def __init__(self, engine: Any, max_queue: int, n_parallel: int | None = None,
+                 after_round: Callable[[], None] | None = None):
+        """`after_round` runs on the worker thread after each round (new jobs started, one step),
+        before it waits for work: the worker process sends the round's events there, together."""
         self._engine = engine
-        self._max_queue = max_queue
+        self._after_round = after_round
         self.n_parallel = n_parallel or int(getattr(engine, "n_parallel", 1))
+        self._bound = QueueBound(max_queue, self.n_parallel)
         self._jobs: queue.Queue[GenerationJob | None] = queue.Queue()
         self._lock = threading.Lock()
-        self._waiting = 0
         self._runs: list[JobRun] = []
         self._stopping = False
         self._thread = threading.Thread(target=self._loop, name="autoparser-generation", daemon=True)
-        self._average_s = 5.0
 
     # -- event-loop side -----------------------------------------------------------------------
 
@@ -212,33 +261,22 @@ class GenerationWorker:
         self._thread.start()
 
     def submit(self, job: GenerationJob, reserved: bool = False) -> None:
-        """Queue a job, or raise a 503 `APIError` when `max_queue` jobs are already waiting.
-
-        Jobs that free slots will take at once do not count as waiting, even before the worker
-        thread has picked them up (it may be busy building a sampler). With `reserved`, the job
-        takes the place `reserve` kept for it."""
+        """Queue a job, or raise a 503 `APIError` when `max_queue` jobs are already waiting
+        (`QueueBound`). With `reserved`, the job takes the place `reserve` kept for it."""
         if not reserved:
             self.reserve()
         self._jobs.put(job)
 
     def reserve(self) -> None:
         """Keep a place in the queue (503 when there is none) for a request still being prepared."""
-        with self._lock:
-            if self._waiting - self._free_slots() >= self._max_queue:
-                raise overloaded(self.retry_after_s())
-            self._waiting += 1
+        self._bound.reserve()
 
     def release(self) -> None:
         """Give back a place `reserve` kept, for a request whose preparation failed."""
-        with self._lock:
-            self._waiting -= 1
-
-    def _free_slots(self) -> int:
-        return max(0, self.n_parallel - len(self._runs))
+        self._bound.release()
 
     def retry_after_s(self) -> int:
-        """A rough wait: the jobs ahead times the recent average generation time, over the slots."""
-        return max(1, round(self._average_s * (self._waiting + 1) / (2 * self.n_parallel)))
+        return self._bound.retry_after_s()
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stopping = True
@@ -249,11 +287,11 @@ class GenerationWorker:
 
     @property
     def waiting(self) -> int:
-        return self._waiting
+        return self._bound.waiting
 
     @property
     def max_queue(self) -> int:
-        return self._max_queue
+        return self._bound.max_queue
 
     @property
     def running(self) -> int:
@@ -276,6 +314,8 @@ class GenerationWorker:
                 break
             if self._runs:
                 self._step()
+            if self._after_round is not None:
+                self._after_round()
 
     def _admit(self, block: bool) -> bool:
         """Start queued jobs while slots are free; False once told to stop."""
@@ -287,9 +327,8 @@ class GenerationWorker:
             if job is None:
                 return False
             block = False
-            with self._lock:
-                self._waiting -= 1
             if job.cancelled.is_set():
+                self._bound.release()
                 job.post(("error", "cancelled"))
                 continue
             run = JobRun(job, self._engine)
@@ -328,9 +367,10 @@ class GenerationWorker:
 
     def _remove(self, run: JobRun) -> None:
         with self._lock:
-            if run in self._runs:
-                self._runs.remove(run)
-        self._average_s = 0.8 * self._average_s + 0.2 * (time.perf_counter() - run.started)
+            if run not in self._runs:
+                return
+            self._runs.remove(run)
+        self._bound.ended(time.perf_counter() - run.started)
 
 
 class JobRun:
