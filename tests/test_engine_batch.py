@@ -15,7 +15,16 @@ pytest_plugins = ["tiny_model"]
 
 pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
 
-from autoparser.llama.engine import Engine, Generation, GenerationStats, SamplingParams  # noqa: E402
+from autoparser.llama.engine import (  # noqa: E402
+    MIN_FAST_ROWS,
+    REREAD_FROM,
+    Engine,
+    Generation,
+    GenerationStats,
+    SamplingParams,
+    chunk_size,
+    short_tail_reread,
+)
 
 PROMPTS = [f"<｜User｜>Request number {i}: say something about {topic}.<｜Assistant｜>"
            for i, topic in enumerate(["rain", "snow", "the sea", "mountains", "cities", "trains"])]
@@ -145,7 +154,9 @@ def test_slot_choice_prefers_the_longest_shared_prefix(batch_engine: Engine) -> 
     run_batch(batch_engine, [(conversation, 8, 1), (other, 8, 2), (PROMPTS[2], 8, 3), (PROMPTS[3], 8, 4)])
     follow_up = conversation + "Sure.<｜end▁of▁sentence｜><｜User｜>And watches?<｜Assistant｜>"
     _, stats, _ = run_batch(batch_engine, [(follow_up, 4, 5), (other + "More.", 4, 6)])
-    assert stats[0].cached_tokens >= len(batch_engine.tokenize(conversation)) - 1
+    # the follow-up's short new tail is read with cached tokens again (`short_tail_reread`)
+    reread = len(batch_engine.tokenize(follow_up)) - MIN_FAST_ROWS
+    assert stats[0].cached_tokens >= min(len(batch_engine.tokenize(conversation)) - 1, reread)
     assert stats[1].cached_tokens >= len(batch_engine.tokenize(other)) - 1
 
 
@@ -215,3 +226,40 @@ def test_whole_vocabulary_sampling_draws_the_batch_in_one_pass(batch_engine: Eng
     out, _stats, steps = run_batch(batch_engine, [(PROMPTS[i], 24, i) for i in range(4)], sampling=plain)
     assert [len(tokens) for tokens in out] == [24] * 4
     assert rows_per_draw == [4] * 24
+
+
+def test_a_short_tail_deep_in_the_cache_is_read_with_cached_tokens_again(tiny_model_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second turn that adds a few dozen tokens to a long prompt: those rows would be read one
+    at a time over the whole cache, so the engine reads MIN_FAST_ROWS tokens, some of them cached
+    again. Greedy tokens and logits match a plain reuse of the whole prefix."""
+    seen = record_logits(monkeypatch)
+    greedy = SamplingParams(temperature=0.0)
+    base = "<｜User｜>" + "The same long beginning for both requests. " * 30 + "<｜Assistant｜>"
+    follow_up = base + "Fine.<｜end▁of▁sentence｜><｜User｜>" + "And then what happened next? " * 4 + "<｜Assistant｜>"
+    with Engine(str(tiny_model_path), n_ctx=2048, n_parallel=1) as engine:
+        length, prefix = len(engine.tokenize(follow_up)), len(engine.tokenize(base))
+        assert REREAD_FROM <= length - prefix < MIN_FAST_ROWS
+        lone(engine, base, 1, seed=1)
+        stats = GenerationStats()
+        reread = lone(engine, follow_up, 16, seed=2, stats=stats, sampling=greedy)
+        assert stats.cached_tokens == length - MIN_FAST_ROWS
+        monkeypatch.setattr("autoparser.llama.engine.short_tail_reread", lambda keep, _length: keep)
+        lone(engine, base, 1, seed=1)
+        plain_stats = GenerationStats()
+        plain = lone(engine, follow_up, 16, seed=2, stats=plain_stats, sampling=greedy)
+        assert plain_stats.cached_tokens >= prefix - 1
+    for step, (a, b) in enumerate(zip(plain, reread, strict=True)):
+        assert np.max(np.abs(seen[id(plain_stats)][step] - seen[id(stats)][step])) < TOLERANCE
+        if a != b:  # a near tie may part greedy choices; after that the runs differ
+            break
+
+
+def test_prompt_chunks_leave_no_short_last_chunk() -> None:
+    assert chunk_size(100, 512) == 100
+    assert chunk_size(530, 512) == 530 - MIN_FAST_ROWS
+    assert chunk_size(2014, 512) == 512
+    assert short_tail_reread(2021, 2054) == 2054 - MIN_FAST_ROWS
+    assert short_tail_reread(2050, 2054) == 2050  # a few rows cost less than reading a batch again
+    assert short_tail_reread(1990, 2054) == 1990  # a fast batch already
+    assert short_tail_reread(20, 40) == 20  # the whole prompt is short
