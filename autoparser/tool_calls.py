@@ -256,7 +256,9 @@ class ToolsAnalysis:
                    flat["opened_by_prompt"], flat["content_allowed"])
 
     def __getattr__(self, name: str) -> Any:
-        # Only reached for names that are not fields: the serialized keys read as attributes.
+        # Only reached for names that are not fields: the serialized keys read as attributes
+        # (`a.tools.name_end`), read-only, for code written against the flat form. The package
+        # itself reads the typed parts or `to_dict()`.
         if name in FLAT_DEFAULTS:
             return self.to_dict()[name]
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")

@@ -28,6 +28,10 @@ PLUGIN_NAME = "autoparser"
 _PARSER_CACHE_SIZE = 128
 _ID_WINDOW = 4096
 
+# the keys of the analysis' `tools` object that hold marker texts
+TOOL_MARKER_KEYS = ("section_start", "section_end", "call_start", "call_end", "call_separator", "name_start",
+                    "name_end", "args_start", "args_end", "arg_start", "arg_key_end", "arg_end", "id_start", "id_end")
+
 
 class PluginError(ValueError):
     """The served model cannot be used with the autoparser plugin; the message says why."""
@@ -69,12 +73,9 @@ class ServedModel:
     def markers(self) -> list[str]:
         """Every marker string the analysis names (key-templated ones left out)."""
         a = self.analysis
-        tools = a.tools
+        tools = a.tools.to_dict()
         candidates = [a.reasoning.start, a.reasoning.end, a.content.start, a.content.end,
-                      tools.section_start, tools.section_end, tools.call_start, tools.call_end,
-                      tools.call_separator, tools.name_start, tools.name_end, tools.args_start,
-                      tools.args_end, tools.arg_start, tools.arg_key_end, tools.arg_end,
-                      tools.id_start, tools.id_end, *a.stop, *a.preserved_tokens]
+                      *(tools[key] for key in TOOL_MARKER_KEYS), *a.stop, *a.preserved_tokens]
         seen: dict[str, None] = {}
         for marker in candidates:
             if marker and marker.strip() and "{" not in marker:
@@ -98,7 +99,7 @@ class ServedModel:
         r, tools = self.analysis.reasoning, self.analysis.tools
         if r.mode == "none" or not r.end:
             return "", "", []
-        opener = (tools.section_start or tools.call_start) if tools.supported else ""
+        opener = (tools.markers.section_start or tools.markers.call_start) if tools.supported else ""
         return r.start, r.end, [opener] if opener.strip() else []
 
     def parser(self, tools: list[dict[str, Any]] | None, tool_choice: Any, parallel_tool_calls: bool,

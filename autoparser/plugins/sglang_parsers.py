@@ -30,9 +30,9 @@ class AutoparserDetector(BaseFormatDetector):
     def __init__(self, tokenizer: Any = None) -> None:
         super().__init__()
         self._model = _model(tokenizer)
-        tools = self._model.analysis.tools
-        self.bot_token = tools.section_start or tools.call_start
-        self.eot_token = tools.section_end or tools.call_end
+        markers = self._model.analysis.tools.markers
+        self.bot_token = markers.section_start or markers.call_start
+        self.eot_token = markers.section_end or markers.call_end
         self._stream: Any = None
 
     def _parser(self, tools: list[Any] | None) -> Any:

@@ -389,7 +389,8 @@ class ChatService:
 
     def _call_openers(self) -> tuple[str, ...]:
         tools = self.analysis.tools
-        return tuple(m for m in (tools.section_start, tools.call_start) if m.strip()) if tools.supported else ()
+        return tuple(m for m in (tools.markers.section_start, tools.markers.call_start) if m.strip()) \
+            if tools.supported else ()
 
     def _end_of_turn_special_texts(self) -> list[str]:
         return [stop for stop in self.analysis.stop if stop in self.special_tokens]
