@@ -2,10 +2,10 @@
 cases of both corpora (CONTRACT section 6): how many applicable cases each reads back, how many
 messages are the same, and where they differ, grouped by how.
 
-    python tools/reader_parity.py [--verbose] [--lenient]
+    python tools/reader_parity.py [--verbose] [--lenient] [--generation]
 
-The reader reads the request's full language (`build_language`, not lazy); the runtime also reads
-what generation does not write (see `autoparser.language.interpret`). With `--lenient` each
+The reader reads the request's full language as the parser reads it (`Request(reading=True)`, not
+lazy; `--generation`: the language generation writes). With `--lenient` each
 output with tool calls is also changed the ways a model strays from the language (text after
 the calls, a call to a tool that was not offered, the output cut off at half and at 80%), and
 the reader is compared with the runtime on those, whole and streamed one character at a time.
@@ -42,11 +42,17 @@ def comparable(message: dict) -> dict:
             "content": (message.get("content") or "").strip() or None, "tool_calls": calls}
 
 
-def read(analysis: autoparser.Analysis, output: str, thinking: bool | None) -> dict:
-    request = Request(tools=tuple(TOOLS), thinking=thinking, lazy=False,
+READING = True  # read by the language the parser reads (`Request(reading=True)`); off: the generation one
+
+
+def reader_for(analysis: autoparser.Analysis, thinking: bool | None) -> LanguageReader:
+    request = Request(tools=tuple(TOOLS), thinking=thinking, lazy=False, reading=READING,
                       end_tokens=(analysis.eos_token,) if analysis.eos_token else ())
-    reader = LanguageReader(build_language(analysis.to_dict(), request), end_of_turn=tuple(analysis.stop))
-    return reader.parse(output)
+    return LanguageReader(build_language(analysis.to_dict(), request), end_of_turn=tuple(analysis.stop))
+
+
+def read(analysis: autoparser.Analysis, output: str, thinking: bool | None) -> dict:
+    return reader_for(analysis, thinking).parse(output)
 
 
 def strays(output: str, names: list[str]) -> dict[str, str]:
@@ -59,9 +65,7 @@ def strays(output: str, names: list[str]) -> dict[str, str]:
 
 
 def streamed(analysis: autoparser.Analysis, output: str, thinking: bool | None) -> dict:
-    request = Request(tools=tuple(TOOLS), thinking=thinking, lazy=False,
-                      end_tokens=(analysis.eos_token,) if analysis.eos_token else ())
-    stream = LanguageReader(build_language(analysis.to_dict(), request), end_of_turn=tuple(analysis.stop)).stream()
+    stream = reader_for(analysis, thinking).stream()
     for char in output:
         stream.feed(char)
     stream.finish()
@@ -112,7 +116,11 @@ def main() -> int:
     options = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     options.add_argument("--verbose", action="store_true", help="print every differing case")
     options.add_argument("--lenient", action="store_true", help="also outputs that stray from the language")
+    options.add_argument("--generation", action="store_true",
+                         help="read by the language generation writes, not the one the parser reads")
     args = options.parse_args()
+    global READING
+    READING = not args.generation
     from corpora import _quietly, llamacpp_templates, shared_templates
 
     for label, paths in (("llama.cpp", _quietly(llamacpp_templates)), ("shared", _quietly(shared_templates))):

@@ -359,9 +359,10 @@ class _Gap:
 
 class _Text:
     """Free text up to the first of its stop markers (held back only while it may be one). Where
-    the marker that follows (`end`) begins with whitespace that is there, the text ends before it."""
+    the marker that follows (`end`) begins with whitespace that is there, the text ends before it.
+    A text does not begin (after whitespace) with one of its `not_first` markers: there it is empty."""
 
-    __slots__ = ("markers", "weak", "weak_prefix", "lead", "nonempty", "start", "split", "after")
+    __slots__ = ("markers", "weak", "weak_prefix", "lead", "nonempty", "start", "split", "after", "firsts")
 
     def __init__(self, node: ir.Text, markers: MarkerSet, weak: tuple[Any, Any] | None, start: int,
                  split: re.Pattern[str] | None) -> None:
@@ -373,8 +374,13 @@ class _Text:
         self.start = start
         self.split = split  # brackets where what follows may begin (a bare JSON call)
         self.after = start  # where to look for the next one
+        self.firsts = tuple(m.strip() for m in node.not_first if m.strip())  # cleared once checked
 
     def step(self, t: _Thread, buf: str, final: bool) -> int:
+        if self.firsts:
+            found = self._first_marker(buf, t.pos, final)
+            if found != FAIL:
+                return FAIL if found == DONE and self.nonempty else found
         pos = t.pos
         hit = self.markers.find(buf, pos, final=final)
         stop = hit[0] if hit is not None else None
@@ -406,6 +412,21 @@ class _Text:
         if self.nonempty and t.pos == self.start:
             return FAIL
         return DONE
+
+    def _first_marker(self, buf: str, pos: int, final: bool) -> int:
+        """Whether the text begins with a `not_first` marker after whitespace: DONE (it does: the
+        text is empty), MORE (it may), FAIL (it does not: read it as text from now on)."""
+        while pos < len(buf) and buf[pos] in _WHITESPACE:
+            pos += 1
+        if pos == len(buf) and not final:
+            return MORE
+        found = [match_at(buf, pos, marker, final)[0] for marker in self.firsts]
+        if FULL in found:
+            return DONE
+        if PARTIAL in found and not final:
+            return MORE
+        self.firsts = ()
+        return FAIL
 
     def _safe(self, buf: str, pos: int) -> int:
         end = self.markers.safe_end(buf, pos)
