@@ -37,7 +37,7 @@ from collections.abc import Callable
 from typing import Any
 
 from autoparser.language import ir
-from autoparser.language.request import value_kind
+from autoparser.language.request import is_weak, value_kind
 from autoparser.language.values import convert_literal_value, convert_tagged_value, decode_string_body
 from autoparser.runtime.channels import Output, ToolCall
 from autoparser.runtime.jsonscan import DONE, ERROR, JsonScanner, is_string_body
@@ -77,8 +77,7 @@ class _Firsts:
             core = node.text.strip()
             if not core:
                 return frozenset(node.text[:1]), True  # whitespace: as much of it as there is
-            # whitespace before a marker is skipped: it may be gone before the core
-            return frozenset(core[0] + (_WHITESPACE if node.text[0] in _WHITESPACE else "")), False
+            return frozenset(core[0] + _WHITESPACE), False  # whitespace before a marker is skipped
         if isinstance(node, ir.Gap):
             return frozenset(_WHITESPACE), True
         if isinstance(node, ir.Chars):
@@ -277,26 +276,22 @@ class _Thread:
 
 class _Lit:
     """A marker: its core as written (inner whitespace flexible, as the parser finds markers),
-    whitespace before it skipped where the marker starts with some, and as much of the
-    whitespace it ends with as the text has."""
+    whitespace before it skipped (the parser skips whitespace between structural parts; text
+    before a marker has taken its own), and as much of the whitespace it ends with as the text has."""
 
-    __slots__ = ("core", "lead", "trail", "done")
+    __slots__ = ("core", "trail", "done")
 
     def __init__(self, node: ir.Lit) -> None:
         text = node.text
         self.core = text.strip()
-        self.lead = len(text) - len(text.lstrip())
         self.trail = text[len(text.rstrip()):] if self.core else text
         self.done = not self.core  # the core was read
 
     def step(self, t: _Thread, buf: str, final: bool) -> int:
         pos = t.pos
         if not self.done:
-            if self.lead:
-                while pos < len(buf) and buf[pos] in _WHITESPACE and pos - t.pos < 64:
-                    pos += 1
-                if pos == len(buf) and not final:
-                    return MORE
+            while pos < len(buf) and buf[pos] in _WHITESPACE and pos - t.pos < 64:
+                pos += 1
             if pos == len(buf) and not final:
                 return MORE
             found, end = match_at(buf, pos, self.core, final)
@@ -360,9 +355,12 @@ class _Gap:
 class _Text:
     """Free text up to the first of its stop markers (held back only while it may be one). Where
     the marker that follows (`end`) begins with whitespace that is there, the text ends before it.
-    A text does not begin (after whitespace) with one of its `not_first` markers: there it is empty."""
+    A text does not begin (after whitespace) with one of its `not_first` markers: there it is empty.
+    A soft stop (`MarkerSet` kind "soft", punctuation such as `,`) ends the text in one reading
+    and is part of it in another."""
 
-    __slots__ = ("markers", "weak", "weak_prefix", "lead", "nonempty", "start", "split", "after", "firsts")
+    __slots__ = ("markers", "weak", "weak_prefix", "lead", "nonempty", "start", "split", "after", "firsts",
+                 "past")
 
     def __init__(self, node: ir.Text, markers: MarkerSet, weak: tuple[Any, Any] | None, start: int,
                  split: re.Pattern[str] | None) -> None:
@@ -375,15 +373,25 @@ class _Text:
         self.split = split  # brackets where what follows may begin (a bare JSON call)
         self.after = start  # where to look for the next one
         self.firsts = tuple(m.strip() for m in node.not_first if m.strip())  # cleared once checked
+        self.past = start  # the end of the last soft stop read as text
 
     def step(self, t: _Thread, buf: str, final: bool) -> int:
         if self.firsts:
-            found = self._first_marker(buf, t.pos, final)
+            found, at = self._first_marker(buf, t.pos, final)
+            if found == DONE and not self.nonempty:
+                t.pos = at  # the whitespace before the marker is the marker's, as markers are found
             if found != FAIL:
                 return FAIL if found == DONE and self.nonempty else found
+        if self.past > t.pos:
+            self._read(t, buf, self.past)  # the soft stop another reading ended the text at
         pos = t.pos
         hit = self.markers.find(buf, pos, final=final)
         stop = hit[0] if hit is not None else None
+        if hit is not None and hit[2] == "soft" and self.weak is None and (self.split is None or
+                                                                          not self.split.search(buf, pos, stop)):
+            self._read(t, buf, stop)
+            self.past = stop + len(hit[1])
+            return SPLIT
         held = None
         if self.weak is not None:
             found = self.weak.search(buf, pos, stop if stop is not None else len(buf))
@@ -413,20 +421,21 @@ class _Text:
             return FAIL
         return DONE
 
-    def _first_marker(self, buf: str, pos: int, final: bool) -> int:
-        """Whether the text begins with a `not_first` marker after whitespace: DONE (it does: the
-        text is empty), MORE (it may), FAIL (it does not: read it as text from now on)."""
+    def _first_marker(self, buf: str, pos: int, final: bool) -> tuple[int, int]:
+        """Whether the text begins with a `not_first` marker after whitespace, and where that
+        marker is: DONE (it does: the text is empty), MORE (it may), FAIL (it does not: read it
+        as text from now on)."""
         while pos < len(buf) and buf[pos] in _WHITESPACE:
             pos += 1
         if pos == len(buf) and not final:
-            return MORE
+            return MORE, pos
         found = [match_at(buf, pos, marker, final)[0] for marker in self.firsts]
         if FULL in found:
-            return DONE
+            return DONE, pos
         if PARTIAL in found and not final:
-            return MORE
+            return MORE, pos
         self.firsts = ()
-        return FAIL
+        return FAIL, pos
 
     def _safe(self, buf: str, pos: int) -> int:
         end = self.markers.safe_end(buf, pos)
@@ -612,7 +621,8 @@ class LanguageReader:
                 word = r"\s*[^\W\d][\w.\-]*\s*"
                 weak = (re.compile(f"{mark}(?={word}{before})"),
                         (node.weak.marker[0], re.compile(rf"{mark}\s*(?:[^\W\d][\w.\-]*\s*)?\Z")))
-            found = self._markers[id(node)] = (MarkerSet(dict.fromkeys(stops, "stop")), weak)
+            kinds = {stop: "soft" if _is_soft(stop, node) else "stop" for stop in stops}
+            found = self._markers[id(node)] = (MarkerSet(kinds), weak)
             self._keep.append(node)
         return found
 
@@ -708,6 +718,7 @@ class LanguageStream:
                 if t.head.__class__ is _Text:
                     t.head.start -= low
                     t.head.after -= low
+                    t.head.past -= low
                 t.events = [(*e[:-1], e[-1] - low) for e in t.events]
 
     def _advance(self, final: bool) -> None:
@@ -1087,6 +1098,13 @@ class LanguageStream:
         lead = ", " if t.count else ""
         t.arguments(f"{lead}{json.dumps(key or '', ensure_ascii=False)}: {_convert(raw, node)}")
         t.count += 1
+
+
+def _is_soft(stop: str, node: ir.Text) -> bool:
+    """Whether a stop of a text with an end marker may also be part of the text: punctuation
+    that values contain (`,` in `Paris, France` before the value's own end marker)."""
+    end = (node.end or "").strip()
+    return bool(end) and stop != end and is_weak(stop) and not is_weak(end)
 
 
 def _key_of(members: ir.Members, member: Any) -> str | None:
