@@ -799,10 +799,17 @@ class _Reading(_Builder):
         head, hole, tail = (messages.get("call_header") or "").partition("{name}")
         if not self.in_messages() or not hole or not head.strip():
             return "", EMPTY, ""
-        name = Chars("^" + NAME_FORBIDDEN)
-        header = seq(self.marker(head.strip()), name, self.marker(tail.strip()),
+        header = seq(self.marker(head.strip()), self.recipient(), self.marker(tail.strip()),
                      self.marker(core(messages.get("body_start"))))
         return core(messages.get("separator")), header, head.strip()
+
+    def recipient(self) -> Node:
+        """The tool a call message's header names: one of the tools where they are known (the
+        reasoning and content messages' headers name a recipient too, `to=self`), else any name."""
+        names = [tool_name(tool) for tool in self.tools]
+        if names and all(names) and self.choice != "none":
+            return choice(*[Lit(name) for name in names])
+        return Chars("^" + NAME_FORBIDDEN)
 
     def reads_reasoning(self) -> bool:
         return self.r.mode != "none" and bool(self.r.end.strip()) and self.start != CLOSED
