@@ -492,14 +492,17 @@ _PY_END = re.compile(r"""[^\s,)\]}'"]*""")
 
 
 class _PyValue:
-    """A Python or JSON literal: quoted text, a bracketed value, or a bare word."""
+    """A Python or JSON literal: quoted text, a bracketed value, or a bare word. A quoted value's
+    closing quote ends it in one reading, and is a quote inside it in another (models leave
+    quotes unescaped; what follows decides)."""
 
-    __slots__ = ("depth", "quote", "started")
+    __slots__ = ("depth", "quote", "started", "outer")
 
     def __init__(self) -> None:
         self.depth = 0
         self.quote = ""
         self.started = False
+        self.outer = False  # the quote open is the whole value's
 
     def step(self, t: _Thread, buf: str, final: bool) -> int:
         pos, end = t.pos, len(buf)
@@ -510,9 +513,13 @@ class _PyValue:
                     break  # an escape cut in two
                 pos += 2 if char == "\\" else 1
                 if char == self.quote:
+                    if self.outer:
+                        t.value_text(buf[t.pos:pos])
+                        t.pos = pos
+                        return SPLIT
                     self.quote = ""
             elif char in "'\"":
-                self.quote, self.started = char, True
+                self.quote, self.started, self.outer = char, True, not self.depth and not self.started
                 pos += 1
             elif char in "[({":
                 self.depth, self.started = self.depth + 1, True
