@@ -356,14 +356,14 @@ class _Text:
     """Free text up to the first of its stop markers (held back only while it may be one). Where
     the marker that follows (`end`) begins with whitespace that is there, the text ends before it.
     A text does not begin (after whitespace) with one of its `not_first` markers: there it is empty.
-    A soft stop (`MarkerSet` kind "soft", punctuation such as `,`) ends the text in one reading
-    and is part of it in another."""
+    In a value (`soft`), a soft stop (`MarkerSet` kind "soft", punctuation such as `,` or `)`)
+    ends the text in one reading and is part of it in another: what follows decides."""
 
     __slots__ = ("markers", "weak", "weak_prefix", "lead", "nonempty", "start", "split", "after", "firsts",
-                 "past")
+                 "past", "soft")
 
     def __init__(self, node: ir.Text, markers: MarkerSet, weak: tuple[Any, Any] | None, start: int,
-                 split: re.Pattern[str] | None) -> None:
+                 split: re.Pattern[str] | None, soft: bool = False) -> None:
         self.markers = markers
         self.weak, self.weak_prefix = weak or (None, None)
         end = node.end or ""
@@ -374,6 +374,7 @@ class _Text:
         self.after = start  # where to look for the next one
         self.firsts = tuple(m.strip() for m in node.not_first if m.strip())  # cleared once checked
         self.past = start  # the end of the last soft stop read as text
+        self.soft = soft
 
     def step(self, t: _Thread, buf: str, final: bool) -> int:
         if self.firsts:
@@ -387,11 +388,6 @@ class _Text:
         pos = t.pos
         hit = self.markers.find(buf, pos, final=final)
         stop = hit[0] if hit is not None else None
-        if hit is not None and hit[2] == "soft" and self.weak is None and (self.split is None or
-                                                                          not self.split.search(buf, pos, stop)):
-            self._read(t, buf, stop)
-            self.past = stop + len(hit[1])
-            return SPLIT
         held = None
         if self.weak is not None:
             found = self.weak.search(buf, pos, stop if stop is not None else len(buf))
@@ -399,6 +395,11 @@ class _Text:
                 stop = found.start()
             elif not final:
                 held = self._weak_hold(buf, pos, stop)
+        if self.soft and hit is not None and hit[2] == "soft" and stop == hit[0] and held is None and (
+                self.split is None or not self.split.search(buf, pos, stop)):
+            self._read(t, buf, stop)
+            self.past = stop + len(hit[1])
+            return SPLIT
         if held is None and stop is None and not final:
             held = self._safe(buf, pos)
         if self.split is not None:
@@ -926,7 +927,7 @@ class LanguageStream:
                 t.head = _Lit(node)
         elif cls is ir.Text:
             markers, weak = self.reader.text_markers(node)
-            t.head = _Text(node, markers, weak, t.pos, self.reader.split(self._follow(t.stack)))
+            t.head = _Text(node, markers, weak, t.pos, self.reader.split(self._follow(t.stack)), t.value is not None)
         elif cls is ir.Gap:
             if node.max:
                 t.head = _Gap(node.max)
@@ -1108,10 +1109,9 @@ class LanguageStream:
 
 
 def _is_soft(stop: str, node: ir.Text) -> bool:
-    """Whether a stop of a text with an end marker may also be part of the text: punctuation
-    that values contain (`,` in `Paris, France` before the value's own end marker)."""
-    end = (node.end or "").strip()
-    return bool(end) and stop != end and is_weak(stop) and not is_weak(end)
+    """Whether a stop of a value's text may also be part of it: punctuation that values contain
+    (`,` in `Paris, France` before the value's own end marker, `]` in `[a, b]`)."""
+    return is_weak(stop) and stop != (node.end or "").strip()
 
 
 def _key_of(members: ir.Members, member: Any) -> str | None:
