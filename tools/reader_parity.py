@@ -30,6 +30,16 @@ from autoparser.roundtrip import TOOLS, compare, run_template  # noqa: E402
 BOS, EOS = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"
 
 
+def exact(message: dict) -> dict:
+    """The message as a client sees it: texts as they are, argument text, and ids where the
+    format writes them (a drawn `call_` id differs on every parse)."""
+    calls = [(c["function"]["name"], c["function"]["arguments"],
+              None if c.get("id", "").startswith("call_") else c.get("id"), bool(c.get("incomplete")))
+             for c in message.get("tool_calls") or []]
+    return {"reasoning_content": message.get("reasoning_content"), "content": message.get("content"),
+            "tool_calls": calls}
+
+
 def comparable(message: dict) -> dict:
     calls = []
     for call in message.get("tool_calls") or []:
@@ -124,7 +134,8 @@ def main() -> int:
     from corpora import _quietly, llamacpp_templates, shared_templates
 
     for label, paths in (("llama.cpp", _quietly(llamacpp_templates)), ("shared", _quietly(shared_templates))):
-        applicable = runtime_pass = reader_pass = same = 0
+        applicable = runtime_pass = reader_pass = same = same_exactly = 0
+        inexact: dict[str, list[str]] = collections.defaultdict(list)
         differences: dict[str, list[str]] = collections.defaultdict(list)
         for path in paths:
             try:
@@ -142,6 +153,15 @@ def main() -> int:
                     differences[f"reader raised {type(exc).__name__}"].append(f"{path.name}:{result.case}")
                     continue
                 reader_pass += not compare(result.expected, got)
+                runtime_exact, reader_exact = exact(result.got or {}), exact(got)
+                if runtime_exact == reader_exact:
+                    same_exactly += 1
+                else:
+                    cause = " and ".join(k for k in runtime_exact if runtime_exact[k] != reader_exact[k])
+                    inexact[f"{cause} differ"].append(f"{path.name}:{result.case}")
+                    if args.verbose:
+                        print(f"  exactly {path.name}:{result.case}\n    runtime {runtime_exact}\n"
+                              f"    reader  {reader_exact}")
                 if comparable(got) == comparable(result.got or {}):
                     same += 1
                     continue
@@ -151,9 +171,11 @@ def main() -> int:
                     print(f"  {path.name}:{result.case}: {cause}\n    output  {result.output!r}\n"
                           f"    runtime {comparable(result.got or {})}\n    reader  {comparable(got)}")
         print(f"{label}: {applicable} applicable cases; runtime reads back {runtime_pass}, reader {reader_pass}; "
-              f"same message {same}/{applicable}")
+              f"same message {same}/{applicable}, exactly (texts untrimmed, format ids) {same_exactly}/{applicable}")
         for cause, cases in sorted(differences.items(), key=lambda kv: -len(kv[1])):
             print(f"    {cause} ({len(cases)}): {', '.join(sorted({c.split(':')[0] for c in cases}))}")
+        for cause, cases in sorted(inexact.items(), key=lambda kv: -len(kv[1])):
+            print(f"    exactly: {cause} ({len(cases)}): {', '.join(sorted({c.split(':')[0] for c in cases}))}")
         if args.lenient:
             lenient(paths, args.verbose)
     return 0
