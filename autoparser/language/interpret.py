@@ -168,7 +168,7 @@ _FRAMES = (_EndCapture, _EndMember)
 class _Call:
     """The captures of the call being read."""
 
-    __slots__ = ("name", "id", "args", "started", "pending", "mode", "scanner", "done")
+    __slots__ = ("name", "id", "args", "started", "pending", "mode", "scanner", "done", "awaits_id")
 
     def __init__(self) -> None:
         self.name: str | None = None
@@ -179,6 +179,7 @@ class _Call:
         self.mode = ""  # how the arguments are written: "members", "json", "string"
         self.scanner: JsonScanner | None = None
         self.done = False  # its arguments were read whole
+        self.awaits_id = False  # its start waits for an id the format writes after the arguments
 
 
 class _Thread:
@@ -205,7 +206,7 @@ class _Thread:
         twin.role = self.role
         call, copy = self.call, _Call()
         copy.name, copy.id, copy.args, copy.started = call.name, call.id, call.args, call.started
-        copy.pending, copy.mode, copy.done = list(call.pending), call.mode, call.done
+        copy.pending, copy.mode, copy.done, copy.awaits_id = list(call.pending), call.mode, call.done, call.awaits_id
         twin.call = copy
         twin.parts = list(self.parts)
         twin.member = None if self.member is None else list(self.member)
@@ -260,9 +261,11 @@ class _Thread:
         else:
             self.call.pending.append(piece)
 
-    def start_call(self) -> None:
+    def start_call(self, waited: bool = False) -> None:
+        """The call's start event, once its name is read and its arguments began (`waited`: or
+        no longer awaiting an id that may come after the arguments)."""
         call = self.call
-        if call.started or call.name is None or not call.args:
+        if call.started or call.name is None or not call.args or (call.awaits_id and not waited):
             return
         call.started = True
         self.events.append(("call", call.name, call.id, self.pos))
@@ -588,6 +591,7 @@ class LanguageReader:
         self._markers: dict[int, tuple[MarkerSet, Any]] = {}
         self._chars: dict[str, re.Pattern[str]] = {}
         self._splits: dict[str, re.Pattern[str]] = {}
+        self._ids: dict[int, bool] = {}
         self._keep: list[Any] = []
 
     def stream(self, deltas: bool = True, call_id: Callable[[], str] = new_call_id) -> LanguageStream:
@@ -631,6 +635,23 @@ class LanguageReader:
                         (node.weak.marker[0], re.compile(rf"{mark}\s*(?:[^\W\d][\w.\-]*\s*)?\Z")))
             kinds = {stop: "soft" if _is_soft(stop, node) else "stop" for stop in stops}
             found = self._markers[id(node)] = (MarkerSet(kinds), weak)
+            self._keep.append(node)
+        return found
+
+    def id_may_follow(self, stack: Any) -> bool:
+        """Whether what is left of a reading holds a call id capture."""
+        while stack is not None:
+            node, stack = stack
+            if node.__class__ not in _FRAMES and node.__class__ is not _Again and self._holds_id(node):
+                return True
+        return False
+
+    def _holds_id(self, node: Any) -> bool:
+        found = self._ids.get(id(node))
+        if found is None:
+            self._ids[id(node)] = False  # a recursive reference holds nothing more
+            found = self._ids[id(node)] = any(self._holds_id(part) for part in _parts(node)) or (
+                isinstance(node, ir.Capture) and node.role == ir.CALL_ID)
             self._keep.append(node)
         return found
 
@@ -823,6 +844,7 @@ class LanguageStream:
         self.dead = None
         # its events not emitted yet (others emitted since it failed are dropped)
         best.events = best.events[self.emitted - emitted:] if self.emitted >= emitted else []
+        best.start_call(waited=True)  # a call that awaited its id has none
         if self.finished and best.role == ir.ARGUMENTS and best.call.started:
             self._cut_off(best)
             self.fallback = True
@@ -903,6 +925,7 @@ class LanguageStream:
                 t.head = None
                 continue
             if t.stack is None:
+                t.start_call(waited=True)
                 t.head = _Trailer(self.reader.end_of_turn)
                 continue
             node, t.stack = t.stack
@@ -1031,6 +1054,8 @@ class LanguageStream:
     def _begin_capture(self, t: _Thread, node: ir.Capture) -> None:
         role = node.role
         call = t.call
+        if call.awaits_id and role != ir.CALL_ID:
+            t.start_call(waited=True)  # the id did not come before what follows the call
         if role in (ir.TOOL_NAME, ir.CALL_ID, ir.ARGUMENTS):
             done = {ir.TOOL_NAME: call.name is not None, ir.CALL_ID: call.id is not None,
                     ir.ARGUMENTS: call.args}[role]
@@ -1043,6 +1068,8 @@ class LanguageStream:
             body = node.body
             call.mode = "members" if isinstance(body, ir.Members) else \
                 "string" if isinstance(body, ir.Json) and body.kind == "string" else "json"
+            # the runtime returns the model's own id, which some formats write after the arguments
+            call.awaits_id = call.id is None and self.reader.id_may_follow(t.stack)
             t.start_call()
 
     def _end_capture(self, t: _Thread, role: str) -> None:
@@ -1053,6 +1080,7 @@ class LanguageStream:
             t.start_call()
         elif role == ir.CALL_ID:
             call.id = text
+            t.start_call(waited=True)
         elif role == ir.ARGUMENTS:
             call.done = True
             if call.mode == "members":
@@ -1106,6 +1134,21 @@ class LanguageStream:
         lead = ", " if t.count else ""
         t.arguments(f"{lead}{json.dumps(key or '', ensure_ascii=False)}: {_convert(raw, node)}")
         t.count += 1
+
+
+def _parts(node: Any) -> tuple[Any, ...]:
+    """A node's direct parts (the members of tagged arguments are values: no call id there)."""
+    if isinstance(node, ir.Seq):
+        return node.items
+    if isinstance(node, ir.Choice):
+        return node.options
+    if isinstance(node, ir.Repeat):
+        return (node.item,)
+    if isinstance(node, ir.Capture | ir.Rule):
+        return (node.body,)
+    if isinstance(node, ir.Lazy):
+        return (node.body,)
+    return ()
 
 
 def _is_soft(stop: str, node: ir.Text) -> bool:
