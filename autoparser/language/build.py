@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -758,8 +758,10 @@ class _Reading(_Builder):
         value, raw = super().tagged_value(name, params, key, sub)
         if not isinstance(value, Json):
             return value, raw
-        return RawString(name, params, sub, value.path, value.hint, self.arg_end(key), self.raw_text(key),
-                         bounded=False), raw
+        text = self.raw_text(key)
+        if isinstance(text, Text):
+            text = replace(text, nonempty=True)  # no JSON value is written as no text
+        return RawString(name, params, sub, value.path, value.hint, self.arg_end(key), text, bounded=False), raw
 
     def args_opener(self) -> Node:
         fence = bare_fence(self.t.args_start)
