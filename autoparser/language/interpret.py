@@ -869,6 +869,9 @@ class LanguageStream:
             self.safe = failed  # the language was read whole: what follows is read again
         self.out.add_content(self.buf[self.safe:failed])
         self.safe = failed
+        if self.finished and failed >= len(self.buf):
+            self.fallback = True  # it failed at the end of the output: nothing is left to read again
+            return
         self.resumed = True
         self.threads = [_Thread((self.reader.root, None), failed)]
 
