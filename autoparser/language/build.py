@@ -501,8 +501,7 @@ class _Builder:
         hint = f"{name}-call"
         if t.format == "json":
             return Rule(hint, self.json_call(name, params))
-        name_start = EMPTY if opened else self.marker(t.name_start)
-        head = seq(name_start, Capture(TOOL_NAME, self.name_node(name, quoted=False)), self.name_end())
+        head = self.call_head(Capture(TOOL_NAME, self.name_node(name, quoted=False)), opened)
         if t.id_start or t.id_end:
             call_id = seq(self.marker(t.id_start), Capture(CALL_ID, ID_CHARS), self.marker(t.id_end))
             head = seq(call_id, head) if t.id_before_name else seq(head, call_id)
@@ -510,6 +509,10 @@ class _Builder:
             args = self.json_arguments(name, params)
             return Rule(hint, seq(head, self.args_opener(), Capture(ARGUMENTS, args), self.marker(t.args_end)))
         return Rule(hint, seq(head, Capture(ARGUMENTS, self.tagged_args(name, params))))
+
+    def call_head(self, name: Node, opened: bool) -> Node:
+        """A tagged call's name with the markers around it (`opened`: the prompt wrote its start)."""
+        return seq(EMPTY if opened else self.marker(self.t.name_start), name, self.name_end())
 
     def name_node(self, name: str, quoted: bool) -> Node:
         """A tool's name as written in a call: `quoted` as a JSON string."""
@@ -643,6 +646,8 @@ class _Builder:
 
 # -- the language the parser reads ---------------------------------------------------------------
 
+_NOT_IN_ID = re.compile(r"[\s\"'<>]")  # markup around a call number that makes it no id
+
 # a call of any tool, where the request gives no tools (the parser reads any name)
 ANY_TOOL: Mapping[str, Any] = {"type": "function", "function": {"name": "", "parameters": {"type": "object"}}}
 
@@ -703,6 +708,16 @@ class _Reading(_Builder):
         opener = seq(sep, self.gap(), self.marker(t.call_start), self.marker(t.name_start))
         later = Rule("call-next", seq(opener, choice(*heads), self.text()))
         return seq(first, Repeat(later)) if self.parallel else first
+
+    def call_head(self, name: Node, opened: bool) -> Node:
+        """As generated; where the template numbers its calls and writes no id, the header up to
+        the number is the call's own id (`functions.NAME:0`), which the parser returns."""
+        t = self.t
+        indexed = split_call_index(t.name_end)
+        if opened or indexed is None or t.id_start or t.id_end or _NOT_IN_ID.search(t.name_start + indexed[0]):
+            return super().call_head(name, opened)
+        own = Capture(CALL_ID, seq(self.marker(t.name_start), name, self.marker(indexed[0]), INDEX_DIGITS))
+        return seq(own, self.marker(indexed[1]))
 
     def name_node(self, name: str, quoted: bool) -> Node:
         if name:

@@ -184,7 +184,7 @@ class _Call:
 
 class _Thread:
     __slots__ = ("stack", "pos", "events", "role", "head", "call", "parts", "member", "value", "count", "mark",
-                 "skip")
+                 "skip", "own_id")
 
     def __init__(self, stack: Any, pos: int) -> None:
         self.stack = stack  # (node, rest) pairs, None at the bottom
@@ -199,6 +199,7 @@ class _Thread:
         self.count = 0  # tagged arguments read in the current call
         self.mark = pos  # where the last whole part read ends (text, a repeated item): failing later, the rest is text
         self.skip = ""  # a marker that may be left out (the end of reasoning skipped on resuming)
+        self.own_id: list[str] | None = None  # the text of the id capture being read (it may hold the name)
 
     def fork(self, stack: Any) -> _Thread:
         twin = _Thread(stack, self.pos)
@@ -214,6 +215,7 @@ class _Thread:
         twin.count = self.count
         twin.mark = self.mark
         twin.skip = self.skip
+        twin.own_id = None if self.own_id is None else list(self.own_id)
         return twin
 
     def key(self) -> tuple:
@@ -227,6 +229,8 @@ class _Thread:
     def text(self, piece: str) -> None:
         if not piece:
             return
+        if self.own_id is not None:
+            self.own_id.append(piece)
         if self.value is not None:
             self.value.append(piece)
         elif self.role == ir.REASONING or self.role == ir.CONTENT:
@@ -242,7 +246,12 @@ class _Thread:
             self.value.append(piece)
 
     def name_text(self, piece: str) -> None:
-        """Text of a marker: part of a name or id."""
+        """Text of a marker: part of a name or id, or a text (a bracket that opens no call)."""
+        if self.role == ir.CONTENT or self.role == ir.REASONING:
+            self.text(piece)
+            return
+        if self.own_id is not None:
+            self.own_id.append(piece)
         if (self.role == ir.TOOL_NAME or self.role == ir.CALL_ID) and self.value is None:
             self.parts.append(piece)
 
@@ -250,6 +259,8 @@ class _Thread:
         """Text of a character run: a tagged argument's key (read from the text), a name or an id."""
         if self.member is not None and self.member[0] is None and self.value is None:
             self.member[0] = piece
+        elif self.own_id is not None and self.role != ir.TOOL_NAME:
+            self.own_id.append(piece)
         else:
             self.name_text(piece)
 
@@ -1066,6 +1077,8 @@ class LanguageStream:
                 t.call = call = _Call()
         t.role = role
         t.parts = []
+        if role == ir.CALL_ID:
+            t.own_id = []
         if role == ir.ARGUMENTS:
             call.args = True
             body = node.body
@@ -1082,7 +1095,7 @@ class LanguageStream:
             call.name = json.loads(text) if text.startswith('"') else text
             t.start_call()
         elif role == ir.CALL_ID:
-            call.id = text
+            call.id, t.own_id = "".join(t.own_id or ()), None
             t.start_call(waited=True)
         elif role == ir.ARGUMENTS:
             call.done = True
