@@ -225,6 +225,20 @@ class _Thread:
             node = node[1]
         return self.pos, self.role, id(self.head), tuple(frames)
 
+    def state(self) -> tuple:
+        """All that decides how this reading goes on and what it gives (not where a failure
+        would resume); a terminal's state object that is not plain data (a JSON scanner) keeps
+        the reading distinct."""
+        head, call = self.head, self.call
+        terminal = tuple(_plain(getattr(head, slot)) for slot in head.__slots__)
+        frames, node = [], self.stack
+        while node is not None:
+            frames.append(_frame_state(node[0]))
+            node = node[1]
+        return (self.pos, self.role, tuple(frames), head.__class__, terminal, tuple(self.events), call.name, call.id, call.args,
+                call.started, tuple(call.pending), call.mode, call.done, call.awaits_id, tuple(self.parts),
+                _plain(self.member), _plain(self.value), self.count, self.skip, _plain(self.own_id))
+
     # what the terminal read goes where its capture says
     def text(self, piece: str) -> None:
         if not piece:
@@ -788,8 +802,10 @@ class LanguageStream:
             elif result.__class__ is list:
                 todo.extend(reversed(result))
             else:
-                if t.head is None or t.head.__class__ is _Trailer:
-                    key = t.key()
+                # readings that reached one state by different paths read alike from here: one is kept
+                key = t.key() if t.head is None or t.head.__class__ is _Trailer else \
+                    t.state() if todo or alive else None
+                if key is not None:
                     if key in seen:
                         continue
                     seen.add(key)
@@ -1150,6 +1166,29 @@ class LanguageStream:
         lead = ", " if t.count else ""
         t.arguments(f"{lead}{json.dumps(key or '', ensure_ascii=False)}: {_convert(raw, node)}")
         t.count += 1
+
+
+def _frame_state(frame: Any) -> Any:
+    """A stack entry as data: an IR node by identity, a frame made while reading by its content."""
+    cls = frame.__class__
+    if cls is _Again:
+        return cls, id(frame.repeat), frame.left_min, frame.left_max, frame.start
+    if cls is _MembersFrom:
+        return cls, id(frame.members), frame.read
+    if cls is _Member:
+        return cls, id(frame.body), frame.key
+    if cls is _EndCapture:
+        return cls, frame.role
+    return id(frame)
+
+
+def _plain(value: Any) -> Any:
+    """`value` as a hashable part of a reading's state (an object by its identity)."""
+    if value is None or isinstance(value, str | int | bool | tuple | frozenset):
+        return value
+    if isinstance(value, list):
+        return tuple(_plain(v) for v in value)
+    return id(value)
 
 
 def _parts(node: Any) -> tuple[Any, ...]:
