@@ -872,8 +872,9 @@ class LanguageStream:
         # its events not emitted yet (others emitted since it failed are dropped)
         best.events = best.events[self.emitted - emitted:] if self.emitted >= emitted else []
         best.start_call(waited=True)  # a call that awaited its id has none
-        if self.finished and best.role == ir.ARGUMENTS and best.call.started:
-            self._cut_off(best)
+        opened = best.call.started and not (best.events and best.events[-1][0] == "call")
+        if self.finished and best.role == ir.ARGUMENTS and opened:
+            self._cut_off(best)  # cut off inside arguments that had begun (else the call is text)
             self.fallback = True
             return
         events = best.events
