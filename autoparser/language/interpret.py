@@ -980,6 +980,8 @@ class LanguageStream:
             if node.text:
                 t.head = _Lit(node)
         elif cls is ir.Text:
+            if t.member is not None and t.member[0] is not None and t.value is None:
+                self._value(t, node)  # the raw value of an argument the schema does not name
             markers, weak = self.reader.text_markers(node)
             t.head = _Text(node, markers, weak, t.pos, self.reader.split(self._follow(t.stack)), t.value is not None)
         elif cls is ir.Gap:
