@@ -690,7 +690,8 @@ class _Reading(_Builder):
     def calls_then_text(self, section: Node, *also_stop: str) -> Node:
         """Call sections, each followed by content (several where calls are parallel)."""
         most = None if self.parallel else 1
-        after = self.text(*also_stop, not_first=(self.t.section_end,))
+        # right after calls, the section's end or another call's opener is markup, not text
+        after = self.text(*also_stop, not_first=(self.t.section_end, self.t.call_start))
         return Repeat(seq(section, after), 1 if self.choice == "required" else 0, most)
 
     def opened_calls(self) -> Node:
