@@ -475,10 +475,14 @@ class _Builder:
             first = one if first_call_start == call_start else seq(first_call_start, call, call_end)
             calls = first
             if self.parallel:
-                sep = self.marker(t.call_separator) if t.call_separator.strip() else EMPTY
+                sep = self.call_separator()
                 leading = self.gap() if not t.call_start[:1].isspace() else EMPTY
                 calls = seq(first, Repeat(Rule("call-next", seq(sep, leading, one))))
         return Rule("tool-calls", seq(section_start, calls, self.section_closing()))
+
+    def call_separator(self) -> Node:
+        """What goes between two calls of one section."""
+        return self.marker(self.t.call_separator) if self.t.call_separator.strip() else EMPTY
 
     def json_array(self, call: Node, call_start: Node) -> Node:
         """Calls as the elements of one JSON array; the brackets are added when the markers
@@ -669,6 +673,8 @@ class _Reading(_Builder):
 
     def __init__(self, analysis: Mapping[str, Any], request: Request):
         super().__init__(analysis, request)
+        # the parser reads several calls whenever the request allows them, whatever the template shows
+        self.parallel = request.parallel_tool_calls
         wanted, _ = chosen_tools(list(request.tools or []), request.tool_choice)
         if wanted != "none" and not request.tools:
             self.choice, self.tools = wanted, [ANY_TOOL]
@@ -690,8 +696,8 @@ class _Reading(_Builder):
     def calls_then_text(self, section: Node, *also_stop: str) -> Node:
         """Call sections, each followed by content (several where calls are parallel)."""
         most = None if self.parallel else 1
-        # right after calls, the section's end or another call's opener is markup, not text
-        after = self.text(*also_stop, not_first=(self.t.section_end, self.t.call_start))
+        # right after calls, the section's end or (where calls may follow) a call's opener is markup
+        after = self.text(*also_stop, not_first=(self.t.section_end, self.t.call_start if self.parallel else ""))
         return Repeat(seq(section, after), 1 if self.choice == "required" else 0, most)
 
     def opened_calls(self) -> Node:
@@ -734,6 +740,14 @@ class _Reading(_Builder):
 
     def json_arguments(self, name: str, params: Any) -> Node:
         return Json("any")
+
+    def call_separator(self) -> Node:
+        """As generated; calls written as bare JSON objects may also be separated by `;` or `,`,
+        as the parser reads them."""
+        separator = super().call_separator()
+        if not self.markerless_opener() or self.t.array:
+            return separator
+        return choice(separator, Lit(";"), Lit(","))
 
     def closing(self, marker: str) -> Node:
         """As generated, but with no whitespace where the marker is empty: text after the
