@@ -872,17 +872,18 @@ class LanguageStream:
         # its events not emitted yet (others emitted since it failed are dropped)
         best.events = best.events[self.emitted - emitted:] if self.emitted >= emitted else []
         best.start_call(waited=True)  # a call that awaited its id has none
-        opened = best.call.started and not (best.events and best.events[-1][0] == "call")
+        unopened = bool(best.events) and best.events[-1][0] == "call"  # a call with no argument text yet
+        opened = best.call.started and not unopened
         if self.finished and best.role == ir.ARGUMENTS and opened:
             self._cut_off(best)  # cut off inside arguments that had begun (else the call is text)
             self.fallback = True
             return
         events = best.events
-        if events and events[-1][0] == "call":
-            events = events[:-1]
+        if unopened:
+            events = events[:-1]  # the call that failed before its arguments is text
         self._apply(events)
         self.emitted += len(events)
-        if best.call.started and self.out.calls and self._closed_by(best):
+        if opened and self.out.calls and self._closed_by(best):
             self.out.calls[-1].incomplete = True
         # after a call read whole, the markers that close it are no text (whitespace before the
         # failure is); else the part begun is text
