@@ -234,8 +234,9 @@ class _Builder:
         self.specials = sorted({s for s in request.special_tokens if s}, key=len, reverse=True)
         self.choice, self.tools = chosen_tools(list(request.tools or []), request.tool_choice)
         self.thinking = _thinking_enabled(dict(analysis), request.thinking)
-        self.start, _ = start_state(dict(analysis), request.thinking, request.prompt)
+        self.start, continued = start_state(dict(analysis), request.thinking, request.prompt)
         self.forced = self.start == OPEN
+        self.continues = (REASONING if self.forced else CONTENT) if continued else ""
         self.parallel = request.parallel_tool_calls and bool(self.t.parallel)
         self.limit = request.free_text_limit
         t = self.t
@@ -255,7 +256,7 @@ class _Builder:
             self.choice = "none"
 
     def language(self, root: Node) -> Language:
-        return Language(root, tuple(self.warnings))
+        return Language(root, tuple(self.warnings), self.continues)
 
     # -- top level ----------------------------------------------------------------------
 

@@ -700,6 +700,9 @@ class LanguageStream:
                  call_id: Callable[[], str] = new_call_id) -> None:
         self.reader = reader
         self.out = Output(deltas)
+        continues = reader.language.continues
+        if continues:  # the output goes on with the prompt's own text: its whitespace is kept
+            (self.out.reasoning if continues == ir.REASONING else self.out.content).started = True
         self.call_id = call_id
         self.buf = ""
         self.base = 0  # how much text before `buf` was dropped (positions are relative to `buf`)
