@@ -87,7 +87,7 @@ def test_grammar_sentences_parse_alike_with_the_runtime_and_lark(path: Path) -> 
 def _reader(path: Path, choice: str) -> LanguageReader:
     """The streaming reader of the request's full language, as Lark reads it (`parse_with_lark`)."""
     analysis = _analysis(path)
-    request = Request(tools=tuple(TOOLS), tool_choice=choice, lazy=False,
+    request = Request(tools=tuple(TOOLS), tool_choice=choice, lazy=False, reading=True,
                       end_tokens=(analysis.eos_token,) if analysis.eos_token else ())
     return LanguageReader(build_language(analysis.to_dict(), request), end_of_turn=tuple(analysis.stop))
 

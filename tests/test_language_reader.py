@@ -31,7 +31,7 @@ CALLS = {
 
 def reader(family: str) -> LanguageReader:
     analysis = FORMATS[family]()
-    request = Request(tools=tuple(WEATHER_TOOLS), lazy=False)
+    request = Request(tools=tuple(WEATHER_TOOLS), lazy=False, reading=True)
     return LanguageReader(build_language(analysis.to_dict(), request), end_of_turn=tuple(analysis.stop))
 
 

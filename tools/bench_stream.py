@@ -77,8 +77,9 @@ def model_output(code: str) -> tuple[str, str]:
 
 
 def language_reader(analysis: Analysis) -> LanguageReader:
-    """The reader of the full output language of a request with the one tool the output calls."""
-    request = Request(tools=(WRITE_FILE,), lazy=False, end_tokens=(EOS,))
+    """The reader of the output language the parser reads (`reading=True`), for a request with the
+    one tool the output calls."""
+    request = Request(tools=(WRITE_FILE,), lazy=False, end_tokens=(EOS,), reading=True)
     return LanguageReader(build_language(analysis.to_dict(), request), end_of_turn=tuple(analysis.stop))
 
 

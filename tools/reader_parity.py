@@ -2,10 +2,10 @@
 cases of both corpora (CONTRACT section 6): how many applicable cases each reads back, how many
 messages are the same, and where they differ, grouped by how.
 
-    python tools/reader_parity.py [--verbose] [--lenient]
+    python tools/reader_parity.py [--verbose] [--lenient] [--generation]
 
-The reader reads the request's full language (`build_language`, not lazy); the runtime also reads
-what generation does not write (see `autoparser.language.interpret`). With `--lenient` each
+The reader reads the request's full language as the parser reads it (`Request(reading=True)`, not
+lazy; `--generation`: the language generation writes). With `--lenient` each
 output with tool calls is also changed the ways a model strays from the language (text after
 the calls, a call to a tool that was not offered, the output cut off at half and at 80%), and
 the reader is compared with the runtime on those, whole and streamed one character at a time.
@@ -30,6 +30,16 @@ from autoparser.roundtrip import TOOLS, compare, run_template  # noqa: E402
 BOS, EOS = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"
 
 
+def exact(message: dict) -> dict:
+    """The message as a client sees it: texts as they are, argument text, and ids where the
+    format writes them (a drawn `call_` id differs on every parse)."""
+    calls = [(c["function"]["name"], c["function"]["arguments"],
+              None if c.get("id", "").startswith("call_") else c.get("id"), bool(c.get("incomplete")))
+             for c in message.get("tool_calls") or []]
+    return {"reasoning_content": message.get("reasoning_content"), "content": message.get("content"),
+            "tool_calls": calls}
+
+
 def comparable(message: dict) -> dict:
     calls = []
     for call in message.get("tool_calls") or []:
@@ -42,11 +52,17 @@ def comparable(message: dict) -> dict:
             "content": (message.get("content") or "").strip() or None, "tool_calls": calls}
 
 
-def read(analysis: autoparser.Analysis, output: str, thinking: bool | None) -> dict:
-    request = Request(tools=tuple(TOOLS), thinking=thinking, lazy=False,
+READING = True  # read by the language the parser reads (`Request(reading=True)`); off: the generation one
+
+
+def reader_for(analysis: autoparser.Analysis, thinking: bool | None) -> LanguageReader:
+    request = Request(tools=tuple(TOOLS), thinking=thinking, lazy=False, reading=READING,
                       end_tokens=(analysis.eos_token,) if analysis.eos_token else ())
-    reader = LanguageReader(build_language(analysis.to_dict(), request), end_of_turn=tuple(analysis.stop))
-    return reader.parse(output)
+    return LanguageReader(build_language(analysis.to_dict(), request), end_of_turn=tuple(analysis.stop))
+
+
+def read(analysis: autoparser.Analysis, output: str, thinking: bool | None) -> dict:
+    return reader_for(analysis, thinking).parse(output)
 
 
 def strays(output: str, names: list[str]) -> dict[str, str]:
@@ -59,9 +75,7 @@ def strays(output: str, names: list[str]) -> dict[str, str]:
 
 
 def streamed(analysis: autoparser.Analysis, output: str, thinking: bool | None) -> dict:
-    request = Request(tools=tuple(TOOLS), thinking=thinking, lazy=False,
-                      end_tokens=(analysis.eos_token,) if analysis.eos_token else ())
-    stream = LanguageReader(build_language(analysis.to_dict(), request), end_of_turn=tuple(analysis.stop)).stream()
+    stream = reader_for(analysis, thinking).stream()
     for char in output:
         stream.feed(char)
     stream.finish()
@@ -112,11 +126,16 @@ def main() -> int:
     options = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     options.add_argument("--verbose", action="store_true", help="print every differing case")
     options.add_argument("--lenient", action="store_true", help="also outputs that stray from the language")
+    options.add_argument("--generation", action="store_true",
+                         help="read by the language generation writes, not the one the parser reads")
     args = options.parse_args()
+    global READING
+    READING = not args.generation
     from corpora import _quietly, llamacpp_templates, shared_templates
 
     for label, paths in (("llama.cpp", _quietly(llamacpp_templates)), ("shared", _quietly(shared_templates))):
-        applicable = runtime_pass = reader_pass = same = 0
+        applicable = runtime_pass = reader_pass = same = same_exactly = 0
+        inexact: dict[str, list[str]] = collections.defaultdict(list)
         differences: dict[str, list[str]] = collections.defaultdict(list)
         for path in paths:
             try:
@@ -134,6 +153,15 @@ def main() -> int:
                     differences[f"reader raised {type(exc).__name__}"].append(f"{path.name}:{result.case}")
                     continue
                 reader_pass += not compare(result.expected, got)
+                runtime_exact, reader_exact = exact(result.got or {}), exact(got)
+                if runtime_exact == reader_exact:
+                    same_exactly += 1
+                else:
+                    cause = " and ".join(k for k in runtime_exact if runtime_exact[k] != reader_exact[k])
+                    inexact[f"{cause} differ"].append(f"{path.name}:{result.case}")
+                    if args.verbose:
+                        print(f"  exactly {path.name}:{result.case}\n    runtime {runtime_exact}\n"
+                              f"    reader  {reader_exact}")
                 if comparable(got) == comparable(result.got or {}):
                     same += 1
                     continue
@@ -143,9 +171,11 @@ def main() -> int:
                     print(f"  {path.name}:{result.case}: {cause}\n    output  {result.output!r}\n"
                           f"    runtime {comparable(result.got or {})}\n    reader  {comparable(got)}")
         print(f"{label}: {applicable} applicable cases; runtime reads back {runtime_pass}, reader {reader_pass}; "
-              f"same message {same}/{applicable}")
+              f"same message {same}/{applicable}, exactly (texts untrimmed, format ids) {same_exactly}/{applicable}")
         for cause, cases in sorted(differences.items(), key=lambda kv: -len(kv[1])):
             print(f"    {cause} ({len(cases)}): {', '.join(sorted({c.split(':')[0] for c in cases}))}")
+        for cause, cases in sorted(inexact.items(), key=lambda kv: -len(kv[1])):
+            print(f"    exactly: {cause} ({len(cases)}): {', '.join(sorted({c.split(':')[0] for c in cases}))}")
         if args.lenient:
             lenient(paths, args.verbose)
     return 0

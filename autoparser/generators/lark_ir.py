@@ -369,7 +369,10 @@ class _Reader:
         found = []
         for child in tree.children:
             if isinstance(child, Tree):
-                found += [child] if child.data in self.written.roles else self.captures(child)
+                role = self.written.roles.get(child.data)
+                found += [child] if role is not None else self.captures(child)
+                if role == ir.CALL_ID:  # the format's own id (`functions.NAME:0`) holds the name
+                    found += self.captures(child)
         return found
 
     def is_call(self, tree: Any) -> bool:

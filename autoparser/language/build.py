@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -234,8 +234,9 @@ class _Builder:
         self.specials = sorted({s for s in request.special_tokens if s}, key=len, reverse=True)
         self.choice, self.tools = chosen_tools(list(request.tools or []), request.tool_choice)
         self.thinking = _thinking_enabled(dict(analysis), request.thinking)
-        self.start, _ = start_state(dict(analysis), request.thinking, request.prompt)
+        self.start, continued = start_state(dict(analysis), request.thinking, request.prompt)
         self.forced = self.start == OPEN
+        self.continues = (REASONING if self.forced else CONTENT) if continued else ""
         self.parallel = request.parallel_tool_calls and bool(self.t.parallel)
         self.limit = request.free_text_limit
         t = self.t
@@ -255,7 +256,7 @@ class _Builder:
             self.choice = "none"
 
     def language(self, root: Node) -> Language:
-        return Language(root, tuple(self.warnings))
+        return Language(root, tuple(self.warnings), self.continues)
 
     # -- top level ----------------------------------------------------------------------
 
@@ -475,10 +476,14 @@ class _Builder:
             first = one if first_call_start == call_start else seq(first_call_start, call, call_end)
             calls = first
             if self.parallel:
-                sep = self.marker(t.call_separator) if t.call_separator.strip() else EMPTY
+                sep = self.call_separator()
                 leading = self.gap() if not t.call_start[:1].isspace() else EMPTY
                 calls = seq(first, Repeat(Rule("call-next", seq(sep, leading, one))))
         return Rule("tool-calls", seq(section_start, calls, self.section_closing()))
+
+    def call_separator(self) -> Node:
+        """What goes between two calls of one section."""
+        return self.marker(self.t.call_separator) if self.t.call_separator.strip() else EMPTY
 
     def json_array(self, call: Node, call_start: Node) -> Node:
         """Calls as the elements of one JSON array; the brackets are added when the markers
@@ -501,8 +506,7 @@ class _Builder:
         hint = f"{name}-call"
         if t.format == "json":
             return Rule(hint, self.json_call(name, params))
-        name_start = EMPTY if opened else self.marker(t.name_start)
-        head = seq(name_start, Capture(TOOL_NAME, self.name_node(name, quoted=False)), self.name_end())
+        head = self.call_head(Capture(TOOL_NAME, self.name_node(name, quoted=False)), opened)
         if t.id_start or t.id_end:
             call_id = seq(self.marker(t.id_start), Capture(CALL_ID, ID_CHARS), self.marker(t.id_end))
             head = seq(call_id, head) if t.id_before_name else seq(head, call_id)
@@ -510,6 +514,10 @@ class _Builder:
             args = self.json_arguments(name, params)
             return Rule(hint, seq(head, self.args_opener(), Capture(ARGUMENTS, args), self.marker(t.args_end)))
         return Rule(hint, seq(head, Capture(ARGUMENTS, self.tagged_args(name, params))))
+
+    def call_head(self, name: Node, opened: bool) -> Node:
+        """A tagged call's name with the markers around it (`opened`: the prompt wrote its start)."""
+        return seq(EMPTY if opened else self.marker(self.t.name_start), name, self.name_end())
 
     def name_node(self, name: str, quoted: bool) -> Node:
         """A tool's name as written in a call: `quoted` as a JSON string."""
@@ -643,6 +651,8 @@ class _Builder:
 
 # -- the language the parser reads ---------------------------------------------------------------
 
+_NOT_IN_ID = re.compile(r"[\s\"'<>]")  # markup around a call number that makes it no id
+
 # a call of any tool, where the request gives no tools (the parser reads any name)
 ANY_TOOL: Mapping[str, Any] = {"type": "function", "function": {"name": "", "parameters": {"type": "object"}}}
 
@@ -664,6 +674,8 @@ class _Reading(_Builder):
 
     def __init__(self, analysis: Mapping[str, Any], request: Request):
         super().__init__(analysis, request)
+        # the parser reads several calls whenever the request allows them, whatever the template shows
+        self.parallel = request.parallel_tool_calls
         wanted, _ = chosen_tools(list(request.tools or []), request.tool_choice)
         if wanted != "none" and not request.tools:
             self.choice, self.tools = wanted, [ANY_TOOL]
@@ -685,7 +697,8 @@ class _Reading(_Builder):
     def calls_then_text(self, section: Node, *also_stop: str) -> Node:
         """Call sections, each followed by content (several where calls are parallel)."""
         most = None if self.parallel else 1
-        after = self.text(*also_stop, not_first=(self.t.section_end,))
+        # right after calls, the section's end or (where calls may follow) a call's opener is markup
+        after = self.text(*also_stop, not_first=(self.t.section_end, self.t.call_start if self.parallel else ""))
         return Repeat(seq(section, after), 1 if self.choice == "required" else 0, most)
 
     def opened_calls(self) -> Node:
@@ -704,6 +717,16 @@ class _Reading(_Builder):
         later = Rule("call-next", seq(opener, choice(*heads), self.text()))
         return seq(first, Repeat(later)) if self.parallel else first
 
+    def call_head(self, name: Node, opened: bool) -> Node:
+        """As generated; where the template numbers its calls and writes no id, the header up to
+        the number is the call's own id (`functions.NAME:0`), which the parser returns."""
+        t = self.t
+        indexed = split_call_index(t.name_end)
+        if opened or indexed is None or t.id_start or t.id_end or _NOT_IN_ID.search(t.name_start + indexed[0]):
+            return super().call_head(name, opened)
+        own = Capture(CALL_ID, seq(self.marker(t.name_start), name, self.marker(indexed[0]), INDEX_DIGITS))
+        return seq(own, self.marker(indexed[1]))
+
     def name_node(self, name: str, quoted: bool) -> Node:
         if name:
             return super().name_node(name, quoted)
@@ -718,6 +741,14 @@ class _Reading(_Builder):
 
     def json_arguments(self, name: str, params: Any) -> Node:
         return Json("any")
+
+    def call_separator(self) -> Node:
+        """As generated; calls written as bare JSON objects may also be separated by `;` or `,`,
+        as the parser reads them."""
+        separator = super().call_separator()
+        if not self.markerless_opener() or self.t.array:
+            return separator
+        return choice(separator, Lit(";"), Lit(","))
 
     def closing(self, marker: str) -> Node:
         """As generated, but with no whitespace where the marker is empty: text after the
@@ -758,8 +789,10 @@ class _Reading(_Builder):
         value, raw = super().tagged_value(name, params, key, sub)
         if not isinstance(value, Json):
             return value, raw
-        return RawString(name, params, sub, value.path, value.hint, self.arg_end(key), self.raw_text(key),
-                         bounded=False), raw
+        text = self.raw_text(key)
+        if isinstance(text, Text):
+            text = replace(text, nonempty=True)  # no JSON value is written as no text
+        return RawString(name, params, sub, value.path, value.hint, self.arg_end(key), text, bounded=False), raw
 
     def args_opener(self) -> Node:
         fence = bare_fence(self.t.args_start)
@@ -799,10 +832,17 @@ class _Reading(_Builder):
         head, hole, tail = (messages.get("call_header") or "").partition("{name}")
         if not self.in_messages() or not hole or not head.strip():
             return "", EMPTY, ""
-        name = Chars("^" + NAME_FORBIDDEN)
-        header = seq(self.marker(head.strip()), name, self.marker(tail.strip()),
+        header = seq(self.marker(head.strip()), self.recipient(), self.marker(tail.strip()),
                      self.marker(core(messages.get("body_start"))))
         return core(messages.get("separator")), header, head.strip()
+
+    def recipient(self) -> Node:
+        """The tool a call message's header names: one of the tools where they are known (the
+        reasoning and content messages' headers name a recipient too, `to=self`), else any name."""
+        names = [tool_name(tool) for tool in self.tools]
+        if names and all(names) and self.choice != "none":
+            return choice(*[Lit(name) for name in names])
+        return Chars("^" + NAME_FORBIDDEN)
 
     def reads_reasoning(self) -> bool:
         return self.r.mode != "none" and bool(self.r.end.strip()) and self.start != CLOSED

@@ -37,7 +37,7 @@ from collections.abc import Callable
 from typing import Any
 
 from autoparser.language import ir
-from autoparser.language.request import value_kind
+from autoparser.language.request import is_weak, value_kind
 from autoparser.language.values import convert_literal_value, convert_tagged_value, decode_string_body
 from autoparser.runtime.channels import Output, ToolCall
 from autoparser.runtime.jsonscan import DONE, ERROR, JsonScanner, is_string_body
@@ -77,8 +77,7 @@ class _Firsts:
             core = node.text.strip()
             if not core:
                 return frozenset(node.text[:1]), True  # whitespace: as much of it as there is
-            # whitespace before a marker is skipped: it may be gone before the core
-            return frozenset(core[0] + (_WHITESPACE if node.text[0] in _WHITESPACE else "")), False
+            return frozenset(core[0] + _WHITESPACE), False  # whitespace before a marker is skipped
         if isinstance(node, ir.Gap):
             return frozenset(_WHITESPACE), True
         if isinstance(node, ir.Chars):
@@ -169,7 +168,7 @@ _FRAMES = (_EndCapture, _EndMember)
 class _Call:
     """The captures of the call being read."""
 
-    __slots__ = ("name", "id", "args", "started", "pending", "mode", "scanner", "done")
+    __slots__ = ("name", "id", "args", "started", "pending", "mode", "scanner", "done", "awaits_id")
 
     def __init__(self) -> None:
         self.name: str | None = None
@@ -180,11 +179,12 @@ class _Call:
         self.mode = ""  # how the arguments are written: "members", "json", "string"
         self.scanner: JsonScanner | None = None
         self.done = False  # its arguments were read whole
+        self.awaits_id = False  # its start waits for an id the format writes after the arguments
 
 
 class _Thread:
     __slots__ = ("stack", "pos", "events", "role", "head", "call", "parts", "member", "value", "count", "mark",
-                 "skip")
+                 "skip", "own_id")
 
     def __init__(self, stack: Any, pos: int) -> None:
         self.stack = stack  # (node, rest) pairs, None at the bottom
@@ -199,6 +199,7 @@ class _Thread:
         self.count = 0  # tagged arguments read in the current call
         self.mark = pos  # where the last whole part read ends (text, a repeated item): failing later, the rest is text
         self.skip = ""  # a marker that may be left out (the end of reasoning skipped on resuming)
+        self.own_id: list[str] | None = None  # the text of the id capture being read (it may hold the name)
 
     def fork(self, stack: Any) -> _Thread:
         twin = _Thread(stack, self.pos)
@@ -206,7 +207,7 @@ class _Thread:
         twin.role = self.role
         call, copy = self.call, _Call()
         copy.name, copy.id, copy.args, copy.started = call.name, call.id, call.args, call.started
-        copy.pending, copy.mode, copy.done = list(call.pending), call.mode, call.done
+        copy.pending, copy.mode, copy.done, copy.awaits_id = list(call.pending), call.mode, call.done, call.awaits_id
         twin.call = copy
         twin.parts = list(self.parts)
         twin.member = None if self.member is None else list(self.member)
@@ -214,6 +215,7 @@ class _Thread:
         twin.count = self.count
         twin.mark = self.mark
         twin.skip = self.skip
+        twin.own_id = None if self.own_id is None else list(self.own_id)
         return twin
 
     def key(self) -> tuple:
@@ -223,10 +225,26 @@ class _Thread:
             node = node[1]
         return self.pos, self.role, id(self.head), tuple(frames)
 
+    def state(self) -> tuple:
+        """All that decides how this reading goes on and what it gives (not where a failure
+        would resume); a terminal's state object that is not plain data (a JSON scanner) keeps
+        the reading distinct."""
+        head, call = self.head, self.call
+        terminal = tuple(_plain(getattr(head, slot)) for slot in head.__slots__)
+        frames, node = [], self.stack
+        while node is not None:
+            frames.append(_frame_state(node[0]))
+            node = node[1]
+        return (self.pos, self.role, tuple(frames), head.__class__, terminal, tuple(self.events), call.name, call.id, call.args,
+                call.started, tuple(call.pending), call.mode, call.done, call.awaits_id, tuple(self.parts),
+                _plain(self.member), _plain(self.value), self.count, self.skip, _plain(self.own_id))
+
     # what the terminal read goes where its capture says
     def text(self, piece: str) -> None:
         if not piece:
             return
+        if self.own_id is not None:
+            self.own_id.append(piece)
         if self.value is not None:
             self.value.append(piece)
         elif self.role == ir.REASONING or self.role == ir.CONTENT:
@@ -242,7 +260,12 @@ class _Thread:
             self.value.append(piece)
 
     def name_text(self, piece: str) -> None:
-        """Text of a marker: part of a name or id."""
+        """Text of a marker: part of a name or id, or a text (a bracket that opens no call)."""
+        if self.role == ir.CONTENT or self.role == ir.REASONING:
+            self.text(piece)
+            return
+        if self.own_id is not None:
+            self.own_id.append(piece)
         if (self.role == ir.TOOL_NAME or self.role == ir.CALL_ID) and self.value is None:
             self.parts.append(piece)
 
@@ -250,6 +273,8 @@ class _Thread:
         """Text of a character run: a tagged argument's key (read from the text), a name or an id."""
         if self.member is not None and self.member[0] is None and self.value is None:
             self.member[0] = piece
+        elif self.own_id is not None and self.role != ir.TOOL_NAME:
+            self.own_id.append(piece)
         else:
             self.name_text(piece)
 
@@ -261,9 +286,11 @@ class _Thread:
         else:
             self.call.pending.append(piece)
 
-    def start_call(self) -> None:
+    def start_call(self, waited: bool = False) -> None:
+        """The call's start event, once its name is read and its arguments began (`waited`: or
+        no longer awaiting an id that may come after the arguments)."""
         call = self.call
-        if call.started or call.name is None or not call.args:
+        if call.started or call.name is None or not call.args or (call.awaits_id and not waited):
             return
         call.started = True
         self.events.append(("call", call.name, call.id, self.pos))
@@ -277,26 +304,22 @@ class _Thread:
 
 class _Lit:
     """A marker: its core as written (inner whitespace flexible, as the parser finds markers),
-    whitespace before it skipped where the marker starts with some, and as much of the
-    whitespace it ends with as the text has."""
+    whitespace before it skipped (the parser skips whitespace between structural parts; text
+    before a marker has taken its own), and as much of the whitespace it ends with as the text has."""
 
-    __slots__ = ("core", "lead", "trail", "done")
+    __slots__ = ("core", "trail", "done")
 
     def __init__(self, node: ir.Lit) -> None:
         text = node.text
         self.core = text.strip()
-        self.lead = len(text) - len(text.lstrip())
         self.trail = text[len(text.rstrip()):] if self.core else text
         self.done = not self.core  # the core was read
 
     def step(self, t: _Thread, buf: str, final: bool) -> int:
         pos = t.pos
         if not self.done:
-            if self.lead:
-                while pos < len(buf) and buf[pos] in _WHITESPACE and pos - t.pos < 64:
-                    pos += 1
-                if pos == len(buf) and not final:
-                    return MORE
+            while pos < len(buf) and buf[pos] in _WHITESPACE and pos - t.pos < 64:
+                pos += 1
             if pos == len(buf) and not final:
                 return MORE
             found, end = match_at(buf, pos, self.core, final)
@@ -359,12 +382,16 @@ class _Gap:
 
 class _Text:
     """Free text up to the first of its stop markers (held back only while it may be one). Where
-    the marker that follows (`end`) begins with whitespace that is there, the text ends before it."""
+    the marker that follows (`end`) begins with whitespace that is there, the text ends before it.
+    A text does not begin (after whitespace) with one of its `not_first` markers: there it is empty.
+    In a value (`soft`), a soft stop (`MarkerSet` kind "soft", punctuation such as `,` or `)`)
+    ends the text in one reading and is part of it in another: what follows decides."""
 
-    __slots__ = ("markers", "weak", "weak_prefix", "lead", "nonempty", "start", "split", "after")
+    __slots__ = ("markers", "weak", "weak_prefix", "lead", "nonempty", "start", "split", "after", "firsts",
+                 "past", "soft")
 
     def __init__(self, node: ir.Text, markers: MarkerSet, weak: tuple[Any, Any] | None, start: int,
-                 split: re.Pattern[str] | None) -> None:
+                 split: re.Pattern[str] | None, soft: bool = False) -> None:
         self.markers = markers
         self.weak, self.weak_prefix = weak or (None, None)
         end = node.end or ""
@@ -373,8 +400,19 @@ class _Text:
         self.start = start
         self.split = split  # brackets where what follows may begin (a bare JSON call)
         self.after = start  # where to look for the next one
+        self.firsts = tuple(m.strip() for m in node.not_first if m.strip())  # cleared once checked
+        self.past = start  # the end of the last soft stop read as text
+        self.soft = soft
 
     def step(self, t: _Thread, buf: str, final: bool) -> int:
+        if self.firsts:
+            found, at = self._first_marker(buf, t.pos, final)
+            if found == DONE and not self.nonempty:
+                t.pos = at  # the whitespace before the marker is the marker's, as markers are found
+            if found != FAIL:
+                return FAIL if found == DONE and self.nonempty else found
+        if self.past > t.pos:
+            self._read(t, buf, self.past)  # the soft stop another reading ended the text at
         pos = t.pos
         hit = self.markers.find(buf, pos, final=final)
         stop = hit[0] if hit is not None else None
@@ -385,6 +423,11 @@ class _Text:
                 stop = found.start()
             elif not final:
                 held = self._weak_hold(buf, pos, stop)
+        if self.soft and hit is not None and hit[2] == "soft" and stop == hit[0] and held is None and (
+                self.split is None or not self.split.search(buf, pos, stop)):
+            self._read(t, buf, stop)
+            self.past = stop + len(hit[1])
+            return SPLIT
         if held is None and stop is None and not final:
             held = self._safe(buf, pos)
         if self.split is not None:
@@ -406,6 +449,22 @@ class _Text:
         if self.nonempty and t.pos == self.start:
             return FAIL
         return DONE
+
+    def _first_marker(self, buf: str, pos: int, final: bool) -> tuple[int, int]:
+        """Whether the text begins with a `not_first` marker after whitespace, and where that
+        marker is: DONE (it does: the text is empty), MORE (it may), FAIL (it does not: read it
+        as text from now on)."""
+        while pos < len(buf) and buf[pos] in _WHITESPACE:
+            pos += 1
+        if pos == len(buf) and not final:
+            return MORE, pos
+        found = [match_at(buf, pos, marker, final)[0] for marker in self.firsts]
+        if FULL in found:
+            return DONE, pos
+        if PARTIAL in found and not final:
+            return MORE, pos
+        self.firsts = ()
+        return FAIL, pos
 
     def _safe(self, buf: str, pos: int) -> int:
         end = self.markers.safe_end(buf, pos)
@@ -462,14 +521,17 @@ _PY_END = re.compile(r"""[^\s,)\]}'"]*""")
 
 
 class _PyValue:
-    """A Python or JSON literal: quoted text, a bracketed value, or a bare word."""
+    """A Python or JSON literal: quoted text, a bracketed value, or a bare word. A quoted value's
+    closing quote ends it in one reading, and is a quote inside it in another (models leave
+    quotes unescaped; what follows decides)."""
 
-    __slots__ = ("depth", "quote", "started")
+    __slots__ = ("depth", "quote", "started", "outer")
 
     def __init__(self) -> None:
         self.depth = 0
         self.quote = ""
         self.started = False
+        self.outer = False  # the quote open is the whole value's
 
     def step(self, t: _Thread, buf: str, final: bool) -> int:
         pos, end = t.pos, len(buf)
@@ -480,9 +542,13 @@ class _PyValue:
                     break  # an escape cut in two
                 pos += 2 if char == "\\" else 1
                 if char == self.quote:
+                    if self.outer:
+                        t.value_text(buf[t.pos:pos])
+                        t.pos = pos
+                        return SPLIT
                     self.quote = ""
             elif char in "'\"":
-                self.quote, self.started = char, True
+                self.quote, self.started, self.outer = char, True, not self.depth and not self.started
                 pos += 1
             elif char in "[({":
                 self.depth, self.started = self.depth + 1, True
@@ -550,6 +616,7 @@ class LanguageReader:
         self._markers: dict[int, tuple[MarkerSet, Any]] = {}
         self._chars: dict[str, re.Pattern[str]] = {}
         self._splits: dict[str, re.Pattern[str]] = {}
+        self._ids: dict[int, bool] = {}
         self._keep: list[Any] = []
 
     def stream(self, deltas: bool = True, call_id: Callable[[], str] = new_call_id) -> LanguageStream:
@@ -591,7 +658,25 @@ class LanguageReader:
                 word = r"\s*[^\W\d][\w.\-]*\s*"
                 weak = (re.compile(f"{mark}(?={word}{before})"),
                         (node.weak.marker[0], re.compile(rf"{mark}\s*(?:[^\W\d][\w.\-]*\s*)?\Z")))
-            found = self._markers[id(node)] = (MarkerSet(dict.fromkeys(stops, "stop")), weak)
+            kinds = {stop: "soft" if _is_soft(stop, node) else "stop" for stop in stops}
+            found = self._markers[id(node)] = (MarkerSet(kinds), weak)
+            self._keep.append(node)
+        return found
+
+    def id_may_follow(self, stack: Any) -> bool:
+        """Whether what is left of a reading holds a call id capture."""
+        while stack is not None:
+            node, stack = stack
+            if node.__class__ not in _FRAMES and node.__class__ is not _Again and self._holds_id(node):
+                return True
+        return False
+
+    def _holds_id(self, node: Any) -> bool:
+        found = self._ids.get(id(node))
+        if found is None:
+            self._ids[id(node)] = False  # a recursive reference holds nothing more
+            found = self._ids[id(node)] = any(self._holds_id(part) for part in _parts(node)) or (
+                isinstance(node, ir.Capture) and node.role == ir.CALL_ID)
             self._keep.append(node)
         return found
 
@@ -615,6 +700,9 @@ class LanguageStream:
                  call_id: Callable[[], str] = new_call_id) -> None:
         self.reader = reader
         self.out = Output(deltas)
+        continues = reader.language.continues
+        if continues:  # the output goes on with the prompt's own text: its whitespace is kept
+            (self.out.reasoning if continues == ir.REASONING else self.out.content).started = True
         self.call_id = call_id
         self.buf = ""
         self.base = 0  # how much text before `buf` was dropped (positions are relative to `buf`)
@@ -687,6 +775,7 @@ class LanguageStream:
                 if t.head.__class__ is _Text:
                     t.head.start -= low
                     t.head.after -= low
+                    t.head.past -= low
                 t.events = [(*e[:-1], e[-1] - low) for e in t.events]
 
     def _advance(self, final: bool) -> None:
@@ -716,8 +805,10 @@ class LanguageStream:
             elif result.__class__ is list:
                 todo.extend(reversed(result))
             else:
-                if t.head is None or t.head.__class__ is _Trailer:
-                    key = t.key()
+                # readings that reached one state by different paths read alike from here: one is kept
+                key = t.key() if t.head is None or t.head.__class__ is _Trailer else \
+                    t.state() if todo or alive else None
+                if key is not None:
                     if key in seen:
                         continue
                     seen.add(key)
@@ -783,16 +874,19 @@ class LanguageStream:
         self.dead = None
         # its events not emitted yet (others emitted since it failed are dropped)
         best.events = best.events[self.emitted - emitted:] if self.emitted >= emitted else []
-        if self.finished and best.role == ir.ARGUMENTS and best.call.started:
-            self._cut_off(best)
+        best.start_call(waited=True)  # a call that awaited its id has none
+        unopened = bool(best.events) and best.events[-1][0] == "call"  # a call with no argument text yet
+        opened = best.call.started and not unopened
+        if self.finished and best.role == ir.ARGUMENTS and opened:
+            self._cut_off(best)  # cut off inside arguments that had begun (else the call is text)
             self.fallback = True
             return
         events = best.events
-        if events and events[-1][0] == "call":
-            events = events[:-1]
+        if unopened:
+            events = events[:-1]  # the call that failed before its arguments is text
         self._apply(events)
         self.emitted += len(events)
-        if best.call.started and self.out.calls and self._closed_by(best):
+        if opened and self.out.calls and self._closed_by(best):
             self.out.calls[-1].incomplete = True
         # after a call read whole, the markers that close it are no text (whitespace before the
         # failure is); else the part begun is text
@@ -807,6 +901,9 @@ class LanguageStream:
             self.safe = failed  # the language was read whole: what follows is read again
         self.out.add_content(self.buf[self.safe:failed])
         self.safe = failed
+        if self.finished and failed >= len(self.buf):
+            self.fallback = True  # it failed at the end of the output: nothing is left to read again
+            return
         self.resumed = True
         self.threads = [_Thread((self.reader.root, None), failed)]
 
@@ -863,6 +960,7 @@ class LanguageStream:
                 t.head = None
                 continue
             if t.stack is None:
+                t.start_call(waited=True)
                 t.head = _Trailer(self.reader.end_of_turn)
                 continue
             node, t.stack = t.stack
@@ -886,8 +984,10 @@ class LanguageStream:
             if node.text:
                 t.head = _Lit(node)
         elif cls is ir.Text:
+            if t.member is not None and t.member[0] is not None and t.value is None:
+                self._value(t, node)  # the raw value of an argument the schema does not name
             markers, weak = self.reader.text_markers(node)
-            t.head = _Text(node, markers, weak, t.pos, self.reader.split(self._follow(t.stack)))
+            t.head = _Text(node, markers, weak, t.pos, self.reader.split(self._follow(t.stack)), t.value is not None)
         elif cls is ir.Gap:
             if node.max:
                 t.head = _Gap(node.max)
@@ -991,6 +1091,8 @@ class LanguageStream:
     def _begin_capture(self, t: _Thread, node: ir.Capture) -> None:
         role = node.role
         call = t.call
+        if call.awaits_id and role != ir.CALL_ID:
+            t.start_call(waited=True)  # the id did not come before what follows the call
         if role in (ir.TOOL_NAME, ir.CALL_ID, ir.ARGUMENTS):
             done = {ir.TOOL_NAME: call.name is not None, ir.CALL_ID: call.id is not None,
                     ir.ARGUMENTS: call.args}[role]
@@ -998,11 +1100,15 @@ class LanguageStream:
                 t.call = call = _Call()
         t.role = role
         t.parts = []
+        if role == ir.CALL_ID:
+            t.own_id = []
         if role == ir.ARGUMENTS:
             call.args = True
             body = node.body
             call.mode = "members" if isinstance(body, ir.Members) else \
                 "string" if isinstance(body, ir.Json) and body.kind == "string" else "json"
+            # the runtime returns the model's own id, which some formats write after the arguments
+            call.awaits_id = call.id is None and self.reader.id_may_follow(t.stack)
             t.start_call()
 
     def _end_capture(self, t: _Thread, role: str) -> None:
@@ -1012,7 +1118,8 @@ class LanguageStream:
             call.name = json.loads(text) if text.startswith('"') else text
             t.start_call()
         elif role == ir.CALL_ID:
-            call.id = text
+            call.id, t.own_id = "".join(t.own_id or ()), None
+            t.start_call(waited=True)
         elif role == ir.ARGUMENTS:
             call.done = True
             if call.mode == "members":
@@ -1066,6 +1173,50 @@ class LanguageStream:
         lead = ", " if t.count else ""
         t.arguments(f"{lead}{json.dumps(key or '', ensure_ascii=False)}: {_convert(raw, node)}")
         t.count += 1
+
+
+def _frame_state(frame: Any) -> Any:
+    """A stack entry as data: an IR node by identity, a frame made while reading by its content."""
+    cls = frame.__class__
+    if cls is _Again:
+        return cls, id(frame.repeat), frame.left_min, frame.left_max, frame.start
+    if cls is _MembersFrom:
+        return cls, id(frame.members), frame.read
+    if cls is _Member:
+        return cls, id(frame.body), frame.key
+    if cls is _EndCapture:
+        return cls, frame.role
+    return id(frame)
+
+
+def _plain(value: Any) -> Any:
+    """`value` as a hashable part of a reading's state (an object by its identity)."""
+    if value is None or isinstance(value, str | int | bool | tuple | frozenset):
+        return value
+    if isinstance(value, list):
+        return tuple(_plain(v) for v in value)
+    return id(value)
+
+
+def _parts(node: Any) -> tuple[Any, ...]:
+    """A node's direct parts (the members of tagged arguments are values: no call id there)."""
+    if isinstance(node, ir.Seq):
+        return node.items
+    if isinstance(node, ir.Choice):
+        return node.options
+    if isinstance(node, ir.Repeat):
+        return (node.item,)
+    if isinstance(node, ir.Capture | ir.Rule):
+        return (node.body,)
+    if isinstance(node, ir.Lazy):
+        return (node.body,)
+    return ()
+
+
+def _is_soft(stop: str, node: ir.Text) -> bool:
+    """Whether a stop of a value's text may also be part of it: punctuation that values contain
+    (`,` in `Paris, France` before the value's own end marker, `]` in `[a, b]`)."""
+    return is_weak(stop) and stop != (node.end or "").strip()
 
 
 def _key_of(members: ir.Members, member: Any) -> str | None:

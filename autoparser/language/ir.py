@@ -183,8 +183,12 @@ EMPTY = Seq(())
 
 @dataclass(frozen=True)
 class Language:
+    """`continues`: the role whose text the output goes on with, where the prompt ended inside the
+    assistant's own reasoning or answer (prefill); its leading whitespace is kept."""
+
     root: Node
     warnings: tuple[str, ...] = field(default=())
+    continues: str = ""
 
     def __str__(self) -> str:
         return describe(self.root)
