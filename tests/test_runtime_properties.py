@@ -262,9 +262,19 @@ def test_stream_equals_whole_and_nothing_lost(family: str, data) -> None:
     if _literal_values(analysis):
         produced = _as_json_spelling(produced)
     missing = _words(_structural_words(analysis, text)) - _words(produced)
-    assert not missing, (text, message)
+    if missing:
+        # a call cut off at the end keeps only its complete members (issue 8, point 5): the
+        # member being written, after the last marker or JSON punctuation, is all it may lose
+        assert message["tool_calls"] and message["tool_calls"][-1].get("incomplete"), (text, message)
+        assert not missing - _words(_structural_words(analysis, _last_member(analysis, text))), (text, message)
     for call in message["tool_calls"]:
         assert isinstance(json.loads(call["function"]["arguments"]), dict)
+
+
+def _last_member(analysis, text: str) -> str:
+    """The text after the last marker, `{` or `,`: where a cut-off member begins."""
+    ends = [text.rfind(p) + len(p) for p in [*_marker_texts(analysis), "{", ","] if p in text]
+    return text[max(ends, default=0):]
 
 
 @pytest.mark.parametrize("family", FAMILIES)
