@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from autoparser.analysis import Analysis
@@ -190,3 +192,17 @@ def compare(expected: dict[str, Any], got: dict[str, Any]) -> str:
 
 def run_template(analysis: Analysis) -> list[CaseResult]:
     return [run_case(analysis, case, message) for case, message in probe_messages().items()]
+
+
+def template_results(paths: Iterable[Path], bos_token: str, eos_token: str) -> Iterator[tuple[Path, Analysis, CaseResult]]:
+    """Every round-trip case of every template that analyzes (templates that cannot render a
+    basic conversation are left out), with the template's path and analysis."""
+    from autoparser.analyzers import analyze
+
+    for path in paths:
+        try:
+            analysis = analyze(path.read_text(encoding="utf-8"), bos_token=bos_token, eos_token=eos_token)
+        except TemplateRenderError:
+            continue
+        for result in run_template(analysis):
+            yield path, analysis, result

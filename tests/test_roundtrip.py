@@ -14,8 +14,7 @@ from analyses import without_generated_ids
 from corpora import llamacpp_templates, shared_templates
 
 import autoparser
-from autoparser.render import TemplateRenderError
-from autoparser.roundtrip import TOOLS, probe_messages, run_case, run_template
+from autoparser.roundtrip import TOOLS, probe_messages, run_case, template_results
 
 BOS, EOS = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "templates"
@@ -24,18 +23,13 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "templates"
 def _rate(paths: list[Path]) -> tuple[float, list[str]]:
     passed = applicable = 0
     failures = []
-    for path in paths:
-        try:
-            analysis = autoparser.analyze(path.read_text(encoding="utf-8"), bos_token=BOS, eos_token=EOS)
-        except TemplateRenderError:
-            continue
-        for result in run_template(analysis):
-            if result.status in ("pass", "fail"):
-                applicable += 1
-                passed += result.status == "pass"
-                failures += [f"{path.name}:{result.case}: {d}" for d in _stream_differences(analysis, result)]
-            if result.status == "fail":
-                failures.append(f"{path.name}:{result.case}: {result.cause}")
+    for path, analysis, result in template_results(paths, BOS, EOS):
+        if result.status in ("pass", "fail"):
+            applicable += 1
+            passed += result.status == "pass"
+            failures += [f"{path.name}:{result.case}: {d}" for d in _stream_differences(analysis, result)]
+        if result.status == "fail":
+            failures.append(f"{path.name}:{result.case}: {result.cause}")
     return (passed / applicable if applicable else 0.0), failures
 
 

@@ -24,8 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import autoparser  # noqa: E402
 from autoparser.language.build import Request, build_language  # noqa: E402
 from autoparser.language.interpret import LanguageReader  # noqa: E402
-from autoparser.render import TemplateRenderError  # noqa: E402
-from autoparser.roundtrip import TOOLS, compare, run_template  # noqa: E402
+from autoparser.roundtrip import TOOLS, compare, template_results  # noqa: E402
 
 BOS, EOS = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"
 
@@ -86,31 +85,26 @@ def lenient(paths: list[Path], verbose: bool) -> None:
     """Reader and runtime on outputs that stray from the language."""
     total = same = stream_same = 0
     differences: dict[str, list[str]] = collections.defaultdict(list)
-    for path in paths:
-        try:
-            analysis = autoparser.analyze(path.read_text(encoding="utf-8"), bos_token=BOS, eos_token=EOS)
-        except TemplateRenderError:
+    for path, analysis, result in template_results(paths, BOS, EOS):
+        if result.status not in ("pass", "fail") or not (result.expected or {}).get("tool_calls"):
             continue
-        for result in run_template(analysis):
-            if result.status not in ("pass", "fail") or not (result.expected or {}).get("tool_calls"):
+        names = [c["name"] for c in result.expected["tool_calls"]]
+        for kind, output in strays(result.output, names).items():
+            total += 1
+            runtime = comparable(analysis.parser(tools=TOOLS, thinking=result.thinking).parse(output))
+            try:
+                got = comparable(read(analysis, output, result.thinking))
+                stream_same += comparable(streamed(analysis, output, result.thinking)) == got
+            except Exception as exc:  # noqa: BLE001 - a crash is a difference to report
+                differences[f"{kind}: reader raised {type(exc).__name__}"].append(path.name)
                 continue
-            names = [c["name"] for c in result.expected["tool_calls"]]
-            for kind, output in strays(result.output, names).items():
-                total += 1
-                runtime = comparable(analysis.parser(tools=TOOLS, thinking=result.thinking).parse(output))
-                try:
-                    got = comparable(read(analysis, output, result.thinking))
-                    stream_same += comparable(streamed(analysis, output, result.thinking)) == got
-                except Exception as exc:  # noqa: BLE001 - a crash is a difference to report
-                    differences[f"{kind}: reader raised {type(exc).__name__}"].append(path.name)
-                    continue
-                if got == runtime:
-                    same += 1
-                    continue
-                differences[f"{kind}: {how(runtime, got)}"].append(path.name)
-                if verbose:
-                    print(f"  {path.name}:{result.case} {kind}\n    output  {output!r}\n    runtime {runtime}\n"
-                          f"    reader  {got}")
+            if got == runtime:
+                same += 1
+                continue
+            differences[f"{kind}: {how(runtime, got)}"].append(path.name)
+            if verbose:
+                print(f"  {path.name}:{result.case} {kind}\n    output  {output!r}\n    runtime {runtime}\n"
+                      f"    reader  {got}")
     print(f"  strayed outputs: {total}; same message as the runtime {same}; reader streamed == whole {stream_same}")
     for cause, cases in sorted(differences.items(), key=lambda kv: -len(kv[1])):
         print(f"    {cause} ({len(cases)}): {', '.join(sorted(set(cases))[:8])}")
@@ -137,39 +131,34 @@ def main() -> int:
         applicable = runtime_pass = reader_pass = same = same_exactly = 0
         inexact: dict[str, list[str]] = collections.defaultdict(list)
         differences: dict[str, list[str]] = collections.defaultdict(list)
-        for path in paths:
-            try:
-                analysis = autoparser.analyze(path.read_text(encoding="utf-8"), bos_token=BOS, eos_token=EOS)
-            except TemplateRenderError:
+        for path, analysis, result in template_results(paths, BOS, EOS):
+            if result.status not in ("pass", "fail"):
                 continue
-            for result in run_template(analysis):
-                if result.status not in ("pass", "fail"):
-                    continue
-                applicable += 1
-                runtime_pass += result.status == "pass"
-                try:
-                    got = read(analysis, result.output, result.thinking)
-                except Exception as exc:  # noqa: BLE001 - a crash is a difference to report
-                    differences[f"reader raised {type(exc).__name__}"].append(f"{path.name}:{result.case}")
-                    continue
-                reader_pass += not compare(result.expected, got)
-                runtime_exact, reader_exact = exact(result.got or {}), exact(got)
-                if runtime_exact == reader_exact:
-                    same_exactly += 1
-                else:
-                    cause = " and ".join(k for k in runtime_exact if runtime_exact[k] != reader_exact[k])
-                    inexact[f"{cause} differ"].append(f"{path.name}:{result.case}")
-                    if args.verbose:
-                        print(f"  exactly {path.name}:{result.case}\n    runtime {runtime_exact}\n"
-                              f"    reader  {reader_exact}")
-                if comparable(got) == comparable(result.got or {}):
-                    same += 1
-                    continue
-                cause = how(comparable(result.got or {}), comparable(got))
-                differences[cause].append(f"{path.name}:{result.case}")
+            applicable += 1
+            runtime_pass += result.status == "pass"
+            try:
+                got = read(analysis, result.output, result.thinking)
+            except Exception as exc:  # noqa: BLE001 - a crash is a difference to report
+                differences[f"reader raised {type(exc).__name__}"].append(f"{path.name}:{result.case}")
+                continue
+            reader_pass += not compare(result.expected, got)
+            runtime_exact, reader_exact = exact(result.got or {}), exact(got)
+            if runtime_exact == reader_exact:
+                same_exactly += 1
+            else:
+                cause = " and ".join(k for k in runtime_exact if runtime_exact[k] != reader_exact[k])
+                inexact[f"{cause} differ"].append(f"{path.name}:{result.case}")
                 if args.verbose:
-                    print(f"  {path.name}:{result.case}: {cause}\n    output  {result.output!r}\n"
-                          f"    runtime {comparable(result.got or {})}\n    reader  {comparable(got)}")
+                    print(f"  exactly {path.name}:{result.case}\n    runtime {runtime_exact}\n"
+                          f"    reader  {reader_exact}")
+            if comparable(got) == comparable(result.got or {}):
+                same += 1
+                continue
+            cause = how(comparable(result.got or {}), comparable(got))
+            differences[cause].append(f"{path.name}:{result.case}")
+            if args.verbose:
+                print(f"  {path.name}:{result.case}: {cause}\n    output  {result.output!r}\n"
+                      f"    runtime {comparable(result.got or {})}\n    reader  {comparable(got)}")
         print(f"{label}: {applicable} applicable cases; runtime reads back {runtime_pass}, reader {reader_pass}; "
               f"same message {same}/{applicable}, exactly (texts untrimmed, format ids) {same_exactly}/{applicable}")
         for cause, cases in sorted(differences.items(), key=lambda kv: -len(kv[1])):
