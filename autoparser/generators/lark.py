@@ -71,7 +71,8 @@ def raw_argument(raw: str, node: Any) -> Any:
         if kind != "json" and len(text) > 1 and text[0] in "'\"" and text[-1] == text[0]:
             return decode_string_body(text[1:-1])  # a quoted string is its decoded text
         return json.loads(convert_literal_value(raw, kind, schema))
-    kind = "json" if isinstance(node, ir.Json) else value_kind(schema)
+    as_json = isinstance(node, ir.Json) or (isinstance(node, ir.RawString) and node.as_json)
+    kind = "json" if as_json else value_kind(schema)
     raw = _without_cdata(raw)
     if kind == "string" and not (raw.strip() == "null" and allows_null(schema)):
         return raw  # the parser streams a string's text as it is

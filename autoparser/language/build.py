@@ -513,7 +513,11 @@ class _Builder:
         if t.format == "tag_json":
             args = self.json_arguments(name, params)
             return Rule(hint, seq(head, self.args_opener(), Capture(ARGUMENTS, args), self.marker(t.args_end)))
-        return Rule(hint, seq(head, Capture(ARGUMENTS, self.tagged_args(name, params))))
+        return Rule(hint, seq(head, self.tagged_body(name, params)))
+
+    def tagged_body(self, name: str, params: Any) -> Node:
+        """A tagged call's arguments, captured."""
+        return Capture(ARGUMENTS, self.tagged_args(name, params))
 
     def call_head(self, name: Node, opened: bool) -> Node:
         """A tagged call's name with the markers around it (`opened`: the prompt wrote its start)."""
@@ -793,6 +797,45 @@ class _Reading(_Builder):
         if isinstance(text, Text):
             text = replace(text, nonempty=True)  # no JSON value is written as no text
         return RawString(name, params, sub, value.path, value.hint, self.arg_end(key), text, bounded=False), raw
+
+    def tagged_body(self, name: str, params: Any) -> Node:
+        """As generated; where each argument opens with its own marker, the body may also be one
+        JSON object (`<invoke name="f">{"a": 1}</invoke>`), which the parser reads as the arguments."""
+        body = super().tagged_body(name, params)
+        if self.bare_keys or self.literal or not self.t.arg_start.strip():
+            return body
+        return choice(body, seq(Gap(JSON_SPACE), Capture(ARGUMENTS, Json("object"))))
+
+    def tagged_args(self, name: str, params: Any) -> Node:
+        """As generated; where the marker after a key says how its value is written (raw text, or
+        JSON: `string="true"` / `string="false"`), any key may have either marker, and a value
+        after the JSON one is read as JSON text whatever the schema says."""
+        members = super().tagged_args(name, params)
+        t = self.t
+        json_end = t.arg_key_end_json
+        if not isinstance(members, Members) or self.literal or self.bare_keys or not json_end.strip() \
+                or json_end.strip() == t.arg_key_end.strip():
+            return members
+        schema = object_shape(params)
+        props = schema.get("properties") or {}
+        variants = []
+        for key in props:
+            value, raw = self.tagged_value(name, params, key, props[key])
+            if raw and isinstance(value, RawString):  # a string written as JSON
+                text = replace(value.text, nonempty=True) if isinstance(value.text, Text) else value.text
+                value = replace(value, text=text, bounded=False, as_json=True)
+            member = Rule(f"{name}-arg-{key}", seq(self.marker(t.arg_start), Lit(key),
+                                                    self.marker(json_end if raw else t.arg_key_end), value,
+                                                    self.member_end(key, raw)))
+            variants.append((member, False))
+        extra = members.extra
+        if extra is not None:
+            text = self.raw_text()
+            text = replace(text, nonempty=True) if isinstance(text, Text) else text
+            value = RawString(name, params, None, "$", f"{name}-extra", t.arg_end, text, bounded=False, as_json=True)
+            extra = choice(extra, Rule(f"{name}-arg-extra-json", seq(self.marker(t.arg_start), KEY_CHARS,
+                                                                      self.marker(json_end), value, self.extra_end())))
+        return replace(members, items=members.items + tuple(variants), extra=extra)
 
     def args_opener(self) -> Node:
         fence = bare_fence(self.t.args_start)

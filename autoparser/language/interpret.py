@@ -1245,7 +1245,7 @@ def _convert(raw: str, node: Any) -> str:
     if isinstance(node, ir.Json):
         return convert_tagged_value(raw, "json", schema)
     raw = _without_cdata(raw)
-    kind = value_kind(schema)
+    kind = "json" if isinstance(node, ir.RawString) and node.as_json else value_kind(schema)
     if kind == "string":
         return json.dumps(raw, ensure_ascii=False)
     return convert_tagged_value(raw, kind, schema)
