@@ -851,13 +851,12 @@ class _Reading(_Builder):
         if not self.reads_reasoning():
             return body
         start, end = r.start.strip(), r.end.strip()
-        opener = self.calls_opener() if section is not None else ""
-        if self.in_messages():
-            opener = ""  # a reply written as messages: reasoning is a message, calls do not end it
-        inside = [seq(self.reasoning_text(), self.marker(end), body),
-                  self.reasoning_text(*([opener] if opener else []))]
-        if opener:
-            inside.append(seq(self.reasoning_text(opener), self.calls_then_text(section, end)))
+        interrupts = self.interrupts()
+        inside = [seq(self.reasoning_text(), self.marker(end), body)]
+        if interrupts:
+            inside.append(seq(self.reasoning_text(*interrupts), self.after_interrupt(section, end)))
+        else:
+            inside.append(self.reasoning_text())
         if self.forced:
             return seq(optional(seq(self.gap(), self.marker(start))) if start else EMPTY, choice(*inside))
         options = [body, seq(self.gap(), self.marker(end), body)]
@@ -866,6 +865,24 @@ class _Reading(_Builder):
         if self.thinking and (self.start == IMPLIED or not start):
             options.append(seq(self.reasoning_text(), self.marker(end), body))
         return choice(*options)
+
+    def interrupts(self) -> tuple[str, ...]:
+        """What ends reasoning that no end marker closes: the opener of the tool calls (or of a
+        call) and the content's start marker. Whatever follows is the answer, read as such:
+        calls where the request has them, else text ("none" where no reasoning is interrupted)."""
+        if self.in_messages():
+            return ()  # a reply written as messages: reasoning is a message, calls do not end it
+        t = self.t
+        found = [self.calls_opener(), t.call_start.strip()] if t.supported and t.format in CALL_FORMATS else []
+        found.append(self.c.start.strip())
+        return tuple(m for m in dict.fromkeys(found) if m and m not in (self.r.start.strip(), self.r.end.strip()))
+
+    def after_interrupt(self, section: Node | None, end: str) -> Node:
+        """The answer after reasoning an interrupt ended: content, and calls where the request
+        has them; an end marker of reasoning after it would have closed the reasoning instead."""
+        if section is None:
+            return self.text(end, calls=False)
+        return seq(self.text(end), self.calls_then_text(section, end))
 
     def message_markers(self) -> tuple[str, Node, str]:
         """In a reply written as messages, what the parser drops from the text: the separator

@@ -802,6 +802,8 @@ class LanguageStream:
                 # the furthest; at the same place, the one that saw the latest emitted events
                 if dead is None or t.pos > dead[0].pos or (t.pos == dead[0].pos and dead[1] < self.emitted):
                     self.dead = (t, self.emitted)
+                elif t.pos == dead[0].pos and dead[1] == self.emitted and _closed_more(t, dead[0]):
+                    self.dead = (t, self.emitted)
             elif result.__class__ is list:
                 todo.extend(reversed(result))
             else:
@@ -1173,6 +1175,12 @@ class LanguageStream:
         lead = ", " if t.count else ""
         t.arguments(f"{lead}{json.dumps(key or '', ensure_ascii=False)}: {_convert(raw, node)}")
         t.count += 1
+
+
+def _closed_more(t: _Thread, other: _Thread) -> bool:
+    """Of two readings that failed at one place: whether `t` had closed the part `other` was
+    still inside (a call whose arguments ended, where the other began one more argument)."""
+    return t.role is None and other.role is not None
 
 
 def _frame_state(frame: Any) -> Any:
