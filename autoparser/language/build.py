@@ -50,6 +50,7 @@ from autoparser.language.ir import (
     RawString,
     Repeat,
     Rule,
+    Seq,
     Text,
     Weak,
     choice,
@@ -746,6 +747,26 @@ class _Reading(_Builder):
     def json_arguments(self, name: str, params: Any) -> Node:
         return Json("any")
 
+    def calls_section(self, lazy_start: bool) -> Node:
+        """The section as generated (`_Builder.section`), but where a call's end marker is left
+        out right before the next call's opener (the parser reads the next call)."""
+        t = self.t
+        if (t.format == "json" and t.array) or not self.parallel or not self.until_stop(t.call_end).strip():
+            return super().section(lazy_start)
+        call = Rule("call", choice(*[self.call(tool) for tool in self.tools]))
+        section_text, first_call_text = t.section_start, t.call_start
+        if lazy_start:
+            if section_text:
+                section_text = section_text.lstrip()
+            else:
+                first_call_text = first_call_text.lstrip()
+        first = seq(self.marker(first_call_text, spelled=lazy_start and not t.section_start), call)
+        leading = self.gap() if not t.call_start[:1].isspace() else EMPTY
+        end = self.call_closing()
+        later = Rule("call-next", seq(optional(end), self.call_separator(), leading, self.marker(t.call_start), call))
+        return Rule("tool-calls", seq(self.marker(section_text, spelled=lazy_start), first, Repeat(later), end,
+                                      self.section_closing()))
+
     def call_separator(self) -> Node:
         """As generated; calls written as bare JSON objects may also be separated by `;` or `,`,
         as the parser reads them."""
@@ -857,6 +878,10 @@ class _Reading(_Builder):
             inside.append(seq(self.reasoning_text(*interrupts), self.after_interrupt(section, end)))
         else:
             inside.append(self.reasoning_text())
+        unopened = self.call_opener_alone()
+        if unopened and section is not None and not self.in_messages():
+            # a call whose section opener was left out ends the reasoning only where a call follows
+            inside.append(seq(self.reasoning_text(*interrupts, unopened), self.calls_then_text(section, end)))
         if self.forced:
             return seq(optional(seq(self.gap(), self.marker(start))) if start else EMPTY, choice(*inside))
         options = [body, seq(self.gap(), self.marker(end), body)]
@@ -867,22 +892,31 @@ class _Reading(_Builder):
         return choice(*options)
 
     def interrupts(self) -> tuple[str, ...]:
-        """What ends reasoning that no end marker closes: the opener of the tool calls (or of a
-        call) and the content's start marker. Whatever follows is the answer, read as such:
-        calls where the request has them, else text ("none" where no reasoning is interrupted)."""
+        """What ends reasoning that no end marker closes: the opener of the tool calls and the
+        content's start marker. Whatever follows is the answer, read as such: calls where the
+        request has them, else text (none where no reasoning is interrupted)."""
         if self.in_messages():
             return ()  # a reply written as messages: reasoning is a message, calls do not end it
         t = self.t
-        found = [self.calls_opener(), t.call_start.strip()] if t.supported and t.format in CALL_FORMATS else []
+        found = [self.calls_opener()] if t.supported and t.format in CALL_FORMATS else []
         found.append(self.c.start.strip())
         return tuple(m for m in dict.fromkeys(found) if m and m not in (self.r.start.strip(), self.r.end.strip()))
 
     def after_interrupt(self, section: Node | None, end: str) -> Node:
-        """The answer after reasoning an interrupt ended: content, and calls where the request
-        has them; an end marker of reasoning after it would have closed the reasoning instead."""
-        if section is None:
-            return self.text(end, calls=False)
-        return seq(self.text(end), self.calls_then_text(section, end))
+        """The answer after reasoning an interrupt ended, from the interrupt on (nothing where
+        the output ended first): the calls where the request has them, else the calls' opener
+        and what follows as content; or the content's start marker and the content. An end
+        marker of reasoning after it would have closed the reasoning instead."""
+        options = [EMPTY]
+        opener, content_start = self.calls_opener(), self.c.start.strip()
+        if section is not None:
+            options.append(self.calls_then_text(section, end))
+        elif opener in self.interrupts():
+            options.append(seq(Capture(CONTENT, self.marker(opener)), self.text(end, calls=False)))
+        if content_start in self.interrupts():
+            options.append(seq(self.marker(content_start), self.text(end, calls=section is not None),
+                               self.calls_then_text(section, end) if section is not None else EMPTY))
+        return choice(*options)
 
     def message_markers(self) -> tuple[str, Node, str]:
         """In a reply written as messages, what the parser drops from the text: the separator
@@ -930,7 +964,25 @@ class _Reading(_Builder):
 
     def call_openers(self) -> list[str]:
         """What makes the parser read a call in content."""
-        return [m for m in (self.calls_opener(), self.markerless_opener()) if m]
+        return [m for m in (self.calls_opener(), self.markerless_opener(), self.call_opener_alone()) if m]
+
+    def call_opener_alone(self) -> str:
+        """A call's own opener where the section has an opener of its own: a model that leaves
+        the section's opener out starts its calls with it ("": no such marker)."""
+        t = self.t
+        if self.choice == "none" or not t.section_start.strip() or not t.call_start.strip() or \
+                (t.format == "json" and t.array):
+            return ""
+        return t.call_start.strip()
+
+    def section(self, lazy_start: bool = False) -> Node:
+        """As generated, or its calls without the section's opener (`call_opener_alone`);
+        between two calls, the first one's end marker may be left out."""
+        full = self.calls_section(lazy_start)
+        body = full.body if isinstance(full, Rule) else None
+        if not self.call_opener_alone() or not isinstance(body, Seq) or len(body.items) < 2:
+            return full
+        return choice(full, Rule("tool-calls-unopened", seq(*body.items[1:])))
 
     def markerless_opener(self) -> str:
         """The bracket that opens JSON calls written with no marker before them ("": none)."""
