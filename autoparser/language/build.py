@@ -813,11 +813,23 @@ class _Reading(_Builder):
         such as `{'a': None}` included)."""
         value, raw = super().tagged_value(name, params, key, sub)
         if not isinstance(value, Json):
-            return value, raw
+            return (replace(value, nested=self.nested()) if isinstance(value, RawString) else value), raw
         text = self.raw_text(key)
         if isinstance(text, Text):
             text = replace(text, nonempty=True)  # no JSON value is written as no text
-        return RawString(name, params, sub, value.path, value.hint, self.arg_end(key), text, bounded=False), raw
+        return RawString(name, params, sub, value.path, value.hint, self.arg_end(key), text, bounded=False,
+                         nested=self.nested()), raw
+
+    def nested(self) -> tuple[str, ...]:
+        """The template's own syntax for object and array values (`values.nested_to_json`)."""
+        t = self.t
+        style, quote = getattr(t, "arg_nested", ""), getattr(t, "arg_nested_quote", "") or ""
+        if style == "quoted" and quote:
+            return ("quoted", quote)
+        if style == "tags":
+            item = getattr(t, "arg_nested_item", "") or ""
+            return ("tags", t.arg_start.strip(), t.arg_key_end.strip(), t.arg_end.strip(), item)
+        return ()
 
     def tagged_body(self, name: str, params: Any) -> Node:
         """As generated; where each argument opens with its own marker, the body may also be one

@@ -38,7 +38,12 @@ from typing import Any
 
 from autoparser.language import ir
 from autoparser.language.request import is_weak, value_kind
-from autoparser.language.values import convert_literal_value, convert_tagged_value, decode_string_body
+from autoparser.language.values import (
+    convert_literal_value,
+    convert_tagged_value,
+    decode_string_body,
+    nested_to_json,
+)
 from autoparser.runtime.channels import Output, ToolCall
 from autoparser.runtime.jsonscan import DONE, ERROR, JsonScanner, is_string_body
 from autoparser.runtime.markers import FULL, PARTIAL, MarkerSet, match_at
@@ -1286,7 +1291,8 @@ def _convert(raw: str, node: Any) -> str:
     kind = "json" if isinstance(node, ir.RawString) and node.as_json else value_kind(schema)
     if kind == "string":
         return json.dumps(raw, ensure_ascii=False)
-    return convert_tagged_value(raw, kind, schema)
+    nested = nested_to_json(raw, node.nested) if isinstance(node, ir.RawString) and node.nested else None
+    return nested if nested is not None else convert_tagged_value(raw, kind, schema)
 
 
 __all__ = ["LanguageReader", "LanguageStream", "new_call_id"]

@@ -130,6 +130,7 @@ class RawString:
     text: Node
     bounded: bool = True
     as_json: bool = False  # the text is a JSON value whatever the schema (the marker before it says so)
+    nested: tuple[str, ...] = ()  # the template's own syntax for objects and arrays (`values.nested_to_json`)
 
 
 @dataclass(frozen=True, eq=False)
