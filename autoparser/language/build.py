@@ -982,9 +982,9 @@ class _Reading(_Builder):
         """A call's own opener where the section has an opener of its own: a model that leaves
         the section's opener out starts its calls with it ("": no such marker)."""
         t = self.t
-        if self.choice == "none" or not t.section_start.strip() or not t.call_start.strip() or \
+        if self.choice == "none" or not self.parallel or not t.section_start.strip() or not t.call_start.strip() or \
                 (t.format == "json" and t.array):
-            return ""
+            return ""  # (with one call only, a call after the calls is text)
         return t.call_start.strip()
 
     def section(self, lazy_start: bool = False) -> Node:
