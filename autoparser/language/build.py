@@ -751,7 +751,9 @@ class _Reading(_Builder):
         """The section as generated (`_Builder.section`), but where a call's end marker is left
         out right before the next call's opener (the parser reads the next call)."""
         t = self.t
-        if (t.format == "json" and t.array) or not self.parallel or not self.until_stop(t.call_end).strip():
+        end_core = self.until_stop(t.call_end).strip()
+        # an end marker that values may hold (`)`) must be written: else a value could run past it
+        if (t.format == "json" and t.array) or not self.parallel or not end_core or is_weak(end_core) or self.bare_keys:
             return super().section(lazy_start)
         call = Rule("call", choice(*[self.call(tool) for tool in self.tools]))
         section_text, first_call_text = t.section_start, t.call_start
@@ -982,10 +984,11 @@ class _Reading(_Builder):
         """A call's own opener where the section has an opener of its own: a model that leaves
         the section's opener out starts its calls with it ("": no such marker)."""
         t = self.t
-        if self.choice == "none" or not self.parallel or not t.section_start.strip() or not t.call_start.strip() or \
-                (t.format == "json" and t.array):
+        section, call = t.section_start.strip(), t.call_start.strip()
+        if self.choice == "none" or not self.parallel or not section or not call or (t.format == "json" and t.array):
             return ""  # (with one call only, a call after the calls is text)
-        return t.call_start.strip()
+        # a marker that text may also hold (`:S`, `, `) would make text before the calls ambiguous
+        return "" if is_weak(section) or is_weak(call) else call
 
     def section(self, lazy_start: bool = False) -> Node:
         """As generated, or its calls without the section's opener (`call_opener_alone`);
