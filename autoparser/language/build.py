@@ -748,12 +748,13 @@ class _Reading(_Builder):
         return Json("any")
 
     def calls_section(self, lazy_start: bool) -> Node:
-        """The section as generated (`_Builder.section`), but where a call's end marker is left
-        out right before the next call's opener (the parser reads the next call)."""
+        """The section as generated (`_Builder.section`), but where JSON arguments (which end by
+        their own syntax) are followed by the next call's opener, the call's end marker left out."""
         t = self.t
         end_core = self.until_stop(t.call_end).strip()
-        # an end marker that values may hold (`)`) must be written: else a value could run past it
-        if (t.format == "json" and t.array) or not self.parallel or not end_core or is_weak(end_core) or self.bare_keys:
+        # after tagged values the end marker must be written: a value or an argument's end could
+        # run past it
+        if t.format != "tag_json" or not self.parallel or not end_core or is_weak(end_core):
             return super().section(lazy_start)
         call = Rule("call", choice(*[self.call(tool) for tool in self.tools]))
         section_text, first_call_text = t.section_start, t.call_start

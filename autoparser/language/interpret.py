@@ -1212,8 +1212,8 @@ def _closed_more(t: _Thread, other: _Thread, buf: str) -> bool:
     """Of two readings that failed at one place: whether `t` read further into a marker the
     output ends inside, or had closed the part `other` was still inside (a call whose arguments
     ended, where the other began one more argument), or read more whole calls."""
-    def rank(r: _Thread) -> tuple[int, bool, bool, int]:
-        return _reach(r, buf), r.role is None, r.role is None and r.call.done, _calls_read(r)
+    def rank(r: _Thread) -> tuple[int, bool, int]:
+        return _reach(r, buf), r.role is None and r.call.done, _calls_read(r)
 
     return rank(t) > rank(other)
 
