@@ -821,7 +821,9 @@ class _Reading(_Builder):
         if start:
             options.append(seq(self.gap(), self.marker(start), choice(*inside)))
         if self.thinking and (self.start == IMPLIED or not start):
-            options.append(seq(self.reasoning_text(), self.marker(end), body))
+            # reasoning the output did not open ends at its end marker only: call markup before
+            # one makes it the answer
+            options.append(seq(self.reasoning_text(*self.call_openers()), self.marker(end), body))
         return choice(*options)
 
     def message_markers(self) -> tuple[str, Node, str]:
