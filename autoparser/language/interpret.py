@@ -502,19 +502,49 @@ class _JsonValue:
 
     def step(self, t: _Thread, buf: str, final: bool) -> int:
         start = t.pos
+        if not self.scanner.started and t.role == ir.ARGUMENTS and t.call.mode == "json" and t.value is None:
+            self._stringified(t, buf, start)
         pos, status, emitted = self.scanner.scan(buf, start, final)
         if status == ERROR:
+            self._broken(t, pos, emitted)
             return FAIL
         t.pos = pos
         if t.value is not None:
             t.value.append(buf[start:pos])
         elif t.role == ir.ARGUMENTS and t.call.mode == "json":
-            t.arguments(emitted)
+            self._stream(t, pos, emitted)
         else:
             t.parts.append(buf[start:pos])
         if status == DONE:
-            return DONE
+            return DONE if self.node.kind == "string" or t.call.mode != "string" or _holds_object(t.parts) else FAIL
         return FAIL if final else MORE
+
+    def _stream(self, t: _Thread, pos: int, emitted: str) -> None:
+        """Streamed arguments: their event ends where the member the scanner holds begins, so
+        that a member breaking off later is the model's text from its start, not lost."""
+        if not emitted:
+            return
+        if self.scanner.holding:
+            t.pos = pos - len(self.scanner.held_raw())
+        t.arguments(emitted)
+        t.pos = pos
+
+    def _broken(self, t: _Thread, pos: int, emitted: str) -> None:
+        """The value breaks off at `pos`: what was read whole before is streamed arguments as
+        in any chunking, and the reading fails there."""
+        if t.value is None and t.role == ir.ARGUMENTS and t.call.mode == "json":
+            self._stream(t, pos, emitted)
+        t.pos = pos
+
+
+    @staticmethod
+    def _stringified(t: _Thread, buf: str, pos: int) -> None:
+        """Arguments written as a JSON string that holds them (`"{\\"city\\": ...}"`) are kept
+        whole and decoded at their end."""
+        while pos < len(buf) and buf[pos] in _WHITESPACE:
+            pos += 1
+        if pos < len(buf) and buf[pos] == '"':
+            t.call.mode = "string"
 
 
 _PY_END = re.compile(r"""[^\s,)\]}'"]*""")
@@ -577,15 +607,18 @@ class _PyValue:
 
 
 class _Trailer:
-    """After the language: whitespace and end-of-turn markers only."""
+    """After the language: whitespace and end-of-turn markers only. Text after an end of turn
+    is read again from the marker's end, the whitespace before it kept (`seen`: a marker was read,
+    and the reading holds its position at the last one's end)."""
 
-    __slots__ = ("ends",)
+    __slots__ = ("ends", "seen")
 
     def __init__(self, ends: tuple[str, ...]) -> None:
         self.ends = ends
+        self.seen = False
 
     def step(self, t: _Thread, buf: str, final: bool) -> int:
-        pos = t.pos
+        pos = marked = t.pos
         while pos < len(buf):
             if buf[pos] in _WHITESPACE:
                 pos += 1
@@ -594,10 +627,11 @@ class _Trailer:
             if end is None:
                 if not final and any(e.startswith(buf[pos:]) for e in self.ends):
                     break
-                t.pos = pos
+                t.pos = marked if self.seen else pos
                 return FAIL
-            pos += len(end)
-        t.pos = pos
+            pos = marked = pos + len(end)
+            self.seen = True
+        t.pos = marked if self.seen and not final else pos
         return DONE if final else MORE
 
 
@@ -912,6 +946,9 @@ class LanguageStream:
         (a tagged value running to the end is complete; a JSON member still being written is
         not) and the call is marked incomplete."""
         if t.call.mode == "members" and t.member is not None and "".join(t.value or ()).strip():
+            head = t.head
+            if head.__class__ is _PyValue and head.quote and head.outer and t.value is not None:
+                t.value.append(head.quote)  # a quoted string cut off keeps what was written of it
             self._end_member(t)
         self._apply(t.events)
         if t.call.mode == "members":
@@ -1173,6 +1210,14 @@ class LanguageStream:
         lead = ", " if t.count else ""
         t.arguments(f"{lead}{json.dumps(key or '', ensure_ascii=False)}: {_convert(raw, node)}")
         t.count += 1
+
+
+def _holds_object(parts: list[str]) -> bool:
+    """Whether a JSON string holds a JSON object (arguments written as a string)."""
+    try:
+        return isinstance(json.loads(json.loads("".join(parts))), dict)
+    except ValueError:
+        return False
 
 
 def _frame_state(frame: Any) -> Any:
