@@ -717,7 +717,8 @@ class _Reading(_Builder):
         """Call sections, each followed by content (several where calls are parallel)."""
         most = None if self.parallel else 1
         # right after calls, the section's end or (where calls may follow) a call's opener is markup
-        after = self.text(*also_stop, not_first=(self.t.section_end, self.t.call_start if self.parallel else ""))
+        after = self.text(*also_stop, not_first=(self.t.section_end, self.t.call_start if self.parallel else "",
+                                                 self.t.call_separator if self.parallel else ""))
         return Repeat(seq(section, after), 1 if self.choice == "required" else 0, most)
 
     def opened_calls(self) -> Node:

@@ -168,7 +168,7 @@ _FRAMES = (_EndCapture, _EndMember)
 class _Call:
     """The captures of the call being read."""
 
-    __slots__ = ("name", "id", "args", "started", "pending", "mode", "scanner", "done", "awaits_id")
+    __slots__ = ("name", "id", "args", "started", "pending", "mode", "scanner", "done", "awaits_id", "confirmed")
 
     def __init__(self) -> None:
         self.name: str | None = None
@@ -180,11 +180,14 @@ class _Call:
         self.scanner: JsonScanner | None = None
         self.done = False  # its arguments were read whole
         self.awaits_id = False  # its start waits for an id the format writes after the arguments
+        # its arguments started well (a JSON object's first key or its end, a first tagged value):
+        # until then a failure makes the call text, and its events are held back
+        self.confirmed = False
 
 
 class _Thread:
     __slots__ = ("stack", "pos", "events", "role", "head", "call", "parts", "member", "value", "count", "mark",
-                 "skip", "own_id")
+                 "skip", "own_id", "after_call", "section_calls", "calls_read")
 
     def __init__(self, stack: Any, pos: int) -> None:
         self.stack = stack  # (node, rest) pairs, None at the bottom
@@ -200,6 +203,9 @@ class _Thread:
         self.mark = pos  # where the last whole part read ends (text, a repeated item): failing later, the rest is text
         self.skip = ""  # a marker that may be left out (the end of reasoning skipped on resuming)
         self.own_id: list[str] | None = None  # the text of the id capture being read (it may hold the name)
+        self.after_call: Any = None  # what follows the call being read (its end marker first)
+        self.section_calls = 0  # calls read whole since the last text
+        self.calls_read = 0  # calls read whole, up to their end marker
 
     def fork(self, stack: Any) -> _Thread:
         twin = _Thread(stack, self.pos)
@@ -208,6 +214,7 @@ class _Thread:
         call, copy = self.call, _Call()
         copy.name, copy.id, copy.args, copy.started = call.name, call.id, call.args, call.started
         copy.pending, copy.mode, copy.done, copy.awaits_id = list(call.pending), call.mode, call.done, call.awaits_id
+        copy.confirmed = call.confirmed
         twin.call = copy
         twin.parts = list(self.parts)
         twin.member = None if self.member is None else list(self.member)
@@ -216,6 +223,7 @@ class _Thread:
         twin.mark = self.mark
         twin.skip = self.skip
         twin.own_id = None if self.own_id is None else list(self.own_id)
+        twin.after_call, twin.section_calls, twin.calls_read = self.after_call, self.section_calls, self.calls_read
         return twin
 
     def key(self) -> tuple:
@@ -236,7 +244,7 @@ class _Thread:
             frames.append(_frame_state(node[0]))
             node = node[1]
         return (self.pos, self.role, tuple(frames), head.__class__, terminal, tuple(self.events), call.name, call.id, call.args,
-                call.started, tuple(call.pending), call.mode, call.done, call.awaits_id, tuple(self.parts),
+                call.started, tuple(call.pending), call.mode, call.done, call.awaits_id, call.confirmed, tuple(self.parts),
                 _plain(self.member), _plain(self.value), self.count, self.skip, _plain(self.own_id))
 
     # what the terminal read goes where its capture says
@@ -247,6 +255,8 @@ class _Thread:
             self.own_id.append(piece)
         if self.value is not None:
             self.value.append(piece)
+            if not self.call.confirmed and not piece.isspace():
+                self.call.confirmed = True  # a tagged value began
         elif self.role == ir.REASONING or self.role == ir.CONTENT:
             self.events.append((self.role, piece, self.pos))
             self.mark = self.pos
@@ -258,6 +268,8 @@ class _Thread:
     def value_text(self, piece: str) -> None:
         if piece and self.value is not None:
             self.value.append(piece)
+            if not self.call.confirmed and not piece.isspace():
+                self.call.confirmed = True
 
     def name_text(self, piece: str) -> None:
         """Text of a marker: part of a name or id, or a text (a bracket that opens no call)."""
@@ -494,17 +506,20 @@ class _JsonValue:
     """A JSON value, scanned as it arrives. As a call's arguments it streams; as a tagged value,
     or a string holding the arguments, it is kept whole."""
 
-    __slots__ = ("scanner", "node")
+    __slots__ = ("scanner", "node", "opened")
 
     def __init__(self, node: ir.Json) -> None:
         self.node = node
         self.scanner = JsonScanner("{" if node.kind == "object" else "")
+        self.opened = False  # the arguments' `{` was read (confirming the call waits for what follows)
 
     def step(self, t: _Thread, buf: str, final: bool) -> int:
         start = t.pos
         if not self.scanner.started and t.role == ir.ARGUMENTS and t.call.mode == "json" and t.value is None:
             self._stringified(t, buf, start)
         pos, status, emitted = self.scanner.scan(buf, start, final)
+        if not t.call.confirmed and t.role == ir.ARGUMENTS and t.value is None:
+            self._confirm(t, buf, start, pos)
         if status == ERROR:
             self._broken(t, pos, emitted)
             return FAIL
@@ -519,6 +534,18 @@ class _JsonValue:
             return DONE if self.node.kind == "string" or t.call.mode != "string" or _holds_object(t.parts) else FAIL
         return FAIL if final else MORE
 
+    def _confirm(self, t: _Thread, buf: str, start: int, end: int) -> None:
+        """Arguments start well with a first key or the end of the object after `{` (any other
+        value: its first character)."""
+        for char in buf[start:end]:
+            if char in _WHITESPACE:
+                continue
+            if char == "{" and not self.opened:
+                self.opened = True
+                continue
+            t.call.confirmed = not self.opened or char in '"}'
+            return
+
     def _stream(self, t: _Thread, pos: int, emitted: str) -> None:
         """Streamed arguments: their event ends where the member the scanner holds begins, so
         that a member breaking off later is the model's text from its start, not lost."""
@@ -532,9 +559,9 @@ class _JsonValue:
     def _broken(self, t: _Thread, pos: int, emitted: str) -> None:
         """The value breaks off at `pos`: what was read whole before is streamed arguments as
         in any chunking, and the reading fails there."""
+        t.pos = pos
         if t.value is None and t.role == ir.ARGUMENTS and t.call.mode == "json":
             self._stream(t, pos, emitted)
-        t.pos = pos
 
 
     @staticmethod
@@ -651,6 +678,7 @@ class LanguageReader:
         self._chars: dict[str, re.Pattern[str]] = {}
         self._splits: dict[str, re.Pattern[str]] = {}
         self._ids: dict[int, bool] = {}
+        self._rests: dict[tuple[int, bool], Any] = {}
         self._keep: list[Any] = []
 
     def stream(self, deltas: bool = True, call_id: Callable[[], str] = new_call_id) -> LanguageStream:
@@ -712,6 +740,19 @@ class LanguageReader:
             found = self._ids[id(node)] = any(self._holds_id(part) for part in _parts(node)) or (
                 isinstance(node, ir.Capture) and node.role == ir.CALL_ID)
             self._keep.append(node)
+        return found
+
+    def call_rest(self, closing: Any, kept: bool) -> tuple[Any, Any] | None:
+        """After a call that failed: content up to its end marker (`closing`), and that marker as
+        markup (`kept`) or as content; None where the call ends with no marker."""
+        key = (id(closing), kept)
+        found = self._rests.get(key)
+        if found is None:
+            end = _first_marker(closing)
+            found = (ir.Capture(ir.CONTENT, ir.Text((end,), hint="content")),
+                     closing if kept else ir.Capture(ir.CONTENT, closing)) if end else None
+            self._rests[key] = found
+            self._keep.append(closing)
         return found
 
     def split(self, follow: frozenset[str] | None) -> re.Pattern[str] | None:
@@ -833,8 +874,11 @@ class LanguageStream:
             result = self._run(t, final)
             if result is None:
                 dead = self.dead
-                # the furthest; at the same place, the one that saw the latest emitted events
-                if dead is None or t.pos > dead[0].pos or (t.pos == dead[0].pos and dead[1] < self.emitted):
+                # the one that read the most calls whole (a reading that runs on past a call's end,
+                # say inside a quoted value, to the end of the output, takes none); then the
+                # furthest; at the same place, one past its call's arguments, else the one that saw
+                # the latest emitted events
+                if dead is None or _further(t, dead[0]) or (_further(t, dead[0]) is None and dead[1] < self.emitted):
                     self.dead = (t, self.emitted)
             elif result.__class__ is list:
                 todo.extend(reversed(result))
@@ -867,6 +911,8 @@ class LanguageStream:
                 agreed += 1
         if agreed and not final and first[agreed - 1][0] == "call":
             agreed -= 1
+        if agreed and not final and any(t.call.started and not t.call.confirmed for t in threads):
+            agreed = _last_call(first, agreed)  # a call not yet known to be one is held whole
         if agreed:
             self._apply(first[:agreed])
             self.emitted += agreed
@@ -910,6 +956,11 @@ class LanguageStream:
         best.events = best.events[self.emitted - emitted:] if self.emitted >= emitted else []
         best.start_call(waited=True)  # a call that awaited its id has none
         unopened = bool(best.events) and best.events[-1][0] == "call"  # a call with no argument text yet
+        if best.call.started and not best.call.confirmed:
+            # a call whose arguments did not start well is text (its events were held back)
+            at = _last_call(best.events, len(best.events))
+            unopened = at < len(best.events)
+            best.events = best.events[:at + 1] if unopened else best.events
         opened = best.call.started and not unopened
         if self.finished and best.role == ir.ARGUMENTS and opened:
             self._cut_off(best)  # cut off inside arguments that had begun (else the call is text)
@@ -920,8 +971,8 @@ class LanguageStream:
             events = events[:-1]  # the call that failed before its arguments is text
         self._apply(events)
         self.emitted += len(events)
-        if opened and self.out.calls and self._closed_by(best):
-            self.out.calls[-1].incomplete = True
+        if opened and self.out.calls and (self._closed_by(best) or _inside_call(best)):
+            self.out.calls[-1].incomplete = True  # its arguments, or the call around them, broke off
         # after a call read whole, the markers that close it are no text (whitespace before the
         # failure is); else the part begun is text
         cut = min(best.mark, best.pos)
@@ -930,7 +981,9 @@ class LanguageStream:
             while cut > self.safe and self.buf[cut - 1] in _WHITESPACE:
                 cut -= 1
         self.safe = max(self.safe, cut)
-        failed = best.pos if best.pos > self.safe or not self.buf else self.safe + 1
+        rest = self._rest_of_section(best, opened)
+        # reading the whole language again starts a character on, so that it cannot fail there again
+        failed = best.pos if best.pos > self.safe or not self.buf or rest is not None else self.safe + 1
         if best.head.__class__ is _Trailer and best.pos > self.safe:
             self.safe = failed  # the language was read whole: what follows is read again
         self.out.add_content(self.buf[self.safe:failed])
@@ -939,7 +992,18 @@ class LanguageStream:
             self.fallback = True  # it failed at the end of the output: nothing is left to read again
             return
         self.resumed = True
-        self.threads = [_Thread((self.reader.root, None), failed)]
+        self.threads = [_Thread(rest or (self.reader.root, None), failed)]
+
+    def _rest_of_section(self, t: _Thread, kept: bool) -> Any:
+        """Where a reading that failed inside a call goes on: the call's text up to its end marker
+        is content, and the section goes on after it (more calls, its end). The end marker is
+        markup where the call was `kept`, else text; a failed first call (a section that holds
+        no call) is text whole: None."""
+        after = t.after_call
+        if after is None or not _below(t.stack, after[1]) or (not kept and not t.section_calls):
+            return None
+        rest = self.reader.call_rest(after[0], kept)
+        return None if rest is None else (rest[0], (rest[1], after[1]))
 
     def _cut_off(self, t: _Thread) -> None:
         """The output ended inside a call's arguments: they keep the values that were complete
@@ -996,6 +1060,10 @@ class LanguageStream:
                     return t
                 t.head = None
                 continue
+            if t.after_call is not None and t.stack is t.after_call[1]:
+                t.after_call = None  # the call was read up to its end marker
+                t.section_calls += 1
+                t.calls_read += 1
             if t.stack is None:
                 t.start_call(waited=True)
                 t.head = _Trailer(self.reader.end_of_turn)
@@ -1012,6 +1080,8 @@ class LanguageStream:
             for item in reversed(node.items):
                 t.stack = (item, t.stack)
         elif cls is ir.Rule:
+            if node.name == "call":
+                t.after_call = t.stack
             t.stack = (node.body, t.stack)
         elif cls is ir.Lit:
             if t.skip:
@@ -1046,6 +1116,7 @@ class LanguageStream:
                 return None
             if node.role in (ir.REASONING, ir.CONTENT):
                 t.mark = t.pos
+                t.section_calls = 0
             self._begin_capture(t, node)
             t.stack = (node.body, (_EndCapture(node.role), t.stack))
         elif cls is _EndCapture:
@@ -1158,7 +1229,7 @@ class LanguageStream:
             call.id, t.own_id = "".join(t.own_id or ()), None
             t.start_call(waited=True)
         elif role == ir.ARGUMENTS:
-            call.done = True
+            call.done = call.confirmed = True
             if call.mode == "members":
                 t.arguments("}")
             elif call.mode == "string":
@@ -1210,6 +1281,49 @@ class LanguageStream:
         lead = ", " if t.count else ""
         t.arguments(f"{lead}{json.dumps(key or '', ensure_ascii=False)}: {_convert(raw, node)}")
         t.count += 1
+
+
+def _below(stack: Any, part: Any) -> bool:
+    """Whether `part` is what is left of `stack` at some depth (the reading has not passed it)."""
+    while stack is not None:
+        if stack is part:
+            return True
+        stack = stack[1]
+    return part is None
+
+
+def _further(t: _Thread, other: _Thread) -> bool | None:
+    """Whether failed reading `t` got further than `other` (None: as far)."""
+    mine, theirs = (t.calls_read, t.pos, t.call.done), (other.calls_read, other.pos, other.call.done)
+    return None if mine == theirs else mine > theirs
+
+
+def _inside_call(t: _Thread) -> bool:
+    """Whether the reading is inside a call, before its end marker (a JSON call object that
+    broke off after its arguments)."""
+    return t.after_call is not None and _below(t.stack, t.after_call)
+
+
+def _first_marker(node: Any) -> str:
+    """The core of the marker a node begins with, whitespace aside ("" where it begins otherwise)."""
+    while True:
+        if isinstance(node, ir.Lit):
+            return node.text.strip()
+        if isinstance(node, ir.Seq):
+            items = [i for i in node.items if not isinstance(i, ir.Gap)]
+            if not items:
+                return ""
+            node = items[0]
+        else:
+            return ""
+
+
+def _last_call(events: list[tuple], end: int) -> int:
+    """The index of the last call start in `events[:end]` (`end` if there is none)."""
+    for index in range(end - 1, -1, -1):
+        if events[index][0] == "call":
+            return index
+    return end
 
 
 def _holds_object(parts: list[str]) -> bool:
