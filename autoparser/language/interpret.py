@@ -742,17 +742,33 @@ class LanguageReader:
             self._keep.append(node)
         return found
 
-    def call_rest(self, closing: Any, kept: bool) -> tuple[Any, Any] | None:
-        """After a call that failed: content up to its end marker (`closing`), and that marker as
-        markup (`kept`) or as content; None where the call ends with no marker."""
-        key = (id(closing), kept)
+    def call_rest(self, closing: Any, after: Any, kept: bool) -> tuple[Any, Any, str] | None:
+        """After a call that failed: content up to its end marker (`closing`) or to what may
+        follow the call (`after`: more calls, the section's end), then that marker if it is
+        there, as markup (`kept`) or as content; None where the call ends with no marker."""
+        key = (id(closing), id(after[0]) if after is not None else 0, kept)
         found = self._rests.get(key)
         if found is None:
             end = _first_marker(closing)
-            found = (ir.Capture(ir.CONTENT, ir.Text((end,), hint="content")),
-                     closing if kept else ir.Capture(ir.CONTENT, closing)) if end else None
+            stops = (end, *sorted(self._leads(after)))
+            found = (ir.Capture(ir.CONTENT, ir.Text(stops, hint="content")),
+                     ir.optional(closing if kept else ir.Capture(ir.CONTENT, closing)), end) if end else None
             self._rests[key] = found
-            self._keep.append(closing)
+            self._keep.append((closing, after))
+        return found
+
+    def _leads(self, stack: Any) -> set[str]:
+        """The markers what is left of a reading may begin with."""
+        found: set[str] = set()
+        while stack is not None:
+            node, stack = stack
+            if node.__class__ in _FRAMES:
+                continue
+            if node.__class__ is _Again:
+                node = node.repeat
+            found |= _lead_markers(node, 8)
+            if not self.firsts.of(node)[1]:
+                break
         return found
 
     def split(self, follow: frozenset[str] | None) -> re.Pattern[str] | None:
@@ -983,7 +999,7 @@ class LanguageStream:
         self.safe = max(self.safe, cut)
         rest = self._rest_of_section(best, opened)
         # reading the whole language again starts a character on, so that it cannot fail there again
-        failed = best.pos if best.pos > self.safe or not self.buf or rest is not None else self.safe + 1
+        failed = best.pos if best.pos > self.safe or not self.buf or (rest is not None and len(rest) == 1) else self.safe + 1
         if best.head.__class__ is _Trailer and best.pos > self.safe:
             self.safe = failed  # the language was read whole: what follows is read again
         self.out.add_content(self.buf[self.safe:failed])
@@ -992,18 +1008,23 @@ class LanguageStream:
             self.fallback = True  # it failed at the end of the output: nothing is left to read again
             return
         self.resumed = True
-        self.threads = [_Thread(rest or (self.reader.root, None), failed)]
+        self.threads = [_Thread(stack, failed) for stack in rest or [(self.reader.root, None)]]
 
-    def _rest_of_section(self, t: _Thread, kept: bool) -> Any:
+    def _rest_of_section(self, t: _Thread, kept: bool) -> list[Any] | None:
         """Where a reading that failed inside a call goes on: the call's text up to its end marker
         is content, and the section goes on after it (more calls, its end). The end marker is
-        markup where the call was `kept`, else text; a failed first call (a section that holds
-        no call) is text whole: None."""
+        markup where the call was `kept`, else text. After a failed first call, the section
+        holds no call yet: read as text whole, or (where a later call in it is read whole, which
+        then wins) as the section going on."""
         after = t.after_call
-        if after is None or not _below(t.stack, after[1]) or (not kept and not t.section_calls):
+        if after is None or not _below(t.stack, after[1]):
             return None
-        rest = self.reader.call_rest(after[0], kept)
-        return None if rest is None else (rest[0], (rest[1], after[1]))
+        first = not kept and not t.section_calls
+        rest = self.reader.call_rest(after[0], after[1], kept)
+        if rest is None or first and is_weak(rest[2]):
+            return None  # punctuation ends no call reliably: the section is text
+        stack = (rest[0], (rest[1], after[1]))
+        return [(self.reader.root, None), stack] if first else [stack]
 
     def _cut_off(self, t: _Thread) -> None:
         """The output ended inside a call's arguments: they keep the values that were complete
@@ -1302,6 +1323,28 @@ def _inside_call(t: _Thread) -> bool:
     """Whether the reading is inside a call, before its end marker (a JSON call object that
     broke off after its arguments)."""
     return t.after_call is not None and _below(t.stack, t.after_call)
+
+
+def _lead_markers(node: Any, depth: int) -> set[str]:
+    """The marker cores a node may begin with (as far as `depth` levels of nodes show)."""
+    if depth == 0:
+        return set()
+    if isinstance(node, ir.Lit):
+        return {node.text.strip()} if node.text.strip() else set()
+    if isinstance(node, ir.Choice):
+        return set().union(*(_lead_markers(o, depth - 1) for o in node.options))
+    if isinstance(node, ir.Repeat | ir.Capture | ir.Rule):
+        return _lead_markers(node.item if isinstance(node, ir.Repeat) else node.body, depth - 1)
+    if isinstance(node, ir.Seq):
+        found: set[str] = set()
+        for item in node.items:
+            if isinstance(item, ir.Gap):
+                continue
+            found |= _lead_markers(item, depth - 1)
+            if not (isinstance(item, ir.Repeat) and item.min == 0):
+                break
+        return found
+    return set()
 
 
 def _first_marker(node: Any) -> str:
