@@ -168,7 +168,8 @@ _FRAMES = (_EndCapture, _EndMember)
 class _Call:
     """The captures of the call being read."""
 
-    __slots__ = ("name", "id", "args", "started", "pending", "mode", "scanner", "done", "awaits_id", "confirmed")
+    __slots__ = ("name", "id", "args", "started", "pending", "mode", "scanner", "done", "awaits_id", "confirmed",
+                 "confirm_next")
 
     def __init__(self) -> None:
         self.name: str | None = None
@@ -183,6 +184,7 @@ class _Call:
         # its arguments started well (a JSON object's first key or its end, a first tagged value):
         # until then a failure makes the call text, and its events are held back
         self.confirmed = False
+        self.confirm_next = False  # the next marker read confirms it
 
 
 class _Thread:
@@ -214,7 +216,7 @@ class _Thread:
         call, copy = self.call, _Call()
         copy.name, copy.id, copy.args, copy.started = call.name, call.id, call.args, call.started
         copy.pending, copy.mode, copy.done, copy.awaits_id = list(call.pending), call.mode, call.done, call.awaits_id
-        copy.confirmed = call.confirmed
+        copy.confirmed, copy.confirm_next = call.confirmed, call.confirm_next
         twin.call = copy
         twin.parts = list(self.parts)
         twin.member = None if self.member is None else list(self.member)
@@ -244,7 +246,8 @@ class _Thread:
             frames.append(_frame_state(node[0]))
             node = node[1]
         return (self.pos, self.role, tuple(frames), head.__class__, terminal, tuple(self.events), call.name, call.id, call.args,
-                call.started, tuple(call.pending), call.mode, call.done, call.awaits_id, call.confirmed, tuple(self.parts),
+                call.started, tuple(call.pending), call.mode, call.done, call.awaits_id, call.confirmed,
+                call.confirm_next, tuple(self.parts),
                 _plain(self.member), _plain(self.value), self.count, self.skip, _plain(self.own_id))
 
     # what the terminal read goes where its capture says
@@ -266,10 +269,16 @@ class _Thread:
             self.arguments(piece)
 
     def value_text(self, piece: str) -> None:
+        """Text of a literal value: a quoted or bracketed one confirms its call as it begins; a
+        bare word (`1` in `x=1])`) only with the marker read after it."""
         if piece and self.value is not None:
             self.value.append(piece)
-            if not self.call.confirmed and not piece.isspace():
-                self.call.confirmed = True
+            call = self.call
+            if not call.confirmed and not call.confirm_next and not piece.isspace():
+                if piece.lstrip()[0] in "'\"[({":
+                    call.confirmed = True
+                else:
+                    call.confirm_next = True
 
     def name_text(self, piece: str) -> None:
         """Text of a marker: part of a name or id, or a text (a bracket that opens no call)."""
@@ -340,6 +349,8 @@ class _Lit:
             t.name_text(buf[pos:end])
             t.pos = pos = end
             self.done = True
+            if t.call.confirm_next:
+                t.call.confirmed = True
         trail = self.trail
         index = 0
         while index < len(trail) and pos < len(buf) and buf[pos] == trail[index]:
@@ -992,7 +1003,7 @@ class LanguageStream:
         # after a call read whole, the markers that close it are no text (whitespace before the
         # failure is); else the part begun is text
         cut = min(best.mark, best.pos)
-        if best.call.done:
+        if best.call.done and opened:
             cut = best.pos
             while cut > self.safe and self.buf[cut - 1] in _WHITESPACE:
                 cut -= 1
@@ -1250,7 +1261,8 @@ class LanguageStream:
             call.id, t.own_id = "".join(t.own_id or ()), None
             t.start_call(waited=True)
         elif role == ir.ARGUMENTS:
-            call.done = call.confirmed = True
+            call.done = True
+            call.confirmed = call.confirmed or not call.confirm_next  # a bare word waits for the marker after it
             if call.mode == "members":
                 t.arguments("}")
             elif call.mode == "string":
