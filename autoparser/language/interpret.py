@@ -189,7 +189,8 @@ class _Call:
 
 class _Thread:
     __slots__ = ("stack", "pos", "events", "role", "head", "call", "parts", "member", "value", "count", "mark",
-                 "skip", "own_id", "after_call", "section_calls", "calls_read")
+                 "skip", "own_id", "after_call", "section_calls", "calls_read",
+                 "call_over")
 
     def __init__(self, stack: Any, pos: int) -> None:
         self.stack = stack  # (node, rest) pairs, None at the bottom
@@ -208,6 +209,7 @@ class _Thread:
         self.after_call: Any = None  # what follows the call being read (its end marker first)
         self.section_calls = 0  # calls read whole since the last text
         self.calls_read = 0  # calls read whole, up to their end marker
+        self.call_over: Any = None  # what is left once the call is read whole (its end marker included)
 
     def fork(self, stack: Any) -> _Thread:
         twin = _Thread(stack, self.pos)
@@ -226,6 +228,7 @@ class _Thread:
         twin.skip = self.skip
         twin.own_id = None if self.own_id is None else list(self.own_id)
         twin.after_call, twin.section_calls, twin.calls_read = self.after_call, self.section_calls, self.calls_read
+        twin.call_over = self.call_over
         return twin
 
     def key(self) -> tuple:
@@ -1092,7 +1095,7 @@ class LanguageStream:
                     return t
                 t.head = None
                 continue
-            if t.after_call is not None and t.stack is t.after_call[1]:
+            if t.after_call is not None and t.stack is t.call_over:
                 t.after_call = None  # the call was read up to its end marker
                 t.section_calls += 1
                 t.calls_read += 1
@@ -1114,6 +1117,8 @@ class LanguageStream:
         elif cls is ir.Rule:
             if node.name == "call":
                 t.after_call = t.stack
+                ends = t.stack is not None and bool(_first_marker(t.stack[0]))
+                t.call_over = t.stack[1] if ends else t.stack
             t.stack = (node.body, t.stack)
         elif cls is ir.Lit:
             if t.skip:
