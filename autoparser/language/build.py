@@ -818,6 +818,7 @@ class _Reading(_Builder):
         if opener:
             inside.append(seq(self.reasoning_text(opener), self.calls_then_text(section, end)))
         if self.forced:
+            inside[1:1] = self.answer_ends_reasoning(body)
             return seq(optional(seq(self.gap(), self.marker(start))) if start else EMPTY, choice(*inside))
         options = [body, seq(self.gap(), self.marker(end), body)]
         if start:
@@ -825,6 +826,14 @@ class _Reading(_Builder):
         if self.thinking and (self.start == IMPLIED or not start):
             options.append(seq(self.reasoning_text(), self.marker(end), body))
         return choice(*options)
+
+    def answer_ends_reasoning(self, body: Node) -> list[Node]:
+        """Where the prompt opened reasoning, an answer opened by its own start marker ends that
+        reasoning (the reasoning's own end marker, if it follows after all, wins: first option)."""
+        opener, end = self.c.start.strip(), self.r.end.strip()
+        if not opener or opener == end:
+            return []
+        return [seq(self.reasoning_text(opener), self.marker(opener), body)]
 
     def message_markers(self) -> tuple[str, Node, str]:
         """In a reply written as messages, what the parser drops from the text: the separator
