@@ -692,7 +692,16 @@ class _Reading(_Builder):
             return self.language(self.with_reasoning(self.text(calls=False, not_first=lead), None))
         section = self.section(lazy_start=True)
         body = seq(self.text(not_first=lead), self.calls_then_text(section))
+        if self.req.policy == "strict":
+            body = self.strict_body(section, lead)
         return self.language(self.with_reasoning(body, section))
+
+    def strict_body(self, section: Node, lead: tuple[str, ...]) -> Node:
+        """The strict policy: calls only before any content (whitespace aside); from the first
+        text on, call markup is content. A text that breaks off the calls ends them: the reader
+        reads what follows again from here, where it is content."""
+        calls = Repeat(section, 1 if self.choice == "required" else 0, None if self.parallel else 1)
+        return choice(seq(calls, self.text(calls=False)), self.text(calls=False, not_first=lead))
 
     # -- calls ----------------------------------------------------------------------------
 
@@ -749,8 +758,19 @@ class _Reading(_Builder):
         as the parser reads them."""
         separator = super().call_separator()
         if not self.markerless_opener() or self.t.array:
-            return separator
+            return seq(separator, self.text_between_calls())
         return choice(separator, Lit(";"), Lit(","))
+
+    def text_between_calls(self) -> Node:
+        """Under the lenient policy, text between two calls of a section whose calls have their
+        own start marker is content (the strict policy ends the calls there)."""
+        t = self.t
+        opener = t.call_start.strip()
+        if self.req.policy == "strict" or not opener or not t.section_start.strip():
+            return EMPTY
+        stops = (opener, t.section_end, *self.stop)
+        text = Text(tuple(s for s in stops if s.strip()), hint="content", nonempty=True, not_first=(opener,))
+        return optional(seq(self.gap(), Capture(CONTENT, text)))
 
     def closing(self, marker: str) -> Node:
         """As generated, but with no whitespace where the marker is empty: text after the
