@@ -844,7 +844,9 @@ class _Reading(_Builder):
         if start:
             options.append(seq(self.gap(), self.marker(start), choice(*inside)))
         if self.thinking and (self.start == IMPLIED or not start):
-            options.append(seq(self.reasoning_text(), self.marker(end), body))
+            # reasoning no start marker opened ends before the calls opener: a call there means
+            # there was no reasoning (the calls stream at once)
+            options.append(seq(self.reasoning_text(*([opener] if opener else [])), self.marker(end), body))
         return choice(*options)
 
     def answer_ends_reasoning(self, body: Node) -> list[Node]:

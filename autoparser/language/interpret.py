@@ -46,6 +46,7 @@ from autoparser.runtime.spec import Spec
 
 MORE, FAIL, SPLIT = 0, 2, 3  # terminal results besides DONE: wait, no match, the text may end here
 _WHITESPACE = " \t\n\r"
+_CDATA = "<![CDATA["
 _HELD_LIMIT = 1 << 16  # undecided text held across readings before the first reading wins
 
 
@@ -184,7 +185,7 @@ class _Call:
 
 class _Thread:
     __slots__ = ("stack", "pos", "events", "role", "head", "call", "parts", "member", "value", "count", "mark",
-                 "skip", "own_id")
+                 "skip", "own_id", "streamed", "spool")
 
     def __init__(self, stack: Any, pos: int) -> None:
         self.stack = stack  # (node, rest) pairs, None at the bottom
@@ -200,6 +201,8 @@ class _Thread:
         self.mark = pos  # where the last whole part read ends (text, a repeated item): failing later, the rest is text
         self.skip = ""  # a marker that may be left out (the end of reasoning skipped on resuming)
         self.own_id: list[str] | None = None  # the text of the id capture being read (it may hold the name)
+        self.streamed: int | None = None  # a string value that streams: 0 not begun, 1 begun (None: kept whole)
+        self.spool: tuple[str, str] | None = None  # a literal that may stream: its quote, the text held back
 
     def fork(self, stack: Any) -> _Thread:
         twin = _Thread(stack, self.pos)
@@ -216,6 +219,7 @@ class _Thread:
         twin.mark = self.mark
         twin.skip = self.skip
         twin.own_id = None if self.own_id is None else list(self.own_id)
+        twin.streamed, twin.spool = self.streamed, self.spool
         return twin
 
     def key(self) -> tuple:
@@ -237,7 +241,8 @@ class _Thread:
             node = node[1]
         return (self.pos, self.role, tuple(frames), head.__class__, terminal, tuple(self.events), call.name, call.id, call.args,
                 call.started, tuple(call.pending), call.mode, call.done, call.awaits_id, tuple(self.parts),
-                _plain(self.member), _plain(self.value), self.count, self.skip, _plain(self.own_id))
+                _plain(self.member), _plain(self.value), self.count, self.skip, _plain(self.own_id), self.streamed,
+                self.spool)
 
     # what the terminal read goes where its capture says
     def text(self, piece: str) -> None:
@@ -247,6 +252,8 @@ class _Thread:
             self.own_id.append(piece)
         if self.value is not None:
             self.value.append(piece)
+            if self.streamed is not None and self.spool is None:
+                self.stream_value(piece)
         elif self.role == ir.REASONING or self.role == ir.CONTENT:
             self.events.append((self.role, piece, self.pos))
             self.mark = self.pos
@@ -255,9 +262,55 @@ class _Thread:
         elif self.role == ir.ARGUMENTS:
             self.arguments(piece)
 
+    def stream_value(self, piece: str) -> None:
+        """A string value's text goes out as it arrives, its key with its first visible text (a
+        value never written is never invented); one that may be CDATA is kept whole."""
+        if self.streamed:
+            self.arguments(json.dumps(piece, ensure_ascii=False)[1:-1])
+            return
+        raw = "".join(self.value or ())
+        if raw.startswith(_CDATA):
+            self.streamed = None
+            return
+        if _CDATA.startswith(raw) or not raw.strip():
+            return  # nothing visible yet, or what may still be CDATA
+        self.streamed = 1
+        self.arguments(f"{self.member_key()}\"{json.dumps(raw, ensure_ascii=False)[1:-1]}")
+
+    def member_key(self) -> str:
+        lead = ", " if self.count else ""
+        return f"{lead}{json.dumps((self.member or [''])[0] or '', ensure_ascii=False)}: "
+
     def value_text(self, piece: str) -> None:
         if piece and self.value is not None:
             self.value.append(piece)
+            if self.spool is not None:
+                self.stream_literal(piece)
+
+    def stream_literal(self, piece: str) -> None:
+        """A quoted literal's text goes out as it arrives, decoded; held back: a quote at the end
+        (it may close the value) and an escape that may be cut in two. A literal that does not
+        begin with a quote is kept whole."""
+        quote, tail = self.spool or ("", "")
+        if not self.streamed:
+            raw = "".join(self.value or ()).lstrip()
+            if not raw:
+                return
+            if raw[0] not in "'\"":
+                self.spool = None
+                return
+            self.streamed, quote, tail, piece = 1, raw[0], "", raw[1:]
+            self.arguments(f"{self.member_key()}\"")
+        text = tail + piece
+        cut = len(text)
+        slash = text.rfind("\\", max(0, cut - 10))
+        if slash >= 0:
+            cut = slash
+        if cut and text[cut - 1] == quote:
+            cut -= 1
+        if cut:
+            self.arguments(json.dumps(decode_string_body(text[:cut]), ensure_ascii=False)[1:-1])
+        self.spool = (quote, text[cut:])
 
     def name_text(self, piece: str) -> None:
         """Text of a marker: part of a name or id, or a text (a bracket that opens no call)."""
@@ -833,6 +886,8 @@ class LanguageStream:
                 agreed += 1
         if agreed and not final and first[agreed - 1][0] == "call":
             agreed -= 1
+        elif agreed > 1 and not final and first[agreed - 1][1] == "{" and first[agreed - 2][0] == "call":
+            agreed -= 2  # nor does its opening brace alone: it goes out with the first member
         if agreed:
             self._apply(first[:agreed])
             self.emitted += agreed
@@ -930,7 +985,7 @@ class LanguageStream:
                 self.out.add_arguments(head.scanner.closing())
                 return True
         if call.mode == "members" and t.role == ir.ARGUMENTS:
-            self.out.add_arguments("}")
+            self.out.add_arguments(('"' if t.streamed else "") + "}")
             return True
         return False
 
@@ -1139,10 +1194,15 @@ class LanguageStream:
         t.head = _JsonValue(node)
 
     def _value(self, t: _Thread, node: Any) -> None:
-        """A tagged argument's value starts: its text is kept for `_end_member`."""
+        """A tagged argument's value starts: its text is kept for `_end_member`; a string value
+        written as raw text or as a quoted literal also streams."""
         if t.member is not None:
             t.member[1] = node
             t.value = []
+            kind = value_kind(getattr(node, "schema", None))
+            t.streamed = 0 if node.__class__ is ir.RawString and kind == "string" or \
+                node.__class__ is ir.PyValue and kind != "json" else None
+            t.spool = ("", "") if node.__class__ is ir.PyValue and t.streamed is not None else None
 
     def _members(self, t: _Thread, at: _MembersFrom, final: bool) -> list[_Thread]:
         """The next member, or the end. Read more leniently than generation writes them: the
@@ -1169,9 +1229,17 @@ class LanguageStream:
     def _end_member(self, t: _Thread) -> None:
         key, node = t.member
         raw = "".join(t.value or [])
+        streamed, spool, t.streamed, t.spool = t.streamed, t.spool, None, None
         t.member, t.value = None, None
-        lead = ", " if t.count else ""
-        t.arguments(f"{lead}{json.dumps(key or '', ensure_ascii=False)}: {_convert(raw, node)}")
+        if streamed and spool is not None:
+            quote, tail = spool
+            tail = tail[:-1] if tail.endswith(quote) else tail
+            t.arguments(json.dumps(decode_string_body(tail), ensure_ascii=False)[1:-1] + '"')
+        elif streamed:
+            t.arguments('"')
+        else:
+            lead = ", " if t.count else ""
+            t.arguments(f"{lead}{json.dumps(key or '', ensure_ascii=False)}: {_convert(raw, node)}")
         t.count += 1
 
 
