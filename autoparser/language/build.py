@@ -465,7 +465,7 @@ class _Builder:
                 section_text = section_text.lstrip()
             else:
                 first_call_text = first_call_text.lstrip()
-        section_start = self.marker(section_text, spelled=lazy_start)
+        section_start = seq(self.marker(section_text, spelled=lazy_start), self.text_in_section())
         first_call_start = self.marker(first_call_text, spelled=lazy_start and not t.section_start)
         if t.format == "json" and t.array:
             calls = self.json_array(call, first_call_start)
@@ -480,6 +480,10 @@ class _Builder:
                 leading = self.gap() if not t.call_start[:1].isspace() else EMPTY
                 calls = seq(first, Repeat(Rule("call-next", seq(sep, leading, one))))
         return Rule("tool-calls", seq(section_start, calls, self.section_closing()))
+
+    def text_in_section(self) -> Node:
+        """Text between the section's start and its first call (none as generated)."""
+        return EMPTY
 
     def call_separator(self) -> Node:
         """What goes between two calls of one section."""
@@ -761,6 +765,11 @@ class _Reading(_Builder):
             return seq(separator, self.text_between_calls())
         return choice(separator, Lit(";"), Lit(","))
 
+    def text_in_section(self) -> Node:
+        """As between two calls: text after the section's start marker, before its first call,
+        is content (inside reasoning, such markup stays undecided until the reasoning's end)."""
+        return self.text_between_calls() if self.t.section_start.strip() else EMPTY
+
     def text_between_calls(self) -> Node:
         """Under the lenient policy, text between two calls of a section whose calls have their
         own start marker is content (the strict policy ends the calls there)."""
@@ -768,7 +777,7 @@ class _Reading(_Builder):
         opener = t.call_start.strip()
         if self.req.policy == "strict" or not opener or not t.section_start.strip():
             return EMPTY
-        stops = (opener, t.section_end, *self.stop)
+        stops = (opener, t.section_end, *self.stop, self.r.end if self.r.mode != "none" else "")
         text = Text(tuple(s for s in stops if s.strip()), hint="content", nonempty=True, not_first=(opener,))
         return optional(seq(self.gap(), Capture(CONTENT, text)))
 

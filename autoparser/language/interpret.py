@@ -32,6 +32,7 @@ a chunk of plain string text goes straight out); every character is consumed onc
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Callable
 from typing import Any
@@ -893,9 +894,31 @@ class LanguageStream:
             self.emitted += agreed
             for t in threads:
                 del t.events[:agreed]
+        if len(threads) > 1 and not final:
+            self._commit_common_text()
         if len(threads) > 1 and sum(len(t.events) for t in threads) > _HELD_LIMIT:
             self.threads = threads[:1]  # readings undecided for too long: the first one wins
             self._commit(final)
+
+    def _commit_common_text(self) -> None:
+        """Where the readings part inside a text of one role (reasoning that one reading ends at a
+        marker and another reads on), the text they share goes out at once."""
+        threads = self.threads
+        nexts = [t.events[0] if t.events else None for t in threads]
+        first = nexts[0]
+        if first is None or first[0] not in (ir.REASONING, ir.CONTENT) or \
+                any(e is None or e[0] != first[0] for e in nexts):
+            return
+        shared = os.path.commonprefix([e[1] for e in nexts])
+        if not shared:
+            return
+        self._apply([(first[0], shared, first[2] - len(first[1]) + len(shared))])
+        self.emitted += 1
+        for t, e in zip(threads, nexts, strict=True):
+            if len(e[1]) == len(shared):
+                del t.events[0]
+            else:
+                t.events[0] = (e[0], e[1][len(shared):], e[2])
 
     def _apply(self, events: list[tuple]) -> None:
         out = self.out
