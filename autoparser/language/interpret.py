@@ -48,6 +48,7 @@ from autoparser.runtime.spec import Spec
 MORE, FAIL, SPLIT = 0, 2, 3  # terminal results besides DONE: wait, no match, the text may end here
 _WHITESPACE = " \t\n\r"
 _CDATA = "<![CDATA["
+_ESCAPED = re.compile(r'["\\\x00-\x1f]')  # characters a JSON string spells otherwise
 _HELD_LIMIT = 1 << 16  # undecided text held across readings before the first reading wins
 
 
@@ -267,7 +268,7 @@ class _Thread:
         """A string value's text goes out as it arrives, its key with its first visible text (a
         value never written is never invented); one that may be CDATA is kept whole."""
         if self.streamed:
-            self.arguments(json.dumps(piece, ensure_ascii=False)[1:-1])
+            self.arguments(json.dumps(piece, ensure_ascii=False)[1:-1] if _ESCAPED.search(piece) else piece)
             return
         raw = "".join(self.value or ())
         if raw.startswith(_CDATA):
