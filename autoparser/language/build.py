@@ -278,7 +278,10 @@ class _Builder:
             self.warnings.append("no trigger marks the start of a tool call; the grammar is not lazy")
         section = self.section()
         lead = self.section_lead() or None
-        calls = seq(self.content(lead), section) if self.t.content_allowed else section
+        before = self.content(lead)
+        if self.named_call_messages():  # the answer is a message of its own, ended by the separator
+            before = optional(seq(before, self.marker(core((self.a.get("messages") or {}).get("separator")))))
+        calls = seq(before, section) if self.t.content_allowed else section
         return self.language(self.reasoning_then(choice(self.content(None), calls), section))
 
     def build_opened(self) -> Language:
@@ -458,6 +461,8 @@ class _Builder:
         whitespace before the first marker is not part of it, and that marker also accepts its
         special tokens spelled as text (the trigger fires on text that is replayed)."""
         t = self.t
+        if self.named_call_messages():
+            return self.call_messages_section(lazy_start)
         call = Rule("call", choice(*[self.call(tool) for tool in self.tools]))
         section_text, first_call_text = t.section_start, t.call_start
         if lazy_start:
@@ -484,6 +489,37 @@ class _Builder:
     def text_in_section(self) -> Node:
         """Text between the section's start and its first call (none as generated)."""
         return EMPTY
+
+    def named_call_messages(self) -> bool:
+        """Whether each call is a message of its own whose header names the tool and whose body
+        holds the whole call (`messages.call_body_named`)."""
+        m = self.a.get("messages") or {}
+        return self.in_messages() and bool(m.get("call_body_named")) and "{name}" in (m.get("call_header") or "") \
+            and bool(core(m.get("body_start")))
+
+    def call_messages_section(self, lazy_start: bool) -> Node:
+        """Calls written as messages: `HEADER(name) body_start call`, the messages separated by the
+        message separator. A lazy language begins at the first call's own start marker (the
+        trigger): the model wrote that call's header as free text."""
+        t = self.t
+        m = self.a.get("messages") or {}
+        head, _, tail = (m.get("call_header") or "").partition("{name}")
+
+        def message(tool: Mapping[str, Any], header: bool, start: Node) -> Node:
+            call = seq(start, self.call(tool), self.call_closing())
+            if not header:
+                return call
+            return seq(self.gap(), self.marker(head.strip()), Lit(tool_name(tool)), self.marker(tail.strip()),
+                       self.marker(core(m.get("body_start"))), call)
+
+        start = self.marker(t.call_start)
+        first_start = self.marker(t.call_start.lstrip(), spelled=True) if lazy_start else start
+        first = choice(*[message(tool, not lazy_start, first_start) for tool in self.tools])
+        calls = first
+        if self.parallel:
+            nxt = choice(*[message(tool, True, start) for tool in self.tools])
+            calls = seq(first, Repeat(Rule("call-next", seq(self.marker(core(m.get("separator"))), nxt))))
+        return Rule("tool-calls", seq(self.marker(t.section_start), calls, self.section_closing()))
 
     def call_separator(self) -> Node:
         """What goes between two calls of one section."""
