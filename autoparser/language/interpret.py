@@ -888,8 +888,9 @@ class LanguageStream:
                 agreed += 1
         if agreed and not final and first[agreed - 1][0] == "call":
             agreed -= 1
-        elif agreed > 1 and not final and first[agreed - 1][1] == "{" and first[agreed - 2][0] == "call":
-            agreed -= 2  # nor does its opening brace alone: it goes out with the first member
+        elif agreed > 1 and not final and first[agreed - 1][1] == "{" and first[agreed - 2][0] == "call" \
+                and threads[0].call.mode == "members":
+            agreed -= 2  # nor does the brace opening tagged arguments alone: it goes out with the first member
         if agreed:
             self._apply(first[:agreed])
             self.emitted += agreed
