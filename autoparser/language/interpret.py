@@ -888,9 +888,6 @@ class LanguageStream:
                 agreed += 1
         if agreed and not final and first[agreed - 1][0] == "call":
             agreed -= 1
-        elif agreed > 1 and not final and first[agreed - 1][1] == "{" and first[agreed - 2][0] == "call" \
-                and threads[0].call.mode == "members":
-            agreed -= 2  # nor does the brace opening tagged arguments alone: it goes out with the first member
         if agreed:
             self._apply(first[:agreed])
             self.emitted += agreed
@@ -934,6 +931,8 @@ class LanguageStream:
                 out.add_reasoning(event[1])
             elif kind == "call":
                 out.start_call(event[2] or self.call_id(), event[1])
+            elif kind == "brace":
+                out.key_pending = event[1]
         if events:
             self.safe = events[-1][-1]
 
@@ -1104,7 +1103,10 @@ class LanguageStream:
             t.mark = t.pos
             return self._repeat(t, node.repeat, node.left_min, node.left_max, final)
         elif cls is ir.Members:
-            self._arguments_text(t, "{")
+            if t.role == ir.ARGUMENTS and t.call.started:
+                t.events.append(("brace", "{", t.pos))  # it goes out with the first member's text
+            else:
+                self._arguments_text(t, "{")
             t.member, t.count = None, 0
             t.stack = (_MembersFrom(node, frozenset()), t.stack)
         elif cls is _MembersFrom:
