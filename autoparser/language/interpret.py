@@ -306,7 +306,10 @@ class _Thread:
         text = tail + piece
         cut = len(text)
         slash = text.rfind("\\", max(0, cut - 10))
-        if slash >= 0:
+        run = slash
+        while run > 0 and text[run - 1] == "\\":
+            run -= 1
+        if slash >= 0 and (slash - run) % 2 == 0:  # the last backslash begins an escape
             cut = slash
         if cut and text[cut - 1] == quote:
             cut -= 1
