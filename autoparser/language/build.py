@@ -811,8 +811,8 @@ class _Reading(_Builder):
         own start marker is content (the strict policy ends the calls there)."""
         t = self.t
         opener = t.call_start.strip()
-        if self.req.policy == "strict" or not opener or not t.section_start.strip():
-            return EMPTY
+        if self.req.policy == "strict" or not opener or not t.section_start.strip() or t.array:
+            return EMPTY  # (calls as the elements of one JSON array have no start marker of their own)
         stops = (opener, t.section_end, *self.stop, self.r.end if self.r.mode != "none" else "")
         text = Text(tuple(s for s in stops if s.strip()), hint="content", nonempty=True, not_first=(opener,))
         return optional(seq(self.gap(), Capture(CONTENT, text)))
