@@ -39,17 +39,13 @@ from typing import Any
 from autoparser.language import ir
 from autoparser.language.request import is_weak, value_kind
 from autoparser.language.values import convert_literal_value, convert_tagged_value, decode_string_body
-from autoparser.runtime.channels import Output, ToolCall
+from autoparser.runtime.channels import Output, ToolCall, new_call_id
 from autoparser.runtime.jsonscan import DONE, ERROR, JsonScanner, is_string_body
 from autoparser.runtime.markers import FULL, PARTIAL, MarkerSet, match_at
-from autoparser.runtime.spec import Spec
 
 MORE, FAIL, SPLIT = 0, 2, 3  # terminal results besides DONE: wait, no match, the text may end here
 _WHITESPACE = " \t\n\r"
 _HELD_LIMIT = 1 << 16  # undecided text held across readings before the first reading wins
-
-
-new_call_id = Spec.call_id  # unique across calls, requests, parsers and processes
 
 
 # -- first characters, per node ------------------------------------------------------------------

@@ -147,14 +147,8 @@ class Parser:
             self._call_sets = build_marker_sets(self._call_spec)
 
     def _reader(self):
-        from autoparser.language.build import Request, build_language
-        from autoparser.language.interpret import LanguageReader
-        data = self.analysis.to_dict() if hasattr(self.analysis, "to_dict") else dict(self.analysis)
-        eos = getattr(self.analysis, "eos_token", "")
-        request = Request(tools=tuple(self._args[0] or ()), thinking=self._args[1], parallel_tool_calls=self._args[2],
-                          tool_choice=self._args[3], policy=self._args[4], prompt=self._args[5], lazy=False,
-                          reading=True, end_tokens=(eos,) if eos else ())
-        return LanguageReader(build_language(data, request), end_of_turn=tuple(data.get("stop") or ()))
+        from autoparser.language.reading import reader
+        return reader(self.analysis, *self._args)
 
     def stream(self):
         """A new incremental parser: `feed(chunk)` -> deltas, `finish()` -> deltas, `message()`."""

@@ -7,7 +7,6 @@ module, which embeds that dict, runs the very same code without the `autoparser`
 from __future__ import annotations
 
 import json
-import secrets
 from typing import Any
 
 from autoparser.language.request import (
@@ -22,6 +21,7 @@ from autoparser.language.request import (
     tool_table,
 )
 from autoparser.language.values import quoted_to_json, tags_to_json
+from autoparser.runtime.channels import new_call_id
 from autoparser.runtime.markers import leading_ws, trailing_ws
 from autoparser.runtime.messages import MessageFormat
 
@@ -147,10 +147,7 @@ class Spec:
             return None
         return None if value is None else json.dumps(value, ensure_ascii=False)
 
-    @staticmethod
-    def call_id() -> str:
-        """A new id, unique across calls, requests, parsers and processes."""
-        return "call_" + secrets.token_hex(12)
+    call_id = staticmethod(new_call_id)
 
     def name_allowed(self, name: str) -> bool:
         return self.allowed is None or name in self.allowed
