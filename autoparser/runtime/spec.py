@@ -23,7 +23,6 @@ from autoparser.language.request import (
 from autoparser.language.values import quoted_to_json, tags_to_json
 from autoparser.runtime.channels import new_call_id
 from autoparser.runtime.markers import leading_ws, trailing_ws
-from autoparser.runtime.messages import MessageFormat
 
 
 class Spec:
@@ -127,12 +126,6 @@ class Spec:
         # an answer opened by its own marker may skip the reasoning the prompt opened: the marker
         # ends that reasoning (unless the reasoning's own end marker follows after all)
         self.content_start = content_start if content_start != self.reasoning_end else ""
-        # a reply written as several messages with headers (`autoparser.runtime.messages`)
-        self.message_format = None
-        messages = analysis.get("messages") or {}
-        if core(messages.get("body_start")) and not self.opened_by_prompt:
-            self.message_format = MessageFormat(messages, self.stops, content_end,
-                                                self.call_end if self.format != "none" else "")
         # a fence around JSON arguments (```json) is also accepted without its language tag
         self.args_start_bare = bare_fence(self.args_start)
 
