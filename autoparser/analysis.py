@@ -1,6 +1,6 @@
 """The analysis of a chat template: plain data describing a model's output language.
 
-An `Analysis` is produced by `autoparser.analyzers.analyze` and consumed by the parser runtime
+An `Analysis` is produced by `autoparser.analyzers.analyze` and consumed by the parser
 and the grammar generators. It holds only plain data (strings, booleans, lists and small frozen
 parts), so it serializes to JSON (`to_dict`) and back (`from_dict`) without loss; the standalone
 generated module embeds it.

@@ -45,19 +45,15 @@ from autoparser.language.values import (
     decode_string_body,
     nested_to_json,
 )
-from autoparser.runtime.channels import Output, ToolCall
+from autoparser.runtime.channels import Output, ToolCall, new_call_id
 from autoparser.runtime.jsonscan import DONE, ERROR, JsonScanner, is_string_body
 from autoparser.runtime.markers import FULL, PARTIAL, MarkerSet, match_at
-from autoparser.runtime.spec import Spec
 
 MORE, FAIL, SPLIT = 0, 2, 3  # terminal results besides DONE: wait, no match, the text may end here
 _WHITESPACE = " \t\n\r"
 _CDATA = "<![CDATA["
 _ESCAPED = re.compile(r'["\\\x00-\x1f]')  # characters a JSON string spells otherwise
 _HELD_LIMIT = 1 << 16  # undecided text held across readings before the first reading wins
-
-
-new_call_id = Spec.call_id  # unique across calls, requests, parsers and processes
 
 
 # -- first characters, per node ------------------------------------------------------------------

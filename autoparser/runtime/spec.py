@@ -7,7 +7,6 @@ module, which embeds that dict, runs the very same code without the `autoparser`
 from __future__ import annotations
 
 import json
-import secrets
 from typing import Any
 
 from autoparser.language.request import (
@@ -22,8 +21,8 @@ from autoparser.language.request import (
     tool_table,
 )
 from autoparser.language.values import quoted_to_json, tags_to_json
+from autoparser.runtime.channels import new_call_id
 from autoparser.runtime.markers import leading_ws, trailing_ws
-from autoparser.runtime.messages import MessageFormat
 
 
 class Spec:
@@ -127,12 +126,6 @@ class Spec:
         # an answer opened by its own marker may skip the reasoning the prompt opened: the marker
         # ends that reasoning (unless the reasoning's own end marker follows after all)
         self.content_start = content_start if content_start != self.reasoning_end else ""
-        # a reply written as several messages with headers (`autoparser.runtime.messages`)
-        self.message_format = None
-        messages = analysis.get("messages") or {}
-        if core(messages.get("body_start")) and not self.opened_by_prompt:
-            self.message_format = MessageFormat(messages, self.stops, content_end,
-                                                self.call_end if self.format != "none" else "")
         # a fence around JSON arguments (```json) is also accepted without its language tag
         self.args_start_bare = bare_fence(self.args_start)
 
@@ -147,10 +140,7 @@ class Spec:
             return None
         return None if value is None else json.dumps(value, ensure_ascii=False)
 
-    @staticmethod
-    def call_id() -> str:
-        """A new id, unique across calls, requests, parsers and processes."""
-        return "call_" + secrets.token_hex(12)
+    call_id = staticmethod(new_call_id)
 
     def name_allowed(self, name: str) -> bool:
         return self.allowed is None or name in self.allowed
