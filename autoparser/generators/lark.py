@@ -25,6 +25,7 @@ from autoparser.language.values import (
     convert_literal_value,
     convert_tagged_value,
     decode_string_body,
+    nested_to_json,
 )
 
 __all__ = ["generate_lark", "parse_with_lark", "reading_grammar"]
@@ -75,7 +76,8 @@ def raw_argument(raw: str, node: Any) -> Any:
     raw = _without_cdata(raw)
     if kind == "string" and not (raw.strip() == "null" and allows_null(schema)):
         return raw  # the parser streams a string's text as it is
-    return json.loads(convert_tagged_value(raw, kind, schema))
+    nested = nested_to_json(raw, node.nested) if isinstance(node, ir.RawString) and node.nested else None
+    return json.loads(nested if nested is not None else convert_tagged_value(raw, kind, schema))
 
 
 def _without_cdata(value: str) -> str:

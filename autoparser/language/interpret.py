@@ -38,12 +38,19 @@ from typing import Any
 
 from autoparser.language import ir
 from autoparser.language.request import is_weak, value_kind
-from autoparser.language.values import convert_literal_value, convert_tagged_value, decode_string_body
+from autoparser.language.values import (
+    allows_null,
+    convert_literal_value,
+    convert_tagged_value,
+    decode_string_body,
+    nested_to_json,
+)
 from autoparser.runtime.channels import Output, ToolCall
 from autoparser.runtime.jsonscan import DONE, ERROR, JsonScanner, is_string_body
 from autoparser.runtime.markers import FULL, PARTIAL, MarkerSet, match_at
 from autoparser.runtime.spec import Spec
 
+_CDATA = ("<![CDATA[", "]]>")
 MORE, FAIL, SPLIT = 0, 2, 3  # terminal results besides DONE: wait, no match, the text may end here
 _WHITESPACE = " \t\n\r"
 _HELD_LIMIT = 1 << 16  # undecided text held across readings before the first reading wins
@@ -86,6 +93,8 @@ class _Firsts:
             return None, not node.nonempty
         if isinstance(node, ir.Json):
             return (frozenset("{" + _WHITESPACE), False) if node.kind == "object" else (None, False)
+        if isinstance(node, ir.Bracketed):
+            return frozenset("{[" + _WHITESPACE), False
         if isinstance(node, ir.Capture | ir.Rule):
             return self.of(node.body)
         if isinstance(node, ir.Repeat):
@@ -158,8 +167,15 @@ class _Again:
         self.repeat, self.left_min, self.left_max, self.start = repeat, left_min, left_max, start
 
 
+class _EndCall:
+    """The end of a call's own structure (the innermost part holding its arguments)."""
+
+    __slots__ = ()
+
+
 _END_MEMBER = _EndMember()
-_FRAMES = (_EndCapture, _EndMember)
+_END_CALL = _EndCall()
+_FRAMES = (_EndCapture, _EndMember, _EndCall)
 
 
 # -- a reading ---------------------------------------------------------------------------------------
@@ -168,7 +184,7 @@ _FRAMES = (_EndCapture, _EndMember)
 class _Call:
     """The captures of the call being read."""
 
-    __slots__ = ("name", "id", "args", "started", "pending", "mode", "scanner", "done", "awaits_id")
+    __slots__ = ("name", "id", "args", "started", "pending", "mode", "scanner", "done", "awaits_id", "closed")
 
     def __init__(self) -> None:
         self.name: str | None = None
@@ -180,6 +196,7 @@ class _Call:
         self.scanner: JsonScanner | None = None
         self.done = False  # its arguments were read whole
         self.awaits_id = False  # its start waits for an id the format writes after the arguments
+        self.closed = False  # its own structure was read to its end (what holds its arguments)
 
 
 class _Thread:
@@ -208,6 +225,7 @@ class _Thread:
         call, copy = self.call, _Call()
         copy.name, copy.id, copy.args, copy.started = call.name, call.id, call.args, call.started
         copy.pending, copy.mode, copy.done, copy.awaits_id = list(call.pending), call.mode, call.done, call.awaits_id
+        copy.closed = call.closed
         twin.call = copy
         twin.parts = list(self.parts)
         twin.member = None if self.member is None else list(self.member)
@@ -236,7 +254,7 @@ class _Thread:
             frames.append(_frame_state(node[0]))
             node = node[1]
         return (self.pos, self.role, tuple(frames), head.__class__, terminal, tuple(self.events), call.name, call.id, call.args,
-                call.started, tuple(call.pending), call.mode, call.done, call.awaits_id, tuple(self.parts),
+                call.started, tuple(call.pending), call.mode, call.done, call.awaits_id, call.closed, tuple(self.parts),
                 _plain(self.member), _plain(self.value), self.count, self.skip, _plain(self.own_id))
 
     # what the terminal read goes where its capture says
@@ -388,7 +406,7 @@ class _Text:
     ends the text in one reading and is part of it in another: what follows decides."""
 
     __slots__ = ("markers", "weak", "weak_prefix", "lead", "nonempty", "start", "split", "after", "firsts",
-                 "past", "soft")
+                 "past", "soft", "cdata")
 
     def __init__(self, node: ir.Text, markers: MarkerSet, weak: tuple[Any, Any] | None, start: int,
                  split: re.Pattern[str] | None, soft: bool = False) -> None:
@@ -403,6 +421,7 @@ class _Text:
         self.firsts = tuple(m.strip() for m in node.not_first if m.strip())  # cleared once checked
         self.past = start  # the end of the last soft stop read as text
         self.soft = soft
+        self.cdata = "start" if soft else ""  # a value's CDATA section: "start" (may open), "open", ""
 
     def step(self, t: _Thread, buf: str, final: bool) -> int:
         if self.firsts:
@@ -411,6 +430,8 @@ class _Text:
                 t.pos = at  # the whitespace before the marker is the marker's, as markers are found
             if found != FAIL:
                 return FAIL if found == DONE and self.nonempty else found
+        if self.cdata and self._cdata(t, buf, final) == MORE:
+            return MORE
         if self.past > t.pos:
             self._read(t, buf, self.past)  # the soft stop another reading ended the text at
         pos = t.pos
@@ -442,12 +463,40 @@ class _Text:
             return MORE
         if stop is None:
             stop = len(buf)
+            if t.value is not None and t.call.started:
+                t.events.append(("cut", stop))  # a value running to the end of output: its call was cut off
         lead = self.lead
         if lead and stop - len(lead) >= pos and buf.startswith(lead, stop - len(lead)):
             stop -= len(lead)
         self._read(t, buf, stop)
         if self.nonempty and t.pos == self.start:
             return FAIL
+        return DONE
+
+    def _cdata(self, t: _Thread, buf: str, final: bool) -> int:
+        """A value that opens with an XML CDATA section (`<![CDATA[a < b]]>`) reads it whole:
+        markers inside it are its text. MORE while it is open; DONE once past it (or none)."""
+        if self.cdata == "start":
+            pos = t.pos
+            while pos < len(buf) and buf[pos] in _WHITESPACE:
+                pos += 1
+            found, _ = match_at(buf, pos, _CDATA[0], final)
+            if found == PARTIAL or (pos == len(buf) and not final):
+                return MORE
+            if found != FULL:
+                self.cdata = ""
+                return DONE
+            self.cdata = "open"
+        close = buf.find(_CDATA[1], t.pos)
+        if close < 0:
+            if final:
+                self.cdata = ""
+                self._read(t, buf, len(buf))
+                return DONE
+            self._read(t, buf, max(t.pos, len(buf) - len(_CDATA[1]) + 1))
+            return MORE
+        self.cdata = ""
+        self._read(t, buf, close + len(_CDATA[1]))
         return DONE
 
     def _first_marker(self, buf: str, pos: int, final: bool) -> tuple[int, int]:
@@ -504,17 +553,93 @@ class _JsonValue:
         start = t.pos
         pos, status, emitted = self.scanner.scan(buf, start, final)
         if status == ERROR:
+            self._broken(t, pos, emitted)
             return FAIL
         t.pos = pos
         if t.value is not None:
             t.value.append(buf[start:pos])
         elif t.role == ir.ARGUMENTS and t.call.mode == "json":
-            t.arguments(emitted)
+            self._stream(t, pos, emitted)
         else:
             t.parts.append(buf[start:pos])
         if status == DONE:
             return DONE
         return FAIL if final else MORE
+
+    def _stream(self, t: _Thread, pos: int, emitted: str) -> None:
+        """Streamed arguments: their event ends where the member the scanner holds begins, so
+        that a member breaking off later is the model's text from its start, not lost."""
+        if not emitted:
+            return
+        if self.scanner.holding:
+            t.pos = pos - len(self.scanner.held_raw())
+        t.arguments(emitted)
+        t.pos = pos
+
+    def _broken(self, t: _Thread, pos: int, emitted: str) -> None:
+        """The value breaks off at `pos`: what was read whole before is streamed arguments as
+        in any chunking, and the reading fails there."""
+        if t.value is None and t.role == ir.ARGUMENTS and t.call.mode == "json":
+            self._stream(t, pos, emitted)
+        t.pos = pos
+
+
+class _Bracketed:
+    """An object or array in the template's own syntax: from its opening bracket to the one
+    that closes it, text between two quote markers skipped (it may hold brackets)."""
+
+    __slots__ = ("quote", "pattern", "depth", "quoted")
+
+    def __init__(self, node: ir.Bracketed, pattern: re.Pattern[str]) -> None:
+        self.quote, self.pattern = node.quote, pattern
+        self.depth = 0
+        self.quoted = False
+
+    def step(self, t: _Thread, buf: str, final: bool) -> int:
+        pos = t.pos
+        if not self.depth:
+            while pos < len(buf) and buf[pos] in _WHITESPACE:
+                pos += 1
+            if pos == len(buf):
+                return FAIL if final else MORE
+            if buf[pos] not in "{[":
+                return FAIL
+            self.depth, pos = 1, pos + 1
+        while True:
+            if self.quoted:
+                close = buf.find(self.quote, pos)
+                if close < 0:
+                    return self._held(t, buf, final)
+                pos, self.quoted = close + len(self.quote), False
+                continue
+            match = self.pattern.search(buf, pos)
+            if match is None:
+                return self._held(t, buf, final)
+            piece, pos = match.group(), match.end()
+            if piece == self.quote:
+                self.quoted = True
+            elif piece in "[{":
+                self.depth += 1
+            else:
+                self.depth -= 1
+                if not self.depth:
+                    t.value_text(buf[t.pos:pos])
+                    t.pos = pos
+                    return DONE
+
+    def _held(self, t: _Thread, buf: str, final: bool) -> int:
+        """No closing bracket yet: read on, holding a quote marker's beginning at the end."""
+        if final:
+            return FAIL
+        quote, end = self.quote, len(buf)
+        for size in range(min(len(quote) - 1, len(buf)), 0, -1):
+            if buf.endswith(quote[:size]):
+                end -= size
+                break
+        end = max(end, t.pos)
+        t.value_text(buf[t.pos:end])
+        t.pos = end
+        return MORE
 
 
 _PY_END = re.compile(r"""[^\s,)\]}'"]*""")
@@ -617,6 +742,7 @@ class LanguageReader:
         self._chars: dict[str, re.Pattern[str]] = {}
         self._splits: dict[str, re.Pattern[str]] = {}
         self._ids: dict[int, bool] = {}
+        self._calls: dict[int, bool] = {}
         self._keep: list[Any] = []
 
     def stream(self, deltas: bool = True, call_id: Callable[[], str] = new_call_id) -> LanguageStream:
@@ -663,6 +789,14 @@ class LanguageReader:
             self._keep.append(node)
         return found
 
+    def is_call(self, rule: ir.Rule) -> bool:
+        """Whether `rule` is a call's own structure: the innermost rule holding its arguments."""
+        found = self._calls.get(id(rule))
+        if found is None:
+            found = self._calls[id(rule)] = _holds_arguments(rule.body)
+            self._keep.append(rule)
+        return found
+
     def id_may_follow(self, stack: Any) -> bool:
         """Whether what is left of a reading holds a call id capture."""
         while stack is not None:
@@ -684,6 +818,13 @@ class LanguageReader:
         """Where free text may end early: before a bracket that what follows may begin with."""
         brackets = "".join(sorted(set("{[") & follow)) if follow is not None else ""
         return self._splits.setdefault(brackets, re.compile(f"[{re.escape(brackets)}]")) if brackets else None
+
+    def brackets(self, quote: str) -> re.Pattern[str]:
+        """What a `Bracketed` value looks for: a bracket, or its quote marker."""
+        pattern = self._chars.get("brackets" + quote)
+        if pattern is None:
+            pattern = self._chars["brackets" + quote] = re.compile(r"[\[\]{}]|" + re.escape(quote))
+        return pattern
 
     def chars(self, node: ir.Chars) -> re.Pattern[str]:
         pattern = self._chars.get(node.allowed)
@@ -854,6 +995,8 @@ class LanguageStream:
                 out.add_reasoning(event[1])
             elif kind == "call":
                 out.start_call(event[2] or self.call_id(), event[1])
+            elif kind == "cut" and out.calls:
+                out.calls[-1].incomplete = True
         if events:
             self.safe = events[-1][-1]
 
@@ -888,6 +1031,8 @@ class LanguageStream:
         self.emitted += len(events)
         if opened and self.out.calls and self._closed_by(best):
             self.out.calls[-1].incomplete = True
+        elif opened and self.out.calls and best.call.done and not best.call.closed:
+            self.out.calls[-1].incomplete = True  # the call went on with text it has no place for
         # after a call read whole, the markers that close it are no text (whitespace before the
         # failure is); else the part begun is text
         cut = min(best.mark, best.pos)
@@ -975,7 +1120,9 @@ class LanguageStream:
             for item in reversed(node.items):
                 t.stack = (item, t.stack)
         elif cls is ir.Rule:
-            t.stack = (node.body, t.stack)
+            t.stack = (node.body, (_END_CALL, t.stack) if self.reader.is_call(node) else t.stack)
+        elif cls is _EndCall:
+            t.call.closed = True
         elif cls is ir.Lit:
             if t.skip:
                 skipped, t.skip = t.skip == node.text.strip(), ""
@@ -1001,6 +1148,8 @@ class LanguageStream:
         elif cls is ir.RawString:
             self._value(t, node)
             t.stack = (node.text, t.stack)
+        elif cls is ir.Bracketed:
+            t.head = _Bracketed(node, self.reader.brackets(node.quote))
         elif cls is ir.Capture:
             if self.resumed and node.role == ir.REASONING:
                 # reading again after reasoning is over: no reasoning, and its end marker optional
@@ -1213,6 +1362,15 @@ def _parts(node: Any) -> tuple[Any, ...]:
     return ()
 
 
+def _holds_arguments(node: Any) -> bool:
+    """Whether `node` captures a call's arguments itself, not inside a rule of its own."""
+    if isinstance(node, ir.Capture) and node.role == ir.ARGUMENTS:
+        return True
+    if isinstance(node, ir.Rule | ir.Lazy):
+        return False
+    return any(_holds_arguments(part) for part in _parts(node))
+
+
 def _is_soft(stop: str, node: ir.Text) -> bool:
     """Whether a stop of a value's text may also be part of it: punctuation that values contain
     (`,` in `Paris, France` before the value's own end marker, `]` in `[a, b]`)."""
@@ -1227,7 +1385,7 @@ def _key_of(members: ir.Members, member: Any) -> str | None:
 
 
 def _without_cdata(value: str) -> str:
-    opening, closing = "<![CDATA[", "]]>"
+    opening, closing = _CDATA
     if value.startswith(opening) and closing in value:
         inner, _, rest = value[len(opening):].partition(closing)
         return inner + rest
@@ -1247,8 +1405,10 @@ def _convert(raw: str, node: Any) -> str:
     raw = _without_cdata(raw)
     kind = value_kind(schema)
     if kind == "string":
-        return json.dumps(raw, ensure_ascii=False)
-    return convert_tagged_value(raw, kind, schema)
+        # a nullable string written as `null` is null (a raw string cannot spell it otherwise)
+        return "null" if raw.strip() == "null" and allows_null(schema) else json.dumps(raw, ensure_ascii=False)
+    nested = nested_to_json(raw, node.nested) if isinstance(node, ir.RawString) and node.nested else None
+    return nested if nested is not None else convert_tagged_value(raw, kind, schema)
 
 
 __all__ = ["LanguageReader", "LanguageStream", "new_call_id"]
