@@ -780,7 +780,8 @@ class _Reading(_Builder):
         ends it, as long as the longest name the parser reads."""
         t = self.t
         ends = {m.strip()[0] for m in (t.arg_key_end, t.arg_key_end_json) if m.strip()}
-        return Chars("^" + NAME_FORBIDDEN + "".join(sorted(re.escape(c) for c in ends)), 1, MAX_KEY)
+        # no slash: after a tag's `<`, `/` begins a closing tag (`</invoke>`), not a key
+        return Chars("^/" + NAME_FORBIDDEN + "".join(sorted(re.escape(c) for c in ends)), 1, MAX_KEY)
 
     def extra_end(self) -> Node:
         """An end marker that names the key (`</{key}>`) as any key: a value the schema does not

@@ -975,6 +975,11 @@ class LanguageStream:
         if agreed and not final and first[agreed - 1][0] == "call":
             agreed -= 1
         if agreed:
+            dead = self.dead
+            if dead is not None:
+                offset = self.emitted - dead[1]
+                if dead[0].events[offset:offset + agreed] != first[:agreed]:
+                    self.dead = None  # it read otherwise than what goes out now: no place to recover from
             self._apply(first[:agreed])
             self.emitted += agreed
             for t in threads:
