@@ -543,11 +543,12 @@ class _JsonValue:
     """A JSON value, scanned as it arrives. As a call's arguments it streams; as a tagged value,
     or a string holding the arguments, it is kept whole."""
 
-    __slots__ = ("scanner", "node")
+    __slots__ = ("scanner", "node", "opened")
 
     def __init__(self, node: ir.Json) -> None:
         self.node = node
         self.scanner = JsonScanner("{" if node.kind == "object" else "")
+        self.opened = False  # argument text went out (whitespace before the value never does)
 
     def step(self, t: _Thread, buf: str, final: bool) -> int:
         start = t.pos
@@ -569,6 +570,10 @@ class _JsonValue:
     def _stream(self, t: _Thread, pos: int, emitted: str) -> None:
         """Streamed arguments: their event ends where the member the scanner holds begins, so
         that a member breaking off later is the model's text from its start, not lost."""
+        if not self.opened:
+            # whitespace before the value is no argument text: it opens no call, in any chunking
+            emitted = emitted.lstrip(_WHITESPACE)
+            self.opened = bool(emitted)
         if not emitted:
             return
         if self.scanner.holding:
@@ -940,8 +945,10 @@ class LanguageStream:
             result = self._run(t, final)
             if result is None:
                 dead = self.dead
-                # the furthest; at the same place, the one that saw the latest emitted events
-                if dead is None or t.pos > dead[0].pos or (t.pos == dead[0].pos and dead[1] < self.emitted):
+                # the furthest; at the same place, one inside a call's arguments (it keeps what they
+                # hold, wherever the chunks ended), else the one that saw the latest emitted events
+                if dead is None or t.pos > dead[0].pos or (t.pos == dead[0].pos and (
+                        (t.role == ir.ARGUMENTS, self.emitted) > (dead[0].role == ir.ARGUMENTS, dead[1]))):
                     self.dead = (t, self.emitted)
             elif result.__class__ is list:
                 todo.extend(reversed(result))
