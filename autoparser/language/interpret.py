@@ -53,7 +53,6 @@ from autoparser.runtime.markers import FULL, PARTIAL, MarkerSet, match_at
 _CDATA = ("<![CDATA[", "]]>")
 MORE, FAIL, SPLIT = 0, 2, 3  # terminal results besides DONE: wait, no match, the text may end here
 _WHITESPACE = " \t\n\r"
-_CDATA = "<![CDATA["
 _ESCAPED = re.compile(r'["\\\x00-\x1f]')  # characters a JSON string spells otherwise
 _HELD_LIMIT = 1 << 16  # undecided text held across readings before the first reading wins
 
@@ -301,10 +300,10 @@ class _Thread:
             self.arguments(json.dumps(piece, ensure_ascii=False)[1:-1] if _ESCAPED.search(piece) else piece)
             return
         raw = "".join(self.value or ())
-        if raw.startswith(_CDATA):
+        if raw.startswith(_CDATA[0]):
             self.streamed = None
             return
-        if _CDATA.startswith(raw) or not raw.strip():
+        if _CDATA[0].startswith(raw) or not raw.strip():
             return  # nothing visible yet, or what may still be CDATA
         self.streamed = 1
         self.arguments(f"{self.member_key()}\"{json.dumps(raw, ensure_ascii=False)[1:-1]}")
