@@ -1140,11 +1140,6 @@ class LanguageStream:
         if agreed and not final and any(t.call.started and not t.call.confirmed for t in threads):
             agreed = _last_call(first, agreed)  # a call not yet known to be one is held whole
         if agreed:
-            dead = self.dead
-            if dead is not None:
-                offset = self.emitted - dead[1]
-                if dead[0].events[offset:offset + agreed] != first[:agreed]:
-                    self.dead = None  # it read otherwise than what goes out now: no place to recover from
             self._apply(first[:agreed])
             self.emitted += agreed
             for t in threads:
