@@ -423,7 +423,9 @@ def draw_tokens(logits: np.ndarray | Sequence[np.ndarray], temperature: np.ndarr
             floor = best + np.log(min_p)[:, np.newaxis]
         scores[scores < floor] = -np.inf
     scores -= best
-    scores /= np.asarray(temperature, dtype=np.float32)[:, np.newaxis]
+    temperature = np.asarray(temperature, dtype=np.float32)
+    if (temperature != 1).any():  # x / 1 is x: skipping the division changes no bit
+        scores /= temperature[:, np.newaxis]
     np.exp(weights, out=weights)
     blocks = weights.reshape(n_rows, -1, size)
     running = np.add.accumulate(blocks.sum(axis=2).astype(np.float64), axis=1)
@@ -464,7 +466,8 @@ def draw_token(logits: np.ndarray, temperature: float, min_p: float, excluded: n
     if min_p > 0:
         scores[scores < best + np.log(np.float32(min_p))] = -np.inf
     scores -= best
-    scores /= np.float32(temperature)
+    if temperature != 1:
+        scores /= np.float32(temperature)
     np.exp(weights, out=weights)
     blocks = weights.reshape(-1, size)
     running = np.add.accumulate(blocks.sum(axis=1).astype(np.float64))
