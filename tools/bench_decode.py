@@ -126,6 +126,15 @@ def engine_steps(model: Path, args: argparse.Namespace) -> None:
     sampling = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0}
     try:
         with Engine(str(model), n_ctx=args.n_ctx, n_threads=1, n_parallel=4) as engine:
+            # the engine's one-time tables (tokens that would break UTF-8 after each kind of
+            # unfinished character) are built on first use: not part of a token's cost
+            warm_up = [engine.new_generation(engine.tokenize(f"<｜User｜>Warm up {i}.<｜Assistant｜>"), 200,
+                                             SamplingParams(seed=99 + i, **sampling), ignore_eos=True)
+                       for i in range(4)]
+            while not all(g.finished for g in warm_up):
+                engine.step(warm_up)
+            for generation in warm_up:
+                generation.close()
             for size in (1, 4):
                 total = in_decode = 0.0
                 tokens = 0
