@@ -25,6 +25,7 @@ from autoparser.language.values import (
     convert_literal_value,
     convert_tagged_value,
     decode_string_body,
+    nested_to_json,
 )
 
 __all__ = ["generate_lark", "parse_with_lark", "reading_grammar"]
@@ -71,10 +72,14 @@ def raw_argument(raw: str, node: Any) -> Any:
         if kind != "json" and len(text) > 1 and text[0] in "'\"" and text[-1] == text[0]:
             return decode_string_body(text[1:-1])  # a quoted string is its decoded text
         return json.loads(convert_literal_value(raw, kind, schema))
-    kind = "json" if isinstance(node, ir.Json) else value_kind(schema)
+    as_json = isinstance(node, ir.Json) or (isinstance(node, ir.RawString) and node.as_json)
+    kind = "json" if as_json else value_kind(schema)
     raw = _without_cdata(raw)
     if kind == "string" and not (raw.strip() == "null" and allows_null(schema)):
         return raw  # the parser streams a string's text as it is
+    nested = nested_to_json(raw, node.nested) if isinstance(node, ir.RawString) and node.nested else None
+    if nested is not None:
+        return json.loads(nested)
     return json.loads(convert_tagged_value(raw, kind, schema))
 
 

@@ -218,6 +218,8 @@ class _Writer:
 
     def member(self, owner: str, member: ir.Node, key: str | None) -> str:
         """One tagged argument, its value in a rule of its own (the message reads it by key)."""
+        if isinstance(member, ir.Choice):  # ways of writing one argument
+            return self.new("_alt", " | ".join(self.member(owner, option, key) for option in member.options))
         body = member.body if isinstance(member, ir.Rule) else member
         parts = body.items if isinstance(body, ir.Seq) else (body,)
         written = []

@@ -50,6 +50,7 @@ from autoparser.language.ir import (
     RawString,
     Repeat,
     Rule,
+    Seq,
     Text,
     Weak,
     choice,
@@ -513,7 +514,11 @@ class _Builder:
         if t.format == "tag_json":
             args = self.json_arguments(name, params)
             return Rule(hint, seq(head, self.args_opener(), Capture(ARGUMENTS, args), self.marker(t.args_end)))
-        return Rule(hint, seq(head, Capture(ARGUMENTS, self.tagged_args(name, params))))
+        return Rule(hint, seq(head, self.tagged_body(name, params)))
+
+    def tagged_body(self, name: str, params: Any) -> Node:
+        """A tagged call's arguments, captured."""
+        return Capture(ARGUMENTS, self.tagged_args(name, params))
 
     def call_head(self, name: Node, opened: bool) -> Node:
         """A tagged call's name with the markers around it (`opened`: the prompt wrote its start)."""
@@ -742,6 +747,29 @@ class _Reading(_Builder):
     def json_arguments(self, name: str, params: Any) -> Node:
         return Json("any")
 
+    def calls_section(self, lazy_start: bool) -> Node:
+        """The section as generated (`_Builder.section`), but where JSON arguments (which end by
+        their own syntax) are followed by the next call's opener, the call's end marker left out."""
+        t = self.t
+        end_core = self.until_stop(t.call_end).strip()
+        # after tagged values the end marker must be written: a value or an argument's end could
+        # run past it
+        if t.format != "tag_json" or not self.parallel or not end_core or is_weak(end_core):
+            return super().section(lazy_start)
+        call = Rule("call", choice(*[self.call(tool) for tool in self.tools]))
+        section_text, first_call_text = t.section_start, t.call_start
+        if lazy_start:
+            if section_text:
+                section_text = section_text.lstrip()
+            else:
+                first_call_text = first_call_text.lstrip()
+        first = seq(self.marker(first_call_text, spelled=lazy_start and not t.section_start), call)
+        leading = self.gap() if not t.call_start[:1].isspace() else EMPTY
+        end = self.call_closing()
+        later = Rule("call-next", seq(optional(end), self.call_separator(), leading, self.marker(t.call_start), call))
+        return Rule("tool-calls", seq(self.marker(section_text, spelled=lazy_start), first, Repeat(later), end,
+                                      self.section_closing()))
+
     def call_separator(self) -> Node:
         """As generated; calls written as bare JSON objects may also be separated by `;` or `,`,
         as the parser reads them."""
@@ -788,11 +816,62 @@ class _Reading(_Builder):
         such as `{'a': None}` included)."""
         value, raw = super().tagged_value(name, params, key, sub)
         if not isinstance(value, Json):
-            return value, raw
+            return (replace(value, nested=self.nested()) if isinstance(value, RawString) else value), raw
         text = self.raw_text(key)
         if isinstance(text, Text):
             text = replace(text, nonempty=True)  # no JSON value is written as no text
-        return RawString(name, params, sub, value.path, value.hint, self.arg_end(key), text, bounded=False), raw
+        return RawString(name, params, sub, value.path, value.hint, self.arg_end(key), text, bounded=False,
+                         nested=self.nested()), raw
+
+    def nested(self) -> tuple[str, ...]:
+        """The template's own syntax for object and array values (`values.nested_to_json`)."""
+        t = self.t
+        style, quote = getattr(t, "arg_nested", ""), getattr(t, "arg_nested_quote", "") or ""
+        if style == "quoted" and quote:
+            return ("quoted", quote)
+        if style == "tags":
+            item = getattr(t, "arg_nested_item", "") or ""
+            return ("tags", t.arg_start.strip(), t.arg_key_end.strip(), t.arg_end.strip(), item)
+        return ()
+
+    def tagged_body(self, name: str, params: Any) -> Node:
+        """As generated; where each argument opens with its own marker, the body may also be one
+        JSON object (`<invoke name="f">{"a": 1}</invoke>`), which the parser reads as the arguments."""
+        body = super().tagged_body(name, params)
+        if self.bare_keys or self.literal or not self.t.arg_start.strip():
+            return body
+        return choice(body, seq(Gap(JSON_SPACE), Capture(ARGUMENTS, Json("object"))))
+
+    def tagged_args(self, name: str, params: Any) -> Node:
+        """As generated; where the marker after a key says how its value is written (raw text, or
+        JSON: `string="true"` / `string="false"`), any key may have either marker, and a value
+        after the JSON one is read as JSON text whatever the schema says."""
+        members = super().tagged_args(name, params)
+        t = self.t
+        json_end = t.arg_key_end_json
+        if not isinstance(members, Members) or self.literal or self.bare_keys or not json_end.strip() \
+                or json_end.strip() == t.arg_key_end.strip():
+            return members
+        schema = object_shape(params)
+        props = schema.get("properties") or {}
+        variants = []
+        for key in props:
+            value, raw = self.tagged_value(name, params, key, props[key])
+            if raw and isinstance(value, RawString):  # a string written as JSON
+                text = replace(value.text, nonempty=True) if isinstance(value.text, Text) else value.text
+                value = replace(value, text=text, bounded=False, as_json=True)
+            member = Rule(f"{name}-arg-{key}", seq(self.marker(t.arg_start), Lit(key),
+                                                    self.marker(json_end if raw else t.arg_key_end), value,
+                                                    self.member_end(key, raw)))
+            variants.append((member, False))
+        extra = members.extra
+        if extra is not None:
+            text = self.raw_text()
+            text = replace(text, nonempty=True) if isinstance(text, Text) else text
+            value = RawString(name, params, None, "$", f"{name}-extra", t.arg_end, text, bounded=False, as_json=True)
+            extra = choice(extra, Rule(f"{name}-arg-extra-json", seq(self.marker(t.arg_start), KEY_CHARS,
+                                                                      self.marker(json_end), value, self.extra_end())))
+        return replace(members, items=members.items + tuple(variants), extra=extra)
 
     def args_opener(self) -> Node:
         fence = bare_fence(self.t.args_start)
@@ -808,13 +887,16 @@ class _Reading(_Builder):
         if not self.reads_reasoning():
             return body
         start, end = r.start.strip(), r.end.strip()
-        opener = self.calls_opener() if section is not None else ""
-        if self.in_messages():
-            opener = ""  # a reply written as messages: reasoning is a message, calls do not end it
-        inside = [seq(self.reasoning_text(), self.marker(end), body),
-                  self.reasoning_text(*([opener] if opener else []))]
-        if opener:
-            inside.append(seq(self.reasoning_text(opener), self.calls_then_text(section, end)))
+        interrupts = self.interrupts()
+        inside = [seq(self.reasoning_text(), self.marker(end), body)]
+        if interrupts:
+            inside.append(seq(self.reasoning_text(*interrupts), self.after_interrupt(section, end)))
+        else:
+            inside.append(self.reasoning_text())
+        unopened = self.call_opener_alone()
+        if unopened and section is not None and not self.in_messages():
+            # a call whose section opener was left out ends the reasoning only where a call follows
+            inside.append(seq(self.reasoning_text(*interrupts, unopened), self.calls_then_text(section, end)))
         if self.forced:
             return seq(optional(seq(self.gap(), self.marker(start))) if start else EMPTY, choice(*inside))
         options = [body, seq(self.gap(), self.marker(end), body)]
@@ -822,6 +904,33 @@ class _Reading(_Builder):
             options.append(seq(self.gap(), self.marker(start), choice(*inside)))
         if self.thinking and (self.start == IMPLIED or not start):
             options.append(seq(self.reasoning_text(), self.marker(end), body))
+        return choice(*options)
+
+    def interrupts(self) -> tuple[str, ...]:
+        """What ends reasoning that no end marker closes: the opener of the tool calls and the
+        content's start marker. Whatever follows is the answer, read as such: calls where the
+        request has them, else text (none where no reasoning is interrupted)."""
+        if self.in_messages():
+            return ()  # a reply written as messages: reasoning is a message, calls do not end it
+        t = self.t
+        found = [self.calls_opener()] if t.supported and t.format in CALL_FORMATS else []
+        found.append(self.c.start.strip())
+        return tuple(m for m in dict.fromkeys(found) if m and m not in (self.r.start.strip(), self.r.end.strip()))
+
+    def after_interrupt(self, section: Node | None, end: str) -> Node:
+        """The answer after reasoning an interrupt ended, from the interrupt on (nothing where
+        the output ended first): the calls where the request has them, else the calls' opener
+        and what follows as content; or the content's start marker and the content. An end
+        marker of reasoning after it would have closed the reasoning instead."""
+        options = [EMPTY]
+        opener, content_start = self.calls_opener(), self.c.start.strip()
+        if section is not None:
+            options.append(self.calls_then_text(section, end))
+        elif opener in self.interrupts():
+            options.append(seq(Capture(CONTENT, self.marker(opener)), self.text(end, calls=False)))
+        if content_start in self.interrupts():
+            options.append(seq(self.marker(content_start), self.text(end, calls=section is not None),
+                               self.calls_then_text(section, end) if section is not None else EMPTY))
         return choice(*options)
 
     def message_markers(self) -> tuple[str, Node, str]:
@@ -870,7 +979,26 @@ class _Reading(_Builder):
 
     def call_openers(self) -> list[str]:
         """What makes the parser read a call in content."""
-        return [m for m in (self.calls_opener(), self.markerless_opener()) if m]
+        return [m for m in (self.calls_opener(), self.markerless_opener(), self.call_opener_alone()) if m]
+
+    def call_opener_alone(self) -> str:
+        """A call's own opener where the section has an opener of its own: a model that leaves
+        the section's opener out starts its calls with it ("": no such marker)."""
+        t = self.t
+        section, call = t.section_start.strip(), t.call_start.strip()
+        if self.choice == "none" or not self.parallel or not section or not call or (t.format == "json" and t.array):
+            return ""  # (with one call only, a call after the calls is text)
+        # a marker that text may also hold (`:S`, `, `) would make text before the calls ambiguous
+        return "" if is_weak(section) or is_weak(call) else call
+
+    def section(self, lazy_start: bool = False) -> Node:
+        """As generated, or its calls without the section's opener (`call_opener_alone`);
+        between two calls, the first one's end marker may be left out."""
+        full = self.calls_section(lazy_start)
+        body = full.body if isinstance(full, Rule) else None
+        if not self.call_opener_alone() or not isinstance(body, Seq) or len(body.items) < 2:
+            return full
+        return choice(full, Rule("tool-calls-unopened", seq(*body.items[1:])))
 
     def markerless_opener(self) -> str:
         """The bracket that opens JSON calls written with no marker before them ("": none)."""

@@ -38,7 +38,12 @@ from typing import Any
 
 from autoparser.language import ir
 from autoparser.language.request import is_weak, value_kind
-from autoparser.language.values import convert_literal_value, convert_tagged_value, decode_string_body
+from autoparser.language.values import (
+    convert_literal_value,
+    convert_tagged_value,
+    decode_string_body,
+    nested_to_json,
+)
 from autoparser.runtime.channels import Output, ToolCall
 from autoparser.runtime.jsonscan import DONE, ERROR, JsonScanner, is_string_body
 from autoparser.runtime.markers import FULL, PARTIAL, MarkerSet, match_at
@@ -802,6 +807,8 @@ class LanguageStream:
                 # the furthest; at the same place, the one that saw the latest emitted events
                 if dead is None or t.pos > dead[0].pos or (t.pos == dead[0].pos and dead[1] < self.emitted):
                     self.dead = (t, self.emitted)
+                elif t.pos == dead[0].pos and dead[1] == self.emitted and _closed_more(t, dead[0], self.buf):
+                    self.dead = (t, self.emitted)
             elif result.__class__ is list:
                 todo.extend(reversed(result))
             else:
@@ -816,8 +823,19 @@ class LanguageStream:
         if final and alive:
             # all are complete: the one with the most calls (a text that reads as content or as a
             # call is a call), else the first in the language's order
-            alive = [max(alive, key=lambda t: sum(e[0] == "call" for e in t.events))]
+            alive = [max(alive, key=_calls_read)]
+            if self._cut_after_calls(alive[0]):
+                return []  # the reading cut off right after its calls is recovered instead
         return alive
+
+    def _cut_after_calls(self, best: _Thread) -> bool:
+        """Whether the reading that failed only at the end of the output, right after a whole
+        call (its end markers not written), read more calls than `best` (a complete reading)."""
+        dead = self.dead
+        if dead is None or dead[1] != self.emitted:
+            return False
+        t = dead[0]
+        return t.pos >= len(self.buf) and t.role is None and t.call.done and _calls_read(t) > _calls_read(best)
 
     def _commit(self, final: bool) -> None:
         """Emit the events every reading has (all of them when one reading is left). A call's
@@ -1175,6 +1193,31 @@ class LanguageStream:
         t.count += 1
 
 
+def _reach(t: _Thread, buf: str) -> int:
+    """Where a failed reading's text ends: the end of the output where it failed inside the
+    marker the output ends with (a cut-off `<param`), else where it failed."""
+    head = t.head
+    if head.__class__ is _Lit and not head.done:
+        rest = buf[t.pos:].lstrip(_WHITESPACE)
+        if rest and head.core.startswith(rest):
+            return len(buf)
+    return t.pos
+
+
+def _calls_read(t: _Thread) -> int:
+    return sum(e[0] == "call" for e in t.events)
+
+
+def _closed_more(t: _Thread, other: _Thread, buf: str) -> bool:
+    """Of two readings that failed at one place: whether `t` read further into a marker the
+    output ends inside, or had closed the part `other` was still inside (a call whose arguments
+    ended, where the other began one more argument), or read more whole calls."""
+    def rank(r: _Thread) -> tuple[int, bool, int]:
+        return _reach(r, buf), r.role is None and r.call.done, _calls_read(r)
+
+    return rank(t) > rank(other)
+
+
 def _frame_state(frame: Any) -> Any:
     """A stack entry as data: an IR node by identity, a frame made while reading by its content."""
     cls = frame.__class__
@@ -1245,10 +1288,11 @@ def _convert(raw: str, node: Any) -> str:
     if isinstance(node, ir.Json):
         return convert_tagged_value(raw, "json", schema)
     raw = _without_cdata(raw)
-    kind = value_kind(schema)
+    kind = "json" if isinstance(node, ir.RawString) and node.as_json else value_kind(schema)
     if kind == "string":
         return json.dumps(raw, ensure_ascii=False)
-    return convert_tagged_value(raw, kind, schema)
+    nested = nested_to_json(raw, node.nested) if isinstance(node, ir.RawString) and node.nested else None
+    return nested if nested is not None else convert_tagged_value(raw, kind, schema)
 
 
 __all__ = ["LanguageReader", "LanguageStream", "new_call_id"]

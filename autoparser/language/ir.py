@@ -129,6 +129,8 @@ class RawString:
     end: str
     text: Node
     bounded: bool = True
+    as_json: bool = False  # the text is a JSON value whatever the schema (the marker before it says so)
+    nested: tuple[str, ...] = ()  # the template's own syntax for objects and arrays (`values.nested_to_json`)
 
 
 @dataclass(frozen=True, eq=False)
@@ -257,7 +259,8 @@ def _show(node: Node, rules: dict[str, str]) -> str:  # noqa: C901 - one case pe
     if isinstance(node, PyValue):
         return f"literal {node.owner}{node.path[1:]}" if node.schema is not None else "literal"
     if isinstance(node, RawString):
-        return f"raw-string {node.owner}{node.path[1:]} else {_show(node.text, rules)}"
+        kind = "json-text" if node.as_json else "raw-string"
+        return f"{kind} {node.owner}{node.path[1:]} else {_show(node.text, rules)}"
     if isinstance(node, Members):
         items = " ".join(_group(m, rules) + ("" if req else "?") for m, req in node.items)
         extra = f" {_group(node.extra, rules)}*" if node.extra is not None else ""

@@ -288,6 +288,18 @@ def quoted_to_json(raw: str, quote: str):
         return None
 
 
+def nested_to_json(raw: str, nested: tuple[str, ...]) -> str | None:
+    """The JSON text of an object or array written in a template's own nested syntax, or None:
+    `nested` is ("quoted", quote) or ("tags", arg_start, key_end, arg_end, item)."""
+    if nested[:1] == ("quoted",) and nested[1] in raw:
+        value = quoted_to_json(raw, nested[1])
+    elif nested[:1] == ("tags",):
+        value = tags_to_json(raw, *nested[1:])
+    else:
+        return None
+    return None if value is None else json.dumps(value, ensure_ascii=False)
+
+
 def tags_to_json(raw: str, arg_start: str, key_end: str, arg_end: str, item: str, depth: int = 0):
     """A value written as nested tagged arguments (`<real>1.5</real><imaginary>2</imaginary>`) as a
     JSON object, or as an array when every element is named `item`; None when it is not one.
