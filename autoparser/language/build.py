@@ -513,7 +513,7 @@ class _Builder:
             head = seq(call_id, head) if t.id_before_name else seq(head, call_id)
         if t.format == "tag_json":
             args = self.json_arguments(name, params)
-            return Rule(hint, seq(head, self.args_opener(), Capture(ARGUMENTS, args), self.marker(t.args_end)))
+            return Rule(hint, seq(head, self.args_opener(), Capture(ARGUMENTS, args), self.args_closer()))
         return Rule(hint, seq(head, self.tagged_body(name, params)))
 
     def tagged_body(self, name: str, params: Any) -> Node:
@@ -533,6 +533,9 @@ class _Builder:
 
     def args_opener(self) -> Node:
         return self.marker(self.t.args_start)
+
+    def args_closer(self) -> Node:
+        return self.marker(self.t.args_end)
 
     def name_end(self) -> Node:
         """`name_end`; a digit run in it is a call index the template numbers (``:0``), which the
@@ -656,10 +659,25 @@ class _Builder:
 
 # -- the language the parser reads ---------------------------------------------------------------
 
+CDATA = ("<![CDATA[", "]]>")
 _NOT_IN_ID = re.compile(r"[\s\"'<>]")  # markup around a call number that makes it no id
 
 # a call of any tool, where the request gives no tools (the parser reads any name)
 ANY_TOOL: Mapping[str, Any] = {"type": "function", "function": {"name": "", "parameters": {"type": "object"}}}
+
+
+def _named_without_tools(request: Request) -> Request:
+    """A request naming a tool in `tool_choice` but giving no tools: the parser reads calls of
+    that name only, with any arguments."""
+    choice = request.tool_choice
+    if request.tools or not isinstance(choice, Mapping):
+        return request
+    fn = choice.get("function", choice)
+    name = fn.get("name") if isinstance(fn, Mapping) else None
+    if not isinstance(name, str) or not name:
+        return request
+    tool = {"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
+    return replace(request, tools=(tool,))
 
 
 class _Reading(_Builder):
@@ -678,6 +696,7 @@ class _Reading(_Builder):
     any_order = True  # the parser reads the arguments in any order
 
     def __init__(self, analysis: Mapping[str, Any], request: Request):
+        request = _named_without_tools(request)
         super().__init__(analysis, request)
         # the parser reads several calls whenever the request allows them, whatever the template shows
         self.parallel = request.parallel_tool_calls
@@ -703,7 +722,8 @@ class _Reading(_Builder):
         """Call sections, each followed by content (several where calls are parallel)."""
         most = None if self.parallel else 1
         # right after calls, the section's end or (where calls may follow) a call's opener is markup
-        after = self.text(*also_stop, not_first=(self.t.section_end, self.t.call_start if self.parallel else ""))
+        after = self.text(*also_stop, not_first=(self.t.section_end, self.t.call_start if self.parallel else "",
+                                                 self.t.call_separator if self.parallel else ""))
         return Repeat(seq(section, after), 1 if self.choice == "required" else 0, most)
 
     def opened_calls(self) -> Node:
@@ -805,6 +825,12 @@ class _Reading(_Builder):
         weak = Weak(end.strip(), t.arg_key_end.strip() or "=") if self.bare_keys and is_weak(end.strip()) else None
         return Text((end, *self.stop, *enders), end, hint="raw-text", weak=weak)
 
+    def cdata_text(self) -> Node:
+        """A raw string wrapped in an XML CDATA section (`<![CDATA[a </b> c]]>`): the section's
+        text is the value, whatever markers it holds."""
+        opening, closing = CDATA
+        return seq(Lit(opening), Text((closing, *self.stop), closing, hint="cdata-text"), Lit(closing))
+
     def member_end(self, key: str, raw: bool) -> Node:
         """As generated; after a JSON value, which ends by its own syntax, the end marker may be
         left out."""
@@ -815,6 +841,8 @@ class _Reading(_Builder):
         """As generated; a JSON value as raw text, which the parser converts (a Python literal
         such as `{'a': None}` included)."""
         value, raw = super().tagged_value(name, params, key, sub)
+        if isinstance(value, RawString) and not self.comma_values():
+            return replace(value, text=choice(self.cdata_text(), value.text)), raw
         if not isinstance(value, Json):
             return (replace(value, nested=self.nested()) if isinstance(value, RawString) else value), raw
         text = self.raw_text(key)
@@ -874,9 +902,16 @@ class _Reading(_Builder):
         return replace(members, items=members.items + tuple(variants), extra=extra)
 
     def args_opener(self) -> Node:
+        """As generated, or the code fence without its language tag, or no fence at all (JSON
+        arguments are read by their own syntax)."""
         fence = bare_fence(self.t.args_start)
         opener = self.marker(self.t.args_start)
-        return choice(opener, seq(self.marker(fence), self.gap())) if fence else opener
+        return choice(opener, seq(self.marker(fence), self.gap()), EMPTY) if fence else opener
+
+    def args_closer(self) -> Node:
+        """As generated; a closing code fence may be left out, as its opener may."""
+        closer = super().args_closer()
+        return optional(closer) if bare_fence(self.t.args_start) else closer
 
     # -- reasoning and content ------------------------------------------------------------
 
@@ -903,7 +938,9 @@ class _Reading(_Builder):
         if start:
             options.append(seq(self.gap(), self.marker(start), choice(*inside)))
         if self.thinking and (self.start == IMPLIED or not start):
-            options.append(seq(self.reasoning_text(), self.marker(end), body))
+            # reasoning the output did not open ends at its end marker only: call markup before
+            # one makes it the answer
+            options.append(seq(self.reasoning_text(*self.call_openers()), self.marker(end), body))
         return choice(*options)
 
     def interrupts(self) -> tuple[str, ...]:

@@ -173,7 +173,8 @@ _FRAMES = (_EndCapture, _EndMember)
 class _Call:
     """The captures of the call being read."""
 
-    __slots__ = ("name", "id", "args", "started", "pending", "mode", "scanner", "done", "awaits_id")
+    __slots__ = ("name", "id", "args", "started", "pending", "mode", "scanner", "done", "awaits_id", "confirmed",
+                 "confirm_next")
 
     def __init__(self) -> None:
         self.name: str | None = None
@@ -185,11 +186,16 @@ class _Call:
         self.scanner: JsonScanner | None = None
         self.done = False  # its arguments were read whole
         self.awaits_id = False  # its start waits for an id the format writes after the arguments
+        # its arguments started well (a JSON object's first key or its end, a first tagged value):
+        # until then a failure makes the call text, and its events are held back
+        self.confirmed = False
+        self.confirm_next = False  # the next marker read confirms it
 
 
 class _Thread:
     __slots__ = ("stack", "pos", "events", "role", "head", "call", "parts", "member", "value", "count", "mark",
-                 "skip", "own_id")
+                 "skip", "own_id", "after_call", "section_calls", "calls_read",
+                 "call_over")
 
     def __init__(self, stack: Any, pos: int) -> None:
         self.stack = stack  # (node, rest) pairs, None at the bottom
@@ -205,6 +211,10 @@ class _Thread:
         self.mark = pos  # where the last whole part read ends (text, a repeated item): failing later, the rest is text
         self.skip = ""  # a marker that may be left out (the end of reasoning skipped on resuming)
         self.own_id: list[str] | None = None  # the text of the id capture being read (it may hold the name)
+        self.after_call: Any = None  # what follows the call being read (its end marker first)
+        self.section_calls = 0  # calls read whole since the last text
+        self.calls_read = 0  # calls read whole, up to their end marker
+        self.call_over: Any = None  # what is left once the call is read whole (its end marker included)
 
     def fork(self, stack: Any) -> _Thread:
         twin = _Thread(stack, self.pos)
@@ -213,6 +223,7 @@ class _Thread:
         call, copy = self.call, _Call()
         copy.name, copy.id, copy.args, copy.started = call.name, call.id, call.args, call.started
         copy.pending, copy.mode, copy.done, copy.awaits_id = list(call.pending), call.mode, call.done, call.awaits_id
+        copy.confirmed, copy.confirm_next = call.confirmed, call.confirm_next
         twin.call = copy
         twin.parts = list(self.parts)
         twin.member = None if self.member is None else list(self.member)
@@ -221,6 +232,8 @@ class _Thread:
         twin.mark = self.mark
         twin.skip = self.skip
         twin.own_id = None if self.own_id is None else list(self.own_id)
+        twin.after_call, twin.section_calls, twin.calls_read = self.after_call, self.section_calls, self.calls_read
+        twin.call_over = self.call_over
         return twin
 
     def key(self) -> tuple:
@@ -241,7 +254,8 @@ class _Thread:
             frames.append(_frame_state(node[0]))
             node = node[1]
         return (self.pos, self.role, tuple(frames), head.__class__, terminal, tuple(self.events), call.name, call.id, call.args,
-                call.started, tuple(call.pending), call.mode, call.done, call.awaits_id, tuple(self.parts),
+                call.started, tuple(call.pending), call.mode, call.done, call.awaits_id, call.confirmed,
+                call.confirm_next, tuple(self.parts),
                 _plain(self.member), _plain(self.value), self.count, self.skip, _plain(self.own_id))
 
     # what the terminal read goes where its capture says
@@ -252,6 +266,8 @@ class _Thread:
             self.own_id.append(piece)
         if self.value is not None:
             self.value.append(piece)
+            if not self.call.confirmed and not piece.isspace():
+                self.call.confirmed = True  # a tagged value began
         elif self.role == ir.REASONING or self.role == ir.CONTENT:
             self.events.append((self.role, piece, self.pos))
             self.mark = self.pos
@@ -261,8 +277,16 @@ class _Thread:
             self.arguments(piece)
 
     def value_text(self, piece: str) -> None:
+        """Text of a literal value: a quoted or bracketed one confirms its call as it begins; a
+        bare word (`1` in `x=1])`) only with the marker read after it."""
         if piece and self.value is not None:
             self.value.append(piece)
+            call = self.call
+            if not call.confirmed and not call.confirm_next and not piece.isspace():
+                if piece.lstrip()[0] in "'\"[({":
+                    call.confirmed = True
+                else:
+                    call.confirm_next = True
 
     def name_text(self, piece: str) -> None:
         """Text of a marker: part of a name or id, or a text (a bracket that opens no call)."""
@@ -333,6 +357,8 @@ class _Lit:
             t.name_text(buf[pos:end])
             t.pos = pos = end
             self.done = True
+            if t.call.confirm_next:
+                t.call.confirmed = True
         trail = self.trail
         index = 0
         while index < len(trail) and pos < len(buf) and buf[pos] == trail[index]:
@@ -499,27 +525,72 @@ class _JsonValue:
     """A JSON value, scanned as it arrives. As a call's arguments it streams; as a tagged value,
     or a string holding the arguments, it is kept whole."""
 
-    __slots__ = ("scanner", "node")
+    __slots__ = ("scanner", "node", "opened")
 
     def __init__(self, node: ir.Json) -> None:
         self.node = node
         self.scanner = JsonScanner("{" if node.kind == "object" else "")
+        self.opened = False  # the arguments' `{` was read (confirming the call waits for what follows)
 
     def step(self, t: _Thread, buf: str, final: bool) -> int:
         start = t.pos
+        if not self.scanner.started and t.role == ir.ARGUMENTS and t.call.mode == "json" and t.value is None:
+            self._stringified(t, buf, start)
         pos, status, emitted = self.scanner.scan(buf, start, final)
+        if not t.call.confirmed and t.role == ir.ARGUMENTS and t.value is None:
+            self._confirm(t, buf, start, pos)
         if status == ERROR:
+            self._broken(t, pos, emitted)
             return FAIL
         t.pos = pos
         if t.value is not None:
             t.value.append(buf[start:pos])
         elif t.role == ir.ARGUMENTS and t.call.mode == "json":
-            t.arguments(emitted)
+            self._stream(t, pos, emitted)
         else:
             t.parts.append(buf[start:pos])
         if status == DONE:
-            return DONE
+            return DONE if self.node.kind == "string" or t.call.mode != "string" or _holds_object(t.parts) else FAIL
         return FAIL if final else MORE
+
+    def _confirm(self, t: _Thread, buf: str, start: int, end: int) -> None:
+        """Arguments start well with a first key or the end of the object after `{` (any other
+        value: its first character)."""
+        for char in buf[start:end]:
+            if char in _WHITESPACE:
+                continue
+            if char == "{" and not self.opened:
+                self.opened = True
+                continue
+            t.call.confirmed = not self.opened or char in '"}'
+            return
+
+    def _stream(self, t: _Thread, pos: int, emitted: str) -> None:
+        """Streamed arguments: their event ends where the member the scanner holds begins, so
+        that a member breaking off later is the model's text from its start, not lost."""
+        if not emitted:
+            return
+        if self.scanner.holding:
+            t.pos = pos - len(self.scanner.held_raw())
+        t.arguments(emitted)
+        t.pos = pos
+
+    def _broken(self, t: _Thread, pos: int, emitted: str) -> None:
+        """The value breaks off at `pos`: what was read whole before is streamed arguments as
+        in any chunking, and the reading fails there."""
+        t.pos = pos
+        if t.value is None and t.role == ir.ARGUMENTS and t.call.mode == "json":
+            self._stream(t, pos, emitted)
+
+
+    @staticmethod
+    def _stringified(t: _Thread, buf: str, pos: int) -> None:
+        """Arguments written as a JSON string that holds them (`"{\\"city\\": ...}"`) are kept
+        whole and decoded at their end."""
+        while pos < len(buf) and buf[pos] in _WHITESPACE:
+            pos += 1
+        if pos < len(buf) and buf[pos] == '"':
+            t.call.mode = "string"
 
 
 _PY_END = re.compile(r"""[^\s,)\]}'"]*""")
@@ -582,15 +653,18 @@ class _PyValue:
 
 
 class _Trailer:
-    """After the language: whitespace and end-of-turn markers only."""
+    """After the language: whitespace and end-of-turn markers only. Text after an end of turn
+    is read again from the marker's end, the whitespace before it kept (`seen`: a marker was read,
+    and the reading holds its position at the last one's end)."""
 
-    __slots__ = ("ends",)
+    __slots__ = ("ends", "seen")
 
     def __init__(self, ends: tuple[str, ...]) -> None:
         self.ends = ends
+        self.seen = False
 
     def step(self, t: _Thread, buf: str, final: bool) -> int:
-        pos = t.pos
+        pos = marked = t.pos
         while pos < len(buf):
             if buf[pos] in _WHITESPACE:
                 pos += 1
@@ -599,10 +673,11 @@ class _Trailer:
             if end is None:
                 if not final and any(e.startswith(buf[pos:]) for e in self.ends):
                     break
-                t.pos = pos
+                t.pos = marked if self.seen else pos
                 return FAIL
-            pos += len(end)
-        t.pos = pos
+            pos = marked = pos + len(end)
+            self.seen = True
+        t.pos = marked if self.seen and not final else pos
         return DONE if final else MORE
 
 
@@ -622,6 +697,7 @@ class LanguageReader:
         self._chars: dict[str, re.Pattern[str]] = {}
         self._splits: dict[str, re.Pattern[str]] = {}
         self._ids: dict[int, bool] = {}
+        self._rests: dict[tuple[int, bool], Any] = {}
         self._keep: list[Any] = []
 
     def stream(self, deltas: bool = True, call_id: Callable[[], str] = new_call_id) -> LanguageStream:
@@ -683,6 +759,35 @@ class LanguageReader:
             found = self._ids[id(node)] = any(self._holds_id(part) for part in _parts(node)) or (
                 isinstance(node, ir.Capture) and node.role == ir.CALL_ID)
             self._keep.append(node)
+        return found
+
+    def call_rest(self, closing: Any, after: Any, kept: bool) -> tuple[Any, Any, str] | None:
+        """After a call that failed: content up to its end marker (`closing`) or to what may
+        follow the call (`after`: more calls, the section's end), then that marker if it is
+        there, as markup (`kept`) or as content; None where the call ends with no marker."""
+        key = (id(closing), id(after[0]) if after is not None else 0, kept)
+        found = self._rests.get(key)
+        if found is None:
+            end = _first_marker(closing)
+            stops = (end, *sorted(self._leads(after)))
+            found = (ir.Capture(ir.CONTENT, ir.Text(stops, hint="content")),
+                     ir.optional(closing if kept else ir.Capture(ir.CONTENT, closing)), end) if end else None
+            self._rests[key] = found
+            self._keep.append((closing, after))
+        return found
+
+    def _leads(self, stack: Any) -> set[str]:
+        """The markers what is left of a reading may begin with."""
+        found: set[str] = set()
+        while stack is not None:
+            node, stack = stack
+            if node.__class__ in _FRAMES:
+                continue
+            if node.__class__ is _Again:
+                node = node.repeat
+            found |= _lead_markers(node, 8)
+            if not self.firsts.of(node)[1]:
+                break
         return found
 
     def split(self, follow: frozenset[str] | None) -> re.Pattern[str] | None:
@@ -804,8 +909,11 @@ class LanguageStream:
             result = self._run(t, final)
             if result is None:
                 dead = self.dead
-                # the furthest; at the same place, the one that saw the latest emitted events
-                if dead is None or t.pos > dead[0].pos or (t.pos == dead[0].pos and dead[1] < self.emitted):
+                # the one that read the most calls whole (a reading that runs on past a call's end,
+                # say inside a quoted value, to the end of the output, takes none); then the
+                # furthest; at the same place, one past its call's arguments, else the one that saw
+                # the latest emitted events
+                if dead is None or _further(t, dead[0]) or (_further(t, dead[0]) is None and dead[1] < self.emitted):
                     self.dead = (t, self.emitted)
                 elif t.pos == dead[0].pos and dead[1] == self.emitted and _closed_more(t, dead[0], self.buf):
                     self.dead = (t, self.emitted)
@@ -851,6 +959,8 @@ class LanguageStream:
                 agreed += 1
         if agreed and not final and first[agreed - 1][0] == "call":
             agreed -= 1
+        if agreed and not final and any(t.call.started and not t.call.confirmed for t in threads):
+            agreed = _last_call(first, agreed)  # a call not yet known to be one is held whole
         if agreed:
             self._apply(first[:agreed])
             self.emitted += agreed
@@ -894,6 +1004,11 @@ class LanguageStream:
         best.events = best.events[self.emitted - emitted:] if self.emitted >= emitted else []
         best.start_call(waited=True)  # a call that awaited its id has none
         unopened = bool(best.events) and best.events[-1][0] == "call"  # a call with no argument text yet
+        if best.call.started and not best.call.confirmed:
+            # a call whose arguments did not start well is text (its events were held back)
+            at = _last_call(best.events, len(best.events))
+            unopened = at < len(best.events)
+            best.events = best.events[:at + 1] if unopened else best.events
         opened = best.call.started and not unopened
         if self.finished and best.role == ir.ARGUMENTS and opened:
             self._cut_off(best)  # cut off inside arguments that had begun (else the call is text)
@@ -904,17 +1019,19 @@ class LanguageStream:
             events = events[:-1]  # the call that failed before its arguments is text
         self._apply(events)
         self.emitted += len(events)
-        if opened and self.out.calls and self._closed_by(best):
-            self.out.calls[-1].incomplete = True
+        if opened and self.out.calls and (self._closed_by(best) or _inside_call(best)):
+            self.out.calls[-1].incomplete = True  # its arguments, or the call around them, broke off
         # after a call read whole, the markers that close it are no text (whitespace before the
         # failure is); else the part begun is text
         cut = min(best.mark, best.pos)
-        if best.call.done:
+        if best.call.done and opened:
             cut = best.pos
             while cut > self.safe and self.buf[cut - 1] in _WHITESPACE:
                 cut -= 1
         self.safe = max(self.safe, cut)
-        failed = best.pos if best.pos > self.safe or not self.buf else self.safe + 1
+        rest = self._rest_of_section(best, opened)
+        # reading the whole language again starts a character on, so that it cannot fail there again
+        failed = best.pos if best.pos > self.safe or not self.buf or (rest is not None and len(rest) == 1) else self.safe + 1
         if best.head.__class__ is _Trailer and best.pos > self.safe:
             self.safe = failed  # the language was read whole: what follows is read again
         self.out.add_content(self.buf[self.safe:failed])
@@ -923,13 +1040,32 @@ class LanguageStream:
             self.fallback = True  # it failed at the end of the output: nothing is left to read again
             return
         self.resumed = True
-        self.threads = [_Thread((self.reader.root, None), failed)]
+        self.threads = [_Thread(stack, failed) for stack in rest or [(self.reader.root, None)]]
+
+    def _rest_of_section(self, t: _Thread, kept: bool) -> list[Any] | None:
+        """Where a reading that failed inside a call goes on: the call's text up to its end marker
+        is content, and the section goes on after it (more calls, its end). The end marker is
+        markup where the call was `kept`, else text. After a failed first call, the section
+        holds no call yet: read as text whole, or (where a later call in it is read whole, which
+        then wins) as the section going on."""
+        after = t.after_call
+        if after is None or not _below(t.stack, after[1]):
+            return None
+        first = not kept and not t.section_calls
+        rest = self.reader.call_rest(after[0], after[1], kept)
+        if rest is None or first and is_weak(rest[2]):
+            return None  # punctuation ends no call reliably: the section is text
+        stack = (rest[0], (rest[1], after[1]))
+        return [(self.reader.root, None), stack] if first else [stack]
 
     def _cut_off(self, t: _Thread) -> None:
         """The output ended inside a call's arguments: they keep the values that were complete
         (a tagged value running to the end is complete; a JSON member still being written is
         not) and the call is marked incomplete."""
         if t.call.mode == "members" and t.member is not None and "".join(t.value or ()).strip():
+            head = t.head
+            if head.__class__ is _PyValue and head.quote and head.outer and t.value is not None:
+                t.value.append(head.quote)  # a quoted string cut off keeps what was written of it
             self._end_member(t)
         self._apply(t.events)
         if t.call.mode == "members":
@@ -977,6 +1113,10 @@ class LanguageStream:
                     return t
                 t.head = None
                 continue
+            if t.after_call is not None and t.stack is t.call_over:
+                t.after_call = None  # the call was read up to its end marker
+                t.section_calls += 1
+                t.calls_read += 1
             if t.stack is None:
                 t.start_call(waited=True)
                 t.head = _Trailer(self.reader.end_of_turn)
@@ -993,6 +1133,10 @@ class LanguageStream:
             for item in reversed(node.items):
                 t.stack = (item, t.stack)
         elif cls is ir.Rule:
+            if node.name == "call":
+                t.after_call = t.stack
+                ends = t.stack is not None and bool(_first_marker(t.stack[0]))
+                t.call_over = t.stack[1] if ends else t.stack
             t.stack = (node.body, t.stack)
         elif cls is ir.Lit:
             if t.skip:
@@ -1027,6 +1171,7 @@ class LanguageStream:
                 return None
             if node.role in (ir.REASONING, ir.CONTENT):
                 t.mark = t.pos
+                t.section_calls = 0
             self._begin_capture(t, node)
             t.stack = (node.body, (_EndCapture(node.role), t.stack))
         elif cls is _EndCapture:
@@ -1140,6 +1285,7 @@ class LanguageStream:
             t.start_call(waited=True)
         elif role == ir.ARGUMENTS:
             call.done = True
+            call.confirmed = call.confirmed or not call.confirm_next  # a bare word waits for the marker after it
             if call.mode == "members":
                 t.arguments("}")
             elif call.mode == "string":
@@ -1216,6 +1362,79 @@ def _closed_more(t: _Thread, other: _Thread, buf: str) -> bool:
         return _reach(r, buf), r.role is None and r.call.done, _calls_read(r)
 
     return rank(t) > rank(other)
+
+
+def _below(stack: Any, part: Any) -> bool:
+    """Whether `part` is what is left of `stack` at some depth (the reading has not passed it)."""
+    while stack is not None:
+        if stack is part:
+            return True
+        stack = stack[1]
+    return part is None
+
+
+def _further(t: _Thread, other: _Thread) -> bool | None:
+    """Whether failed reading `t` got further than `other` (None: as far)."""
+    mine, theirs = (t.calls_read, t.pos, t.call.done), (other.calls_read, other.pos, other.call.done)
+    return None if mine == theirs else mine > theirs
+
+
+def _inside_call(t: _Thread) -> bool:
+    """Whether the reading is inside a call, before its end marker (a JSON call object that
+    broke off after its arguments)."""
+    return t.after_call is not None and _below(t.stack, t.after_call)
+
+
+def _lead_markers(node: Any, depth: int) -> set[str]:
+    """The marker cores a node may begin with (as far as `depth` levels of nodes show)."""
+    if depth == 0:
+        return set()
+    if isinstance(node, ir.Lit):
+        return {node.text.strip()} if node.text.strip() else set()
+    if isinstance(node, ir.Choice):
+        return set().union(*(_lead_markers(o, depth - 1) for o in node.options))
+    if isinstance(node, ir.Repeat | ir.Capture | ir.Rule):
+        return _lead_markers(node.item if isinstance(node, ir.Repeat) else node.body, depth - 1)
+    if isinstance(node, ir.Seq):
+        found: set[str] = set()
+        for item in node.items:
+            if isinstance(item, ir.Gap):
+                continue
+            found |= _lead_markers(item, depth - 1)
+            if not (isinstance(item, ir.Repeat) and item.min == 0):
+                break
+        return found
+    return set()
+
+
+def _first_marker(node: Any) -> str:
+    """The core of the marker a node begins with, whitespace aside ("" where it begins otherwise)."""
+    while True:
+        if isinstance(node, ir.Lit):
+            return node.text.strip()
+        if isinstance(node, ir.Seq):
+            items = [i for i in node.items if not isinstance(i, ir.Gap)]
+            if not items:
+                return ""
+            node = items[0]
+        else:
+            return ""
+
+
+def _last_call(events: list[tuple], end: int) -> int:
+    """The index of the last call start in `events[:end]` (`end` if there is none)."""
+    for index in range(end - 1, -1, -1):
+        if events[index][0] == "call":
+            return index
+    return end
+
+
+def _holds_object(parts: list[str]) -> bool:
+    """Whether a JSON string holds a JSON object (arguments written as a string)."""
+    try:
+        return isinstance(json.loads(json.loads("".join(parts))), dict)
+    except ValueError:
+        return False
 
 
 def _frame_state(frame: Any) -> Any:
