@@ -39,16 +39,12 @@ from autoparser.language.interpret import LanguageReader
 TOOLS = [WEATHER, SEARCH]
 SAMPLES = 3  # per tool_choice: the test covers many templates, each briefly
 
-KNOWN = {
-    # a reply written as messages (`analysis.messages`) whose call separator is the message separator
-    "muse-glimmer": "calls separated by `<|eom|><|start|>assistant`: the grammar (like the GBNF that wrote "
-                    "them) reads the calls, the runtime reads the reply as content",
-}
+KNOWN: dict[str, str] = {}
 
 
 # where the streaming reader of the language reads otherwise than the runtime or Lark (template -> how).
 # The reader reads by the language, as Lark does: it differs from the runtime where Lark does
-READER_KNOWN_RUNTIME = {stem: KNOWN[stem] for stem in ("muse-glimmer",)}
+READER_KNOWN_RUNTIME: dict[str, str] = {}
 READER_KNOWN_LARK: dict[str, str] = {}
 
 

@@ -279,7 +279,10 @@ class _Builder:
             self.warnings.append("no trigger marks the start of a tool call; the grammar is not lazy")
         section = self.section()
         lead = self.section_lead() or None
-        calls = seq(self.content(lead), section) if self.t.content_allowed else section
+        before = self.content(lead)
+        if self.named_call_messages():  # the answer is a message of its own, ended by the separator
+            before = optional(seq(before, self.marker(core((self.a.get("messages") or {}).get("separator")))))
+        calls = seq(before, section) if self.t.content_allowed else section
         return self.language(self.reasoning_then(choice(self.content(None), calls), section))
 
     def build_opened(self) -> Language:
@@ -459,6 +462,8 @@ class _Builder:
         whitespace before the first marker is not part of it, and that marker also accepts its
         special tokens spelled as text (the trigger fires on text that is replayed)."""
         t = self.t
+        if self.named_call_messages():
+            return self.call_messages_section(lazy_start)
         call = Rule("call", choice(*[self.call(tool) for tool in self.tools]))
         section_text, first_call_text = t.section_start, t.call_start
         if lazy_start:
@@ -466,7 +471,7 @@ class _Builder:
                 section_text = section_text.lstrip()
             else:
                 first_call_text = first_call_text.lstrip()
-        section_start = self.marker(section_text, spelled=lazy_start)
+        section_start = seq(self.marker(section_text, spelled=lazy_start), self.text_in_section())
         first_call_start = self.marker(first_call_text, spelled=lazy_start and not t.section_start)
         if t.format == "json" and t.array:
             calls = self.json_array(call, first_call_start)
@@ -481,6 +486,41 @@ class _Builder:
                 leading = self.gap() if not t.call_start[:1].isspace() else EMPTY
                 calls = seq(first, Repeat(Rule("call-next", seq(sep, leading, one))))
         return Rule("tool-calls", seq(section_start, calls, self.section_closing()))
+
+    def text_in_section(self) -> Node:
+        """Text between the section's start and its first call (none as generated)."""
+        return EMPTY
+
+    def named_call_messages(self) -> bool:
+        """Whether each call is a message of its own whose header names the tool and whose body
+        holds the whole call (`messages.call_body_named`)."""
+        m = self.a.get("messages") or {}
+        return self.in_messages() and bool(m.get("call_body_named")) and "{name}" in (m.get("call_header") or "") \
+            and bool(core(m.get("body_start")))
+
+    def call_messages_section(self, lazy_start: bool) -> Node:
+        """Calls written as messages: `HEADER(name) body_start call`, the messages separated by the
+        message separator. A lazy language begins at the first call's own start marker (the
+        trigger): the model wrote that call's header as free text."""
+        t = self.t
+        m = self.a.get("messages") or {}
+        head, _, tail = (m.get("call_header") or "").partition("{name}")
+
+        def message(tool: Mapping[str, Any], header: bool, start: Node) -> Node:
+            call = seq(start, self.call(tool), self.call_closing())
+            if not header:
+                return call
+            return seq(self.gap(), self.marker(head.strip()), Lit(tool_name(tool)), self.marker(tail.strip()),
+                       self.marker(core(m.get("body_start"))), call)
+
+        start = self.marker(t.call_start)
+        first_start = self.marker(t.call_start.lstrip(), spelled=True) if lazy_start else start
+        first = choice(*[message(tool, not lazy_start, first_start) for tool in self.tools])
+        calls = first
+        if self.parallel:
+            nxt = choice(*[message(tool, True, start) for tool in self.tools])
+            calls = seq(first, Repeat(Rule("call-next", seq(self.marker(core(m.get("separator"))), nxt))))
+        return Rule("tool-calls", seq(self.marker(t.section_start), calls, self.section_closing()))
 
     def call_separator(self) -> Node:
         """What goes between two calls of one section."""
@@ -708,13 +748,24 @@ class _Reading(_Builder):
     def build(self) -> Language:
         if self.opened:
             return self.language(self.opened_calls())
+        if self.in_messages() and self.header_leads():
+            return self.language(self.messages())
         # a reasoning marker first opens reasoning, or is an empty reasoning block: not text
         lead = (self.r.start, self.r.end) if self.reads_reasoning() else ()
         if self.choice == "none":
             return self.language(self.with_reasoning(self.text(calls=False, not_first=lead), None))
         section = self.section(lazy_start=True)
         body = seq(self.text(not_first=lead), self.calls_then_text(section))
+        if self.req.policy == "strict":
+            body = self.strict_body(section, lead)
         return self.language(self.with_reasoning(body, section))
+
+    def strict_body(self, section: Node, lead: tuple[str, ...]) -> Node:
+        """The strict policy: calls only before any content (whitespace aside); from the first
+        text on, call markup is content. A text that breaks off the calls ends them: the reader
+        reads what follows again from here, where it is content."""
+        calls = Repeat(section, 1 if self.choice == "required" else 0, None if self.parallel else 1)
+        return choice(seq(calls, self.text(calls=False)), self.text(calls=False, not_first=lead))
 
     # -- calls ----------------------------------------------------------------------------
 
@@ -795,8 +846,24 @@ class _Reading(_Builder):
         as the parser reads them."""
         separator = super().call_separator()
         if not self.markerless_opener() or self.t.array:
-            return separator
+            return seq(separator, self.text_between_calls())
         return choice(separator, Lit(";"), Lit(","))
+
+    def text_in_section(self) -> Node:
+        """As between two calls: text after the section's start marker, before its first call,
+        is content (inside reasoning, such markup stays undecided until the reasoning's end)."""
+        return self.text_between_calls() if self.t.section_start.strip() else EMPTY
+
+    def text_between_calls(self) -> Node:
+        """Under the lenient policy, text between two calls of a section whose calls have their
+        own start marker is content (the strict policy ends the calls there)."""
+        t = self.t
+        opener = t.call_start.strip()
+        if self.req.policy == "strict" or not opener or not t.section_start.strip() or t.array:
+            return EMPTY  # (calls as the elements of one JSON array have no start marker of their own)
+        stops = (opener, t.section_end, *self.stop, self.r.end if self.r.mode != "none" else "")
+        text = Text(tuple(s for s in stops if s.strip()), hint="content", nonempty=True, not_first=(opener,))
+        return optional(seq(self.gap(), Capture(CONTENT, text)))
 
     def closing(self, marker: str) -> Node:
         """As generated, but with no whitespace where the marker is empty: text after the
@@ -933,6 +1000,7 @@ class _Reading(_Builder):
             # a call whose section opener was left out ends the reasoning only where a call follows
             inside.append(seq(self.reasoning_text(*interrupts, unopened), self.calls_then_text(section, end)))
         if self.forced:
+            inside[1:1] = self.answer_ends_reasoning(body)
             return seq(optional(seq(self.gap(), self.marker(start))) if start else EMPTY, choice(*inside))
         options = [body, seq(self.gap(), self.marker(end), body)]
         if start:
@@ -940,7 +1008,8 @@ class _Reading(_Builder):
         if self.thinking and (self.start == IMPLIED or not start):
             # reasoning the output did not open ends at its end marker only: call markup before
             # one makes it the answer
-            options.append(seq(self.reasoning_text(*self.call_openers()), self.marker(end), body))
+            stops = () if self.in_messages() else self.call_openers()
+            options.append(seq(self.reasoning_text(*stops), self.marker(end), body))
         return choice(*options)
 
     def interrupts(self) -> tuple[str, ...]:
@@ -969,6 +1038,14 @@ class _Reading(_Builder):
             options.append(seq(self.marker(content_start), self.text(end, calls=section is not None),
                                self.calls_then_text(section, end) if section is not None else EMPTY))
         return choice(*options)
+
+    def answer_ends_reasoning(self, body: Node) -> list[Node]:
+        """Where the prompt opened reasoning, an answer opened by its own start marker ends that
+        reasoning (the reasoning's own end marker, if it follows after all, wins: first option)."""
+        opener, end = self.c.start.strip(), self.r.end.strip()
+        if not opener or opener == end:
+            return []
+        return [seq(self.reasoning_text(opener), self.marker(opener), body)]
 
     def message_markers(self) -> tuple[str, Node, str]:
         """In a reply written as messages, what the parser drops from the text: the separator
@@ -1044,6 +1121,124 @@ class _Reading(_Builder):
             return ""
         return "[" if t.array else "{"
 
+
+    # -- a reply written as messages ----------------------------------------------------------
+
+    def messages(self) -> Node:
+        """A reply written as messages (`analysis.messages`), each read by its header, the text
+        before the body marker: a header holding the reasoning header's own words opens
+        reasoning; one naming a tool after the call header's prefix (`to=functions.NAME`), a call;
+        any other header, the answer. Models vary headers (channel and recipient in either order,
+        more words), so only those words decide. Text with no header is content, whatever markup
+        it holds; so is a message whose header is none of these (a tool not asked for). Between
+        messages: the separator, the turn re-opened, a call's or the answer's end marker."""
+        m = self.a.get("messages") or {}
+        enders = self.message_enders()
+        betweens = [core(m.get("separator")), core(m.get("opener")), core(self.until_stop(self.t.call_end)),
+                    core(self.c.end)]
+        betweens = [b for b in dict.fromkeys(betweens) if b and b not in [core(s) for s in self.stop]]
+        messages = [self.reasoning_message(), *self.call_messages(), self.answer_message(),
+                    Capture(CONTENT, Text(enders[1:], hint="content", nonempty=True, not_first=self.header_leads()))]
+        reply = Repeat(choice(*[self.marker(b) for b in betweens], *[m for m in messages if m != EMPTY]))
+        if self.continues == CONTENT or self.forced:  # the prompt opened a message's body
+            role = REASONING if self.forced else CONTENT
+            return seq(Capture(role, Text(enders[1:], hint=role)), reply)
+        return reply
+
+    def message_enders(self) -> tuple[str, ...]:
+        """The body marker, then what ends a message's body: the separator, an end of turn, the
+        answer's end marker."""
+        m = self.a.get("messages") or {}
+        found = [core(m.get("body_start")), core(m.get("separator")), *[core(s) for s in self.stop], core(self.c.end)]
+        return tuple(dict.fromkeys(f for f in found if f))
+
+    def header_leads(self) -> tuple[str, ...]:
+        """How the template's message headers begin: a tag, a word (`to=`), or a symbol."""
+        m = self.a.get("messages") or {}
+        headers = (m.get("reasoning_header"), m.get("content_header"), (m.get("call_header") or "").replace("{name}", ""))
+        leads = [_HEADER_LEAD.match(core(h)) for h in headers if core(h)]
+        return tuple(dict.fromkeys(lead.group() for lead in leads if lead))
+
+    def call_prefix(self) -> str:
+        """What names a call's recipient in a header (`to=functions.`); "" where calls are off."""
+        m = self.a.get("messages") or {}
+        head, hole, _ = (m.get("call_header") or "").partition("{name}")
+        return core(head) if hole and self.choice != "none" else ""
+
+    def header_words(self, which: str, other: str) -> list[str]:
+        """The words of one header (`which`) that the other does not hold, in order."""
+        m = self.a.get("messages") or {}
+        others = set(_HEADER_WORD.findall(m.get(other) or ""))
+        return [w for w in dict.fromkeys(_HEADER_WORD.findall(m.get(which) or "")) if w not in others]
+
+    def header_text(self, *also_stop: str, lead: str = "") -> Node:
+        """Header text up to the body marker (or a word that decides the header); after `lead`,
+        it does not begin with the rest of the call prefix (that header is a call's)."""
+        prefix = self.call_prefix()
+        rest = prefix[len(lead):] if lead and prefix.startswith(lead) and prefix != lead else ""
+        stops = (*self.message_enders(), *also_stop)
+        return Text(tuple(s for s in dict.fromkeys(stops) if s), hint="header", not_first=(rest,) if rest else ())
+
+    def reasoning_message(self) -> Node:
+        if self.r.mode == "none":
+            return EMPTY
+        words = self.header_words("reasoning_header", "content_header")
+        if not words:
+            return EMPTY
+        m = self.a.get("messages") or {}
+        prefix = self.call_prefix()
+        # a call prefix in a header ends the reasoning (that header is a call's), unless the
+        # reasoning header is itself written with it (`to=self`)
+        cut = (prefix,) if prefix and prefix not in core(m.get("reasoning_header")) else ()
+        body = Capture(REASONING, Text(self.message_enders()[1:], hint="reasoning"))
+        options = []
+        for lead in self.header_leads():
+            parts: list[Node] = [self.marker(lead)]
+            for index, word in enumerate(words):
+                parts += [self.header_text(word, *cut, lead=lead if index == 0 else ""), Lit(word)]
+            parts += [self.header_text(*cut), self.marker(self.message_enders()[0]), body]
+            options.append(seq(*parts))
+        return choice(*options)
+
+    def answer_message(self) -> Node:
+        words = self.header_words("reasoning_header", "content_header") if self.r.mode != "none" else []
+        prefix = self.call_prefix()
+        body = Capture(CONTENT, Text(self.message_enders()[1:], hint="content"))
+        stops = (*words, prefix) if prefix else tuple(words)
+        return choice(*[seq(self.marker(lead), self.header_text(*stops, lead=lead),
+                            self.marker(self.message_enders()[0]), body) for lead in self.header_leads()])
+
+    def call_messages(self) -> list[Node]:
+        """A call's message: the header naming the tool, then the call's arguments (or, where
+        the body names the tool itself, the whole call)."""
+        prefix = self.call_prefix()
+        if not prefix:
+            return []
+        m = self.a.get("messages") or {}
+        body_start = self.marker(self.message_enders()[0])
+        others = [lead for lead in self.header_leads() if not prefix.startswith(lead)]
+        before = choice(EMPTY, *[seq(self.marker(lead), self.header_text(prefix)) for lead in others])
+        if m.get("call_body_named"):
+            t = self.t
+            call = Rule("call", choice(*[self.call(tool) for tool in self.tools]))
+            body = seq(self.gap(), self.marker(t.call_start), call, self.call_closing())
+            return [seq(before, self.marker(prefix), self.recipient(), self.header_text(), body_start, body)]
+        calls = []
+        for tool in self.tools:
+            name = tool_name(tool)
+            params = tool_function(tool).get("parameters") or {"type": "object", "properties": {}}
+            if self.t.format == "tag_tagged":
+                args = seq(Capture(ARGUMENTS, self.tagged_args(name, params)))
+            else:
+                args = seq(self.args_opener(), Capture(ARGUMENTS, self.json_arguments(name, params)),
+                           self.marker(self.t.args_end))
+            head = seq(before, self.marker(prefix), Capture(TOOL_NAME, self.name_node(name, quoted=False)))
+            calls.append(Rule(f"{name}-message", seq(head, self.header_text(), body_start, self.gap(), args)))
+        return calls
+
+
+_HEADER_LEAD = re.compile(r"<[^<>]*>|\w+=?|\S")  # how a header begins: a tag, a word (`to=`), a symbol
+_HEADER_WORD = re.compile(r"[A-Za-z_]\w*")
 
 _STRING_FIELDS = ("section_start", "section_end", "call_start", "call_end", "call_separator", "name_start",
                   "name_end", "args_start", "args_end", "arg_start", "arg_key_end", "arg_end", "arg_separator",

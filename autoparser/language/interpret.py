@@ -32,6 +32,7 @@ a chunk of plain string text goes straight out); every character is consumed onc
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Callable
 from typing import Any
@@ -51,6 +52,8 @@ from autoparser.runtime.spec import Spec
 
 MORE, FAIL, SPLIT = 0, 2, 3  # terminal results besides DONE: wait, no match, the text may end here
 _WHITESPACE = " \t\n\r"
+_CDATA = "<![CDATA["
+_ESCAPED = re.compile(r'["\\\x00-\x1f]')  # characters a JSON string spells otherwise
 _HELD_LIMIT = 1 << 16  # undecided text held across readings before the first reading wins
 
 
@@ -195,7 +198,7 @@ class _Call:
 class _Thread:
     __slots__ = ("stack", "pos", "events", "role", "head", "call", "parts", "member", "value", "count", "mark",
                  "skip", "own_id", "after_call", "section_calls", "calls_read",
-                 "call_over")
+                 "call_over", "streamed", "spool")
 
     def __init__(self, stack: Any, pos: int) -> None:
         self.stack = stack  # (node, rest) pairs, None at the bottom
@@ -215,6 +218,8 @@ class _Thread:
         self.section_calls = 0  # calls read whole since the last text
         self.calls_read = 0  # calls read whole, up to their end marker
         self.call_over: Any = None  # what is left once the call is read whole (its end marker included)
+        self.streamed: int | None = None  # a string value that streams: 0 not begun, 1 begun (None: kept whole)
+        self.spool: tuple[str, str] | None = None  # a literal that may stream: its quote, the text held back
 
     def fork(self, stack: Any) -> _Thread:
         twin = _Thread(stack, self.pos)
@@ -234,6 +239,7 @@ class _Thread:
         twin.own_id = None if self.own_id is None else list(self.own_id)
         twin.after_call, twin.section_calls, twin.calls_read = self.after_call, self.section_calls, self.calls_read
         twin.call_over = self.call_over
+        twin.streamed, twin.spool = self.streamed, self.spool
         return twin
 
     def key(self) -> tuple:
@@ -256,7 +262,8 @@ class _Thread:
         return (self.pos, self.role, tuple(frames), head.__class__, terminal, tuple(self.events), call.name, call.id, call.args,
                 call.started, tuple(call.pending), call.mode, call.done, call.awaits_id, call.confirmed,
                 call.confirm_next, tuple(self.parts),
-                _plain(self.member), _plain(self.value), self.count, self.skip, _plain(self.own_id))
+                _plain(self.member), _plain(self.value), self.count, self.skip, _plain(self.own_id), self.streamed,
+                self.spool)
 
     # what the terminal read goes where its capture says
     def text(self, piece: str) -> None:
@@ -268,6 +275,8 @@ class _Thread:
             self.value.append(piece)
             if not self.call.confirmed and not piece.isspace():
                 self.call.confirmed = True  # a tagged value began
+            if self.streamed is not None and self.spool is None:
+                self.stream_value(piece)
         elif self.role == ir.REASONING or self.role == ir.CONTENT:
             self.events.append((self.role, piece, self.pos))
             self.mark = self.pos
@@ -275,6 +284,25 @@ class _Thread:
             self.parts.append(piece)
         elif self.role == ir.ARGUMENTS:
             self.arguments(piece)
+
+    def stream_value(self, piece: str) -> None:
+        """A string value's text goes out as it arrives, its key with its first visible text (a
+        value never written is never invented); one that may be CDATA is kept whole."""
+        if self.streamed:
+            self.arguments(json.dumps(piece, ensure_ascii=False)[1:-1] if _ESCAPED.search(piece) else piece)
+            return
+        raw = "".join(self.value or ())
+        if raw.startswith(_CDATA):
+            self.streamed = None
+            return
+        if _CDATA.startswith(raw) or not raw.strip():
+            return  # nothing visible yet, or what may still be CDATA
+        self.streamed = 1
+        self.arguments(f"{self.member_key()}\"{json.dumps(raw, ensure_ascii=False)[1:-1]}")
+
+    def member_key(self) -> str:
+        lead = ", " if self.count else ""
+        return f"{lead}{json.dumps((self.member or [''])[0] or '', ensure_ascii=False)}: "
 
     def value_text(self, piece: str) -> None:
         """Text of a literal value: a quoted or bracketed one confirms its call as it begins; a
@@ -287,6 +315,36 @@ class _Thread:
                     call.confirmed = True
                 else:
                     call.confirm_next = True
+            if self.spool is not None:
+                self.stream_literal(piece)
+
+    def stream_literal(self, piece: str) -> None:
+        """A quoted literal's text goes out as it arrives, decoded; held back: a quote at the end
+        (it may close the value) and an escape that may be cut in two. A literal that does not
+        begin with a quote is kept whole."""
+        quote, tail = self.spool or ("", "")
+        if not self.streamed:
+            raw = "".join(self.value or ()).lstrip()
+            if not raw:
+                return
+            if raw[0] not in "'\"":
+                self.spool = None
+                return
+            self.streamed, quote, tail, piece = 1, raw[0], "", raw[1:]
+            self.arguments(f"{self.member_key()}\"")
+        text = tail + piece
+        cut = len(text)
+        slash = text.rfind("\\", max(0, cut - 10))
+        run = slash
+        while run > 0 and text[run - 1] == "\\":
+            run -= 1
+        if slash >= 0 and (slash - run) % 2 == 0:  # the last backslash begins an escape
+            cut = slash
+        if cut and text[cut - 1] == quote:
+            cut -= 1
+        if cut:
+            self.arguments(json.dumps(decode_string_body(text[:cut]), ensure_ascii=False)[1:-1])
+        self.spool = (quote, text[cut:])
 
     def name_text(self, piece: str) -> None:
         """Text of a marker: part of a name or id, or a text (a bracket that opens no call)."""
@@ -966,9 +1024,31 @@ class LanguageStream:
             self.emitted += agreed
             for t in threads:
                 del t.events[:agreed]
+        if len(threads) > 1 and not final:
+            self._commit_common_text()
         if len(threads) > 1 and sum(len(t.events) for t in threads) > _HELD_LIMIT:
             self.threads = threads[:1]  # readings undecided for too long: the first one wins
             self._commit(final)
+
+    def _commit_common_text(self) -> None:
+        """Where the readings part inside a text of one role (reasoning that one reading ends at a
+        marker and another reads on), the text they share goes out at once."""
+        threads = self.threads
+        nexts = [t.events[0] if t.events else None for t in threads]
+        first = nexts[0]
+        if first is None or first[0] not in (ir.REASONING, ir.CONTENT) or \
+                any(e is None or e[0] != first[0] for e in nexts):
+            return
+        shared = os.path.commonprefix([e[1] for e in nexts])
+        if not shared:
+            return
+        self._apply([(first[0], shared, first[2] - len(first[1]) + len(shared))])
+        self.emitted += 1
+        for t, e in zip(threads, nexts, strict=True):
+            if len(e[1]) == len(shared):
+                del t.events[0]
+            else:
+                t.events[0] = (e[0], e[1][len(shared):], e[2])
 
     def _apply(self, events: list[tuple]) -> None:
         out = self.out
@@ -982,6 +1062,8 @@ class LanguageStream:
                 out.add_reasoning(event[1])
             elif kind == "call":
                 out.start_call(event[2] or self.call_id(), event[1])
+            elif kind == "brace":
+                out.key_pending = event[1]
         if events:
             self.safe = events[-1][-1]
 
@@ -1084,7 +1166,7 @@ class LanguageStream:
                 self.out.add_arguments(head.scanner.closing())
                 return True
         if call.mode == "members" and t.role == ir.ARGUMENTS:
-            self.out.add_arguments("}")
+            self.out.add_arguments(('"' if t.streamed else "") + "}")
             return True
         return False
 
@@ -1187,7 +1269,10 @@ class LanguageStream:
             t.mark = t.pos
             return self._repeat(t, node.repeat, node.left_min, node.left_max, final)
         elif cls is ir.Members:
-            self._arguments_text(t, "{")
+            if t.role == ir.ARGUMENTS and t.call.started:
+                t.events.append(("brace", "{", t.pos))  # it goes out with the first member's text
+            else:
+                self._arguments_text(t, "{")
             t.member, t.count = None, 0
             t.stack = (_MembersFrom(node, frozenset()), t.stack)
         elif cls is _MembersFrom:
@@ -1303,10 +1388,15 @@ class LanguageStream:
         t.head = _JsonValue(node)
 
     def _value(self, t: _Thread, node: Any) -> None:
-        """A tagged argument's value starts: its text is kept for `_end_member`."""
+        """A tagged argument's value starts: its text is kept for `_end_member`; a string value
+        written as raw text or as a quoted literal also streams."""
         if t.member is not None:
             t.member[1] = node
             t.value = []
+            kind = value_kind(getattr(node, "schema", None))
+            t.streamed = 0 if node.__class__ is ir.RawString and kind == "string" or \
+                node.__class__ is ir.PyValue and kind != "json" else None
+            t.spool = ("", "") if node.__class__ is ir.PyValue and t.streamed is not None else None
 
     def _members(self, t: _Thread, at: _MembersFrom, final: bool) -> list[_Thread]:
         """The next member, or the end. Read more leniently than generation writes them: the
@@ -1333,9 +1423,17 @@ class LanguageStream:
     def _end_member(self, t: _Thread) -> None:
         key, node = t.member
         raw = "".join(t.value or [])
+        streamed, spool, t.streamed, t.spool = t.streamed, t.spool, None, None
         t.member, t.value = None, None
-        lead = ", " if t.count else ""
-        t.arguments(f"{lead}{json.dumps(key or '', ensure_ascii=False)}: {_convert(raw, node)}")
+        if streamed and spool is not None:
+            quote, tail = spool
+            tail = tail[:-1] if tail.endswith(quote) else tail
+            t.arguments(json.dumps(decode_string_body(tail), ensure_ascii=False)[1:-1] + '"')
+        elif streamed:
+            t.arguments('"')
+        else:
+            lead = ", " if t.count else ""
+            t.arguments(f"{lead}{json.dumps(key or '', ensure_ascii=False)}: {_convert(raw, node)}")
         t.count += 1
 
 
