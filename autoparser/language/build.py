@@ -862,7 +862,9 @@ class _Reading(_Builder):
         if self.req.policy == "strict" or not opener or not t.section_start.strip() or t.array:
             return EMPTY  # (calls as the elements of one JSON array have no start marker of their own)
         stops = (opener, t.section_end, *self.stop, self.r.end if self.r.mode != "none" else "")
-        text = Text(tuple(s for s in stops if s.strip()), hint="content", nonempty=True, not_first=(opener,))
+        # a call's closing markers are no text of their own: where they may be left out, they end their call
+        not_first = tuple(m for m in (opener, t.args_end.strip(), t.call_end.strip()) if m)
+        text = Text(tuple(s for s in stops if s.strip()), hint="content", nonempty=True, not_first=not_first)
         return optional(seq(self.gap(), Capture(CONTENT, text)))
 
     def closing(self, marker: str) -> Node:
