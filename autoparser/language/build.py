@@ -818,29 +818,6 @@ class _Reading(_Builder):
     def json_arguments(self, name: str, params: Any) -> Node:
         return Json("any")
 
-    def calls_section(self, lazy_start: bool) -> Node:
-        """The section as generated (`_Builder.section`), but where JSON arguments (which end by
-        their own syntax) are followed by the next call's opener, the call's end marker left out."""
-        t = self.t
-        end_core = self.until_stop(t.call_end).strip()
-        # after tagged values the end marker must be written: a value or an argument's end could
-        # run past it
-        if t.format != "tag_json" or not self.parallel or not end_core or is_weak(end_core):
-            return super().section(lazy_start)
-        call = Rule("call", choice(*[self.call(tool) for tool in self.tools]))
-        section_text, first_call_text = t.section_start, t.call_start
-        if lazy_start:
-            if section_text:
-                section_text = section_text.lstrip()
-            else:
-                first_call_text = first_call_text.lstrip()
-        first = seq(self.marker(first_call_text, spelled=lazy_start and not t.section_start), call)
-        leading = self.gap() if not t.call_start[:1].isspace() else EMPTY
-        end = self.call_closing()
-        later = Rule("call-next", seq(optional(end), self.call_separator(), leading, self.marker(t.call_start), call))
-        return Rule("tool-calls", seq(self.marker(section_text, spelled=lazy_start), first, Repeat(later), end,
-                                      self.section_closing()))
-
     def call_separator(self) -> Node:
         """As generated; calls written as bare JSON objects may also be separated by `;` or `,`,
         as the parser reads them."""
@@ -1108,9 +1085,8 @@ class _Reading(_Builder):
         return "" if is_weak(section) or is_weak(call) else call
 
     def section(self, lazy_start: bool = False) -> Node:
-        """As generated, or its calls without the section's opener (`call_opener_alone`);
-        between two calls, the first one's end marker may be left out."""
-        full = self.calls_section(lazy_start)
+        """As generated, or its calls without the section's opener (`call_opener_alone`)."""
+        full = super().section(lazy_start)
         body = full.body if isinstance(full, Rule) else None
         if not self.call_opener_alone() or not isinstance(body, Seq) or len(body.items) < 2:
             return full
