@@ -78,9 +78,7 @@ def raw_argument(raw: str, node: Any) -> Any:
     if kind == "string" and not (raw.strip() == "null" and allows_null(schema)):
         return raw  # the parser streams a string's text as it is
     nested = nested_to_json(raw, node.nested) if isinstance(node, ir.RawString) and node.nested else None
-    if nested is not None:
-        return json.loads(nested)
-    return json.loads(convert_tagged_value(raw, kind, schema))
+    return json.loads(nested if nested is not None else convert_tagged_value(raw, kind, schema))
 
 
 def _without_cdata(value: str) -> str:

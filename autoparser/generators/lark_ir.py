@@ -98,6 +98,8 @@ class _Writer:
             return "_py"
         if isinstance(node, ir.RawString):
             return self.write(node.text)
+        if isinstance(node, ir.Bracketed):
+            return self.bracketed(node.quote)
         if isinstance(node, ir.Members):
             return self.shared(node, lambda: self.members_of(node))
         if isinstance(node, ir.Capture):
@@ -112,6 +114,19 @@ class _Writer:
         if isinstance(node, ir.Rule):
             return self.shared(node, lambda: self.new("r", self.write(node.body) or "_empty"))
         raise TypeError(f"no Lark form for {type(node).__name__}")
+
+    def bracketed(self, quote: str) -> str:
+        """An object or array in the template's own syntax: brackets nested, quoted text whole."""
+        q = _regex_escape(quote)
+        name = "_nested_" + "_".join(str(ord(c)) for c in quote)  # one rule per quote marker
+        if name not in self.rules:
+            self.rules[name] = ""
+            quoted = self.terminal(f"/{q}(?:(?!{q})[\\s\\S])*{q}/")
+            other = self.terminal(f"/(?:(?!{q})[^\\[\\]{{}}])+/")
+            inner = f"({name} | {quoted} | {other})*"
+            opens, closes = (self.terminal(p) for p in ("/\\{/", "/\\[/")), (self.terminal(p) for p in ("/\\}/", "/\\]/"))
+            self.rules[name] = " | ".join(f"{o} {inner} {c}" for o, c in zip(opens, closes, strict=True))
+        return name
 
     def literal(self, text: str) -> str:
         """A marker as the parser finds it: whitespace inside it any whitespace, whitespace

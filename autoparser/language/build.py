@@ -36,6 +36,7 @@ from autoparser.language.ir import (
     EMPTY,
     REASONING,
     TOOL_NAME,
+    Bracketed,
     Capture,
     Chars,
     Gap,
@@ -76,6 +77,7 @@ GAP_MAX = 4  # whitespace allowed around structural markers (the parser ignores 
 JSON_SPACE = 20  # whitespace inside JSON; bounded, as a small model could pad forever
 ID_CHARS = Chars("a-zA-Z0-9_.:\\-", 1, 64)
 KEY_CHARS = Chars("a-zA-Z0-9_.\\-", 1, 64)
+MAX_KEY = 256  # the longest key or name the parser reads
 INDEX_DIGITS = Chars("0-9", 1, 4)
 CALL_FORMATS = ("json", "tag_json", "tag_tagged")
 
@@ -628,7 +630,7 @@ class _Builder:
         json_key_end = t.arg_key_end_json or t.arg_key_end
         # where keys have no marker before them, a short end marker (`, `) goes between values only:
         # the parser lets the last value's end marker be left out before the call's end
-        between = self.bare_keys and is_weak(t.arg_end.strip())
+        between = self.values_between()
         separator = seq(self.marker(t.arg_end), self.marker(t.arg_separator)) if between \
             else self.marker(t.arg_separator)
         members = []
@@ -642,11 +644,15 @@ class _Builder:
         if "properties" not in schema and schema.get("additionalProperties", True) is not False:
             value = PyValue(name, params, None, "$", f"{name}-extra") if self.literal else self.raw_text()
             extra = Rule(f"{name}-arg-extra",
-                         seq(self.marker(t.arg_start), KEY_CHARS, self.marker(t.arg_key_end), value,
+                         seq(self.marker(t.arg_start), self.key_chars(), self.marker(t.arg_key_end), value,
                              EMPTY if between else self.extra_end()))
         return Members(tuple(members), separator, extra, f"{name}-args", name, params, self.any_order)
 
     any_order = False  # generation writes the arguments in the schema's order
+
+    def key_chars(self) -> Node:
+        """A key the schema does not name."""
+        return KEY_CHARS
 
     def member_end(self, key: str, raw: bool) -> Node:
         """The end marker after an argument's value (`raw`: text, else JSON)."""
@@ -675,6 +681,13 @@ class _Builder:
             return RawString(name, params, resolved, f"$/properties/{key}", f"{name}-{key}", self.arg_end(key),
                              text, bounded=not self.comma_values()), True
         return Json("schema", name, params, sub, f"$/properties/{key}", f"{name}-args-{key}"), False
+
+    def values_between(self) -> bool:
+        """Whether a short end marker (`, `) goes between values only: keys have no marker
+        before them, and values no separator of their own (else the marker closes a value,
+        `key:§text§,`)."""
+        t = self.t
+        return self.bare_keys and is_weak(t.arg_end.strip()) and not t.arg_separator.strip()
 
     def comma_values(self) -> bool:
         """Whether a raw value ends at a comma (`name(key=value, key=value)`)."""
@@ -752,13 +765,17 @@ class _Reading(_Builder):
             return self.language(self.messages())
         # a reasoning marker first opens reasoning, or is an empty reasoning block: not text
         lead = (self.r.start, self.r.end) if self.reads_reasoning() else ()
+        # where reasoning is implied, the first end marker ends it: the answer before one holds none
+        implied = (self.r.end.strip(),) if self.implies_reasoning() else ()
         if self.choice == "none":
-            return self.language(self.with_reasoning(self.text(calls=False, not_first=lead), None))
+            return self.language(self.with_reasoning(self.text(calls=False, not_first=lead), None,
+                                                     self.text(*implied, calls=False, not_first=lead)))
         section = self.section(lazy_start=True)
         body = seq(self.text(not_first=lead), self.calls_then_text(section))
+        unended = seq(self.text(*implied, not_first=lead), self.calls_then_text(section))
         if self.req.policy == "strict":
-            body = self.strict_body(section, lead)
-        return self.language(self.with_reasoning(body, section))
+            body = unended = self.strict_body(section, lead)
+        return self.language(self.with_reasoning(body, section, unended))
 
     def strict_body(self, section: Node, lead: tuple[str, ...]) -> Node:
         """The strict policy: calls only before any content (whitespace aside); from the first
@@ -852,11 +869,19 @@ class _Reading(_Builder):
     def section_closing(self) -> Node:
         return optional(super().section_closing())  # the output may end before it
 
+    def key_chars(self) -> Node:
+        """A key the schema does not name, as the parser reads it: any name up to the marker that
+        ends it, as long as the longest name the parser reads."""
+        t = self.t
+        ends = {m.strip()[0] for m in (t.arg_key_end, t.arg_key_end_json) if m.strip()}
+        # no slash: after a tag's `<`, `/` begins a closing tag (`</invoke>`), not a key
+        return Chars("^/" + NAME_FORBIDDEN + "".join(sorted(re.escape(c) for c in ends)), 1, MAX_KEY)
+
     def extra_end(self) -> Node:
         """An end marker that names the key (`</{key}>`) as any key: a value the schema does not
         name ends at the first such marker."""
         head, hole, tail = self.t.arg_end.partition(KEY_HOLE)
-        return seq(self.marker(head), KEY_CHARS, self.marker(tail)) if hole else super().extra_end()
+        return seq(self.marker(head), self.key_chars(), self.marker(tail)) if hole else super().extra_end()
 
     def raw_text(self, key: str = "") -> Node:
         """Raw argument text up to its end marker or an end of turn, as the parser reads it; a
@@ -868,7 +893,7 @@ class _Reading(_Builder):
         end = self.arg_end(key) if key else t.arg_end.partition(KEY_HOLE)[0]
         enders = (t.call_end, t.arg_separator) if self.bare_keys else ()
         # a weak end marker (`, `) ends the value only where the next key follows it
-        weak = Weak(end.strip(), t.arg_key_end.strip() or "=") if self.bare_keys and is_weak(end.strip()) else None
+        weak = Weak(end.strip(), t.arg_key_end.strip() or "=") if self.values_between() else None
         return Text((end, *self.stop, *enders), end, hint="raw-text", weak=weak)
 
     def cdata_text(self) -> Node:
@@ -894,16 +919,21 @@ class _Reading(_Builder):
         text = self.raw_text(key)
         if isinstance(text, Text):
             text = replace(text, nonempty=True)  # no JSON value is written as no text
+        nested = self.nested()
+        if nested[:1] == ("quoted",) and self.bare_keys and isinstance(text, Text):
+            # an object or array in the template's own syntax holds the quote and the separator:
+            # one that opens with a bracket is read to its closing bracket
+            text = choice(Bracketed(nested[1]), replace(text, not_first=(*text.not_first, "{", "[")))
         return RawString(name, params, sub, value.path, value.hint, self.arg_end(key), text, bounded=False,
-                         nested=self.nested()), raw
+                         nested=nested), raw
 
     def nested(self) -> tuple[str, ...]:
-        """The template's own syntax for object and array values (`values.nested_to_json`)."""
+        """How the template writes an object or array value (`ir.RawString.nested`)."""
         t = self.t
-        style, quote = getattr(t, "arg_nested", ""), getattr(t, "arg_nested_quote", "") or ""
-        if style == "quoted" and quote:
-            return ("quoted", quote)
-        if style == "tags":
+        style = getattr(t, "arg_nested", "") or ""
+        if style == "quoted" and getattr(t, "arg_nested_quote", ""):
+            return ("quoted", t.arg_nested_quote)
+        if style == "tags" and t.arg_start.strip():
             item = getattr(t, "arg_nested_item", "") or ""
             return ("tags", t.arg_start.strip(), t.arg_key_end.strip(), t.arg_end.strip(), item)
         return ()
@@ -961,9 +991,10 @@ class _Reading(_Builder):
 
     # -- reasoning and content ------------------------------------------------------------
 
-    def with_reasoning(self, body: Node, section: Node | None) -> Node:
+    def with_reasoning(self, body: Node, section: Node | None, unended: Node | None = None) -> Node:
         """An optional reasoning block, then `body`; or reasoning with no end marker, to the
-        end of the output, or to the calls (`section`) when no end marker follows them."""
+        end of the output, or to the calls (`section`) when no end marker follows them.
+        `unended`: `body` as read where reasoning is implied and no marker has ended it yet."""
         r = self.r
         if not self.reads_reasoning():
             return body
@@ -981,10 +1012,11 @@ class _Reading(_Builder):
         if self.forced:
             inside[1:1] = self.answer_ends_reasoning(body)
             return seq(optional(seq(self.gap(), self.marker(start))) if start else EMPTY, choice(*inside))
-        options = [body, seq(self.gap(), self.marker(end), body)]
+        options = [unended if unended is not None and self.implies_reasoning() else body,
+                   seq(self.gap(), self.marker(end), body)]
         if start:
             options.append(seq(self.gap(), self.marker(start), choice(*inside)))
-        if self.thinking and (self.start == IMPLIED or not start):
+        if self.implies_reasoning():
             # reasoning the output did not open ends at its end marker only: call markup before
             # one makes it the answer
             stops = () if self.in_messages() else self.call_openers()
@@ -1046,6 +1078,11 @@ class _Reading(_Builder):
             return choice(*[Lit(name) for name in names])
         return Chars("^" + NAME_FORBIDDEN)
 
+    def implies_reasoning(self) -> bool:
+        """Whether the output may hold reasoning it did not open: an end marker with no start
+        before the answer closes it (the template expects reasoning the model opens itself)."""
+        return self.reads_reasoning() and self.thinking and (self.start == IMPLIED or not self.r.start.strip())
+
     def reads_reasoning(self) -> bool:
         return self.r.mode != "none" and bool(self.r.end.strip()) and self.start != CLOSED
 
@@ -1063,16 +1100,31 @@ class _Reading(_Builder):
                    if m.strip() and m.strip() != self.r.end.strip()]
         openers = self.call_openers() if calls else []
         separator, header, header_start = self.message_markers()
-        stops = tuple(dict.fromkeys([*self.stop, *also_stop, *openers, *dropped, separator]))
+        empty = self.empty_reasoning()
+        reopen = [self.r.start.strip()] if empty != EMPTY else []
+        stops = tuple(dict.fromkeys([*self.stop, *also_stop, *openers, *dropped, separator, *reopen]))
         text = Text(stops, hint="content", nonempty=True, not_first=(*not_first, header_start))
         parts = [Capture(CONTENT, text), *[self.marker(m) for m in dropped + [separator] if m], header]
         if calls and self.markerless_opener():
             parts.append(Capture(CONTENT, Lit(self.markerless_opener())))
+        if calls and self.name_opener():
+            parts.append(Capture(CONTENT, Lit(self.name_opener())))  # a tag that opens no call is text
+        if empty != EMPTY:
+            parts.append(empty)
         return Repeat(choice(*parts))
+
+    def empty_reasoning(self) -> Node:
+        """An empty reasoning block inside the answer (a model re-opening its thought channel
+        and closing it at once): markup, not text (EMPTY: reasoning has no start marker)."""
+        start, end = self.r.start.strip(), self.r.end.strip()
+        if not self.reads_reasoning() or not start or self.in_messages():
+            return EMPTY
+        return seq(self.marker(start), self.gap(), self.marker(end))
 
     def call_openers(self) -> list[str]:
         """What makes the parser read a call in content."""
-        return [m for m in (self.calls_opener(), self.markerless_opener(), self.call_opener_alone()) if m]
+        return [m for m in (self.calls_opener(), self.markerless_opener(), self.call_opener_alone(),
+                            self.name_opener()) if m]
 
     def call_opener_alone(self) -> str:
         """A call's own opener where the section has an opener of its own: a model that leaves
@@ -1084,13 +1136,27 @@ class _Reading(_Builder):
         # a marker that text may also hold (`:S`, `, `) would make text before the calls ambiguous
         return "" if is_weak(section) or is_weak(call) else call
 
+    def name_opener(self) -> str:
+        """A name marker that is a tag of its own (`<function=`), which also opens a call whose
+        opener the model left out ("": none)."""
+        t = self.t
+        name = t.name_start.strip()
+        if t.format not in ("tag_json", "tag_tagged") or not t.call_start.strip() or t.section_start.strip():
+            return ""
+        return name if name.startswith("<") and not is_weak(name) else ""
+
     def section(self, lazy_start: bool = False) -> Node:
-        """As generated, or its calls without the section's opener (`call_opener_alone`)."""
+        """As generated; or its calls without the section's opener (`call_opener_alone`); or,
+        where a name marker is a tag of its own, a call without its opener (`name_opener`)."""
         full = super().section(lazy_start)
+        options = [full]
         body = full.body if isinstance(full, Rule) else None
-        if not self.call_opener_alone() or not isinstance(body, Seq) or len(body.items) < 2:
-            return full
-        return choice(full, Rule("tool-calls-unopened", seq(*body.items[1:])))
+        if self.call_opener_alone() and isinstance(body, Seq) and len(body.items) >= 2:
+            options.append(Rule("tool-calls-unopened", seq(*body.items[1:])))
+        if self.name_opener():
+            call = Rule("call", choice(*[self.call(tool) for tool in self.tools]))
+            options.append(Rule("call-unopened", seq(call, self.call_closing())))
+        return choice(*options)
 
     def markerless_opener(self) -> str:
         """The bracket that opens JSON calls written with no marker before them ("": none)."""

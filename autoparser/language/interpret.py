@@ -40,6 +40,7 @@ from typing import Any
 from autoparser.language import ir
 from autoparser.language.request import is_weak, value_kind
 from autoparser.language.values import (
+    allows_null,
     convert_literal_value,
     convert_tagged_value,
     decode_string_body,
@@ -50,15 +51,14 @@ from autoparser.runtime.jsonscan import DONE, ERROR, JsonScanner, is_string_body
 from autoparser.runtime.markers import FULL, PARTIAL, MarkerSet, match_at
 from autoparser.runtime.spec import Spec
 
+_CDATA = ("<![CDATA[", "]]>")
 MORE, FAIL, SPLIT = 0, 2, 3  # terminal results besides DONE: wait, no match, the text may end here
 _WHITESPACE = " \t\n\r"
-_CDATA = "<![CDATA["
 _ESCAPED = re.compile(r'["\\\x00-\x1f]')  # characters a JSON string spells otherwise
 _HELD_LIMIT = 1 << 16  # undecided text held across readings before the first reading wins
 
 
 new_call_id = Spec.call_id  # unique across calls, requests, parsers and processes
-
 
 # -- first characters, per node ------------------------------------------------------------------
 
@@ -94,6 +94,8 @@ class _Firsts:
             return None, not node.nonempty
         if isinstance(node, ir.Json):
             return (frozenset("{" + _WHITESPACE), False) if node.kind == "object" else (None, False)
+        if isinstance(node, ir.Bracketed):
+            return frozenset("{[" + _WHITESPACE), False
         if isinstance(node, ir.Capture | ir.Rule):
             return self.of(node.body)
         if isinstance(node, ir.Repeat):
@@ -166,8 +168,15 @@ class _Again:
         self.repeat, self.left_min, self.left_max, self.start = repeat, left_min, left_max, start
 
 
+class _EndCall:
+    """The end of a call's own structure (the innermost part holding its arguments)."""
+
+    __slots__ = ()
+
+
 _END_MEMBER = _EndMember()
-_FRAMES = (_EndCapture, _EndMember)
+_END_CALL = _EndCall()
+_FRAMES = (_EndCapture, _EndMember, _EndCall)
 
 
 # -- a reading ---------------------------------------------------------------------------------------
@@ -177,7 +186,7 @@ class _Call:
     """The captures of the call being read."""
 
     __slots__ = ("name", "id", "args", "started", "pending", "mode", "scanner", "done", "awaits_id", "confirmed",
-                 "confirm_next")
+                 "confirm_next", "closed")
 
     def __init__(self) -> None:
         self.name: str | None = None
@@ -193,6 +202,7 @@ class _Call:
         # until then a failure makes the call text, and its events are held back
         self.confirmed = False
         self.confirm_next = False  # the next marker read confirms it
+        self.closed = False  # its own structure was read to its end (what holds its arguments)
 
 
 class _Thread:
@@ -229,6 +239,7 @@ class _Thread:
         copy.name, copy.id, copy.args, copy.started = call.name, call.id, call.args, call.started
         copy.pending, copy.mode, copy.done, copy.awaits_id = list(call.pending), call.mode, call.done, call.awaits_id
         copy.confirmed, copy.confirm_next = call.confirmed, call.confirm_next
+        copy.closed = call.closed
         twin.call = copy
         twin.parts = list(self.parts)
         twin.member = None if self.member is None else list(self.member)
@@ -261,7 +272,7 @@ class _Thread:
             node = node[1]
         return (self.pos, self.role, tuple(frames), head.__class__, terminal, tuple(self.events), call.name, call.id, call.args,
                 call.started, tuple(call.pending), call.mode, call.done, call.awaits_id, call.confirmed,
-                call.confirm_next, tuple(self.parts),
+                call.confirm_next, call.closed, tuple(self.parts),
                 _plain(self.member), _plain(self.value), self.count, self.skip, _plain(self.own_id), self.streamed,
                 self.spool)
 
@@ -292,10 +303,10 @@ class _Thread:
             self.arguments(json.dumps(piece, ensure_ascii=False)[1:-1] if _ESCAPED.search(piece) else piece)
             return
         raw = "".join(self.value or ())
-        if raw.startswith(_CDATA):
+        if raw.startswith(_CDATA[0]):
             self.streamed = None
             return
-        if _CDATA.startswith(raw) or not raw.strip():
+        if _CDATA[0].startswith(raw) or not raw.strip():
             return  # nothing visible yet, or what may still be CDATA
         self.streamed = 1
         self.arguments(f"{self.member_key()}\"{json.dumps(raw, ensure_ascii=False)[1:-1]}")
@@ -477,7 +488,7 @@ class _Text:
     ends the text in one reading and is part of it in another: what follows decides."""
 
     __slots__ = ("markers", "weak", "weak_prefix", "lead", "nonempty", "start", "split", "after", "firsts",
-                 "past", "soft")
+                 "past", "soft", "cdata")
 
     def __init__(self, node: ir.Text, markers: MarkerSet, weak: tuple[Any, Any] | None, start: int,
                  split: re.Pattern[str] | None, soft: bool = False) -> None:
@@ -492,6 +503,7 @@ class _Text:
         self.firsts = tuple(m.strip() for m in node.not_first if m.strip())  # cleared once checked
         self.past = start  # the end of the last soft stop read as text
         self.soft = soft
+        self.cdata = "start" if soft else ""  # a value's CDATA section: "start" (may open), "open", ""
 
     def step(self, t: _Thread, buf: str, final: bool) -> int:
         if self.firsts:
@@ -500,6 +512,8 @@ class _Text:
                 t.pos = at  # the whitespace before the marker is the marker's, as markers are found
             if found != FAIL:
                 return FAIL if found == DONE and self.nonempty else found
+        if self.cdata and self._cdata(t, buf, final) == MORE:
+            return MORE
         if self.past > t.pos:
             self._read(t, buf, self.past)  # the soft stop another reading ended the text at
         pos = t.pos
@@ -531,12 +545,40 @@ class _Text:
             return MORE
         if stop is None:
             stop = len(buf)
+            if t.value is not None and t.call.started:
+                t.events.append(("cut", stop))  # a value running to the end of output: its call was cut off
         lead = self.lead
         if lead and stop - len(lead) >= pos and buf.startswith(lead, stop - len(lead)):
             stop -= len(lead)
         self._read(t, buf, stop)
         if self.nonempty and t.pos == self.start:
             return FAIL
+        return DONE
+
+    def _cdata(self, t: _Thread, buf: str, final: bool) -> int:
+        """A value that opens with an XML CDATA section (`<![CDATA[a < b]]>`) reads it whole:
+        markers inside it are its text. MORE while it is open; DONE once past it (or none)."""
+        if self.cdata == "start":
+            pos = t.pos
+            while pos < len(buf) and buf[pos] in _WHITESPACE:
+                pos += 1
+            found, _ = match_at(buf, pos, _CDATA[0], final)
+            if found == PARTIAL or (pos == len(buf) and not final):
+                return MORE
+            if found != FULL:
+                self.cdata = ""
+                return DONE
+            self.cdata = "open"
+        close = buf.find(_CDATA[1], t.pos)
+        if close < 0:
+            if final:
+                self.cdata = ""
+                self._read(t, buf, len(buf))
+                return DONE
+            self._read(t, buf, max(t.pos, len(buf) - len(_CDATA[1]) + 1))
+            return MORE
+        self.cdata = ""
+        self._read(t, buf, close + len(_CDATA[1]))
         return DONE
 
     def _first_marker(self, buf: str, pos: int, final: bool) -> tuple[int, int]:
@@ -583,12 +625,13 @@ class _JsonValue:
     """A JSON value, scanned as it arrives. As a call's arguments it streams; as a tagged value,
     or a string holding the arguments, it is kept whole."""
 
-    __slots__ = ("scanner", "node", "opened")
+    __slots__ = ("scanner", "node", "opened", "began")
 
     def __init__(self, node: ir.Json) -> None:
         self.node = node
         self.scanner = JsonScanner("{" if node.kind == "object" else "")
         self.opened = False  # the arguments' `{` was read (confirming the call waits for what follows)
+        self.began = False  # argument text went out (whitespace before the value never does)
 
     def step(self, t: _Thread, buf: str, final: bool) -> int:
         start = t.pos
@@ -626,6 +669,10 @@ class _JsonValue:
     def _stream(self, t: _Thread, pos: int, emitted: str) -> None:
         """Streamed arguments: their event ends where the member the scanner holds begins, so
         that a member breaking off later is the model's text from its start, not lost."""
+        if not self.began:
+            # whitespace before the value is no argument text: it opens no call, in any chunking
+            emitted = emitted.lstrip(_WHITESPACE)
+            self.began = bool(emitted)
         if not emitted:
             return
         if self.scanner.holding:
@@ -640,7 +687,6 @@ class _JsonValue:
         if t.value is None and t.role == ir.ARGUMENTS and t.call.mode == "json":
             self._stream(t, pos, emitted)
 
-
     @staticmethod
     def _stringified(t: _Thread, buf: str, pos: int) -> None:
         """Arguments written as a JSON string that holds them (`"{\\"city\\": ...}"`) are kept
@@ -649,6 +695,64 @@ class _JsonValue:
             pos += 1
         if pos < len(buf) and buf[pos] == '"':
             t.call.mode = "string"
+
+
+class _Bracketed:
+    """An object or array in the template's own syntax: from its opening bracket to the one
+    that closes it, text between two quote markers skipped (it may hold brackets)."""
+
+    __slots__ = ("quote", "pattern", "depth", "quoted")
+
+    def __init__(self, node: ir.Bracketed, pattern: re.Pattern[str]) -> None:
+        self.quote, self.pattern = node.quote, pattern
+        self.depth = 0
+        self.quoted = False
+
+    def step(self, t: _Thread, buf: str, final: bool) -> int:
+        pos = t.pos
+        if not self.depth:
+            while pos < len(buf) and buf[pos] in _WHITESPACE:
+                pos += 1
+            if pos == len(buf):
+                return FAIL if final else MORE
+            if buf[pos] not in "{[":
+                return FAIL
+            self.depth, pos = 1, pos + 1
+        while True:
+            if self.quoted:
+                close = buf.find(self.quote, pos)
+                if close < 0:
+                    return self._held(t, buf, final)
+                pos, self.quoted = close + len(self.quote), False
+                continue
+            match = self.pattern.search(buf, pos)
+            if match is None:
+                return self._held(t, buf, final)
+            piece, pos = match.group(), match.end()
+            if piece == self.quote:
+                self.quoted = True
+            elif piece in "[{":
+                self.depth += 1
+            else:
+                self.depth -= 1
+                if not self.depth:
+                    t.value_text(buf[t.pos:pos])
+                    t.pos = pos
+                    return DONE
+
+    def _held(self, t: _Thread, buf: str, final: bool) -> int:
+        """No closing bracket yet: read on, holding a quote marker's beginning at the end."""
+        if final:
+            return FAIL
+        quote, end = self.quote, len(buf)
+        for size in range(min(len(quote) - 1, len(buf)), 0, -1):
+            if buf.endswith(quote[:size]):
+                end -= size
+                break
+        end = max(end, t.pos)
+        t.value_text(buf[t.pos:end])
+        t.pos = end
+        return MORE
 
 
 _PY_END = re.compile(r"""[^\s,)\]}'"]*""")
@@ -756,6 +860,7 @@ class LanguageReader:
         self._splits: dict[str, re.Pattern[str]] = {}
         self._ids: dict[int, bool] = {}
         self._rests: dict[tuple[int, bool], Any] = {}
+        self._calls: dict[int, bool] = {}
         self._keep: list[Any] = []
 
     def stream(self, deltas: bool = True, call_id: Callable[[], str] = new_call_id) -> LanguageStream:
@@ -800,6 +905,14 @@ class LanguageReader:
             kinds = {stop: "soft" if _is_soft(stop, node) else "stop" for stop in stops}
             found = self._markers[id(node)] = (MarkerSet(kinds), weak)
             self._keep.append(node)
+        return found
+
+    def is_call(self, rule: ir.Rule) -> bool:
+        """Whether `rule` is a call's own structure: the innermost rule holding its arguments."""
+        found = self._calls.get(id(rule))
+        if found is None:
+            found = self._calls[id(rule)] = _holds_arguments(rule.body)
+            self._keep.append(rule)
         return found
 
     def id_may_follow(self, stack: Any) -> bool:
@@ -852,6 +965,13 @@ class LanguageReader:
         """Where free text may end early: before a bracket that what follows may begin with."""
         brackets = "".join(sorted(set("{[") & follow)) if follow is not None else ""
         return self._splits.setdefault(brackets, re.compile(f"[{re.escape(brackets)}]")) if brackets else None
+
+    def brackets(self, quote: str) -> re.Pattern[str]:
+        """What a `Bracketed` value looks for: a bracket, or its quote marker."""
+        pattern = self._chars.get("brackets" + quote)
+        if pattern is None:
+            pattern = self._chars["brackets" + quote] = re.compile(r"[\[\]{}]|" + re.escape(quote))
+        return pattern
 
     def chars(self, node: ir.Chars) -> re.Pattern[str]:
         pattern = self._chars.get(node.allowed)
@@ -969,9 +1089,12 @@ class LanguageStream:
                 dead = self.dead
                 # the one that read the most calls whole (a reading that runs on past a call's end,
                 # say inside a quoted value, to the end of the output, takes none); then the
-                # furthest; at the same place, one past its call's arguments, else the one that saw
-                # the latest emitted events
-                if dead is None or _further(t, dead[0]) or (_further(t, dead[0]) is None and dead[1] < self.emitted):
+                # furthest; at the same place, one inside a call's arguments (it keeps what they
+                # hold, wherever the chunks ended), else the one that saw the latest emitted events;
+                # else one past its call's arguments
+                further = _further(t, dead[0]) if dead is not None else True
+                if further or (further is None and (t.role == ir.ARGUMENTS, self.emitted) >
+                               (dead[0].role == ir.ARGUMENTS, dead[1])):
                     self.dead = (t, self.emitted)
                 elif t.pos == dead[0].pos and dead[1] == self.emitted and _closed_more(t, dead[0], self.buf):
                     self.dead = (t, self.emitted)
@@ -1064,6 +1187,8 @@ class LanguageStream:
                 out.start_call(event[2] or self.call_id(), event[1])
             elif kind == "brace":
                 out.key_pending = event[1]
+            elif kind == "cut" and out.calls:
+                out.calls[-1].incomplete = True
         if events:
             self.safe = events[-1][-1]
 
@@ -1103,6 +1228,8 @@ class LanguageStream:
         self.emitted += len(events)
         if opened and self.out.calls and (self._closed_by(best) or _inside_call(best)):
             self.out.calls[-1].incomplete = True  # its arguments, or the call around them, broke off
+        elif opened and self.out.calls and best.call.done and not best.call.closed:
+            self.out.calls[-1].incomplete = True  # the call went on with text it has no place for
         # after a call read whole, the markers that close it are no text (whitespace before the
         # failure is); else the part begun is text
         cut = min(best.mark, best.pos)
@@ -1219,7 +1346,9 @@ class LanguageStream:
                 t.after_call = t.stack
                 ends = t.stack is not None and bool(_first_marker(t.stack[0]))
                 t.call_over = t.stack[1] if ends else t.stack
-            t.stack = (node.body, t.stack)
+            t.stack = (node.body, (_END_CALL, t.stack) if self.reader.is_call(node) else t.stack)
+        elif cls is _EndCall:
+            t.call.closed = True
         elif cls is ir.Lit:
             if t.skip:
                 skipped, t.skip = t.skip == node.text.strip(), ""
@@ -1245,6 +1374,8 @@ class LanguageStream:
         elif cls is ir.RawString:
             self._value(t, node)
             t.stack = (node.text, t.stack)
+        elif cls is ir.Bracketed:
+            t.head = _Bracketed(node, self.reader.brackets(node.quote))
         elif cls is ir.Capture:
             if self.resumed and node.role == ir.REASONING:
                 # reading again after reasoning is over: no reasoning, and its end marker optional
@@ -1573,6 +1704,15 @@ def _parts(node: Any) -> tuple[Any, ...]:
     return ()
 
 
+def _holds_arguments(node: Any) -> bool:
+    """Whether `node` captures a call's arguments itself, not inside a rule of its own."""
+    if isinstance(node, ir.Capture) and node.role == ir.ARGUMENTS:
+        return True
+    if isinstance(node, ir.Rule | ir.Lazy):
+        return False
+    return any(_holds_arguments(part) for part in _parts(node))
+
+
 def _is_soft(stop: str, node: ir.Text) -> bool:
     """Whether a stop of a value's text may also be part of it: punctuation that values contain
     (`,` in `Paris, France` before the value's own end marker, `]` in `[a, b]`)."""
@@ -1587,7 +1727,7 @@ def _key_of(members: ir.Members, member: Any) -> str | None:
 
 
 def _without_cdata(value: str) -> str:
-    opening, closing = "<![CDATA[", "]]>"
+    opening, closing = _CDATA
     if value.startswith(opening) and closing in value:
         inner, _, rest = value[len(opening):].partition(closing)
         return inner + rest
@@ -1607,7 +1747,8 @@ def _convert(raw: str, node: Any) -> str:
     raw = _without_cdata(raw)
     kind = "json" if isinstance(node, ir.RawString) and node.as_json else value_kind(schema)
     if kind == "string":
-        return json.dumps(raw, ensure_ascii=False)
+        # a nullable string written as `null` is null (a raw string cannot spell it otherwise)
+        return "null" if raw.strip() == "null" and allows_null(schema) else json.dumps(raw, ensure_ascii=False)
     nested = nested_to_json(raw, node.nested) if isinstance(node, ir.RawString) and node.nested else None
     return nested if nested is not None else convert_tagged_value(raw, kind, schema)
 

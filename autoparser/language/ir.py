@@ -16,6 +16,7 @@ makes it from an analysis and a request; the GBNF backend writes it as a grammar
 * `Json`: a JSON value typed by a schema (`kind` "schema"), or any value / string / object;
 * `PyValue`: a tagged value written as a JSON or Python literal (`'text'`, `True`, `None`);
 * `RawString`: a string value written as raw text up to `end`, typed by its schema;
+* `Bracketed`: an object or array in the template's own syntax, up to its closing bracket;
 * `Members`: an object's members in order, required ones present, optional ones skippable
   (`any_order`: in any order, each optional);
 * `Capture`: the text its body matches is a part of the message (`ROLES`);
@@ -133,6 +134,14 @@ class RawString:
     nested: tuple[str, ...] = ()  # the template's own syntax for objects and arrays (`values.nested_to_json`)
 
 
+@dataclass(frozen=True)
+class Bracketed:
+    """An object or array written with the template's own string quote and bare keys
+    (`{theme:<|"|>dark<|"|>,count:3}`), up to its closing bracket; quoted text is skipped."""
+
+    quote: str
+
+
 @dataclass(frozen=True, eq=False)
 class Members:
     """`owner`'s arguments as members (`root`: the tool's schema, which the values are part of)."""
@@ -179,7 +188,8 @@ class Lazy:
     anywhere: tuple[str, ...] = ()
 
 
-Node = Lit | Chars | Text | Seq | Choice | Repeat | Gap | Json | PyValue | RawString | Members | Capture | Rule | Lazy
+Node = Lit | Chars | Text | Seq | Choice | Repeat | Gap | Json | PyValue | RawString | Bracketed | Members | Capture \
+    | Rule | Lazy
 EMPTY = Seq(())
 
 
@@ -261,6 +271,8 @@ def _show(node: Node, rules: dict[str, str]) -> str:  # noqa: C901 - one case pe
     if isinstance(node, RawString):
         kind = "json-text" if node.as_json else "raw-string"
         return f"{kind} {node.owner}{node.path[1:]} else {_show(node.text, rules)}"
+    if isinstance(node, Bracketed):
+        return f"bracketed quoted by {node.quote!r}"
     if isinstance(node, Members):
         items = " ".join(_group(m, rules) + ("" if req else "?") for m, req in node.items)
         extra = f" {_group(node.extra, rules)}*" if node.extra is not None else ""

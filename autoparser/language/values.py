@@ -266,6 +266,18 @@ def convert_tagged_value(raw: str, kind: str, schema) -> str:
 _BARE_OBJECT_KEY = re.compile(r"([{,]\s*)([A-Za-z_][\w\-]*)(\s*:)")
 
 
+def nested_to_json(raw: str, nested: tuple[str, ...]) -> str | None:
+    """The JSON text of an object or array written in the template's own syntax (`nested`:
+    ("quoted", quote) or ("tags", arg_start, key_end, arg_end, item)), or None."""
+    if nested[:1] == ("quoted",) and nested[1] in raw:
+        value = quoted_to_json(raw, nested[1])
+    elif nested[:1] == ("tags",):
+        value = tags_to_json(raw, *nested[1:])
+    else:
+        return None
+    return None if value is None else json.dumps(value, ensure_ascii=False)
+
+
 def quoted_to_json(raw: str, quote: str):
     """A value written as JSON whose strings are quoted by a marker and whose keys are bare
     (`{theme:<|"|>dark<|"|>,count:3}`), as a JSON value; None when it is not one."""
@@ -286,18 +298,6 @@ def quoted_to_json(raw: str, quote: str):
         return json.loads("".join(out))
     except ValueError:
         return None
-
-
-def nested_to_json(raw: str, nested: tuple[str, ...]) -> str | None:
-    """The JSON text of an object or array written in a template's own nested syntax, or None:
-    `nested` is ("quoted", quote) or ("tags", arg_start, key_end, arg_end, item)."""
-    if nested[:1] == ("quoted",) and nested[1] in raw:
-        value = quoted_to_json(raw, nested[1])
-    elif nested[:1] == ("tags",):
-        value = tags_to_json(raw, *nested[1:])
-    else:
-        return None
-    return None if value is None else json.dumps(value, ensure_ascii=False)
 
 
 def tags_to_json(raw: str, arg_start: str, key_end: str, arg_end: str, item: str, depth: int = 0):
