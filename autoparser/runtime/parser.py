@@ -137,7 +137,6 @@ class Parser:
         data = analysis.to_dict() if hasattr(analysis, "to_dict") else dict(analysis)
         self.analysis = analysis
         self.spec = Spec(data, tools, thinking, parallel_tool_calls, tool_choice, tool_call_policy, prompt)
-        self._args = (tools, thinking, parallel_tool_calls, tool_choice, tool_call_policy, prompt)
         self._sets = build_marker_sets(self.spec)
         self._call_spec: Spec | None = None
         if self.spec.message_format is not None:
@@ -146,19 +145,8 @@ class Parser:
             self._call_spec = Spec(body, tools, None, parallel_tool_calls, tool_choice, tool_call_policy)
             self._call_sets = build_marker_sets(self._call_spec)
 
-    def _reader(self):
-        from autoparser.language.build import Request, build_language
-        from autoparser.language.interpret import LanguageReader
-        data = self.analysis.to_dict() if hasattr(self.analysis, "to_dict") else dict(self.analysis)
-        eos = getattr(self.analysis, "eos_token", "")
-        request = Request(tools=tuple(self._args[0] or ()), thinking=self._args[1], parallel_tool_calls=self._args[2],
-                          tool_choice=self._args[3], policy=self._args[4], prompt=self._args[5], lazy=False,
-                          reading=True, end_tokens=(eos,) if eos else ())
-        return LanguageReader(build_language(data, request), end_of_turn=tuple(data.get("stop") or ()))
-
-    def stream(self):
+    def stream(self) -> StreamParser | MessageStream:
         """A new incremental parser: `feed(chunk)` -> deltas, `finish()` -> deltas, `message()`."""
-        return self._reader().stream()
         if self._call_spec is not None:
             return MessageStream(self.spec, self._sets, self._call_parser)
         return StreamParser(self.spec, self._sets)
@@ -170,7 +158,6 @@ class Parser:
 
     def parse(self, text: str) -> dict[str, Any]:
         """The assistant message for a complete model output."""
-        return self._reader().parse(text)
         stream = self.stream() if self._call_spec is not None else StreamParser(self.spec, self._sets, deltas=False)
         stream.feed(text)
         stream.finish()
