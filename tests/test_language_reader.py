@@ -95,3 +95,21 @@ def test_a_lazy_language_reads_free_output_then_the_calls(make) -> None:  # type
         (runtime["content"], runtime["reasoning_content"], calls(runtime))
     for seed in range(4):
         assert without_generated_ids(streamed_in_random_chunks(lazy, text, seed)) == without_generated_ids(message)
+
+
+def test_a_nullable_string_written_as_null_is_null_in_any_chunking() -> None:
+    """llama.cpp's expectation (Qwen3-Coder, `set_nullable_str`): `null` in a string-or-null
+    parameter is null, also where the value streams as it arrives."""
+    tool = {"type": "function", "function": {"name": "set_nullable_str", "parameters": {
+        "type": "object", "properties": {"name": {"type": ["string", "null"]}}}}}
+    analysis = analyses.qwen3_coder()
+    language = build_language(analysis.to_dict(), Request(tools=(tool,), lazy=False, reading=True))
+    text = "<tool_call>\n<function=set_nullable_str>\n<parameter=name>\nnull\n</parameter>\n</function>\n</tool_call>"
+    whole = LanguageReader(language, end_of_turn=tuple(analysis.stop)).parse(text)
+    assert calls(whole) == [("set_nullable_str", {"name": None})]
+    for seed in range(6):
+        stream = streamed_in_random_chunks(LanguageReader(language, end_of_turn=tuple(analysis.stop)), text, seed)
+        assert without_generated_ids(stream) == without_generated_ids(whole), seed
+    named = text.replace("null\n</parameter>", "nullable\n</parameter>")
+    assert calls(LanguageReader(language, end_of_turn=tuple(analysis.stop)).parse(named)) == \
+        [("set_nullable_str", {"name": "nullable"})]

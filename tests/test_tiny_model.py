@@ -74,6 +74,27 @@ def test_loads_in_llama_cpp_python_and_generates(tiny_model_path: Path) -> None:
     assert out["usage"]["completion_tokens"] > 0
 
 
+def test_tests_use_the_tiny_shape_and_the_aligned_one_generates_with_vector_wide_attention(tmp_path: Path) -> None:
+    """`--shape aligned` (a benchmark option) changes only attention widths, to whole multiples
+    of 64 values as a real DeepSeek-V3's are; the builder's default stays the tiny shape."""
+    require_llama()
+    from autoparser.llama.engine import Engine, SamplingParams
+
+    module = builder()
+    assert module.SHAPES["tiny"] == module.TinyDims()
+    path = module.build_tiny_model(tmp_path / "aligned.gguf", None, vocab_path=vocab_path(),
+                                   dims=module.SHAPES["aligned"])
+    meta = metadata(path, "deepseek2.attention.key_length", "deepseek2.attention.value_length",
+                    "deepseek2.embedding_length")
+    assert meta["deepseek2.attention.key_length"] % 64 == 0
+    assert meta["deepseek2.attention.value_length"] % 64 == 0
+    assert meta["deepseek2.embedding_length"] == module.TinyDims().n_embd
+    with Engine(str(path), n_ctx=256, n_threads=1) as engine:
+        tokens = list(engine.generate(engine.tokenize("<｜User｜>Hi<｜Assistant｜>"), 8,
+                                      SamplingParams(seed=1), ignore_eos=True))
+    assert len(tokens) == 8
+
+
 def test_engine_reports_template_and_markers(tiny_engine, tiny_template) -> None:
     assert tiny_engine.bos_token == "<｜begin▁of▁sentence｜>"
     assert tiny_engine.eos_token == "<｜end▁of▁sentence｜>"

@@ -23,12 +23,13 @@ little CPU as possible from the server; ``--client httpx`` parses every chunk wi
 ``--client openai`` streams through the ``openai`` package, as an application would.
 
 Without ``--model`` the tiny random-weight ``deepseek2`` model is built with llama.cpp's
-DeepSeek V3.1 template. The machine's load average is printed before and after: on a shared
+DeepSeek V3.1 template; ``--shape aligned`` builds it with attention widths that fill the CPU's
+vector registers, as a real model's do (``make_tiny_model.SHAPES``). The machine's load average is printed before and after: on a shared
 machine the figures swing with it. The summary at the end holds the acceptance figures.
 
 Usage::
 
-    python tools/bench_load.py [--model M.gguf] [--parallel 1,4] [--clients 1,2,4,8] [--tokens 96]
+    python tools/bench_load.py [--model M.gguf | --shape tiny|aligned] [--parallel 1,4] [--clients 1,2,4,8] [--tokens 96]
                                [--threads N] [--client lean|httpx|openai] [--rounds N]
 """
 
@@ -50,6 +51,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_server import server_cpu_seconds, start_server, stop_server, tiny_model  # noqa: E402
+from make_tiny_model import SHAPES  # noqa: E402
 
 TOPICS = ["rain", "snow", "the sea", "mountains", "cities", "trains", "birds", "clocks"]
 MODEL_NAME = "bench"
@@ -308,6 +310,8 @@ def print_summary(rows: list[dict], turns: list[dict], args: argparse.Namespace)
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", help="GGUF model (default: the tiny deepseek2 model)")
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="tiny",
+                        help="shape of the tiny model (default tiny, the one the tests use)")
     parser.add_argument("--parallel", default="1,4", help="--parallel values to serve with (default 1,4)")
     parser.add_argument("--clients", default="1,2,4,8", help="concurrent clients (default 1,2,4,8)")
     parser.add_argument("--requests", type=int, default=2, help="requests per client (default 2)")
@@ -329,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}, {os.cpu_count()} cores")
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        model = Path(args.model) if args.model else tiny_model(tmp)
+        model = Path(args.model) if args.model else tiny_model(tmp, args.shape)
         print(f"model: {model.name}, {args.tokens} tokens per request, {args.requests} request(s) per client, "
               f"{args.client} clients, {args.rounds} round(s) each, server flags: "
               f"{' '.join(args.server_args) or '(defaults)'}")

@@ -305,6 +305,8 @@ class _Thread:
             return
         if _CDATA[0].startswith(raw) or not raw.strip():
             return  # nothing visible yet, or what may still be CDATA
+        if "null".startswith(raw.strip()) and allows_null(getattr(self.member[1], "schema", None)):
+            return  # what may still be a nullable string's null
         self.streamed = 1
         self.arguments(f"{self.member_key()}\"{json.dumps(raw, ensure_ascii=False)[1:-1]}")
 

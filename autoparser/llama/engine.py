@@ -153,6 +153,7 @@ class Engine:
         self._utf8_breaking: dict[tuple[int, int, int], np.ndarray] = {}
         self._step_rows = np.empty((0, self.n_vocab), dtype=np.float32)
         self._step_base = 0
+        self._logits_views: dict[tuple[int, int], np.ndarray] = {}
 
     # ------------------------------------------------------------------ setup
 
@@ -605,15 +606,28 @@ class Engine:
         ptr = llama_cpp.llama_get_logits(self._ctx)
         if not ptr:
             raise RuntimeError("llama.cpp returned no logits")
-        self._step_base = ctypes.cast(ptr, ctypes.c_void_p).value or 0
-        self._step_rows = np.ctypeslib.as_array(ptr, shape=(n_outputs, self.n_vocab))
+        self._step_base = ctypes.addressof(ptr.contents)
+        self._step_rows = self._logits_view(self._step_base, n_outputs)
+
+    def _logits_view(self, address: int, n_outputs: int) -> np.ndarray:
+        """A numpy view of `n_outputs` rows of logits at `address`, made once per address and row
+        count: building a view costs more than the rest of a small model's sampling step. The
+        memory is llama.cpp's output buffer while llama.cpp hands out that address."""
+        key = (address, n_outputs)
+        view = self._logits_views.get(key)
+        if view is None:
+            if len(self._logits_views) >= 4 * MAX_PARALLEL:  # the buffer moved: forget old views
+                self._logits_views.clear()
+            array = (ctypes.c_float * (n_outputs * self.n_vocab)).from_address(address)
+            view = self._logits_views[key] = np.frombuffer(array, dtype=np.float32).reshape(n_outputs, self.n_vocab)
+        return view
 
     def _row_index(self, row: int) -> int:
         """Where the logits of batch position ``row`` are in the step's array: llama.cpp says."""
         ptr = llama_cpp.llama_get_logits_ith(self._ctx, row)
         if not ptr:
             raise RuntimeError("llama.cpp returned no logits")
-        return ((ctypes.cast(ptr, ctypes.c_void_p).value or 0) - self._step_base) // (4 * self.n_vocab)
+        return (ctypes.addressof(ptr.contents) - self._step_base) // (4 * self.n_vocab)
 
     def _logits(self, row: int) -> np.ndarray:
         """The logits of batch position ``row`` (a view of llama.cpp's buffer, valid for this step)."""

@@ -384,10 +384,12 @@ def _top_indices(scores: np.ndarray, n: int) -> np.ndarray:
     return part[np.argsort(-scores[part], kind="stable")]
 
 
-#: Tokens per block in :func:`draw_tokens`: the draw finds its block from the blocks' sums, then
-#: its token from a running sum over that block only (a running sum over the whole vocabulary
-#: costs more than everything else together).
-_DRAW_BLOCK = 1024
+def _draw_block(n_vocab: int) -> int:
+    """Tokens per block in :func:`draw_tokens`: the draw finds its block from a running sum of the
+    blocks' sums, then its token from a running sum over that block only. Running sums are
+    sequential in numpy (about 10 ns a value), so both stay short: a power of two near the
+    square root of the vocabulary (64 for 4,000 tokens, 512 for 129,000)."""
+    return max(64, 1 << math.isqrt(max(n_vocab - 1, 1)).bit_length())
 
 
 def draw_tokens(logits: np.ndarray | Sequence[np.ndarray], temperature: np.ndarray, min_p: np.ndarray,
@@ -402,7 +404,8 @@ def draw_tokens(logits: np.ndarray | Sequence[np.ndarray], temperature: np.ndarr
     whose tokens are all left out. The input is not modified (llama.cpp owns it).
     """
     n_rows, n_vocab = len(uniforms), len(logits[0])
-    width = -(-n_vocab // _DRAW_BLOCK) * _DRAW_BLOCK
+    size = _draw_block(n_vocab)
+    width = -(-n_vocab // size) * size
     weights = np.empty((n_rows, width), dtype=np.float32)
     weights[:, n_vocab:] = -np.inf  # padding to whole blocks: weight 0
     scores = weights[:, :n_vocab]
@@ -420,28 +423,29 @@ def draw_tokens(logits: np.ndarray | Sequence[np.ndarray], temperature: np.ndarr
             floor = best + np.log(min_p)[:, np.newaxis]
         scores[scores < floor] = -np.inf
     scores -= best
-    scores /= np.asarray(temperature, dtype=np.float32)[:, np.newaxis]
+    temperature = np.asarray(temperature, dtype=np.float32)
+    if (temperature != 1).any():  # x / 1 is x: skipping the division changes no bit
+        scores /= temperature[:, np.newaxis]
     np.exp(weights, out=weights)
-    blocks = weights.reshape(n_rows, -1, _DRAW_BLOCK)
-    running = np.cumsum(blocks.sum(axis=2), axis=1, dtype=np.float64)
+    blocks = weights.reshape(n_rows, -1, size)
+    running = np.add.accumulate(blocks.sum(axis=2).astype(np.float64), axis=1)
     targets = np.asarray(uniforms, dtype=np.float64) * running[:, -1]
-    tokens: list[int | None] = []
-    for row in range(n_rows):
-        if empty[row]:
-            tokens.append(None)
-            continue
-        # the first block, then the first token in it, whose running sum passes the target:
-        # never a token of weight 0
-        block = min(int(np.searchsorted(running[row], targets[row], side="right")), running.shape[1] - 1)
-        while block > 0 and running[row, block] == running[row, block - 1]:
-            block -= 1  # the target rounded up past the last block with any weight
-        left = targets[row] - (running[row, block - 1] if block else 0.0)
-        inside = np.cumsum(blocks[row, block], dtype=np.float64)
-        index = int(np.searchsorted(inside, left, side="right"))
-        if index >= _DRAW_BLOCK:  # rounding between the block's sum and its running sum
-            index = int(np.flatnonzero(blocks[row, block])[-1])
-        tokens.append(block * _DRAW_BLOCK + index)
-    return tokens
+    return [None if empty[row] else _token_in_blocks(blocks[row], running[row], targets[row])
+            for row in range(n_rows)]
+
+
+def _token_in_blocks(blocks: np.ndarray, running: np.ndarray, target: float) -> int:
+    """The first token whose running sum passes ``target``, from the row's blocks (blocks ×
+    block size weights) and the running sum of their sums: never a token of weight 0."""
+    size = blocks.shape[1]
+    block = min(int(running.searchsorted(target, side="right")), len(running) - 1)
+    while block > 0 and running[block] == running[block - 1]:
+        block -= 1  # the target rounded up past the last block with any weight
+    left = target - (running[block - 1] if block else 0.0)
+    index = int(np.add.accumulate(blocks[block].astype(np.float64)).searchsorted(left, side="right"))
+    if index >= size:  # rounding between the block's sum and its running sum
+        index = int(np.flatnonzero(blocks[block])[-1])
+    return block * size + index
 
 
 def draw_token(logits: np.ndarray, temperature: float, min_p: float, excluded: np.ndarray | None,
@@ -449,7 +453,8 @@ def draw_token(logits: np.ndarray, temperature: float, min_p: float, excluded: n
     """:func:`draw_tokens` for one row, with the same arithmetic step for step (so the same
     token), without the per-row bookkeeping that costs more than the work on a small vocabulary."""
     n_vocab = len(logits)
-    weights = np.empty(-(-n_vocab // _DRAW_BLOCK) * _DRAW_BLOCK, dtype=np.float32)
+    size = _draw_block(n_vocab)
+    weights = np.empty(-(-n_vocab // size) * size, dtype=np.float32)
     weights[n_vocab:] = -np.inf
     scores = weights[:n_vocab]
     scores[...] = logits
@@ -461,16 +466,9 @@ def draw_token(logits: np.ndarray, temperature: float, min_p: float, excluded: n
     if min_p > 0:
         scores[scores < best + np.log(np.float32(min_p))] = -np.inf
     scores -= best
-    scores /= np.float32(temperature)
+    if temperature != 1:
+        scores /= np.float32(temperature)
     np.exp(weights, out=weights)
-    blocks = weights.reshape(-1, _DRAW_BLOCK)
-    running = np.cumsum(blocks.sum(axis=1), dtype=np.float64)
-    target = np.float64(uniform) * running[-1]
-    block = min(int(running.searchsorted(target, side="right")), len(running) - 1)
-    while block > 0 and running[block] == running[block - 1]:
-        block -= 1
-    left = target - (running[block - 1] if block else 0.0)
-    index = int(np.cumsum(blocks[block], dtype=np.float64).searchsorted(left, side="right"))
-    if index >= _DRAW_BLOCK:
-        index = int(np.flatnonzero(blocks[block])[-1])
-    return block * _DRAW_BLOCK + index
+    blocks = weights.reshape(-1, size)
+    running = np.add.accumulate(blocks.sum(axis=1).astype(np.float64))
+    return _token_in_blocks(blocks, running, np.float64(uniform) * running[-1])
