@@ -113,3 +113,37 @@ def test_a_nullable_string_written_as_null_is_null_in_any_chunking() -> None:
     named = text.replace("null\n</parameter>", "nullable\n</parameter>")
     assert calls(LanguageReader(language, end_of_turn=tuple(analysis.stop)).parse(named)) == \
         [("set_nullable_str", {"name": "nullable"})]
+
+
+@pytest.mark.parametrize("thinking", [None, True, False])
+def test_a_broken_call_after_a_whole_one_in_unclosed_reasoning(thinking: bool | None) -> None:
+    """DeepSeek-R1 may end its reasoning at the calls without `</think>`: one reading takes the
+    whole output as reasoning waiting for `</think>`, another reads the calls. When the second
+    call breaks, the first reading goes on alone and fails at the end; recovery goes on from the
+    reading that read the whole call, so what the first reading read meanwhile is not emitted:
+    nothing is read twice, and a stream gives what a whole read gives."""
+    analysis = analyses.deepseek_r1()
+    request = Request(tools=tuple(WEATHER_TOOLS), thinking=thinking, lazy=False, reading=True,
+                      end_tokens=(analysis.eos_token,))
+    reader = LanguageReader(build_language(analysis.to_dict(), request), end_of_turn=tuple(analysis.stop))
+    broken = "<｜tool▁call▁begin｜>function<｜tool▁sep｜>search\n```json\n{bad json\n```<｜tool▁call▁end｜>"
+    text = ("Sure. <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n"
+            f"```json\n{{\"city\": \"Boston\"}}\n```<｜tool▁call▁end｜>{broken}<｜tool▁calls▁end｜>")
+    message = reader.parse(text)
+    assert calls(message) == [("get_weather", {"city": "Boston"})]
+    assert (message["reasoning_content"], message["content"]) == ("Sure.", broken)
+    for seed in range(6):
+        assert without_generated_ids(streamed_in_random_chunks(reader, text, seed)) == \
+            without_generated_ids(message), seed
+
+
+def test_a_call_cut_off_before_its_arguments_start_is_text() -> None:
+    """An output cut off inside the first argument's marker (`<p` of `<parameter=`) of a call
+    after a whole one: the second call's arguments never started, so it is text, read whole or
+    streamed (a reading that closed its arguments empty, failing there earlier, is not preferred
+    to the one still inside them)."""
+    good, _ = CALLS["qwen3_coder"]
+    second = "<tool_call>\n<function=get_weather>\n<p"
+    message = read("qwen3_coder", f"Some text.{good}\n{second}")
+    assert calls(message) == [("get_weather", {"city": "Paris", "days": 3})]
+    assert message["content"] == f"Some text.\n{second}"

@@ -1095,7 +1095,7 @@ class LanguageStream:
                 if further or (further is None and (t.role == ir.ARGUMENTS, self.emitted) >
                                (dead[0].role == ir.ARGUMENTS, dead[1])):
                     self.dead = (t, self.emitted)
-                elif t.pos == dead[0].pos and dead[1] == self.emitted and _closed_more(t, dead[0], self.buf):
+                elif t.pos == dead[0].pos and _closed_more(t, dead[0], self.buf):
                     self.dead = (t, self.emitted)
             elif result.__class__ is list:
                 todo.extend(reversed(result))
@@ -1141,16 +1141,38 @@ class LanguageStream:
             agreed -= 1
         if agreed and not final and any(t.call.started and not t.call.confirmed for t in threads):
             agreed = _last_call(first, agreed)  # a call not yet known to be one is held whole
+        if agreed and not final:
+            agreed = self._shared_with_dead(first, agreed)
         if agreed:
             self._apply(first[:agreed])
             self.emitted += agreed
             for t in threads:
                 del t.events[:agreed]
-        if len(threads) > 1 and not final:
+        if len(threads) > 1 and not final and self._dead_pending() is None:
             self._commit_common_text()
         if len(threads) > 1 and sum(len(t.events) for t in threads) > _HELD_LIMIT:
             self.threads = threads[:1]  # readings undecided for too long: the first one wins
             self._commit(final)
+
+    def _shared_with_dead(self, events: list[tuple], agreed: int) -> int:
+        """How many of the `agreed` events may go out while a failed reading that read more calls
+        whole than every living one is what recovery would go on from, should they all fail: only
+        those it read too (recovery goes on from its events after the ones emitted)."""
+        pending = self._dead_pending()
+        if pending is None:
+            return agreed
+        shared = 0
+        while shared < min(agreed, len(pending)) and events[shared] == pending[shared]:
+            shared += 1
+        return shared
+
+    def _dead_pending(self) -> list[tuple] | None:
+        """The events not yet emitted of the failed reading recovery would go on from, where it
+        read more calls whole than every living reading (None where it does not)."""
+        dead = self.dead
+        if dead is None or dead[0].calls_read <= max(t.calls_read for t in self.threads):
+            return None
+        return dead[0].events[self.emitted - dead[1]:] if self.emitted >= dead[1] else []
 
     def _commit_common_text(self) -> None:
         """Where the readings part inside a text of one role (reasoning that one reading ends at a
