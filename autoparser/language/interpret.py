@@ -1111,7 +1111,7 @@ class LanguageStream:
         if final and alive:
             # all are complete: the one with the most calls (a text that reads as content or as a
             # call is a call), else the first in the language's order
-            alive = [max(alive, key=_calls_read)]
+            alive = [max(alive, key=_calls_begun)]
             if self._cut_after_calls(alive[0]):
                 return []  # the reading cut off right after its calls is recovered instead
         return alive
@@ -1123,7 +1123,7 @@ class LanguageStream:
         if dead is None or dead[1] != self.emitted:
             return False
         t = dead[0]
-        return t.pos >= len(self.buf) and t.role is None and t.call.done and _calls_read(t) > _calls_read(best)
+        return t.pos >= len(self.buf) and t.role is None and t.call.done and _calls_begun(t) > _calls_begun(best)
 
     def _commit(self, final: bool) -> None:
         """Emit the events every reading has (all of them when one reading is left). A call's
@@ -1600,7 +1600,9 @@ def _reach(t: _Thread, buf: str) -> int:
     return t.pos
 
 
-def _calls_read(t: _Thread) -> int:
+def _calls_begun(t: _Thread) -> int:
+    """The calls a reading began among its events not emitted yet, whole or not (`_Thread.calls_read`
+    counts the calls read whole)."""
     return sum(e[0] == "call" for e in t.events)
 
 
@@ -1609,7 +1611,7 @@ def _closed_more(t: _Thread, other: _Thread, buf: str) -> bool:
     output ends inside, or had closed the part `other` was still inside (a call whose arguments
     ended, where the other began one more argument), or read more whole calls."""
     def rank(r: _Thread) -> tuple[int, bool, int]:
-        return _reach(r, buf), r.role is None and r.call.done, _calls_read(r)
+        return _reach(r, buf), r.role is None and r.call.done, _calls_begun(r)
 
     return rank(t) > rank(other)
 
