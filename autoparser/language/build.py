@@ -866,8 +866,18 @@ class _Reading(_Builder):
         calls is content, its whitespace included."""
         return super().closing(marker) if self.until_stop(marker).strip() else EMPTY
 
+    def call_closing(self) -> Node:
+        """As generated; after JSON arguments, which end by their own syntax, the call's end
+        marker may be left out (Kimi-K2 writes the next call's opener right after them)."""
+        closing = super().call_closing()
+        return optional(closing) if self.t.format == "tag_json" else closing
+
     def section_closing(self) -> Node:
-        return optional(super().section_closing())  # the output may end before it
+        closing = super().section_closing()
+        core = self.until_stop(self.t.section_end).strip()
+        if core and core[0] in ")]}":
+            return closing  # calls written as a list end with its bracket, which their syntax needs
+        return optional(closing)  # the output may end before it
 
     def key_chars(self) -> Node:
         """A key the schema does not name, as the parser reads it: any name up to the marker that

@@ -205,7 +205,7 @@ class _Call:
 class _Thread:
     __slots__ = ("stack", "pos", "events", "role", "head", "call", "parts", "member", "value", "count", "mark",
                  "skip", "own_id", "after_call", "section_calls", "calls_read",
-                 "call_over", "streamed", "spool")
+                 "call_over", "streamed", "spool", "call_from")
 
     def __init__(self, stack: Any, pos: int) -> None:
         self.stack = stack  # (node, rest) pairs, None at the bottom
@@ -227,6 +227,7 @@ class _Thread:
         self.call_over: Any = None  # what is left once the call is read whole (its end marker included)
         self.streamed: int | None = None  # a string value that streams: 0 not begun, 1 begun (None: kept whole)
         self.spool: tuple[str, str] | None = None  # a literal that may stream: its quote, the text held back
+        self.call_from = pos  # where the part that holds the last call began (a separator before it included)
 
     def fork(self, stack: Any) -> _Thread:
         twin = _Thread(stack, self.pos)
@@ -248,6 +249,7 @@ class _Thread:
         twin.after_call, twin.section_calls, twin.calls_read = self.after_call, self.section_calls, self.calls_read
         twin.call_over = self.call_over
         twin.streamed, twin.spool = self.streamed, self.spool
+        twin.call_from = self.call_from
         return twin
 
     def key(self) -> tuple:
@@ -425,8 +427,8 @@ class _Lit:
             t.name_text(buf[pos:end])
             t.pos = pos = end
             self.done = True
-            if t.call.confirm_next:
-                t.call.confirmed = True
+            if t.call.confirm_next and not is_weak(self.core):
+                t.call.confirmed = True  # punctuation (`)`, `, `) may still be part of broken syntax
         trail = self.trail
         index = 0
         while index < len(trail) and pos < len(buf) and buf[pos] == trail[index]:
@@ -1232,7 +1234,7 @@ class LanguageStream:
         best.events = best.events[self.emitted - emitted:] if self.emitted >= emitted else []
         best.start_call(waited=True)  # a call that awaited its id has none
         unopened = bool(best.events) and best.events[-1][0] == "call"  # a call with no argument text yet
-        if best.call.started and not best.call.confirmed:
+        if best.call.started and not best.call.confirmed and not (self.finished and best.call.done):
             # a call whose arguments did not start well is text (its events were held back)
             at = _last_call(best.events, len(best.events))
             unopened = at < len(best.events)
@@ -1254,7 +1256,9 @@ class LanguageStream:
         # after a call read whole, the markers that close it are no text (whitespace before the
         # failure is); else the part begun is text
         cut = min(best.mark, best.pos)
-        if best.call.done and opened:
+        if unopened and best.call.done:
+            cut = max(self.safe, best.call_from)  # a call read whole but withdrawn: its text is content
+        elif best.call.done and opened:
             cut = best.pos
             while cut > self.safe and self.buf[cut - 1] in _WHITESPACE:
                 cut -= 1
@@ -1364,6 +1368,7 @@ class LanguageStream:
                 t.stack = (item, t.stack)
         elif cls is ir.Rule:
             if node.name == "call":
+                t.call_from = t.mark
                 t.after_call = t.stack
                 ends = t.stack is not None and bool(_first_marker(t.stack[0]))
                 t.call_over = t.stack[1] if ends else t.stack
@@ -1664,7 +1669,9 @@ def _first_marker(node: Any) -> str:
     while True:
         if isinstance(node, ir.Lit):
             return node.text.strip()
-        if isinstance(node, ir.Seq):
+        if isinstance(node, ir.Repeat) and node.max == 1:
+            node = node.item  # a marker that may be left out
+        elif isinstance(node, ir.Seq):
             items = [i for i in node.items if not isinstance(i, ir.Gap)]
             if not items:
                 return ""
