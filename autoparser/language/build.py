@@ -789,9 +789,12 @@ class _Reading(_Builder):
     def calls_then_text(self, section: Node, *also_stop: str) -> Node:
         """Call sections, each followed by content (several where calls are parallel)."""
         most = None if self.parallel else 1
-        # right after calls, the section's end or (where calls may follow) a call's opener is markup
-        after = self.text(*also_stop, not_first=(self.t.section_end, self.t.call_start if self.parallel else "",
-                                                 self.t.call_separator if self.parallel else ""))
+        # right after calls, what closes a call or the section, or (where calls may follow) a
+        # call's opener, is markup
+        t = self.t
+        after = self.text(*also_stop, not_first=(t.section_end, t.call_end, t.args_end,
+                                                 t.call_start if self.parallel else "",
+                                                 t.call_separator if self.parallel else ""))
         return Repeat(seq(section, after), 1 if self.choice == "required" else 0, most)
 
     def opened_calls(self) -> Node:
