@@ -32,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from autoparser.analysis import Analysis, ReasoningAnalysis, ToolsAnalysis  # noqa: E402
-from autoparser.runtime import Parser  # noqa: E402
+from autoparser.language.reading import Parser  # noqa: E402
 
 CHUNK = 4
 BOS, EOS = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"

@@ -24,8 +24,8 @@ calls is content, a call after one that was no call is a call. At the end of the
 cut off keeps the values that were complete.
 
 Fast paths: free text is searched for its stop markers with one regular expression
-(`runtime.markers.MarkerSet`), holding back only a possible marker prefix; JSON values go
-through `runtime.jsonscan.JsonScanner` (a long string is consumed by one regular expression, and
+(`markers.MarkerSet`), holding back only a possible marker prefix; JSON values go
+through `jsonscan.JsonScanner` (a long string is consumed by one regular expression, and
 a chunk of plain string text goes straight out); every character is consumed once per thread.
 """
 
@@ -38,6 +38,9 @@ from collections.abc import Callable
 from typing import Any
 
 from autoparser.language import ir
+from autoparser.language.jsonscan import DONE, ERROR, JsonScanner, is_string_body
+from autoparser.language.markers import FULL, PARTIAL, MarkerSet, match_at
+from autoparser.language.message import Output, ToolCall, new_call_id
 from autoparser.language.request import is_weak, value_kind
 from autoparser.language.values import (
     allows_null,
@@ -46,9 +49,6 @@ from autoparser.language.values import (
     decode_string_body,
     nested_to_json,
 )
-from autoparser.runtime.channels import Output, ToolCall, new_call_id
-from autoparser.runtime.jsonscan import DONE, ERROR, JsonScanner, is_string_body
-from autoparser.runtime.markers import FULL, PARTIAL, MarkerSet, match_at
 
 _CDATA = ("<![CDATA[", "]]>")
 MORE, FAIL, SPLIT = 0, 2, 3  # terminal results besides DONE: wait, no match, the text may end here
@@ -1512,7 +1512,7 @@ class LanguageStream:
             body = node.body
             call.mode = "members" if isinstance(body, ir.Members) else \
                 "string" if isinstance(body, ir.Json) and body.kind == "string" else "json"
-            # the runtime returns the model's own id, which some formats write after the arguments
+            # the parser returns the model's own id, which some formats write after the arguments
             call.awaits_id = call.id is None and self.reader.id_may_follow(t.stack)
             t.start_call()
 
