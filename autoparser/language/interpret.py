@@ -1061,6 +1061,7 @@ class LanguageStream:
             for t in kept:
                 t.pos -= low
                 t.mark = max(t.mark - low, 0)
+                t.call_from = max(t.call_from - low, 0)
                 if t.head.__class__ is _Text:
                     t.head.start -= low
                     t.head.after -= low
