@@ -1052,6 +1052,10 @@ class LanguageStream:
         """Drop the text every reading has passed (positions shift with it)."""
         if self.fallback:
             return
+        dead = self.dead
+        if dead is not None and self.threads and all(t.calls_read >= dead[0].calls_read and t.pos > dead[0].pos
+                                                     for t in self.threads):
+            self.dead = None  # every living reading got further: whichever fails next replaces it
         kept = self.threads + ([self.dead[0]] if self.dead is not None else [])
         low = min([t.pos for t in kept] + [self.safe])
         if low > 0 and (low > 4096 or low * 2 > len(self.buf)):
@@ -1084,6 +1088,7 @@ class LanguageStream:
         todo = list(reversed(self.threads))
         alive: list[_Thread] = []
         seen: set[tuple] = set()
+        groups: dict[tuple, list[list[Any]]] = {}
         while todo:
             t = todo.pop()
             result = self._run(t, final)
@@ -1103,13 +1108,26 @@ class LanguageStream:
             elif result.__class__ is list:
                 todo.extend(reversed(result))
             else:
-                # readings that reached one state by different paths read alike from here: one is kept
-                key = t.key() if t.head is None or t.head.__class__ is _Trailer else \
-                    t.state() if todo or alive else None
-                if key is not None:
+                # readings that reached one state by different paths read alike from here: one is
+                # kept (a full state is computed only where another reading is alike at a glance)
+                if t.head is None or t.head.__class__ is _Trailer:
+                    key = t.key()
                     if key in seen:
                         continue
                     seen.add(key)
+                elif todo or alive:
+                    glance = (t.pos, t.role, t.head.__class__, len(t.events))
+                    alike = groups.get(glance)
+                    if alike is None:
+                        groups[glance] = [[t, None]]
+                    else:
+                        state = t.state()
+                        for entry in alike:
+                            if entry[1] is None:
+                                entry[1] = entry[0].state()
+                        if any(entry[1] == state for entry in alike):
+                            continue
+                        alike.append([t, state])
                 alive.append(t)
         if final and alive:
             # all are complete: the one with the most calls (a text that reads as content or as a
