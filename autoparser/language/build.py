@@ -753,6 +753,7 @@ class _Reading(_Builder):
         super().__init__(analysis, request)
         # the parser reads several calls whenever the request allows them, whatever the template shows
         self.parallel = request.parallel_tool_calls
+        self.start_repeated = False  # building reasoning after a start marker the model repeated
         wanted, _ = chosen_tools(list(request.tools or []), request.tool_choice)
         if wanted != "none" and not request.tools:
             self.choice, self.tools = wanted, [ANY_TOOL]
@@ -1012,19 +1013,16 @@ class _Reading(_Builder):
         if not self.reads_reasoning():
             return body
         start, end = r.start.strip(), r.end.strip()
-        interrupts = self.interrupts()
-        inside = [seq(self.reasoning_text(), self.marker(end), body)]
-        if interrupts:
-            inside.append(seq(self.reasoning_text(*interrupts), self.after_interrupt(section, end)))
-        else:
-            inside.append(self.reasoning_text())
-        unopened = self.call_opener_alone()
-        if unopened and section is not None and not self.in_messages():
-            # a call whose section opener was left out ends the reasoning only where a call follows
-            inside.append(seq(self.reasoning_text(*interrupts, unopened), self.calls_then_text(section, end)))
+        inside = self.reasoning_to_answer(body, section, end)
         if self.forced:
-            inside[1:1] = self.answer_ends_reasoning(body)
-            return seq(optional(seq(self.gap(), self.marker(start))) if start else EMPTY, choice(*inside))
+            if not start:
+                return choice(*inside)
+            # the prompt opened reasoning: a start marker the model writes again first is markup,
+            # and one more after it is the reasoning's text
+            self.start_repeated = True
+            repeated = self.reasoning_to_answer(body, section, end)
+            self.start_repeated = False
+            return choice(seq(self.gap(), self.marker(start), choice(*repeated)), choice(*inside))
         options = [unended if unended is not None and self.implies_reasoning() else body,
                    seq(self.gap(), self.marker(end), body)]
         if start:
@@ -1035,6 +1033,23 @@ class _Reading(_Builder):
             stops = () if self.in_messages() else self.call_openers()
             options.append(seq(self.reasoning_text(*stops), self.marker(end), body))
         return choice(*options)
+
+    def reasoning_to_answer(self, body: Node, section: Node | None, end: str) -> list[Node]:
+        """Reasoning, then what ends it: its end marker and `body`; an interrupt and the answer;
+        the end of the output; a call whose section opener was left out."""
+        interrupts = self.interrupts()
+        inside = [seq(self.reasoning_text(), self.marker(end), body)]
+        if self.forced:
+            inside += self.answer_ends_reasoning(body)
+        if interrupts:
+            inside.append(seq(self.reasoning_text(*interrupts), self.after_interrupt(section, end)))
+        else:
+            inside.append(self.reasoning_text())
+        unopened = self.call_opener_alone()
+        if unopened and section is not None and not self.in_messages():
+            # a call whose section opener was left out ends the reasoning only where a call follows
+            inside.append(seq(self.reasoning_text(*interrupts, unopened), self.calls_then_text(section, end)))
+        return inside
 
     def interrupts(self) -> tuple[str, ...]:
         """What ends reasoning that no end marker closes: the opener of the tool calls and the
@@ -1102,7 +1117,7 @@ class _Reading(_Builder):
     def reasoning_text(self, *also_stop: str) -> Node:
         stops = (self.r.end.strip(), *self.stop, *also_stop)
         # where the prompt opened reasoning, a start marker the model repeats is markup
-        first = (self.r.start,) if self.forced else ()
+        first = (self.r.start,) if self.forced and not self.start_repeated else ()
         return Capture(REASONING, Text(stops, hint="reasoning", not_first=first))
 
     def text(self, *also_stop: str, calls: bool = True, not_first: tuple[str, ...] = ()) -> Node:
