@@ -1197,16 +1197,22 @@ class LanguageStream:
 
     def _commit_common_text(self) -> None:
         """Where the readings part inside a text of one role (reasoning that one reading ends at a
-        marker and another reads on), the text they share goes out at once."""
+        marker and another reads on), the text they share goes out at once, however the
+        readings cut it into pieces."""
+        while self._share_first_text():
+            pass
+
+    def _share_first_text(self) -> bool:
+        """Emit the text the readings' first held events share; whether there was some."""
         threads = self.threads
         nexts = [t.events[0] if t.events else None for t in threads]
         first = nexts[0]
         if first is None or first[0] not in (ir.REASONING, ir.CONTENT) or \
                 any(e is None or e[0] != first[0] for e in nexts):
-            return
+            return False
         shared = os.path.commonprefix([e[1] for e in nexts])
         if not shared:
-            return
+            return False
         self._apply([(first[0], shared, first[2] - len(first[1]) + len(shared))])
         self.emitted += 1
         for t, e in zip(threads, nexts, strict=True):
@@ -1214,6 +1220,7 @@ class LanguageStream:
                 del t.events[0]
             else:
                 t.events[0] = (e[0], e[1][len(shared):], e[2])
+        return True
 
     def _apply(self, events: list[tuple]) -> None:
         out = self.out
