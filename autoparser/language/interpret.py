@@ -1049,8 +1049,9 @@ class LanguageStream:
         return self.out.calls[-1]
 
     def _trim(self) -> None:
-        """Drop the text every reading has passed (positions shift with it)."""
-        if self.fallback:
+        """Drop the text every reading has passed (positions shift with it), once there is
+        enough of it to be worth the shifting."""
+        if self.fallback or len(self.buf) < 4096:
             return
         dead = self.dead
         if dead is not None and self.threads and all(t.calls_read >= dead[0].calls_read and t.pos > dead[0].pos
