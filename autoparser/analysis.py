@@ -1,6 +1,6 @@
 """The analysis of a chat template: plain data describing a model's output language.
 
-An `Analysis` is produced by `autoparser.analyzers.analyze` and consumed by the parser runtime
+An `Analysis` is produced by `autoparser.analyzers.analyze` and consumed by the parser
 and the grammar generators. It holds only plain data (strings, booleans, lists and small frozen
 parts), so it serializes to JSON (`to_dict`) and back (`from_dict`) without loss; the standalone
 generated module embeds it.
@@ -153,7 +153,7 @@ class Analysis:
     def parser(self, tools: list[dict[str, Any]] | None = None, thinking: bool | None = None,
                parallel_tool_calls: bool = True, tool_choice: Any = "auto",
                tool_call_policy: str = "lenient", prompt: str | None = None):
-        from autoparser.runtime import Parser
+        from autoparser.language.reading import Parser
 
         return Parser(self, tools=tools, thinking=thinking, parallel_tool_calls=parallel_tool_calls,
                       tool_choice=tool_choice, tool_call_policy=tool_call_policy, prompt=prompt)

@@ -14,8 +14,8 @@ import re
 from typing import Any
 
 from autoparser.analysis import Analysis, ContentAnalysis, ReasoningAnalysis, ToolsAnalysis
+from autoparser.language.reading import Parser
 from autoparser.language.request import split_call_index
-from autoparser.runtime import Parser
 
 DS_BOS = "<｜begin▁of▁sentence｜>"
 DS_EOS = "<｜end▁of▁sentence｜>"

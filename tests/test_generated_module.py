@@ -1,4 +1,4 @@
-"""The standalone module from `generate_module` behaves exactly like the runtime.
+"""The standalone module from `generate_module` behaves exactly like `Parser`.
 
 Each generated file runs in a separate interpreter started with `-I -S`: no site-packages and no
 environment, so only the standard library is importable (the driver checks that `autoparser`
@@ -8,6 +8,7 @@ match, call ids aside (they are random per parser).
 
 from __future__ import annotations
 
+import ast
 import json
 import random
 import subprocess
@@ -19,8 +20,8 @@ import analyses
 import corpora
 import pytest
 
-from autoparser.generators.module import generate_module
-from autoparser.runtime import Parser
+from autoparser.generators.module import embedded_modules, generate_module, package_imports
+from autoparser.language.reading import Parser
 
 FAMILIES = ["deepseek_v31", "deepseek_v3_0324", "deepseek_r1", "hermes", "qwen3", "qwen3_coder", "glm45",
             "mistral_array", "mistral_compact", "llama31", "bare_json_array", "kimi_k2", "deepseek_v32",
@@ -94,7 +95,7 @@ def _normalize_ids(value: Any) -> Any:
     return value
 
 
-def _runtime_results(family: str, cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _parser_results(family: str, cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
     analysis = getattr(analyses, family)()
     results = []
     for case in cases:
@@ -109,7 +110,7 @@ def _runtime_results(family: str, cases: list[dict[str, Any]]) -> list[dict[str,
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_generated_module_matches_runtime(family: str, tmp_path: Path) -> None:
+def test_generated_module_matches_the_parser(family: str, tmp_path: Path) -> None:
     module_path = tmp_path / f"{family}_parser.py"
     module_path.write_text(generate_module(getattr(analyses, family)()), encoding="utf-8")
     cases = _cases(family)
@@ -118,7 +119,7 @@ def test_generated_module_matches_runtime(family: str, tmp_path: Path) -> None:
                                timeout=300, cwd=tmp_path)
     assert completed.returncode == 0, completed.stderr
     generated = json.loads(completed.stdout)
-    expected = _runtime_results(family, cases)
+    expected = _parser_results(family, cases)
     assert len(generated) == len(expected)
     for case, got, want in zip(cases, generated, expected, strict=True):
         assert _normalize_ids(got) == _normalize_ids(want), case["text"]
@@ -140,3 +141,16 @@ def test_generated_module_accepts_a_plain_dict_analysis(tmp_path: Path) -> None:
     source = generate_module(analyses.hermes().to_dict())
     assert "ANALYSIS = {" in source
     compile(source, "generated.py", "exec")
+
+
+def test_generated_module_embeds_the_language_and_its_reader() -> None:
+    """The module is the builder, the IR and the reader (and what they import), not a second parser."""
+    embedded = set(embedded_modules())
+    assert {"autoparser.language.build", "autoparser.language.ir", "autoparser.language.interpret",
+            "autoparser.language.reading"} <= embedded
+    assert not any(name.startswith(("autoparser.runtime", "autoparser.generators")) for name in embedded)
+
+
+def test_generating_refuses_a_module_outside_the_standard_library() -> None:
+    with pytest.raises(RuntimeError, match="not in the standard library"):
+        package_imports("autoparser.example", ast.parse("def f():\n    import numpy\n"))

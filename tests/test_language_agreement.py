@@ -2,8 +2,8 @@
 
 For every tool-capable template of both corpora, outputs are sampled from the full GBNF
 language of a request (``tool_choice`` "required" and "auto", not lazy) with a seeded random
-generator, and parsed with the runtime (`analysis.parser`), with the Lark grammar
-(`parse_with_lark`) and with the streaming reader of the output language
+generator, and parsed with the parser (`analysis.parser`), with the Lark grammar
+(`parse_with_lark`) and with the streaming reader of the request's full language
 (`language.interpret`): all must give the same message (reasoning and content stripped, tool
 names, arguments as JSON; ids not compared). The reader must also give the same message
 streamed, whatever the chunks (special tokens one per chunk included), as read whole, and its
@@ -11,7 +11,7 @@ deltas must add up to that message.
 
 The templates in `KNOWN` disagree today; each entry says how. They are expected failures
 (not strict), so that the other templates stay guarded and a fix shows up as a pass.
-`READER_KNOWN` lists, the same way, where the reader and another reader differ.
+`READER_KNOWN_LARK` lists, the same way, where the reader and Lark differ.
 """
 
 from __future__ import annotations
@@ -42,9 +42,7 @@ SAMPLES = 3  # per tool_choice: the test covers many templates, each briefly
 KNOWN: dict[str, str] = {}
 
 
-# where the streaming reader of the language reads otherwise than the runtime or Lark (template -> how).
-# The reader reads by the language, as Lark does: it differs from the runtime where Lark does
-READER_KNOWN_RUNTIME: dict[str, str] = {}
+# where the streaming reader of the language reads otherwise than Lark (template -> how)
 READER_KNOWN_LARK: dict[str, str] = {}
 
 
@@ -65,7 +63,7 @@ def _params(known: dict[str, str] = KNOWN) -> list:
 
 
 @pytest.mark.parametrize("path", _params())
-def test_grammar_sentences_parse_alike_with_the_runtime_and_lark(path: Path) -> None:
+def test_grammar_sentences_parse_alike_with_the_parser_and_lark(path: Path) -> None:
     analysis = _analysis(path)
     if analysis is None or not analysis.tools.supported:
         pytest.skip("no tool-call format")
@@ -74,9 +72,9 @@ def test_grammar_sentences_parse_alike_with_the_runtime_and_lark(path: Path) -> 
         rng = random.Random(f"{path.stem}-{choice}")
         for _ in range(SAMPLES):
             text = grammar.sample(rng)
-            runtime = analysis.parser(tools=TOOLS, tool_choice=choice).parse(text)
+            parsed = analysis.parser(tools=TOOLS, tool_choice=choice).parse(text)
             lark = parse_with_lark(analysis, text, tools=TOOLS, tool_choice=choice)
-            assert comparable(runtime) == comparable(lark), text
+            assert comparable(parsed) == comparable(lark), text
 
 
 @cache
@@ -104,15 +102,6 @@ def _tool_capable(path: Path) -> None:
     analysis = _analysis(path)
     if analysis is None or not analysis.tools.supported:
         pytest.skip("no tool-call format")
-
-
-@pytest.mark.parametrize("path", _params(READER_KNOWN_RUNTIME))
-def test_grammar_sentences_read_alike_with_the_language_reader_and_the_runtime(path: Path) -> None:
-    _tool_capable(path)
-    analysis = _analysis(path)
-    for choice, text in _sentences(path):
-        read = comparable(_reader(path, choice).parse(text))
-        assert read == comparable(analysis.parser(tools=TOOLS, tool_choice=choice).parse(text)), text
 
 
 @pytest.mark.parametrize("path", _params(READER_KNOWN_LARK))

@@ -115,6 +115,22 @@ def test_a_nullable_string_written_as_null_is_null_in_any_chunking() -> None:
         [("set_nullable_str", {"name": "nullable"})]
 
 
+@pytest.mark.parametrize("text, reasoning, content", [
+    ("<think><think>plan</think>Answer.", "<think>plan", "Answer."),
+    ("<think><think><think>", "<think><think>", None),
+    ("plan</think><think>Answer.", "plan", "<think>Answer."),
+])
+def test_a_start_marker_repeated_after_the_prompt_opened_reasoning_loses_nothing(
+        text: str, reasoning: str, content: str | None) -> None:
+    """With thinking on, DeepSeek-V3.1's prompt opens `<think>`: one more that the model writes
+    first is markup, and the ones after it are text, streamed or not."""
+    parser = analyses.deepseek_v31().parser(thinking=True)
+    message = parser.parse(text)
+    assert (message["reasoning_content"], message["content"]) == (reasoning, content)
+    for seed in range(6):
+        assert without_generated_ids(streamed_in_random_chunks(parser, text, seed)) == without_generated_ids(message)
+
+
 @pytest.mark.parametrize("thinking", [None, True, False])
 def test_a_broken_call_after_a_whole_one_in_unclosed_reasoning(thinking: bool | None) -> None:
     """DeepSeek-R1 may end its reasoning at the calls without `</think>`: one reading takes the

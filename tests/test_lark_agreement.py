@@ -1,4 +1,4 @@
-"""The Lark grammar and the parser runtime describe the same output language.
+"""The Lark grammar and the parser describe the same output language.
 
 For round-trip outputs of real templates (CONTRACT section 6: the prompt rendered with and
 without an assistant message, the difference being what the model would have produced),
@@ -9,8 +9,8 @@ equal as JSON; call ids are not compared.
 The analyses come from `autoparser.analyze` when the analyzer is installed, and from the
 hand-built analyses in `lark_cases` otherwise (those are always checked too). Across whole
 corpora the outputs are the project's round-trip cases (`autoparser.roundtrip`) and the cases
-in `lark_cases`; agreement is required wherever the runtime gets the round trip right: where
-it does not, the analysis or the runtime is at fault, not the grammar, and the round-trip
+in `lark_cases`; agreement is required wherever the parser gets the round trip right: where
+it does not, the analysis or the parser is at fault, not the grammar, and the round-trip
 tests report it.
 """
 
@@ -49,10 +49,10 @@ def _available(module: str) -> bool:
 
 
 ANALYZER = _available("autoparser.analyzers")
-RUNTIME = _available("autoparser.runtime")
+PARSER = _available("autoparser.language.reading")
 ROUND_TRIP = _available("autoparser.roundtrip")
 BOS, EOS = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"  # as the round-trip tests use
-needs_runtime = pytest.mark.skipif(not RUNTIME, reason="autoparser.runtime is not available yet")
+needs_parser = pytest.mark.skipif(not PARSER, reason="the parser is not available yet")
 SOURCES = ["analyzed", "hand_built"] if ANALYZER else ["hand_built"]
 
 
@@ -69,14 +69,14 @@ def lark_message(analysis: Analysis, output: str, thinking: bool | None,
         return f"not in the grammar's language: {str(exc).splitlines()[0]}"
 
 
-def runtime_message(analysis: Analysis, output: str, thinking: bool | None) -> dict[str, Any]:
+def parser_message(analysis: Analysis, output: str, thinking: bool | None) -> dict[str, Any]:
     return comparable(analysis.parser(tools=TOOLS, thinking=thinking).parse(output))
 
 
 # -- the six named templates ----------------------------------------------------------------------
 
 
-@needs_runtime
+@needs_parser
 @pytest.mark.parametrize("thinking", [None, True, False], ids=["default", "thinking", "no-thinking"])
 @pytest.mark.parametrize("probe", sorted(PROBES))
 @pytest.mark.parametrize("source", SOURCES)
@@ -91,7 +91,7 @@ def test_named_template_round_trips_agree(name: str, source: str, probe: str, th
     output = round_trip_output(analysis, PROBES[probe], TOOLS, thinking)
     if output is None:
         pytest.skip("not applicable: the conversation with the message does not start with the prompt")
-    assert lark_message(analysis, output, thinking) == runtime_message(analysis, output, thinking)
+    assert lark_message(analysis, output, thinking) == parser_message(analysis, output, thinking)
 
 
 # outputs no template renders but both must read alike: (case, thinking, output)
@@ -125,18 +125,18 @@ EDGE_OUTPUTS: list[tuple[str, bool | None, str]] = [
 ]
 
 
-@needs_runtime
+@needs_parser
 @pytest.mark.parametrize(("name", "thinking", "output"), EDGE_OUTPUTS)
 def test_edge_outputs_agree(name: str, thinking: bool | None, output: str) -> None:
     analysis = analysis_of(name)
-    assert lark_message(analysis, output, thinking) == runtime_message(analysis, output, thinking)
+    assert lark_message(analysis, output, thinking) == parser_message(analysis, output, thinking)
 
 
 # -- whole corpora ----------------------------------------------------------------------------------
 
 
 def corpus_disagreements(path: Path) -> list[str]:
-    """Round trips of `path` that the runtime gets right but the grammar reads differently.
+    """Round trips of `path` that the parser gets right but the grammar reads differently.
 
     The outputs are the project's own round-trip cases (`autoparser.roundtrip`), plus the cases
     of `lark_cases` in every thinking mode. On the way, the template's printed grammars must load
@@ -154,7 +154,7 @@ def corpus_disagreements(path: Path) -> list[str]:
 
 
 def project_case_disagreements(analysis: Analysis) -> list[str]:
-    """`autoparser.roundtrip`'s cases that pass: the grammar must read them as the runtime does."""
+    """`autoparser.roundtrip`'s cases that pass: the grammar must read them as the parser does."""
     if not ROUND_TRIP:
         return []
     from autoparser import roundtrip
@@ -163,13 +163,13 @@ def project_case_disagreements(analysis: Analysis) -> list[str]:
     for case, message in roundtrip.probe_messages().items():
         result = roundtrip.run_case(analysis, case, message)
         if result.status != "pass":
-            continue  # not applicable, or the runtime's own round-trip failure
+            continue  # not applicable, or the parser's own round-trip failure
         if any(call.get("incomplete") for call in result.got.get("tool_calls") or []):
             continue  # the output was cut inside a call (at an end-of-turn marker): no complete sentence
         thinking = True if message.get("reasoning_content") else None  # as `run_case` parses
         grammar = lark_message(analysis, result.output, thinking, tools=roundtrip.TOOLS)
         if grammar != comparable(result.got):
-            problems.append(f"{case}: grammar {grammar} != runtime {comparable(result.got)}")
+            problems.append(f"{case}: grammar {grammar} != parser {comparable(result.got)}")
     return problems
 
 
@@ -183,16 +183,16 @@ def own_case_disagreements(analysis: Analysis) -> list[str]:
                 continue
             if output is None:
                 continue
-            runtime = runtime_message(analysis, output, thinking)
-            if runtime != expected_message(message, output):
-                continue  # the runtime's own round-trip failure: not a grammar question
+            parsed = parser_message(analysis, output, thinking)
+            if parsed != expected_message(message, output):
+                continue  # the parser's own round-trip failure: not a grammar question
             grammar = lark_message(analysis, output, thinking)
-            if grammar != runtime:
-                problems.append(f"{probe} (thinking={thinking}): grammar {grammar} != runtime {runtime}")
+            if grammar != parsed:
+                problems.append(f"{probe} (thinking={thinking}): grammar {grammar} != parser {parsed}")
     return problems
 
 
-@needs_runtime
+@needs_parser
 @pytest.mark.parametrize("path", corpora.llamacpp_template_params())
 def test_llamacpp_corpus_round_trips_agree(path: Path) -> None:
     problems = corpus_disagreements(path)
@@ -201,7 +201,7 @@ def test_llamacpp_corpus_round_trips_agree(path: Path) -> None:
     assert problems == []
 
 
-@needs_runtime
+@needs_parser
 @pytest.mark.parametrize("path", corpora.shared_template_params())
 def test_shared_corpus_round_trips_agree(path: Path) -> None:
     problems = corpus_disagreements(path)
@@ -210,9 +210,9 @@ def test_shared_corpus_round_trips_agree(path: Path) -> None:
     assert problems == []
 
 
-# Analyses of the llama.cpp corpus that the grammar reads differently from the runtime: none.
+# Analyses of the llama.cpp corpus that the grammar reads differently from the parser: none.
 KNOWN_LLAMACPP_DISAGREEMENTS: dict[str, str] = {}
 
 
-# Analyses of the shared corpus that the grammar reads differently from the runtime: none.
+# Analyses of the shared corpus that the grammar reads differently from the parser: none.
 KNOWN_SHARED_DISAGREEMENTS: dict[str, str] = {}

@@ -38,7 +38,7 @@ from test_runtime_properties import (
     plain_text,
 )
 
-from autoparser.runtime import Parser
+from autoparser.language.reading import Parser
 
 SETTINGS = settings(max_examples=int(os.environ.get("AUTOPARSER_HYPOTHESIS_EXAMPLES", "40")), deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])

@@ -41,7 +41,7 @@ import pytest
 from analyses import without_generated_ids
 
 import autoparser
-from autoparser.runtime import Parser
+from autoparser.language.reading import Parser
 
 DS_TOKENS = ("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>")
 QWEN_TOKENS = ("", "<|im_end|>")

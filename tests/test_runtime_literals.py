@@ -9,8 +9,8 @@ import analyses
 import pytest
 from analyses import WEATHER_TOOLS, calls, parse
 
+from autoparser.language.reading import Parser
 from autoparser.language.values import NotALiteral, decode_escape, decode_string_body, literal_to_json
-from autoparser.runtime import Parser
 
 TOOLS = WEATHER_TOOLS + [
     {"type": "function", "function": {"name": "toggle", "parameters": {"type": "object", "properties": {

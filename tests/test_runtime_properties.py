@@ -23,9 +23,9 @@ from analyses import without_generated_ids
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from autoparser.language.markers import flexible_pattern
+from autoparser.language.reading import Parser
 from autoparser.language.request import core
-from autoparser.runtime import Parser
-from autoparser.runtime.markers import flexible_pattern
 
 FAMILIES = ["deepseek_v31", "deepseek_v3_0324", "deepseek_r1", "hermes", "qwen3", "qwen3_coder", "glm45",
             "mistral_array", "mistral_compact", "llama31", "bare_json_array", "kimi_k2", "deepseek_v32",

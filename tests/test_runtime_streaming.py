@@ -8,7 +8,7 @@ import re
 import analyses
 from analyses import DS_CALL, DS_EOS, DS_SECTION, DS_SEP, WEATHER_TOOLS, without_generated_ids
 
-from autoparser.runtime import Parser
+from autoparser.language.reading import Parser
 
 V31_CALL = (DS_SECTION[0] + DS_CALL[0] + "get_weather" + DS_SEP + '{"city": "Paris", "note": "' + "x" * 40
             + '"}' + DS_CALL[1] + DS_SECTION[1] + DS_EOS)

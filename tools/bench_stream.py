@@ -16,11 +16,9 @@ server would feed tokens, and also parsed whole. Printed:
 Times are CPU time of this process (`time.process_time`), best of several runs, so that other
 work on a shared machine disturbs them less.
 
-Usage: python tools/bench_stream.py [--template PATH] [--repeat N] [--reader runtime|language]
+Usage: python tools/bench_stream.py [--template PATH] [--repeat N]
 With --template the analysis is inferred from that chat template; by default the DeepSeek V3.1
-format is spelled out here, so the benchmark measures the runtime alone. `--reader language`
-measures the streaming reader of the output language (`autoparser.language.interpret`) on the
-same input instead of the runtime's state machine.
+format is spelled out here, so the benchmark measures the parser alone.
 """
 
 from __future__ import annotations
@@ -34,15 +32,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from autoparser.analysis import Analysis, ReasoningAnalysis, ToolsAnalysis  # noqa: E402
-from autoparser.language.build import Request, build_language  # noqa: E402
-from autoparser.language.interpret import LanguageReader  # noqa: E402
-from autoparser.runtime import Parser  # noqa: E402
+from autoparser.language.reading import Parser  # noqa: E402
 
 CHUNK = 4
 BOS, EOS = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"
-WRITE_FILE = {"type": "function", "function": {"name": "write_file", "parameters": {
-    "type": "object", "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
-    "required": ["path", "content"]}}}
 
 
 def deepseek_v31() -> Analysis:
@@ -76,14 +69,7 @@ def model_output(code: str) -> tuple[str, str]:
     return text, arguments
 
 
-def language_reader(analysis: Analysis) -> LanguageReader:
-    """The reader of the output language the parser reads (`reading=True`), for a request with the
-    one tool the output calls."""
-    request = Request(tools=(WRITE_FILE,), lazy=False, end_tokens=(EOS,), reading=True)
-    return LanguageReader(build_language(analysis.to_dict(), request), end_of_turn=tuple(analysis.stop))
-
-
-def stream_time(parser: Parser | LanguageReader, text: str) -> tuple[float, dict, int]:
+def stream_time(parser: Parser, text: str) -> tuple[float, dict, int]:
     start = time.process_time()
     stream = parser.stream()
     chunks = 0
@@ -106,7 +92,7 @@ def floor_time(text: str) -> tuple[float]:
     return (time.process_time() - start,)
 
 
-def whole_time(parser: Parser | LanguageReader, text: str) -> tuple[float, dict]:
+def whole_time(parser: Parser, text: str) -> tuple[float, dict]:
     start = time.process_time()
     message = parser.parse(text)
     return time.process_time() - start, message
@@ -121,8 +107,6 @@ def main() -> int:
     options = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     options.add_argument("--template", type=Path, help="analyze this chat template instead")
     options.add_argument("--repeat", type=int, default=9, help="take the best of N runs")
-    options.add_argument("--reader", choices=("runtime", "language"), default="runtime",
-                         help="the runtime's state machine, or the streaming reader of the output language")
     args = options.parse_args()
     if args.template:
         import autoparser
@@ -130,7 +114,7 @@ def main() -> int:
         analysis = autoparser.analyze(args.template.read_text(encoding="utf-8"), bos_token=BOS, eos_token=EOS)
     else:
         analysis = deepseek_v31()
-    parser = Parser(analysis) if args.reader == "runtime" else language_reader(analysis)
+    parser = Parser(analysis)
 
     timings = {}
     for size in (10_000, 100_000):

@@ -600,7 +600,7 @@ def continued_analysis(case: Case, analysis: Any) -> Any:
 
 
 def run_case(case: Case, analysis: Any) -> Outcome:
-    from autoparser.runtime import Parser
+    from autoparser.language.reading import Parser
 
     if case.error:
         return Outcome(case, "not_extracted", case.error)

@@ -10,7 +10,7 @@ The analysis learns, from a reply rendered with reasoning and an answer, the sep
 between the two bodies, up to the re-opened turn), the body marker (what both headers end with)
 and the two headers; from a rendered call, the call's header with the name as a hole. Models
 vary their headers (channel and recipient in either order, extra words before the body marker),
-so the runtime classifies a header by its words rather than matching it exactly.
+so the parser classifies a header by its words rather than matching it exactly.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ at the pattern's first capture group). The patterns refuse to match inside reaso
 Free text ("reasoning up to ``</think>``") has no negative look-ahead in GBNF, so it is written
 as the automaton of texts that do not contain the markers that end it (Aho–Corasick states,
 one rule each). A text may end only in a state where appending the end marker completes the
-marker exactly there, so the runtime parser, which splits at the first marker, agrees.
+marker exactly there, so the parser, which splits at the first marker, agrees.
 
 Special tokens: markers (or parts of markers) listed in `special_tokens` are referenced as
 tokens, so the model must emit the real token. `special_tokens` may map text to token id,

@@ -4,9 +4,9 @@ The grammar is the output language the parser reads (`language.build` with `read
 what generation writes and what the lenient parser also accepts), written for Lark by
 `lark_ir.write_lark`. It is plain text a user can print, diff, store and load with
 ``Lark(text, parser="earley", lexer="dynamic")``; `parse_with_lark` parses with it and builds
-the message from the language's capture roles, as the runtime builds it.
+the message from the language's capture roles, as the parser builds it.
 
-Output outside the language makes `parse_with_lark` raise, where the runtime recovers (invalid
+Output outside the language makes `parse_with_lark` raise, where the parser recovers (invalid
 JSON, unknown tool names, truncated calls).
 """
 
@@ -65,7 +65,7 @@ def parse_with_lark(analysis: Analysis, text: str, tools: list[dict[str, Any]] |
 
 
 def raw_argument(raw: str, node: Any) -> Any:
-    """A tagged argument's value from its text, converted as the runtime converts it."""
+    """A tagged argument's value from its text, converted as the parser converts it."""
     schema = getattr(node, "schema", None)
     if isinstance(node, ir.PyValue):
         kind, text = value_kind(schema), raw.strip()
@@ -82,7 +82,7 @@ def raw_argument(raw: str, node: Any) -> Any:
 
 
 def _without_cdata(value: str) -> str:
-    """A raw value wrapped in an XML CDATA section, as the runtime reads it: the section's text."""
+    """A raw value wrapped in an XML CDATA section, as the parser reads it: the section's text."""
     if value.startswith(CDATA[0]) and CDATA[1] in value:
         inner, _, rest = value[len(CDATA[0]):].partition(CDATA[1])
         return inner + rest

@@ -1,9 +1,9 @@
 """The output language (`language.ir`) written as a Lark grammar, and read back into a message.
 
 `write_lark` gives Lark text for the Earley parser with the dynamic lexer: free text is one
-terminal up to the first marker that ends it, as the runtime reads it (Earley takes its longest
+terminal up to the first marker that ends it, as the parser reads it (Earley takes its longest
 match at once, so long texts cost one regular-expression scan); markers match the whitespace the
-runtime skips around them. JSON and Python-literal values are read by small generic grammars
+parser skips around them. JSON and Python-literal values are read by small generic grammars
 (the schema constrains generation, not reading). `read_message` walks the parse tree by the IR's
 capture roles: reasoning and content texts, and per call its name, id and arguments, tagged
 arguments by member.
@@ -107,7 +107,7 @@ class _Writer:
             self.roles[name] = node.role
             if node.role in (ir.TOOL_NAME, ir.REASONING):
                 # where a text could be read as content or as a call (a bare JSON object), the
-                # runtime reads the call, and reasoning where the markers imply it: the reading
+                # parser reads the call, and reasoning where the markers imply it: the reading
                 # with more calls and reasoning wins
                 self.priorities.add(name)
             return name

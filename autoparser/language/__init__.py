@@ -10,7 +10,11 @@ grammars, the standalone module) must agree on about a format and a request.
   repetition, typed values, capture roles, weak markers, lazy dispatch), with a printer.
 * `build`: `build_language(analysis, request)`, the one place that knows formats: it turns an
   analysis and a request into the `ir.Language` that the GBNF backend writes.
+* `interpret`: `LanguageReader`, the streaming reader of a language: text in, OpenAI deltas out.
+* `reading`: `Parser`, one request's parser: the reader of the language the parser reads.
+* `message`: where parsed text goes (reasoning, content, tool calls) and the deltas it makes;
+  `markers`: finding markers in streamed text; `jsonscan`: an incremental JSON scanner.
 
-Standard library only: the standalone module embeds these files with the runtime. The runtime
-and the generators import from here, never from each other.
+Standard library only: the standalone module embeds these files. The generators import from
+here, and nothing here imports them.
 """

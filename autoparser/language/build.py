@@ -753,6 +753,7 @@ class _Reading(_Builder):
         super().__init__(analysis, request)
         # the parser reads several calls whenever the request allows them, whatever the template shows
         self.parallel = request.parallel_tool_calls
+        self.start_repeated = False  # building reasoning after a start marker the model repeated
         wanted, _ = chosen_tools(list(request.tools or []), request.tool_choice)
         if wanted != "none" and not request.tools:
             self.choice, self.tools = wanted, [ANY_TOOL]
@@ -789,9 +790,12 @@ class _Reading(_Builder):
     def calls_then_text(self, section: Node, *also_stop: str) -> Node:
         """Call sections, each followed by content (several where calls are parallel)."""
         most = None if self.parallel else 1
-        # right after calls, the section's end or (where calls may follow) a call's opener is markup
-        after = self.text(*also_stop, not_first=(self.t.section_end, self.t.call_start if self.parallel else "",
-                                                 self.t.call_separator if self.parallel else ""))
+        # right after calls, what closes a call or the section, or (where calls may follow) a
+        # call's opener, is markup
+        t = self.t
+        after = self.text(*also_stop, not_first=(t.section_end, t.call_end, t.args_end,
+                                                 t.call_start if self.parallel else "",
+                                                 t.call_separator if self.parallel else ""))
         return Repeat(seq(section, after), 1 if self.choice == "required" else 0, most)
 
     def opened_calls(self) -> Node:
@@ -866,8 +870,18 @@ class _Reading(_Builder):
         calls is content, its whitespace included."""
         return super().closing(marker) if self.until_stop(marker).strip() else EMPTY
 
+    def call_closing(self) -> Node:
+        """As generated; after JSON arguments, which end by their own syntax, the call's end
+        marker may be left out (Kimi-K2 writes the next call's opener right after them)."""
+        closing = super().call_closing()
+        return optional(closing) if self.t.format == "tag_json" else closing
+
     def section_closing(self) -> Node:
-        return optional(super().section_closing())  # the output may end before it
+        closing = super().section_closing()
+        core = self.until_stop(self.t.section_end).strip()
+        if core and core[0] in ")]}":
+            return closing  # calls written as a list end with its bracket, which their syntax needs
+        return optional(closing)  # the output may end before it
 
     def key_chars(self) -> Node:
         """A key the schema does not name, as the parser reads it: any name up to the marker that
@@ -999,19 +1013,16 @@ class _Reading(_Builder):
         if not self.reads_reasoning():
             return body
         start, end = r.start.strip(), r.end.strip()
-        interrupts = self.interrupts()
-        inside = [seq(self.reasoning_text(), self.marker(end), body)]
-        if interrupts:
-            inside.append(seq(self.reasoning_text(*interrupts), self.after_interrupt(section, end)))
-        else:
-            inside.append(self.reasoning_text())
-        unopened = self.call_opener_alone()
-        if unopened and section is not None and not self.in_messages():
-            # a call whose section opener was left out ends the reasoning only where a call follows
-            inside.append(seq(self.reasoning_text(*interrupts, unopened), self.calls_then_text(section, end)))
+        inside = self.reasoning_to_answer(body, section, end)
         if self.forced:
-            inside[1:1] = self.answer_ends_reasoning(body)
-            return seq(optional(seq(self.gap(), self.marker(start))) if start else EMPTY, choice(*inside))
+            if not start:
+                return choice(*inside)
+            # the prompt opened reasoning: a start marker the model writes again first is markup,
+            # and one more after it is the reasoning's text
+            self.start_repeated = True
+            repeated = self.reasoning_to_answer(body, section, end)
+            self.start_repeated = False
+            return choice(seq(self.gap(), self.marker(start), choice(*repeated)), choice(*inside))
         options = [unended if unended is not None and self.implies_reasoning() else body,
                    seq(self.gap(), self.marker(end), body)]
         if start:
@@ -1022,6 +1033,23 @@ class _Reading(_Builder):
             stops = () if self.in_messages() else self.call_openers()
             options.append(seq(self.reasoning_text(*stops), self.marker(end), body))
         return choice(*options)
+
+    def reasoning_to_answer(self, body: Node, section: Node | None, end: str) -> list[Node]:
+        """Reasoning, then what ends it: its end marker and `body`; an interrupt and the answer;
+        the end of the output; a call whose section opener was left out."""
+        interrupts = self.interrupts()
+        inside = [seq(self.reasoning_text(), self.marker(end), body)]
+        if self.forced:
+            inside += self.answer_ends_reasoning(body)
+        if interrupts:
+            inside.append(seq(self.reasoning_text(*interrupts), self.after_interrupt(section, end)))
+        else:
+            inside.append(self.reasoning_text())
+        unopened = self.call_opener_alone()
+        if unopened and section is not None and not self.in_messages():
+            # a call whose section opener was left out ends the reasoning only where a call follows
+            inside.append(seq(self.reasoning_text(*interrupts, unopened), self.calls_then_text(section, end)))
+        return inside
 
     def interrupts(self) -> tuple[str, ...]:
         """What ends reasoning that no end marker closes: the opener of the tool calls and the
@@ -1089,7 +1117,7 @@ class _Reading(_Builder):
     def reasoning_text(self, *also_stop: str) -> Node:
         stops = (self.r.end.strip(), *self.stop, *also_stop)
         # where the prompt opened reasoning, a start marker the model repeats is markup
-        first = (self.r.start,) if self.forced else ()
+        first = (self.r.start,) if self.forced and not self.start_repeated else ()
         return Capture(REASONING, Text(stops, hint="reasoning", not_first=first))
 
     def text(self, *also_stop: str, calls: bool = True, not_first: tuple[str, ...] = ()) -> Node:

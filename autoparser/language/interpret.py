@@ -24,8 +24,8 @@ calls is content, a call after one that was no call is a call. At the end of the
 cut off keeps the values that were complete.
 
 Fast paths: free text is searched for its stop markers with one regular expression
-(`runtime.markers.MarkerSet`), holding back only a possible marker prefix; JSON values go
-through `runtime.jsonscan.JsonScanner` (a long string is consumed by one regular expression, and
+(`markers.MarkerSet`), holding back only a possible marker prefix; JSON values go
+through `jsonscan.JsonScanner` (a long string is consumed by one regular expression, and
 a chunk of plain string text goes straight out); every character is consumed once per thread.
 """
 
@@ -38,6 +38,9 @@ from collections.abc import Callable
 from typing import Any
 
 from autoparser.language import ir
+from autoparser.language.jsonscan import DONE, ERROR, JsonScanner, is_string_body
+from autoparser.language.markers import FULL, PARTIAL, MarkerSet, match_at
+from autoparser.language.message import Output, ToolCall, new_call_id
 from autoparser.language.request import is_weak, value_kind
 from autoparser.language.values import (
     allows_null,
@@ -46,10 +49,6 @@ from autoparser.language.values import (
     decode_string_body,
     nested_to_json,
 )
-from autoparser.runtime.channels import Output, ToolCall
-from autoparser.runtime.jsonscan import DONE, ERROR, JsonScanner, is_string_body
-from autoparser.runtime.markers import FULL, PARTIAL, MarkerSet, match_at
-from autoparser.runtime.spec import Spec
 
 _CDATA = ("<![CDATA[", "]]>")
 MORE, FAIL, SPLIT = 0, 2, 3  # terminal results besides DONE: wait, no match, the text may end here
@@ -57,8 +56,6 @@ _WHITESPACE = " \t\n\r"
 _ESCAPED = re.compile(r'["\\\x00-\x1f]')  # characters a JSON string spells otherwise
 _HELD_LIMIT = 1 << 16  # undecided text held across readings before the first reading wins
 
-
-new_call_id = Spec.call_id  # unique across calls, requests, parsers and processes
 
 # -- first characters, per node ------------------------------------------------------------------
 
@@ -208,7 +205,7 @@ class _Call:
 class _Thread:
     __slots__ = ("stack", "pos", "events", "role", "head", "call", "parts", "member", "value", "count", "mark",
                  "skip", "own_id", "after_call", "section_calls", "calls_read",
-                 "call_over", "streamed", "spool")
+                 "call_over", "streamed", "spool", "call_from")
 
     def __init__(self, stack: Any, pos: int) -> None:
         self.stack = stack  # (node, rest) pairs, None at the bottom
@@ -230,6 +227,7 @@ class _Thread:
         self.call_over: Any = None  # what is left once the call is read whole (its end marker included)
         self.streamed: int | None = None  # a string value that streams: 0 not begun, 1 begun (None: kept whole)
         self.spool: tuple[str, str] | None = None  # a literal that may stream: its quote, the text held back
+        self.call_from = pos  # where the part that holds the last call began (a separator before it included)
 
     def fork(self, stack: Any) -> _Thread:
         twin = _Thread(stack, self.pos)
@@ -251,6 +249,7 @@ class _Thread:
         twin.after_call, twin.section_calls, twin.calls_read = self.after_call, self.section_calls, self.calls_read
         twin.call_over = self.call_over
         twin.streamed, twin.spool = self.streamed, self.spool
+        twin.call_from = self.call_from
         return twin
 
     def key(self) -> tuple:
@@ -428,8 +427,8 @@ class _Lit:
             t.name_text(buf[pos:end])
             t.pos = pos = end
             self.done = True
-            if t.call.confirm_next:
-                t.call.confirmed = True
+            if t.call.confirm_next and not is_weak(self.core):
+                t.call.confirmed = True  # punctuation (`)`, `, `) may still be part of broken syntax
         trail = self.trail
         index = 0
         while index < len(trail) and pos < len(buf) and buf[pos] == trail[index]:
@@ -1050,9 +1049,14 @@ class LanguageStream:
         return self.out.calls[-1]
 
     def _trim(self) -> None:
-        """Drop the text every reading has passed (positions shift with it)."""
-        if self.fallback:
+        """Drop the text every reading has passed (positions shift with it), once there is
+        enough of it to be worth the shifting."""
+        if self.fallback or len(self.buf) < 4096:
             return
+        dead = self.dead
+        if dead is not None and self.threads and all(t.calls_read >= dead[0].calls_read and t.pos > dead[0].pos
+                                                     for t in self.threads):
+            self.dead = None  # every living reading got further: whichever fails next replaces it
         kept = self.threads + ([self.dead[0]] if self.dead is not None else [])
         low = min([t.pos for t in kept] + [self.safe])
         if low > 0 and (low > 4096 or low * 2 > len(self.buf)):
@@ -1062,6 +1066,7 @@ class LanguageStream:
             for t in kept:
                 t.pos -= low
                 t.mark = max(t.mark - low, 0)
+                t.call_from = max(t.call_from - low, 0)
                 if t.head.__class__ is _Text:
                     t.head.start -= low
                     t.head.after -= low
@@ -1084,6 +1089,7 @@ class LanguageStream:
         todo = list(reversed(self.threads))
         alive: list[_Thread] = []
         seen: set[tuple] = set()
+        groups: dict[tuple, list[list[Any]]] = {}
         while todo:
             t = todo.pop()
             result = self._run(t, final)
@@ -1103,13 +1109,26 @@ class LanguageStream:
             elif result.__class__ is list:
                 todo.extend(reversed(result))
             else:
-                # readings that reached one state by different paths read alike from here: one is kept
-                key = t.key() if t.head is None or t.head.__class__ is _Trailer else \
-                    t.state() if todo or alive else None
-                if key is not None:
+                # readings that reached one state by different paths read alike from here: one is
+                # kept (a full state is computed only where another reading is alike at a glance)
+                if t.head is None or t.head.__class__ is _Trailer:
+                    key = t.key()
                     if key in seen:
                         continue
                     seen.add(key)
+                elif todo or alive:
+                    glance = (t.pos, t.role, t.head.__class__, len(t.events))
+                    alike = groups.get(glance)
+                    if alike is None:
+                        groups[glance] = [[t, None]]
+                    else:
+                        state = t.state()
+                        for entry in alike:
+                            if entry[1] is None:
+                                entry[1] = entry[0].state()
+                        if any(entry[1] == state for entry in alike):
+                            continue
+                        alike.append([t, state])
                 alive.append(t)
         if final and alive:
             # all are complete: the one with the most calls (a text that reads as content or as a
@@ -1179,16 +1198,22 @@ class LanguageStream:
 
     def _commit_common_text(self) -> None:
         """Where the readings part inside a text of one role (reasoning that one reading ends at a
-        marker and another reads on), the text they share goes out at once."""
+        marker and another reads on), the text they share goes out at once, however the
+        readings cut it into pieces."""
+        while self._share_first_text():
+            pass
+
+    def _share_first_text(self) -> bool:
+        """Emit the text the readings' first held events share; whether there was some."""
         threads = self.threads
         nexts = [t.events[0] if t.events else None for t in threads]
         first = nexts[0]
         if first is None or first[0] not in (ir.REASONING, ir.CONTENT) or \
                 any(e is None or e[0] != first[0] for e in nexts):
-            return
+            return False
         shared = os.path.commonprefix([e[1] for e in nexts])
         if not shared:
-            return
+            return False
         self._apply([(first[0], shared, first[2] - len(first[1]) + len(shared))])
         self.emitted += 1
         for t, e in zip(threads, nexts, strict=True):
@@ -1196,6 +1221,7 @@ class LanguageStream:
                 del t.events[0]
             else:
                 t.events[0] = (e[0], e[1][len(shared):], e[2])
+        return True
 
     def _apply(self, events: list[tuple]) -> None:
         out = self.out
@@ -1235,7 +1261,7 @@ class LanguageStream:
         best.events = best.events[self.emitted - emitted:] if self.emitted >= emitted else []
         best.start_call(waited=True)  # a call that awaited its id has none
         unopened = bool(best.events) and best.events[-1][0] == "call"  # a call with no argument text yet
-        if best.call.started and not best.call.confirmed:
+        if best.call.started and not best.call.confirmed and not (self.finished and best.call.done):
             # a call whose arguments did not start well is text (its events were held back)
             at = _last_call(best.events, len(best.events))
             unopened = at < len(best.events)
@@ -1257,7 +1283,9 @@ class LanguageStream:
         # after a call read whole, the markers that close it are no text (whitespace before the
         # failure is); else the part begun is text
         cut = min(best.mark, best.pos)
-        if best.call.done and opened:
+        if unopened and best.call.done:
+            cut = max(self.safe, best.call_from)  # a call read whole but withdrawn: its text is content
+        elif best.call.done and opened:
             cut = best.pos
             while cut > self.safe and self.buf[cut - 1] in _WHITESPACE:
                 cut -= 1
@@ -1367,6 +1395,7 @@ class LanguageStream:
                 t.stack = (item, t.stack)
         elif cls is ir.Rule:
             if node.name == "call":
+                t.call_from = t.mark
                 t.after_call = t.stack
                 ends = t.stack is not None and bool(_first_marker(t.stack[0]))
                 t.call_over = t.stack[1] if ends else t.stack
@@ -1510,7 +1539,7 @@ class LanguageStream:
             body = node.body
             call.mode = "members" if isinstance(body, ir.Members) else \
                 "string" if isinstance(body, ir.Json) and body.kind == "string" else "json"
-            # the runtime returns the model's own id, which some formats write after the arguments
+            # the parser returns the model's own id, which some formats write after the arguments
             call.awaits_id = call.id is None and self.reader.id_may_follow(t.stack)
             t.start_call()
 
@@ -1667,7 +1696,9 @@ def _first_marker(node: Any) -> str:
     while True:
         if isinstance(node, ir.Lit):
             return node.text.strip()
-        if isinstance(node, ir.Seq):
+        if isinstance(node, ir.Repeat) and node.max == 1:
+            node = node.item  # a marker that may be left out
+        elif isinstance(node, ir.Seq):
             items = [i for i in node.items if not isinstance(i, ir.Gap)]
             if not items:
                 return ""

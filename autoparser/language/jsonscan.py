@@ -1,6 +1,6 @@
 """An incremental, validating JSON scanner that streams a value's text while it arrives.
 
-Why our own and not `jiter` or `partial-json-parser`: the runtime must also run inside the
+Why our own and not `jiter` or `partial-json-parser`: the parser must also run inside the
 standalone module that `autoparser generate` writes, which may import only the standard library;
 and streaming needs more than a partial parse of the whole buffer. It needs to consume each
 character once (linear time), say exactly where the value ends or first goes wrong, and only ever

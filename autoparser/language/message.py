@@ -9,6 +9,13 @@ between tool calls, before the end-of-turn token) never reaches the client unles
 
 from __future__ import annotations
 
+import secrets
+
+
+def new_call_id() -> str:
+    """A new tool call id, unique across calls, requests, parsers and processes."""
+    return "call_" + secrets.token_hex(12)
+
 
 class TextChannel:
     """Accumulates one text field of the message; `push` returns what may be emitted now."""

@@ -1,0 +1,74 @@
+"""`Parser`: one request's parser, the streaming reader (`interpret`) of the language the parser
+reads (`build`, `Request.reading`).
+
+A reader is built per stream or parse from the analysis and the request, so a stream of a parser
+ends with the message `parse` returns; only the call ids differ, each drawn afresh when a call is
+first emitted (a stream's `message()` carries the ids its deltas carried).
+
+Standard library only: the standalone module (`autoparser.generators.module`) embeds this file
+with what it imports, and its `parse` and `stream` are this `Parser`'s.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autoparser.language.build import Request, build_language
+from autoparser.language.interpret import LanguageReader, LanguageStream
+
+
+def analysis_data(analysis: Any) -> dict[str, Any]:
+    """The analysis in its `to_dict()` form (an `Analysis`, or that dict already)."""
+    return analysis.to_dict() if hasattr(analysis, "to_dict") else dict(analysis)
+
+
+def reader(analysis: Any, tools: list[dict[str, Any]] | None = None, thinking: bool | None = None,
+           parallel_tool_calls: bool = True, tool_choice: Any = "auto", tool_call_policy: str = "lenient",
+           prompt: str | None = None, eos_token: str | None = None) -> LanguageReader:
+    """The reader of the language a request's output is read by. `eos_token` defaults to the
+    analysis's own (an `Analysis` keeps it; its dict form does not)."""
+    data = analysis_data(analysis)
+    eos = getattr(analysis, "eos_token", "") if eos_token is None else eos_token
+    request = Request(tools=tuple(tools or ()), thinking=thinking, parallel_tool_calls=parallel_tool_calls,
+                      tool_choice=tool_choice, policy=tool_call_policy, prompt=prompt, lazy=False,
+                      reading=True, end_tokens=(eos,) if eos else ())
+    return LanguageReader(build_language(data, request), end_of_turn=tuple(data.get("stop") or ()))
+
+
+class Parser:
+    """Parses one request's model output, whole (`parse`) or incrementally (`stream`).
+
+    `analysis` is an `Analysis` or its `to_dict()` form. `tools` are OpenAI tool dicts: when
+    given, calls to other names stay content and tagged arguments are typed by each tool's JSON
+    schema. `tool_choice="none"` turns tool parsing off; a `{"type": "function", "function":
+    {"name": ...}}` choice accepts only that name. `tool_call_policy` is "lenient" or "strict"
+    (see the CONTRACT's section 4).
+
+    Tool call dicts carry `"incomplete": true` when their arguments had to be closed by repair
+    (the output was cut off, or the JSON broke off mid-way); such a call should not be executed
+    without checking.
+
+    `prompt` is the rendered prompt the output continues: the parser starts where it leaves the
+    model (inside reasoning only if it opened reasoning, inside the assistant's partial answer
+    when it continues one); `thinking` is the fallback when no prompt is given. `eos_token` is the
+    text of the model's end-of-generation token, by default the analysis's.
+    """
+
+    def __init__(self, analysis: Any, tools: list[dict[str, Any]] | None = None,
+                 thinking: bool | None = None, parallel_tool_calls: bool = True,
+                 tool_choice: Any = "auto", tool_call_policy: str = "lenient",
+                 prompt: str | None = None, eos_token: str | None = None) -> None:
+        if tool_call_policy not in ("lenient", "strict"):
+            raise ValueError(f"tool_call_policy must be 'lenient' or 'strict', not {tool_call_policy!r}")
+        self.analysis = analysis
+        # what a reader knows of the language is the same for every stream: built once
+        self._reader = reader(analysis, tools, thinking, parallel_tool_calls, tool_choice, tool_call_policy,
+                              prompt, eos_token)
+
+    def stream(self) -> LanguageStream:
+        """A new incremental parser: `feed(chunk)` -> deltas, `finish()` -> deltas, `message()`."""
+        return self._reader.stream()
+
+    def parse(self, text: str) -> dict[str, Any]:
+        """The assistant message for a complete model output."""
+        return self._reader.parse(text)
