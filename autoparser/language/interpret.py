@@ -54,6 +54,8 @@ _CDATA = ("<![CDATA[", "]]>")
 MORE, FAIL, SPLIT = 0, 2, 3  # terminal results besides DONE: wait, no match, the text may end here
 _WHITESPACE = " \t\n\r"
 _ESCAPED = re.compile(r'["\\\x00-\x1f]')  # characters a JSON string spells otherwise
+_SECTIONS = ("tool-calls", "tool-calls-unopened")  # the rules a call section is read by
+_PIECE = 8192  # a whole output is read in pieces this long
 _HELD_LIMIT = 1 << 16  # undecided text held across readings before the first reading wins
 
 
@@ -205,7 +207,7 @@ class _Call:
 class _Thread:
     __slots__ = ("stack", "pos", "events", "role", "head", "call", "parts", "member", "value", "count", "mark",
                  "skip", "own_id", "after_call", "section_calls", "calls_read",
-                 "call_over", "streamed", "spool", "call_from")
+                 "call_over", "streamed", "spool", "call_from", "section_at")
 
     def __init__(self, stack: Any, pos: int) -> None:
         self.stack = stack  # (node, rest) pairs, None at the bottom
@@ -228,6 +230,7 @@ class _Thread:
         self.streamed: int | None = None  # a string value that streams: 0 not begun, 1 begun (None: kept whole)
         self.spool: tuple[str, str] | None = None  # a literal that may stream: its quote, the text held back
         self.call_from = pos  # where the part that holds the last call began (a separator before it included)
+        self.section_at: tuple[int, Any] | None = None  # where the last call section began, and what follows it
 
     def fork(self, stack: Any) -> _Thread:
         twin = _Thread(stack, self.pos)
@@ -250,6 +253,7 @@ class _Thread:
         twin.call_over = self.call_over
         twin.streamed, twin.spool = self.streamed, self.spool
         twin.call_from = self.call_from
+        twin.section_at = self.section_at
         return twin
 
     def key(self) -> tuple:
@@ -868,8 +872,11 @@ class LanguageReader:
         return LanguageStream(self, deltas, call_id)
 
     def parse(self, text: str) -> dict[str, Any]:
+        """The message of a whole output, read in pieces: what the readings agree on is let go
+        between pieces, so an output of many calls does not keep every reading's events to the end."""
         stream = self.stream(deltas=False)
-        stream.feed(text)
+        for at in range(0, len(text), _PIECE):
+            stream.feed(text[at:at + _PIECE])
         stream.finish()
         return stream.message()
 
@@ -1067,6 +1074,8 @@ class LanguageStream:
                 t.pos -= low
                 t.mark = max(t.mark - low, 0)
                 t.call_from = max(t.call_from - low, 0)
+                if t.section_at is not None:
+                    t.section_at = (max(t.section_at[0] - low, 0), t.section_at[1])
                 if t.head.__class__ is _Text:
                     t.head.start -= low
                     t.head.after -= low
@@ -1163,6 +1172,8 @@ class LanguageStream:
             agreed -= 1
         if agreed and not final and any(t.call.started and not t.call.confirmed for t in threads):
             agreed = _last_call(first, agreed)  # a call not yet known to be one is held whole
+        if agreed and not final:
+            agreed = _before_empty_section(first, agreed)
         if agreed and not final:
             agreed = self._shared_with_dead(first, agreed)
         if agreed:
@@ -1274,6 +1285,12 @@ class LanguageStream:
         events = best.events
         if unopened:
             events = events[:-1]  # the call that failed before its arguments is text
+        section = best.section_at
+        if section is not None and not opened and not best.section_calls and _below(best.stack, section[1]):
+            # a section that holds no call is text, its opener and the text read inside it too
+            events = [e for e in events if e[-1] <= section[0]]
+        else:
+            section = None
         self._apply(events)
         self.emitted += len(events)
         if opened and self.out.calls and (self._closed_by(best) or _inside_call(best)):
@@ -1289,6 +1306,8 @@ class LanguageStream:
             cut = best.pos
             while cut > self.safe and self.buf[cut - 1] in _WHITESPACE:
                 cut -= 1
+        if section is not None:
+            cut = min(cut, max(self.safe, section[0]))
         self.safe = max(self.safe, cut)
         rest = self._rest_of_section(best, opened)
         # reading the whole language again starts a character on, so that it cannot fail there again
@@ -1394,7 +1413,10 @@ class LanguageStream:
             for item in reversed(node.items):
                 t.stack = (item, t.stack)
         elif cls is ir.Rule:
-            if node.name == "call":
+            if node.name in _SECTIONS:
+                t.section_at = (t.pos, t.stack)
+                t.events.append(("section", t.pos))  # held with what follows until a call begins
+            elif node.name == "call":
                 t.call_from = t.mark
                 t.after_call = t.stack
                 ends = t.stack is not None and bool(_first_marker(t.stack[0]))
@@ -1711,6 +1733,18 @@ def _last_call(events: list[tuple], end: int) -> int:
     """The index of the last call start in `events[:end]` (`end` if there is none)."""
     for index in range(end - 1, -1, -1):
         if events[index][0] == "call":
+            return index
+    return end
+
+
+def _before_empty_section(events: list[tuple], end: int) -> int:
+    """How many of `events[:end]` may go out: a section's opener and the text after it are held
+    until a call in it begins (a section that holds no call is text)."""
+    for index in range(end - 1, -1, -1):
+        kind = events[index][0]
+        if kind == "call":
+            return end
+        if kind == "section":
             return index
     return end
 
