@@ -867,6 +867,7 @@ class LanguageReader:
         self._rests: dict[tuple[int, bool], Any] = {}
         self._calls: dict[int, bool] = {}
         self._keep: list[Any] = []
+        self.reasoning_end = language.reasoning_end
 
     def stream(self, deltas: bool = True, call_id: Callable[[], str] = new_call_id) -> LanguageStream:
         return LanguageStream(self, deltas, call_id)
@@ -1008,6 +1009,7 @@ class LanguageStream:
         self.dead: tuple[_Thread, int] | None = None
         self.emitted = 0  # events emitted so far
         self.resumed = False  # reading again after text that no reading took (reasoning is over)
+        self.reasoning_over = False  # ... and it did not stop inside reasoning: its end marker is text
         self.finished = False
         self.fallback = False  # no reading continues: the rest is content
         self.string_call: ToolCall | None = None
@@ -1320,6 +1322,9 @@ class LanguageStream:
             self.fallback = True  # it failed at the end of the output: nothing is left to read again
             return
         self.resumed = True
+        # reasoning the failed reading was inside may still end at its end marker; after reasoning
+        # that ended (or none), that marker is text
+        self.reasoning_over = best.role != ir.REASONING and not _inside_reasoning(best.stack)
         self.threads = [_Thread(stack, failed) for stack in rest or [(self.reader.root, None)]]
 
     def _rest_of_section(self, t: _Thread, kept: bool) -> list[Any] | None:
@@ -1425,6 +1430,8 @@ class LanguageStream:
         elif cls is _EndCall:
             t.call.closed = True
         elif cls is ir.Lit:
+            if self.reasoning_over and not t.skip and node.text.strip() == self.reader.reasoning_end:
+                return []  # reasoning is over: its end marker is text
             if t.skip:
                 skipped, t.skip = t.skip == node.text.strip(), ""
                 if skipped:
@@ -1454,8 +1461,10 @@ class LanguageStream:
         elif cls is ir.Capture:
             if self.resumed and node.role == ir.REASONING:
                 # reading again after reasoning is over: no reasoning, and its end marker optional
+                # where the failed reading was inside it
                 body = node.body
-                t.skip = body.end.strip() if isinstance(body, ir.Text) and body.end else ""
+                ends = isinstance(body, ir.Text) and body.end and not self.reasoning_over
+                t.skip = body.end.strip() if ends else ""
                 return None
             if node.role in (ir.REASONING, ir.CONTENT):
                 t.mark = t.pos
@@ -1778,6 +1787,15 @@ def _plain(value: Any) -> Any:
     if isinstance(value, list):
         return tuple(_plain(v) for v in value)
     return id(value)
+
+
+def _inside_reasoning(stack: Any) -> bool:
+    """Whether what is left of a reading closes a reasoning capture (it is inside one)."""
+    while stack is not None:
+        node, stack = stack
+        if node.__class__ is _EndCapture and node.role == ir.REASONING:
+            return True
+    return False
 
 
 def _parts(node: Any) -> tuple[Any, ...]:
