@@ -1434,6 +1434,8 @@ class LanguageStream:
                 return []  # reasoning is over: its end marker is text
             if t.skip:
                 skipped, t.skip = t.skip == node.text.strip(), ""
+                if skipped and self.reasoning_over:
+                    return None  # the end of reasoning that is over: not read, its text is the answer's
                 if skipped:
                     return self._fork_stacks(t, [((node,), *self.reader.firsts.of(node)), ((), None, True)], final)
             if node.text:
@@ -1461,10 +1463,9 @@ class LanguageStream:
         elif cls is ir.Capture:
             if self.resumed and node.role == ir.REASONING:
                 # reading again after reasoning is over: no reasoning, and its end marker optional
-                # where the failed reading was inside it
+                # where the failed reading was inside it (else not read at all)
                 body = node.body
-                ends = isinstance(body, ir.Text) and body.end and not self.reasoning_over
-                t.skip = body.end.strip() if ends else ""
+                t.skip = (body.end.strip() if isinstance(body, ir.Text) and body.end else "") or self.reader.reasoning_end
                 return None
             if node.role in (ir.REASONING, ir.CONTENT):
                 t.mark = t.pos
