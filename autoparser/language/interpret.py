@@ -207,7 +207,7 @@ class _Call:
 class _Thread:
     __slots__ = ("stack", "pos", "events", "role", "head", "call", "parts", "member", "value", "count", "mark",
                  "skip", "own_id", "after_call", "section_calls", "calls_read",
-                 "call_over", "streamed", "spool", "call_from", "section_at")
+                 "call_over", "streamed", "spool", "call_from", "section_at", "section_open")
 
     def __init__(self, stack: Any, pos: int) -> None:
         self.stack = stack  # (node, rest) pairs, None at the bottom
@@ -231,6 +231,7 @@ class _Thread:
         self.spool: tuple[str, str] | None = None  # a literal that may stream: its quote, the text held back
         self.call_from = pos  # where the part that holds the last call began (a separator before it included)
         self.section_at: tuple[int, Any] | None = None  # where the last call section began, and what follows it
+        self.section_open = False  # no call has begun in that section yet
 
     def fork(self, stack: Any) -> _Thread:
         twin = _Thread(stack, self.pos)
@@ -253,7 +254,7 @@ class _Thread:
         twin.call_over = self.call_over
         twin.streamed, twin.spool = self.streamed, self.spool
         twin.call_from = self.call_from
-        twin.section_at = self.section_at
+        twin.section_at, twin.section_open = self.section_at, self.section_open
         return twin
 
     def key(self) -> tuple:
@@ -396,6 +397,7 @@ class _Thread:
         if call.started or call.name is None or not call.args or (call.awaits_id and not waited):
             return
         call.started = True
+        self.section_open = False
         self.events.append(("call", call.name, call.id, self.pos))
         if call.pending:
             self.events.append(("args", "".join(call.pending), self.pos))
@@ -1175,7 +1177,7 @@ class LanguageStream:
         if agreed and not final and any(t.call.started and not t.call.confirmed for t in threads):
             agreed = _last_call(first, agreed)  # a call not yet known to be one is held whole
         if agreed and not final:
-            agreed = _before_empty_section(first, agreed)
+            agreed = self._before_open_sections(first, agreed)
         if agreed and not final:
             agreed = self._shared_with_dead(first, agreed)
         if agreed:
@@ -1188,6 +1190,16 @@ class LanguageStream:
         if len(threads) > 1 and sum(len(t.events) for t in threads) > _HELD_LIMIT:
             self.threads = threads[:1]  # readings undecided for too long: the first one wins
             self._commit(final)
+
+    def _before_open_sections(self, events: list[tuple], agreed: int) -> int:
+        """How many of the `agreed` events may go out: a section's opener and the text after it
+        are held while a reading is inside a section where no call has begun (a section that
+        holds no call is text)."""
+        for t in self.threads:
+            if t.section_open and _below(t.stack, t.section_at[1]):
+                start = t.section_at[0]
+                agreed = next((i for i, e in enumerate(events[:agreed]) if e[-1] > start), agreed)
+        return agreed
 
     def _shared_with_dead(self, events: list[tuple], agreed: int) -> int:
         """How many of the `agreed` events may go out while a failed reading that read more calls
@@ -1420,7 +1432,7 @@ class LanguageStream:
         elif cls is ir.Rule:
             if node.name in _SECTIONS:
                 t.section_at = (t.pos, t.stack)
-                t.events.append(("section", t.pos))  # held with what follows until a call begins
+                t.section_open = True  # what it reads is held until a call in it begins
             elif node.name == "call":
                 t.call_from = t.mark
                 t.after_call = t.stack
@@ -1743,18 +1755,6 @@ def _last_call(events: list[tuple], end: int) -> int:
     """The index of the last call start in `events[:end]` (`end` if there is none)."""
     for index in range(end - 1, -1, -1):
         if events[index][0] == "call":
-            return index
-    return end
-
-
-def _before_empty_section(events: list[tuple], end: int) -> int:
-    """How many of `events[:end]` may go out: a section's opener and the text after it are held
-    until a call in it begins (a section that holds no call is text)."""
-    for index in range(end - 1, -1, -1):
-        kind = events[index][0]
-        if kind == "call":
-            return end
-        if kind == "section":
             return index
     return end
 
