@@ -495,7 +495,7 @@ class _Text:
     ends the text in one reading and is part of it in another: what follows decides."""
 
     __slots__ = ("markers", "weak", "weak_prefix", "lead", "nonempty", "start", "split", "after", "firsts",
-                 "past", "soft", "cdata")
+                 "past", "soft", "cdata", "blank")
 
     def __init__(self, node: ir.Text, markers: MarkerSet, weak: tuple[Any, Any] | None, start: int,
                  split: re.Pattern[str] | None, soft: bool = False) -> None:
@@ -509,6 +509,7 @@ class _Text:
         self.after = start  # where to look for the next one
         self.firsts = tuple(m.strip() for m in node.not_first if m.strip())  # cleared once checked
         self.past = start  # the end of the last soft stop read as text
+        self.blank = start  # how far the whitespace it begins with has been read (a first marker after it)
         self.soft = soft
         self.cdata = "start" if soft else ""  # a value's CDATA section: "start" (may open), "open", ""
 
@@ -592,8 +593,10 @@ class _Text:
         """Whether the text begins with a `not_first` marker after whitespace, and where that
         marker is: DONE (it does: the text is empty), MORE (it may), FAIL (it does not: read it
         as text from now on)."""
+        pos = max(pos, self.blank)  # a long whitespace run is read once, not again with every chunk
         while pos < len(buf) and buf[pos] in _WHITESPACE:
             pos += 1
+        self.blank = pos
         if pos == len(buf) and not final:
             return MORE, pos
         found = [match_at(buf, pos, marker, final)[0] for marker in self.firsts]
@@ -1084,6 +1087,7 @@ class LanguageStream:
                     t.head.start -= low
                     t.head.after -= low
                     t.head.past -= low
+                    t.head.blank -= low
                 t.events = [(*e[:-1], e[-1] - low) for e in t.events]
 
     def _advance(self, final: bool) -> None:
