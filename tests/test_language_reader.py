@@ -115,6 +115,21 @@ def test_a_nullable_string_written_as_null_is_null_in_any_chunking() -> None:
         [("set_nullable_str", {"name": "nullable"})]
 
 
+@pytest.mark.parametrize("text", ["Hello<｜tool▁calls▁begin｜>oops",
+                                  "Hi<｜tool▁calls▁begin｜><｜tool▁call▁begin｜> nothing",
+                                  "<｜tool▁calls▁begin｜>\n<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>",
+                                  "Hello<｜tool▁calls▁begin｜>oops</think>x"])
+def test_a_call_section_that_holds_no_call_is_text_opener_included(text: str) -> None:
+    """The section's opener is held with the text after it until a call begins: where none does,
+    every character comes back as content, streamed or not; so does a reasoning end marker
+    read again after it, as reasoning was over."""
+    parser = analyses.deepseek_v31().parser(thinking=False)
+    message = parser.parse(text)
+    assert (message["content"], message["tool_calls"]) == (text, [])
+    for seed in range(6):
+        assert without_generated_ids(streamed_in_random_chunks(parser, text, seed)) == without_generated_ids(message)
+
+
 @pytest.mark.parametrize("text, reasoning, content", [
     ("<think><think>plan</think>Answer.", "<think>plan", "Answer."),
     ("<think><think><think>", "<think><think>", None),

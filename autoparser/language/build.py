@@ -259,7 +259,8 @@ class _Builder:
             self.choice = "none"
 
     def language(self, root: Node) -> Language:
-        return Language(root, tuple(self.warnings), self.continues)
+        reasoning_end = self.r.end.strip() if self.r.mode != "none" else ""
+        return Language(root, tuple(self.warnings), self.continues, reasoning_end)
 
     # -- top level ----------------------------------------------------------------------
 

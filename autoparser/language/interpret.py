@@ -54,6 +54,8 @@ _CDATA = ("<![CDATA[", "]]>")
 MORE, FAIL, SPLIT = 0, 2, 3  # terminal results besides DONE: wait, no match, the text may end here
 _WHITESPACE = " \t\n\r"
 _ESCAPED = re.compile(r'["\\\x00-\x1f]')  # characters a JSON string spells otherwise
+_SECTIONS = ("tool-calls", "tool-calls-unopened")  # the rules a call section is read by
+_PIECE = 8192  # a whole output is read in pieces this long
 _HELD_LIMIT = 1 << 16  # undecided text held across readings before the first reading wins
 
 
@@ -205,7 +207,7 @@ class _Call:
 class _Thread:
     __slots__ = ("stack", "pos", "events", "role", "head", "call", "parts", "member", "value", "count", "mark",
                  "skip", "own_id", "after_call", "section_calls", "calls_read",
-                 "call_over", "streamed", "spool", "call_from")
+                 "call_over", "streamed", "spool", "call_from", "section_at", "section_open")
 
     def __init__(self, stack: Any, pos: int) -> None:
         self.stack = stack  # (node, rest) pairs, None at the bottom
@@ -228,6 +230,8 @@ class _Thread:
         self.streamed: int | None = None  # a string value that streams: 0 not begun, 1 begun (None: kept whole)
         self.spool: tuple[str, str] | None = None  # a literal that may stream: its quote, the text held back
         self.call_from = pos  # where the part that holds the last call began (a separator before it included)
+        self.section_at: tuple[int, Any] | None = None  # where the last call section began, and what follows it
+        self.section_open = False  # no call has begun in that section yet
 
     def fork(self, stack: Any) -> _Thread:
         twin = _Thread(stack, self.pos)
@@ -250,6 +254,7 @@ class _Thread:
         twin.call_over = self.call_over
         twin.streamed, twin.spool = self.streamed, self.spool
         twin.call_from = self.call_from
+        twin.section_at, twin.section_open = self.section_at, self.section_open
         return twin
 
     def key(self) -> tuple:
@@ -392,6 +397,7 @@ class _Thread:
         if call.started or call.name is None or not call.args or (call.awaits_id and not waited):
             return
         call.started = True
+        self.section_open = False
         self.events.append(("call", call.name, call.id, self.pos))
         if call.pending:
             self.events.append(("args", "".join(call.pending), self.pos))
@@ -489,7 +495,7 @@ class _Text:
     ends the text in one reading and is part of it in another: what follows decides."""
 
     __slots__ = ("markers", "weak", "weak_prefix", "lead", "nonempty", "start", "split", "after", "firsts",
-                 "past", "soft", "cdata")
+                 "past", "soft", "cdata", "blank")
 
     def __init__(self, node: ir.Text, markers: MarkerSet, weak: tuple[Any, Any] | None, start: int,
                  split: re.Pattern[str] | None, soft: bool = False) -> None:
@@ -503,6 +509,7 @@ class _Text:
         self.after = start  # where to look for the next one
         self.firsts = tuple(m.strip() for m in node.not_first if m.strip())  # cleared once checked
         self.past = start  # the end of the last soft stop read as text
+        self.blank = start  # how far the whitespace it begins with has been read (a first marker after it)
         self.soft = soft
         self.cdata = "start" if soft else ""  # a value's CDATA section: "start" (may open), "open", ""
 
@@ -586,8 +593,10 @@ class _Text:
         """Whether the text begins with a `not_first` marker after whitespace, and where that
         marker is: DONE (it does: the text is empty), MORE (it may), FAIL (it does not: read it
         as text from now on)."""
+        pos = max(pos, self.blank)  # a long whitespace run is read once, not again with every chunk
         while pos < len(buf) and buf[pos] in _WHITESPACE:
             pos += 1
+        self.blank = pos
         if pos == len(buf) and not final:
             return MORE, pos
         found = [match_at(buf, pos, marker, final)[0] for marker in self.firsts]
@@ -863,13 +872,17 @@ class LanguageReader:
         self._rests: dict[tuple[int, bool], Any] = {}
         self._calls: dict[int, bool] = {}
         self._keep: list[Any] = []
+        self.reasoning_end = language.reasoning_end
 
     def stream(self, deltas: bool = True, call_id: Callable[[], str] = new_call_id) -> LanguageStream:
         return LanguageStream(self, deltas, call_id)
 
     def parse(self, text: str) -> dict[str, Any]:
+        """The message of a whole output, read in pieces: what the readings agree on is let go
+        between pieces, so an output of many calls does not keep every reading's events to the end."""
         stream = self.stream(deltas=False)
-        stream.feed(text)
+        for at in range(0, len(text), _PIECE):
+            stream.feed(text[at:at + _PIECE])
         stream.finish()
         return stream.message()
 
@@ -1001,6 +1014,7 @@ class LanguageStream:
         self.dead: tuple[_Thread, int] | None = None
         self.emitted = 0  # events emitted so far
         self.resumed = False  # reading again after text that no reading took (reasoning is over)
+        self.reasoning_over = False  # ... and it did not stop inside reasoning: its end marker is text
         self.finished = False
         self.fallback = False  # no reading continues: the rest is content
         self.string_call: ToolCall | None = None
@@ -1067,10 +1081,13 @@ class LanguageStream:
                 t.pos -= low
                 t.mark = max(t.mark - low, 0)
                 t.call_from = max(t.call_from - low, 0)
+                if t.section_at is not None:
+                    t.section_at = (max(t.section_at[0] - low, 0), t.section_at[1])
                 if t.head.__class__ is _Text:
                     t.head.start -= low
                     t.head.after -= low
                     t.head.past -= low
+                    t.head.blank -= low
                 t.events = [(*e[:-1], e[-1] - low) for e in t.events]
 
     def _advance(self, final: bool) -> None:
@@ -1164,6 +1181,8 @@ class LanguageStream:
         if agreed and not final and any(t.call.started and not t.call.confirmed for t in threads):
             agreed = _last_call(first, agreed)  # a call not yet known to be one is held whole
         if agreed and not final:
+            agreed = self._before_open_sections(first, agreed)
+        if agreed and not final:
             agreed = self._shared_with_dead(first, agreed)
         if agreed:
             self._apply(first[:agreed])
@@ -1175,6 +1194,16 @@ class LanguageStream:
         if len(threads) > 1 and sum(len(t.events) for t in threads) > _HELD_LIMIT:
             self.threads = threads[:1]  # readings undecided for too long: the first one wins
             self._commit(final)
+
+    def _before_open_sections(self, events: list[tuple], agreed: int) -> int:
+        """How many of the `agreed` events may go out: a section's opener and the text after it
+        are held while a reading is inside a section where no call has begun (a section that
+        holds no call is text)."""
+        for t in self.threads:
+            if t.section_open and _below(t.stack, t.section_at[1]):
+                start = t.section_at[0]
+                agreed = next((i for i, e in enumerate(events[:agreed]) if e[-1] > start), agreed)
+        return agreed
 
     def _shared_with_dead(self, events: list[tuple], agreed: int) -> int:
         """How many of the `agreed` events may go out while a failed reading that read more calls
@@ -1274,6 +1303,12 @@ class LanguageStream:
         events = best.events
         if unopened:
             events = events[:-1]  # the call that failed before its arguments is text
+        section = best.section_at
+        if section is not None and not opened and not best.section_calls and _below(best.stack, section[1]):
+            # a section that holds no call is text, its opener and the text read inside it too
+            events = [e for e in events if e[-1] <= section[0]]
+        else:
+            section = None
         self._apply(events)
         self.emitted += len(events)
         if opened and self.out.calls and (self._closed_by(best) or _inside_call(best)):
@@ -1289,6 +1324,8 @@ class LanguageStream:
             cut = best.pos
             while cut > self.safe and self.buf[cut - 1] in _WHITESPACE:
                 cut -= 1
+        if section is not None:
+            cut = min(cut, max(self.safe, section[0]))
         self.safe = max(self.safe, cut)
         rest = self._rest_of_section(best, opened)
         # reading the whole language again starts a character on, so that it cannot fail there again
@@ -1301,6 +1338,9 @@ class LanguageStream:
             self.fallback = True  # it failed at the end of the output: nothing is left to read again
             return
         self.resumed = True
+        # reasoning the failed reading was inside may still end at its end marker; after reasoning
+        # that ended (or none), that marker is text
+        self.reasoning_over = best.role != ir.REASONING and not _inside_reasoning(best.stack)
         self.threads = [_Thread(stack, failed) for stack in rest or [(self.reader.root, None)]]
 
     def _rest_of_section(self, t: _Thread, kept: bool) -> list[Any] | None:
@@ -1394,7 +1434,10 @@ class LanguageStream:
             for item in reversed(node.items):
                 t.stack = (item, t.stack)
         elif cls is ir.Rule:
-            if node.name == "call":
+            if node.name in _SECTIONS:
+                t.section_at = (t.pos, t.stack)
+                t.section_open = True  # what it reads is held until a call in it begins
+            elif node.name == "call":
                 t.call_from = t.mark
                 t.after_call = t.stack
                 ends = t.stack is not None and bool(_first_marker(t.stack[0]))
@@ -1403,8 +1446,12 @@ class LanguageStream:
         elif cls is _EndCall:
             t.call.closed = True
         elif cls is ir.Lit:
+            if self.reasoning_over and not t.skip and node.text.strip() == self.reader.reasoning_end:
+                return []  # reasoning is over: its end marker is text
             if t.skip:
                 skipped, t.skip = t.skip == node.text.strip(), ""
+                if skipped and self.reasoning_over:
+                    return None  # the end of reasoning that is over: not read, its text is the answer's
                 if skipped:
                     return self._fork_stacks(t, [((node,), *self.reader.firsts.of(node)), ((), None, True)], final)
             if node.text:
@@ -1432,8 +1479,9 @@ class LanguageStream:
         elif cls is ir.Capture:
             if self.resumed and node.role == ir.REASONING:
                 # reading again after reasoning is over: no reasoning, and its end marker optional
+                # where the failed reading was inside it (else not read at all)
                 body = node.body
-                t.skip = body.end.strip() if isinstance(body, ir.Text) and body.end else ""
+                t.skip = (body.end.strip() if isinstance(body, ir.Text) and body.end else "") or self.reader.reasoning_end
                 return None
             if node.role in (ir.REASONING, ir.CONTENT):
                 t.mark = t.pos
@@ -1744,6 +1792,15 @@ def _plain(value: Any) -> Any:
     if isinstance(value, list):
         return tuple(_plain(v) for v in value)
     return id(value)
+
+
+def _inside_reasoning(stack: Any) -> bool:
+    """Whether what is left of a reading closes a reasoning capture (it is inside one)."""
+    while stack is not None:
+        node, stack = stack
+        if node.__class__ is _EndCapture and node.role == ir.REASONING:
+            return True
+    return False
 
 
 def _parts(node: Any) -> tuple[Any, ...]:

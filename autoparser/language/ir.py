@@ -196,11 +196,14 @@ EMPTY = Seq(())
 @dataclass(frozen=True)
 class Language:
     """`continues`: the role whose text the output goes on with, where the prompt ended inside the
-    assistant's own reasoning or answer (prefill); its leading whitespace is kept."""
+    assistant's own reasoning or answer (prefill); its leading whitespace is kept.
+    `reasoning_end`: the marker that ends reasoning (a reader that resumes after reasoning is
+    over reads it as text)."""
 
     root: Node
     warnings: tuple[str, ...] = field(default=())
     continues: str = ""
+    reasoning_end: str = ""
 
     def __str__(self) -> str:
         return describe(self.root)
