@@ -130,6 +130,19 @@ def test_a_call_section_that_holds_no_call_is_text_opener_included(text: str) ->
         assert without_generated_ids(streamed_in_random_chunks(parser, text, seed)) == without_generated_ids(message)
 
 
+def test_a_whole_call_before_text_and_a_broken_call_in_one_section_is_kept() -> None:
+    """Text between two calls does not make the section empty: when the second call breaks,
+    the first stays a call, whole or streamed."""
+    text = ('A<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>search<｜tool▁sep｜>{"q": 1}<｜tool▁call▁end｜>'
+            "hmm<｜tool▁call▁begin｜>search<｜tool▁sep｜>garbage")
+    parser = analyses.deepseek_v31().parser(thinking=False)
+    message = parser.parse(text)
+    assert calls(message) == [("search", {"q": 1})]
+    assert message["content"] == "Ahmm<｜tool▁call▁begin｜>search<｜tool▁sep｜>garbage"
+    for seed in range(6):
+        assert without_generated_ids(streamed_in_random_chunks(parser, text, seed)) == without_generated_ids(message)
+
+
 @pytest.mark.parametrize("text, reasoning, content", [
     ("<think><think>plan</think>Answer.", "<think>plan", "Answer."),
     ("<think><think><think>", "<think><think>", None),

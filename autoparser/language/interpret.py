@@ -207,7 +207,7 @@ class _Call:
 class _Thread:
     __slots__ = ("stack", "pos", "events", "role", "head", "call", "parts", "member", "value", "count", "mark",
                  "skip", "own_id", "after_call", "section_calls", "calls_read",
-                 "call_over", "streamed", "spool", "call_from", "section_at", "section_open")
+                 "call_over", "streamed", "spool", "call_from", "section_at", "section_open", "first_in_section")
 
     def __init__(self, stack: Any, pos: int) -> None:
         self.stack = stack  # (node, rest) pairs, None at the bottom
@@ -232,6 +232,7 @@ class _Thread:
         self.call_from = pos  # where the part that holds the last call began (a separator before it included)
         self.section_at: tuple[int, Any] | None = None  # where the last call section began, and what follows it
         self.section_open = False  # no call has begun in that section yet
+        self.first_in_section = False  # the call being read is that section's first
 
     def fork(self, stack: Any) -> _Thread:
         twin = _Thread(stack, self.pos)
@@ -255,6 +256,7 @@ class _Thread:
         twin.streamed, twin.spool = self.streamed, self.spool
         twin.call_from = self.call_from
         twin.section_at, twin.section_open = self.section_at, self.section_open
+        twin.first_in_section = self.first_in_section
         return twin
 
     def key(self) -> tuple:
@@ -397,7 +399,7 @@ class _Thread:
         if call.started or call.name is None or not call.args or (call.awaits_id and not waited):
             return
         call.started = True
-        self.section_open = False
+        self.first_in_section, self.section_open = self.section_open, False
         self.events.append(("call", call.name, call.id, self.pos))
         if call.pending:
             self.events.append(("args", "".join(call.pending), self.pos))
@@ -1304,7 +1306,9 @@ class LanguageStream:
         if unopened:
             events = events[:-1]  # the call that failed before its arguments is text
         section = best.section_at
-        if section is not None and not opened and not best.section_calls and _below(best.stack, section[1]):
+        # the section holds no call that stays one: none began, or the first is withdrawn
+        holds_none = best.section_open or (best.call.started and not opened and best.first_in_section)
+        if section is not None and holds_none and _below(best.stack, section[1]):
             # a section that holds no call is text, its opener and the text read inside it too
             events = [e for e in events if e[-1] <= section[0]]
         else:
