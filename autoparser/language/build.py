@@ -838,7 +838,7 @@ class _Reading(_Builder):
         return Chars("^" + NAME_FORBIDDEN + "".join(sorted({re.escape(m[0]) for m in ends})))
 
     def json_arguments(self, name: str, params: Any) -> Node:
-        return Json("any")
+        return Json("object")  # a call's arguments are an object, whatever the tool
 
     def call_separator(self) -> Node:
         """As generated; calls written as bare JSON objects may also be separated by `;` or `,`,

@@ -92,7 +92,8 @@ class _Firsts:
         if isinstance(node, ir.Text):
             return None, not node.nonempty
         if isinstance(node, ir.Json):
-            return (frozenset("{" + _WHITESPACE), False) if node.kind == "object" else (None, False)
+            # an object, or a string that holds one (arguments written as a JSON string)
+            return (frozenset('{"' + _WHITESPACE), False) if node.kind == "object" else (None, False)
         if isinstance(node, ir.Bracketed):
             return frozenset("{[" + _WHITESPACE), False
         if isinstance(node, ir.Capture | ir.Rule):
@@ -497,7 +498,7 @@ class _Text:
     ends the text in one reading and is part of it in another: what follows decides."""
 
     __slots__ = ("markers", "weak", "weak_prefix", "lead", "nonempty", "start", "split", "after", "firsts",
-                 "past", "soft", "cdata", "blank")
+                 "past", "soft", "cdata", "spaces", "empty")
 
     def __init__(self, node: ir.Text, markers: MarkerSet, weak: tuple[Any, Any] | None, start: int,
                  split: re.Pattern[str] | None, soft: bool = False) -> None:
@@ -511,17 +512,23 @@ class _Text:
         self.after = start  # where to look for the next one
         self.firsts = tuple(m.strip() for m in node.not_first if m.strip())  # cleared once checked
         self.past = start  # the end of the last soft stop read as text
-        self.blank = start  # how far the whitespace it begins with has been read (a first marker after it)
+        # the whitespace it begins with, read past while a `not_first` marker may follow it (the
+        # marker's if one does, else the text's), so that a long run pins no text behind the reading
+        self.spaces: list[str] = []
+        self.empty = True  # no text read yet
         self.soft = soft
         self.cdata = "start" if soft else ""  # a value's CDATA section: "start" (may open), "open", ""
 
     def step(self, t: _Thread, buf: str, final: bool) -> int:
         if self.firsts:
-            found, at = self._first_marker(buf, t.pos, final)
-            if found == DONE and not self.nonempty:
-                t.pos = at  # the whitespace before the marker is the marker's, as markers are found
+            found = self._first_marker(t, buf, final)
+            if found == DONE:
+                self.spaces = []  # the whitespace before the marker is the marker's, as markers are found
+                if self.nonempty:
+                    t.pos = self.start
+                    return FAIL
             if found != FAIL:
-                return FAIL if found == DONE and self.nonempty else found
+                return found
         if self.cdata and self._cdata(t, buf, final) == MORE:
             return MORE
         if self.past > t.pos:
@@ -538,7 +545,7 @@ class _Text:
                 held = self._weak_hold(buf, pos, stop)
         if self.soft and hit is not None and hit[2] == "soft" and stop == hit[0] and held is None and (
                 self.split is None or not self.split.search(buf, pos, stop)):
-            self._read(t, buf, stop)
+            self._read(t, buf, stop, whole=True)
             self.past = stop + len(hit[1])
             return SPLIT
         if held is None and stop is None and not final:
@@ -547,7 +554,7 @@ class _Text:
             bracket = self.split.search(buf, max(pos, self.after), held if held is not None else
                                         stop if stop is not None else len(buf))
             if bracket is not None:
-                self._read(t, buf, bracket.start())
+                self._read(t, buf, bracket.start(), whole=True)
                 self.after = bracket.start() + 1
                 return SPLIT
         if held is not None:
@@ -560,8 +567,12 @@ class _Text:
         lead = self.lead
         if lead and stop - len(lead) >= pos and buf.startswith(lead, stop - len(lead)):
             stop -= len(lead)
-        self._read(t, buf, stop)
-        if self.nonempty and t.pos == self.start:
+        elif lead and self.spaces and stop == pos:
+            spaces = "".join(self.spaces)  # the end marker's whitespace is the last of those held
+            self.spaces = [spaces[:-len(lead)]] if spaces.endswith(lead) else [spaces]
+        self._read(t, buf, stop, whole=True)
+        if self.nonempty and self.empty:
+            t.pos = self.start
             return FAIL
         return DONE
 
@@ -591,23 +602,25 @@ class _Text:
         self._read(t, buf, close + len(_CDATA[1]))
         return DONE
 
-    def _first_marker(self, buf: str, pos: int, final: bool) -> tuple[int, int]:
-        """Whether the text begins with a `not_first` marker after whitespace, and where that
-        marker is: DONE (it does: the text is empty), MORE (it may), FAIL (it does not: read it
-        as text from now on)."""
-        pos = max(pos, self.blank)  # a long whitespace run is read once, not again with every chunk
+    def _first_marker(self, t: _Thread, buf: str, final: bool) -> int:
+        """Whether the text begins with a `not_first` marker after whitespace (the reading goes
+        past the whitespace, holding it): DONE (it does: the text is empty), MORE (it may), FAIL
+        (it does not: read it as text from now on)."""
+        pos = t.pos
         while pos < len(buf) and buf[pos] in _WHITESPACE:
             pos += 1
-        self.blank = pos
+        if pos > t.pos:
+            self.spaces.append(buf[t.pos:pos])
+            t.pos = pos
         if pos == len(buf) and not final:
-            return MORE, pos
+            return MORE
         found = [match_at(buf, pos, marker, final)[0] for marker in self.firsts]
         if FULL in found:
-            return DONE, pos
+            return DONE
         if PARTIAL in found and not final:
-            return MORE, pos
+            return MORE
         self.firsts = ()
-        return FAIL, pos
+        return FAIL
 
     def _safe(self, buf: str, pos: int) -> int:
         end = self.markers.safe_end(buf, pos)
@@ -626,9 +639,16 @@ class _Text:
             index = buf.find(self.weak_prefix[0], index + 1)
         return None
 
-    @staticmethod
-    def _read(t: _Thread, buf: str, end: int) -> None:
+    def _read(self, t: _Thread, buf: str, end: int, whole: bool = False) -> None:
+        """Read the text up to `end`, the whitespace held before it first (with no more text,
+        only where the text is read `whole`)."""
+        if self.spaces and (end > t.pos or whole):
+            spaces, self.spaces = "".join(self.spaces), []
+            if spaces:
+                self.empty = False
+                t.text(spaces)
         if end > t.pos:
+            self.empty = False
             start, t.pos = t.pos, end
             t.text(buf[start:end])
 
@@ -648,7 +668,12 @@ class _JsonValue:
     def step(self, t: _Thread, buf: str, final: bool) -> int:
         start = t.pos
         if not self.scanner.started and t.role == ir.ARGUMENTS and t.call.mode == "json" and t.value is None:
-            self._stringified(t, buf, start)
+            first = self._first_char(buf, start)
+            if first == '"':
+                t.call.mode = "string"  # arguments written as a JSON string holding them: kept whole
+                self.scanner = JsonScanner()
+            elif first and first != "{":
+                return FAIL  # a call's arguments are an object
         pos, status, emitted = self.scanner.scan(buf, start, final)
         if not t.call.confirmed and t.role == ir.ARGUMENTS and t.value is None:
             self._confirm(t, buf, start, pos)
@@ -700,13 +725,11 @@ class _JsonValue:
             self._stream(t, pos, emitted)
 
     @staticmethod
-    def _stringified(t: _Thread, buf: str, pos: int) -> None:
-        """Arguments written as a JSON string that holds them (`"{\\"city\\": ...}"`) are kept
-        whole and decoded at their end."""
+    def _first_char(buf: str, pos: int) -> str:
+        """The first character after whitespace, if the text has one yet."""
         while pos < len(buf) and buf[pos] in _WHITESPACE:
             pos += 1
-        if pos < len(buf) and buf[pos] == '"':
-            t.call.mode = "string"
+        return buf[pos] if pos < len(buf) else ""
 
 
 class _Bracketed:
@@ -1020,6 +1043,8 @@ class LanguageStream:
         self.finished = False
         self.fallback = False  # no reading continues: the rest is content
         self.string_call: ToolCall | None = None
+        self.aside: list[str] = []  # the text just before `buf` that recovery may still need
+        self.aside_len = 0
 
     # -- public ----------------------------------------------------------------------------
 
@@ -1065,32 +1090,56 @@ class LanguageStream:
         return self.out.calls[-1]
 
     def _trim(self) -> None:
-        """Drop the text every reading has passed (positions shift with it), once there is
-        enough of it to be worth the shifting."""
-        if self.fallback or len(self.buf) < 4096:
+        """Drop the text every living reading has passed (positions shift with it), once there is
+        enough of it to be worth the shifting. The part recovery may still need (from `safe`, where
+        the failed reading failed, where a text that holds its leading whitespace began) is set
+        aside in pieces and put back before recovering, so that held events pin no text."""
+        if self.fallback or len(self.buf) < 4096 or not self.threads:
             return
         dead = self.dead
-        if dead is not None and self.threads and all(t.calls_read >= dead[0].calls_read and t.pos > dead[0].pos
-                                                     for t in self.threads):
+        if dead is not None and all(t.calls_read >= dead[0].calls_read and _origin(t) > dead[0].pos
+                                    for t in self.threads):
             self.dead = None  # every living reading got further: whichever fails next replaces it
-        kept = self.threads + ([self.dead[0]] if self.dead is not None else [])
-        low = min([t.pos for t in kept] + [self.safe])
-        if low > 0 and (low > 4096 or low * 2 > len(self.buf)):
-            self.buf = self.buf[low:]
-            self.safe -= low
-            self.base += low
-            for t in kept:
-                t.pos -= low
-                t.mark = max(t.mark - low, 0)
-                t.call_from = max(t.call_from - low, 0)
-                if t.section_at is not None:
-                    t.section_at = (max(t.section_at[0] - low, 0), t.section_at[1])
-                if t.head.__class__ is _Text:
-                    t.head.start -= low
-                    t.head.after -= low
-                    t.head.past -= low
-                    t.head.blank -= low
-                t.events = [(*e[:-1], e[-1] - low) for e in t.events]
+        low = min(t.pos for t in self.threads)
+        if low <= 0 or (low <= 4096 and low * 2 <= len(self.buf)):
+            return
+        needed = min([self.safe, *(_origin(t) for t in self.threads)] + ([self.dead[0].pos] if self.dead else []))
+        if needed >= low:
+            self.aside, self.aside_len = [], 0
+        elif needed >= 0:
+            self.aside, self.aside_len = [self.buf[needed:low]], low - needed
+        else:
+            self.aside.append(self.buf[:low])
+            self.aside_len += low
+            if (low - needed) * 2 < self.aside_len:  # most of what is aside is no longer needed
+                self.aside = ["".join(self.aside)[-(low - needed):]]
+                self.aside_len = low - needed
+        self.buf = self.buf[low:]
+        self._shift(-low)
+
+    def _restore(self) -> None:
+        """Put back the text set aside before the buffer."""
+        if self.aside_len:
+            self.buf = "".join(self.aside) + self.buf
+            size = self.aside_len
+            self.aside, self.aside_len = [], 0
+            self._shift(size)
+
+    def _shift(self, delta: int) -> None:
+        """Move every position by `delta`, the buffer having lost or gained that much text in front."""
+        self.safe += delta
+        self.base -= delta
+        for t in self.threads + ([self.dead[0]] if self.dead is not None else []):
+            t.pos += delta
+            t.mark += delta
+            t.call_from += delta
+            if t.section_at is not None:
+                t.section_at = (t.section_at[0] + delta, t.section_at[1])
+            if t.head.__class__ is _Text:
+                t.head.start += delta
+                t.head.after += delta
+                t.head.past += delta
+            t.events = [(*e[:-1], e[-1] + delta) for e in t.events]
 
     def _advance(self, final: bool) -> None:
         while not self.fallback:
@@ -1282,6 +1331,7 @@ class LanguageStream:
         reasoning over (text after the calls, a call after one that was no call). At the end
         of the output, a call cut off keeps its complete values. With no reading at all, the
         rest is content."""
+        self._restore()
         if self.dead is None:
             self.fallback = True
             self.buf, self.safe = self.buf[self.safe:], 0
@@ -1394,6 +1444,7 @@ class LanguageStream:
         return False
 
     def _content_rest(self) -> None:
+        self._restore()
         self.out.add_content(self.buf[self.safe:])
         self.buf, self.safe = "", 0
 
@@ -1673,11 +1724,18 @@ class LanguageStream:
         t.count += 1
 
 
+def _origin(t: _Thread) -> int:
+    """Where a living reading is, for recovery: where its text began while it holds the
+    whitespace that text began with (it may yet fail there), else its position."""
+    head = t.head
+    return head.start if head.__class__ is _Text and head.spaces else t.pos
+
+
 def _reach(t: _Thread, buf: str) -> int:
     """Where a failed reading's text ends: the end of the output where it failed inside the
     marker the output ends with (a cut-off `<param`), else where it failed."""
     head = t.head
-    if head.__class__ is _Lit and not head.done:
+    if head.__class__ is _Lit and not head.done and t.pos >= 0:
         rest = buf[t.pos:].lstrip(_WHITESPACE)
         if rest and head.core.startswith(rest):
             return len(buf)
