@@ -292,6 +292,20 @@ def test_truncated_outputs_never_raise(family: str, data) -> None:
         assert isinstance(json.loads(call["function"]["arguments"]), dict)
 
 
+@pytest.mark.parametrize(("family", "written", "cut"), [
+    ("keyed_tags", [("get_weather", {"city": "", "options": {}}), ("search_web", {"query": ""})], 101),
+    ("qwen3_coder", [("search_web", {"query": ""})] * 3, 258),
+])
+def test_truncated_outputs_found_by_the_property(family: str, written: list, cut: int) -> None:
+    """Cuts the property above found: the arguments stay one JSON object (once a call whose
+    arguments another reading had closed got a second closing brace)."""
+    analysis = _analysis(family)
+    text = analyses.render_output(analysis, "some thought", "Some text.", written, stop=False)[:cut]
+    message = _messages_equal_after_chunking(Parser(analysis, tools=TOOLS), text, [3, 17, 40])
+    for call in message["tool_calls"]:
+        assert isinstance(json.loads(call["function"]["arguments"]), dict)
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 @SETTINGS
 @given(text=st.text(max_size=200), cuts=st.lists(st.integers(0, 10**6), max_size=10))

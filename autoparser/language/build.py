@@ -754,7 +754,6 @@ class _Reading(_Builder):
         super().__init__(analysis, request)
         # the parser reads several calls whenever the request allows them, whatever the template shows
         self.parallel = request.parallel_tool_calls
-        self.start_repeated = False  # building reasoning after a start marker the model repeated
         wanted, _ = chosen_tools(list(request.tools or []), request.tool_choice)
         if wanted != "none" and not request.tools:
             self.choice, self.tools = wanted, [ANY_TOOL]
@@ -1020,9 +1019,7 @@ class _Reading(_Builder):
                 return choice(*inside)
             # the prompt opened reasoning: a start marker the model writes again first is markup,
             # and one more after it is the reasoning's text
-            self.start_repeated = True
-            repeated = self.reasoning_to_answer(body, section, end)
-            self.start_repeated = False
+            repeated = self.reasoning_to_answer(body, section, end, repeated=True)
             return choice(seq(self.gap(), self.marker(start), choice(*repeated)), choice(*inside))
         options = [unended if unended is not None and self.implies_reasoning() else body,
                    seq(self.gap(), self.marker(end), body)]
@@ -1035,21 +1032,23 @@ class _Reading(_Builder):
             options.append(seq(self.reasoning_text(*stops), self.marker(end), body))
         return choice(*options)
 
-    def reasoning_to_answer(self, body: Node, section: Node | None, end: str) -> list[Node]:
+    def reasoning_to_answer(self, body: Node, section: Node | None, end: str, repeated: bool = False) -> list[Node]:
         """Reasoning, then what ends it: its end marker and `body`; an interrupt and the answer;
-        the end of the output; a call whose section opener was left out."""
+        the end of the output; a call whose section opener was left out. `repeated`: the reasoning
+        follows a start marker the model wrote again after the prompt's (one more is its text)."""
         interrupts = self.interrupts()
-        inside = [seq(self.reasoning_text(), self.marker(end), body)]
+        inside = [seq(self.reasoning_text(repeated=repeated), self.marker(end), body)]
         if self.forced:
-            inside += self.answer_ends_reasoning(body)
+            inside += self.answer_ends_reasoning(body, repeated)
         if interrupts:
-            inside.append(seq(self.reasoning_text(*interrupts), self.after_interrupt(section, end)))
+            inside.append(seq(self.reasoning_text(*interrupts, repeated=repeated), self.after_interrupt(section, end)))
         else:
-            inside.append(self.reasoning_text())
+            inside.append(self.reasoning_text(repeated=repeated))
         unopened = self.call_opener_alone()
         if unopened and section is not None and not self.in_messages():
             # a call whose section opener was left out ends the reasoning only where a call follows
-            inside.append(seq(self.reasoning_text(*interrupts, unopened), self.calls_then_text(section, end)))
+            inside.append(seq(self.reasoning_text(*interrupts, unopened, repeated=repeated),
+                              self.calls_then_text(section, end)))
         return inside
 
     def interrupts(self) -> tuple[str, ...]:
@@ -1079,13 +1078,13 @@ class _Reading(_Builder):
                                self.calls_then_text(section, end) if section is not None else EMPTY))
         return choice(*options)
 
-    def answer_ends_reasoning(self, body: Node) -> list[Node]:
+    def answer_ends_reasoning(self, body: Node, repeated: bool = False) -> list[Node]:
         """Where the prompt opened reasoning, an answer opened by its own start marker ends that
         reasoning (the reasoning's own end marker, if it follows after all, wins: first option)."""
         opener, end = self.c.start.strip(), self.r.end.strip()
         if not opener or opener == end:
             return []
-        return [seq(self.reasoning_text(opener), self.marker(opener), body)]
+        return [seq(self.reasoning_text(opener, repeated=repeated), self.marker(opener), body)]
 
     def message_markers(self) -> tuple[str, Node, str]:
         """In a reply written as messages, what the parser drops from the text: the separator
@@ -1115,10 +1114,11 @@ class _Reading(_Builder):
     def reads_reasoning(self) -> bool:
         return self.r.mode != "none" and bool(self.r.end.strip()) and self.start != CLOSED
 
-    def reasoning_text(self, *also_stop: str) -> Node:
+    def reasoning_text(self, *also_stop: str, repeated: bool = False) -> Node:
+        """Reasoning up to its end marker or `also_stop`. Where the prompt opened reasoning, a
+        start marker the model repeats first is markup, unless it already did (`repeated`)."""
         stops = (self.r.end.strip(), *self.stop, *also_stop)
-        # where the prompt opened reasoning, a start marker the model repeats is markup
-        first = (self.r.start,) if self.forced and not self.start_repeated else ()
+        first = (self.r.start,) if self.forced and not repeated else ()
         return Capture(REASONING, Text(stops, hint="reasoning", not_first=first))
 
     def text(self, *also_stop: str, calls: bool = True, not_first: tuple[str, ...] = ()) -> Node:

@@ -545,20 +545,22 @@ class _Text:
                 held = self._weak_hold(buf, pos, stop)
         if self.soft and hit is not None and hit[2] == "soft" and stop == hit[0] and held is None and (
                 self.split is None or not self.split.search(buf, pos, stop)):
-            self._read(t, buf, stop, whole=True)
+            self._read(t, buf, stop)
             self.past = stop + len(hit[1])
             return SPLIT
+        keep_spaces = False
         if held is None and stop is None and not final:
             held = self._safe(buf, pos)
+            keep_spaces = held == pos and bool(self.lead)  # they may be the end marker's
         if self.split is not None:
             bracket = self.split.search(buf, max(pos, self.after), held if held is not None else
                                         stop if stop is not None else len(buf))
             if bracket is not None:
-                self._read(t, buf, bracket.start(), whole=True)
+                self._read(t, buf, bracket.start())
                 self.after = bracket.start() + 1
                 return SPLIT
         if held is not None:
-            self._read(t, buf, held)
+            self._read(t, buf, held, keep_spaces)
             return MORE
         if stop is None:
             stop = len(buf)
@@ -570,7 +572,7 @@ class _Text:
         elif lead and self.spaces and stop == pos:
             spaces = "".join(self.spaces)  # the end marker's whitespace is the last of those held
             self.spaces = [spaces[:-len(lead)]] if spaces.endswith(lead) else [spaces]
-        self._read(t, buf, stop, whole=True)
+        self._read(t, buf, stop)
         if self.nonempty and self.empty:
             t.pos = self.start
             return FAIL
@@ -639,10 +641,10 @@ class _Text:
             index = buf.find(self.weak_prefix[0], index + 1)
         return None
 
-    def _read(self, t: _Thread, buf: str, end: int, whole: bool = False) -> None:
-        """Read the text up to `end`, the whitespace held before it first (with no more text,
-        only where the text is read `whole`)."""
-        if self.spaces and (end > t.pos or whole):
+    def _read(self, t: _Thread, buf: str, end: int, keep_spaces: bool = False) -> None:
+        """Read the text up to `end`, the whitespace held before it first (unless `keep_spaces`:
+        with no more text, they may still be the end marker's)."""
+        if self.spaces and (end > t.pos or not keep_spaces):
             spaces, self.spaces = "".join(self.spaces), []
             if spaces:
                 self.empty = False
@@ -1162,17 +1164,7 @@ class LanguageStream:
             t = todo.pop()
             result = self._run(t, final)
             if result is None:
-                dead = self.dead
-                # the one that read the most calls whole (a reading that runs on past a call's end,
-                # say inside a quoted value, to the end of the output, takes none); then the
-                # furthest; at the same place, one inside a call's arguments (it keeps what they
-                # hold, wherever the chunks ended), else the one that saw the latest emitted events;
-                # else one past its call's arguments
-                further = _further(t, dead[0]) if dead is not None else True
-                if further or (further is None and (t.role == ir.ARGUMENTS, self.emitted) >
-                               (dead[0].role == ir.ARGUMENTS, dead[1])):
-                    self.dead = (t, self.emitted)
-                elif t.pos == dead[0].pos and _closed_more(t, dead[0], self.buf):
+                if self._recovers_better(t):
                     self.dead = (t, self.emitted)
             elif result.__class__ is list:
                 todo.extend(reversed(result))
@@ -1205,6 +1197,25 @@ class LanguageStream:
             if self._cut_after_calls(alive[0]):
                 return []  # the reading cut off right after its calls is recovered instead
         return alive
+
+    def _recovers_better(self, t: _Thread) -> bool:
+        """Whether recovery goes on from `t`, a reading that just failed, rather than from the
+        failed reading kept so far. The one that read more calls whole wins (a reading that runs
+        on past a call's end, say inside a quoted value, to the end of the output, takes none);
+        then the one that got further; at the same place, one inside a call's arguments (it keeps
+        what they hold, wherever the chunks ended), then the one that saw the latest emitted
+        events; and at the same place whatever those say, one that read further into a marker
+        the output ends inside, or closed the call the other was still inside (`_closed_more`)."""
+        dead = self.dead
+        if dead is None:
+            return True
+        other, emitted = dead
+        further = _further(t, other)
+        if further:
+            return True
+        if further is None and (t.role == ir.ARGUMENTS, self.emitted) > (other.role == ir.ARGUMENTS, emitted):
+            return True
+        return t.pos == other.pos and _closed_more(t, other, self.buf)
 
     def _cut_after_calls(self, best: _Thread) -> bool:
         """Whether the reading that failed only at the end of the output, right after a whole
@@ -1417,13 +1428,16 @@ class LanguageStream:
         """The output ended inside a call's arguments: they keep the values that were complete
         (a tagged value running to the end is complete; a JSON member still being written is
         not) and the call is marked incomplete."""
-        if t.call.mode == "members" and t.member is not None and "".join(t.value or ()).strip():
+        closed = all(e[0] != "call" for e in t.events) and self._arguments_closed()
+        if t.call.mode == "members" and t.member is not None and "".join(t.value or ()).strip() and not closed:
             head = t.head
             if head.__class__ is _PyValue and head.quote and head.outer and t.value is not None:
                 t.value.append(head.quote)  # a quoted string cut off keeps what was written of it
             self._end_member(t)
         self._apply(t.events)
-        if t.call.mode == "members":
+        if closed:
+            pass
+        elif t.call.mode == "members":
             self.out.add_arguments("}")
         elif t.call.mode == "json" and t.head.__class__ is _JsonValue:
             self.out.add_arguments(t.head.scanner.closing())
@@ -1434,6 +1448,8 @@ class LanguageStream:
     def _closed_by(self, t: _Thread) -> bool:
         """Close the emitted arguments of `t`'s call if they are still open; whether they were."""
         call, head = t.call, t.head
+        if self._arguments_closed():
+            return False
         if call.mode == "json" and head.__class__ is _JsonValue and t.role == ir.ARGUMENTS:
             if head.scanner.started and not head.scanner.done:
                 self.out.add_arguments(head.scanner.closing())
@@ -1442,6 +1458,17 @@ class LanguageStream:
             self.out.add_arguments(('"' if t.streamed else "") + "}")
             return True
         return False
+
+    def _arguments_closed(self) -> bool:
+        """Whether the last call's emitted arguments are whole already. The reading recovered
+        from may have failed before another one, whose events went out, closed them."""
+        if not self.out.calls:
+            return False
+        try:
+            json.loads(self.out.calls[-1].arguments())
+        except ValueError:
+            return False
+        return True
 
     def _content_rest(self) -> None:
         self._restore()

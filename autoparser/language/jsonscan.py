@@ -44,6 +44,7 @@ _AFTER = 4  # after a value inside a container: ',' or the closer
 _STRING = 5  # inside a string value
 _KEY = 6  # inside a key string
 _END = 7  # the top-level value is complete
+_NEXT = 8  # after ',' in a container: the next key or element (the comma held until it starts)
 
 
 def escape_control(char: str) -> str:
@@ -113,18 +114,11 @@ class JsonScanner:
             char = text[pos]
             if state == _AFTER:
                 if char == ",":
-                    follow = _WHITESPACE.match(text, pos + 1).end()
-                    if follow >= end:
-                        # keep the comma until the next element starts, so a cut here needs no repair
-                        return self._result(text, pos, MORE, out, hold)
-                    nxt = text[follow]
-                    top = self.stack[-1]
-                    if nxt not in ('"' if top == "{" else _VALUE_STARTS):
-                        return self._result(text, pos, ERROR, out, hold)
+                    # the comma is held until the next element starts, so a cut here needs no repair
                     self._hold(out, pos, hold)
-                    out.append(text[pos:follow])
-                    pos = follow
-                    self.state = _VALUE if top == "[" else _OBJECT_FIRST
+                    out.append(char)
+                    pos += 1
+                    self.state = _NEXT
                     continue
                 closer = "}" if self.stack[-1] == "{" else "]"
                 if char != closer:
@@ -132,6 +126,12 @@ class JsonScanner:
                 out.append(char)
                 pos += 1
                 self._close_container()
+                continue
+            if state == _NEXT:
+                top = self.stack[-1]
+                if char not in ('"' if top == "{" else _VALUE_STARTS):
+                    return self._result(text, pos, ERROR, out, hold)
+                self.state = _VALUE if top == "[" else _OBJECT_FIRST
                 continue
             if state == _COLON:
                 if char != ":":
