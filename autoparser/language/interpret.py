@@ -53,6 +53,7 @@ from autoparser.language.values import (
 _CDATA = ("<![CDATA[", "]]>")
 MORE, FAIL, SPLIT = 0, 2, 3  # terminal results besides DONE: wait, no match, the text may end here
 _WHITESPACE = " \t\n\r"
+_BLANKS = re.compile(f"[{re.escape(_WHITESPACE)}]*")
 _ESCAPED = re.compile(r'["\\\x00-\x1f]')  # characters a JSON string spells otherwise
 _SECTIONS = ("tool-calls", "tool-calls-unopened")  # the rules a call section is read by
 _PIECE = 8192  # a whole output is read in pieces this long
@@ -208,11 +209,13 @@ class _Call:
 class _Thread:
     __slots__ = ("stack", "pos", "events", "role", "head", "call", "parts", "member", "value", "count", "mark",
                  "skip", "own_id", "after_call", "section_calls", "calls_read",
-                 "call_over", "streamed", "spool", "call_from", "section_at", "section_open", "first_in_section")
+                 "call_over", "streamed", "spool", "call_from", "section_at", "section_open", "first_in_section",
+                 "offset")
 
-    def __init__(self, stack: Any, pos: int) -> None:
+    def __init__(self, stack: Any, pos: int, offset: list[int]) -> None:
         self.stack = stack  # (node, rest) pairs, None at the bottom
         self.pos = pos
+        self.offset = offset  # the stream's: its events' positions are `pos` plus this
         self.events: list[tuple] = []
         self.role: str | None = None
         self.head: Any = None  # the terminal being read
@@ -236,7 +239,7 @@ class _Thread:
         self.first_in_section = False  # the call being read is that section's first
 
     def fork(self, stack: Any) -> _Thread:
-        twin = _Thread(stack, self.pos)
+        twin = _Thread(stack, self.pos, self.offset)
         twin.events = list(self.events)
         twin.role = self.role
         call, copy = self.call, _Call()
@@ -296,7 +299,7 @@ class _Thread:
             if self.streamed is not None and self.spool is None:
                 self.stream_value(piece)
         elif self.role == ir.REASONING or self.role == ir.CONTENT:
-            self.events.append((self.role, piece, self.pos))
+            self.events.append((self.role, piece, self.pos + self.offset[0]))
             self.mark = self.pos
         elif self.role == ir.TOOL_NAME or self.role == ir.CALL_ID:
             self.parts.append(piece)
@@ -389,7 +392,7 @@ class _Thread:
         if not piece:
             return
         if self.call.started:
-            self.events.append(("args", piece, self.pos))
+            self.events.append(("args", piece, self.pos + self.offset[0]))
         else:
             self.call.pending.append(piece)
 
@@ -401,9 +404,9 @@ class _Thread:
             return
         call.started = True
         self.first_in_section, self.section_open = self.section_open, False
-        self.events.append(("call", call.name, call.id, self.pos))
+        self.events.append(("call", call.name, call.id, self.pos + self.offset[0]))
         if call.pending:
-            self.events.append(("args", "".join(call.pending), self.pos))
+            self.events.append(("args", "".join(call.pending), self.pos + self.offset[0]))
             call.pending = []
 
 
@@ -565,7 +568,7 @@ class _Text:
         if stop is None:
             stop = len(buf)
             if t.value is not None and t.call.started:
-                t.events.append(("cut", stop))  # a value running to the end of output: its call was cut off
+                t.events.append(("cut", stop + t.offset[0]))  # a value running to the end of output: its call was cut off
         lead = self.lead
         if lead and stop - len(lead) >= pos and buf.startswith(lead, stop - len(lead)):
             stop -= len(lead)
@@ -608,9 +611,7 @@ class _Text:
         """Whether the text begins with a `not_first` marker after whitespace (the reading goes
         past the whitespace, holding it): DONE (it does: the text is empty), MORE (it may), FAIL
         (it does not: read it as text from now on)."""
-        pos = t.pos
-        while pos < len(buf) and buf[pos] in _WHITESPACE:
-            pos += 1
+        pos = _BLANKS.match(buf, t.pos).end()
         if pos > t.pos:
             self.spaces.append(buf[t.pos:pos])
             t.pos = pos
@@ -864,13 +865,13 @@ class _Trailer:
 
     def step(self, t: _Thread, buf: str, final: bool) -> int:
         pos = marked = t.pos
-        while pos < len(buf):
-            if buf[pos] in _WHITESPACE:
-                pos += 1
-                continue
+        while True:
+            pos = _BLANKS.match(buf, pos).end()
+            if pos >= len(buf):
+                break
             end = next((e for e in self.ends if buf.startswith(e, pos)), None)
             if end is None:
-                if not final and any(e.startswith(buf[pos:]) for e in self.ends):
+                if not final and any(len(buf) - pos < len(e) and e.startswith(buf[pos:]) for e in self.ends):
                     break
                 t.pos = marked if self.seen else pos
                 return FAIL
@@ -1034,8 +1035,10 @@ class LanguageStream:
             (self.out.reasoning if continues == ir.REASONING else self.out.content).started = True
         self.call_id = call_id
         self.buf = ""
-        self.base = 0  # how much text before `buf` was dropped (positions are relative to `buf`)
-        self.threads = [_Thread((reader.root, None), 0)]
+        # how much text before `buf` was dropped: positions are relative to `buf`, those of events
+        # made by readings are absolute (the readings share this cell)
+        self.offset = [0]
+        self.threads = [_Thread((reader.root, None), 0, self.offset)]
         self.safe = 0  # where the text not yet accounted for by emitted events begins
         # the reading that got furthest before all failed, and how many events had been emitted then
         self.dead: tuple[_Thread, int] | None = None
@@ -1130,7 +1133,7 @@ class LanguageStream:
     def _shift(self, delta: int) -> None:
         """Move every position by `delta`, the buffer having lost or gained that much text in front."""
         self.safe += delta
-        self.base -= delta
+        self.offset[0] -= delta
         for t in self.threads + ([self.dead[0]] if self.dead is not None else []):
             t.pos += delta
             t.mark += delta
@@ -1141,7 +1144,6 @@ class LanguageStream:
                 t.head.start += delta
                 t.head.after += delta
                 t.head.past += delta
-            t.events = [(*e[:-1], e[-1] + delta) for e in t.events]
 
     def _advance(self, final: bool) -> None:
         while not self.fallback:
@@ -1264,6 +1266,7 @@ class LanguageStream:
         for t in self.threads:
             if t.section_open and _below(t.stack, t.section_at[1]):
                 start = t.section_at[0]
+                start += self.offset[0]
                 agreed = next((i for i, e in enumerate(events[:agreed]) if e[-1] > start), agreed)
         return agreed
 
@@ -1331,7 +1334,7 @@ class LanguageStream:
             elif kind == "cut" and out.calls:
                 out.calls[-1].incomplete = True
         if events:
-            self.safe = events[-1][-1]
+            self.safe = events[-1][-1] - self.offset[0]
 
     def _give_up(self) -> None:
         """No reading continues: recover, losing nothing.
@@ -1371,7 +1374,7 @@ class LanguageStream:
         holds_none = best.section_open or (best.call.started and not opened and best.first_in_section)
         if section is not None and holds_none and _below(best.stack, section[1]):
             # a section that holds no call is text, its opener and the text read inside it too
-            events = [e for e in events if e[-1] <= section[0]]
+            events = [e for e in events if e[-1] <= section[0] + self.offset[0]]
         else:
             section = None
         self._apply(events)
@@ -1406,7 +1409,7 @@ class LanguageStream:
         # reasoning the failed reading was inside may still end at its end marker; after reasoning
         # that ended (or none), that marker is text
         self.reasoning_over = best.role != ir.REASONING and not _inside_reasoning(best.stack)
-        self.threads = [_Thread(stack, failed) for stack in rest or [(self.reader.root, None)]]
+        self.threads = [_Thread(stack, failed, self.offset) for stack in rest or [(self.reader.root, None)]]
 
     def _rest_of_section(self, t: _Thread, kept: bool) -> list[Any] | None:
         """Where a reading that failed inside a call goes on: the call's text up to its end marker
@@ -1578,13 +1581,13 @@ class LanguageStream:
             t.mark = t.pos
             return self._repeat(t, node, node.min, node.max, final)
         elif cls is _Again:
-            if t.pos + self.base == node.start:
+            if t.pos + self.offset[0] == node.start:
                 return None if node.left_min > 0 else []
             t.mark = t.pos
             return self._repeat(t, node.repeat, node.left_min, node.left_max, final)
         elif cls is ir.Members:
             if t.role == ir.ARGUMENTS and t.call.started:
-                t.events.append(("brace", "{", t.pos))  # it goes out with the first member's text
+                t.events.append(("brace", "{", t.pos + t.offset[0]))  # it goes out with the first member's text
             else:
                 self._arguments_text(t, "{")
             t.member, t.count = None, 0
@@ -1641,7 +1644,7 @@ class LanguageStream:
     def _repeat(self, t: _Thread, node: ir.Repeat, least: int, most: int | None, final: bool) -> list[_Thread] | None:
         if most == 0:
             return None
-        more = _Again(node, max(least - 1, 0), None if most is None else most - 1, t.pos + self.base)
+        more = _Again(node, max(least - 1, 0), None if most is None else most - 1, t.pos + self.offset[0])
         if least > 0:
             t.stack = (node.item, (more, t.stack))
             return None
