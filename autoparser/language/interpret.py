@@ -210,12 +210,13 @@ class _Thread:
     __slots__ = ("stack", "pos", "events", "role", "head", "call", "parts", "member", "value", "count", "mark",
                  "skip", "own_id", "after_call", "section_calls", "calls_read",
                  "call_over", "streamed", "spool", "call_from", "section_at", "section_open", "first_in_section",
-                 "offset")
+                 "offset", "call_at")
 
     def __init__(self, stack: Any, pos: int, offset: list[int]) -> None:
         self.stack = stack  # (node, rest) pairs, None at the bottom
         self.pos = pos
         self.offset = offset  # the stream's: its events' positions are `pos` plus this
+        self.call_at = -1  # the index in `events` of the last call start (-1: none held)
         self.events: list[tuple] = []
         self.role: str | None = None
         self.head: Any = None  # the terminal being read
@@ -241,6 +242,7 @@ class _Thread:
     def fork(self, stack: Any) -> _Thread:
         twin = _Thread(stack, self.pos, self.offset)
         twin.events = list(self.events)
+        twin.call_at = self.call_at
         twin.role = self.role
         call, copy = self.call, _Call()
         copy.name, copy.id, copy.args, copy.started = call.name, call.id, call.args, call.started
@@ -262,6 +264,17 @@ class _Thread:
         twin.section_at, twin.section_open = self.section_at, self.section_open
         twin.first_in_section = self.first_in_section
         return twin
+
+    def drop_events(self, count: int) -> None:
+        """The first `count` held events went out."""
+        del self.events[:count]
+        self.call_at = max(self.call_at - count, -1)
+
+    def last_call(self, end: int) -> int:
+        """The index of the last call start among the first `end` held events (`end` if none)."""
+        if 0 <= self.call_at < end:
+            return self.call_at
+        return _last_call(self.events, end) if self.call_at >= end else end
 
     def key(self) -> tuple:
         frames, node = [], self.stack
@@ -404,6 +417,7 @@ class _Thread:
             return
         call.started = True
         self.first_in_section, self.section_open = self.section_open, False
+        self.call_at = len(self.events)
         self.events.append(("call", call.name, call.id, self.pos + self.offset[0]))
         if call.pending:
             self.events.append(("args", "".join(call.pending), self.pos + self.offset[0]))
@@ -1243,7 +1257,7 @@ class LanguageStream:
         if agreed and not final and first[agreed - 1][0] == "call":
             agreed -= 1
         if agreed and not final and any(t.call.started and not t.call.confirmed for t in threads):
-            agreed = _last_call(first, agreed)  # a call not yet known to be one is held whole
+            agreed = threads[0].last_call(agreed)  # a call not yet known to be one is held whole
         if agreed and not final:
             agreed = self._before_open_sections(first, agreed)
         if agreed and not final:
@@ -1252,7 +1266,7 @@ class LanguageStream:
             self._apply(first[:agreed])
             self.emitted += agreed
             for t in threads:
-                del t.events[:agreed]
+                t.drop_events(agreed)
         if len(threads) > 1 and not final and self._dead_pending() is None:
             self._commit_common_text()
         if len(threads) > 1 and sum(len(t.events) for t in threads) > _HELD_LIMIT:
@@ -1312,7 +1326,7 @@ class LanguageStream:
         self.emitted += 1
         for t, e in zip(threads, nexts, strict=True):
             if len(e[1]) == len(shared):
-                del t.events[0]
+                t.drop_events(1)
             else:
                 t.events[0] = (e[0], e[1][len(shared):], e[2])
         return True
