@@ -286,9 +286,10 @@ class _Thread:
     def state(self) -> tuple:
         """All that decides how this reading goes on and what it gives (not where a failure
         would resume); a terminal's state object that is not plain data (a JSON scanner) keeps
-        the reading distinct."""
+        the reading distinct. A text's held whitespace is the text from its start to the
+        position, so its start stands for it."""
         head, call = self.head, self.call
-        terminal = tuple(_plain(getattr(head, slot)) for slot in head.__slots__)
+        terminal = tuple(_plain(getattr(head, slot)) for slot in head.__slots__ if slot != "spaces")
         frames, node = [], self.stack
         while node is not None:
             frames.append(_frame_state(node[0]))
