@@ -207,6 +207,9 @@ _BLANK = " \n" * 6000
     (False, _V31_CALL + '{"' + _LONG_KEY + '": 1, oops', ", oops", [{_LONG_KEY: 1}]),
     (False, _V31_CALL + '{"' + _LONG_KEY + '": "Paris"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>', None,
      [{_LONG_KEY: "Paris"}]),
+    (False, _V31_CALL + "{" + _BLANK + '"location": "P",' + _BLANK + '"days": 3}<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
+     None, [{"location": "P", "days": 3}]),
+    (False, _V31_CALL + '{"location": "P",' + _BLANK + "oops", "," + _BLANK + "oops", [{"location": "P"}]),
 ])
 def test_long_held_text_comes_back_whole(thinking: bool, text: str, content: str | None, arguments: list) -> None:
     """Text held for longer than the reader keeps in its buffer (a long key, long whitespace

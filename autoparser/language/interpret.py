@@ -285,16 +285,17 @@ class _Thread:
 
     def state(self) -> tuple:
         """All that decides how this reading goes on and what it gives (not where a failure
-        would resume); a terminal's state object that is not plain data (a JSON scanner) keeps
-        the reading distinct. A text's held whitespace is the text from its start to the
-        position, so its start stands for it."""
+        would resume), but its held events, which are compared apart (`alike`); a terminal's
+        state object that is not plain data (a JSON scanner) keeps the reading distinct. A
+        text's held whitespace is the text from its start to the position, so its start stands
+        for it."""
         head, call = self.head, self.call
         terminal = tuple(_plain(getattr(head, slot)) for slot in head.__slots__ if slot != "spaces")
         frames, node = [], self.stack
         while node is not None:
             frames.append(_frame_state(node[0]))
             node = node[1]
-        return (self.pos, self.role, tuple(frames), head.__class__, terminal, tuple(self.events), call.name, call.id, call.args,
+        return (self.pos, self.role, tuple(frames), head.__class__, terminal, call.name, call.id, call.args,
                 call.started, tuple(call.pending), call.mode, call.done, call.awaits_id, call.confirmed,
                 call.confirm_next, call.closed, tuple(self.parts),
                 _plain(self.member), _plain(self.value), self.count, self.skip, _plain(self.own_id), self.streamed,
@@ -1203,7 +1204,7 @@ class LanguageStream:
                         for entry in alike:
                             if entry[1] is None:
                                 entry[1] = entry[0].state()
-                        if any(entry[1] == state for entry in alike):
+                        if any(entry[1] == state and entry[0].events == t.events for entry in alike):
                             continue
                         alike.append([t, state])
                 alive.append(t)
