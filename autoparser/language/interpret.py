@@ -210,13 +210,14 @@ class _Thread:
     __slots__ = ("stack", "pos", "events", "role", "head", "call", "parts", "member", "value", "count", "mark",
                  "skip", "own_id", "after_call", "section_calls", "calls_read",
                  "call_over", "streamed", "spool", "call_from", "section_at", "section_open", "first_in_section",
-                 "offset", "call_at")
+                 "offset", "call_at", "calls_held")
 
     def __init__(self, stack: Any, pos: int, offset: list[int]) -> None:
         self.stack = stack  # (node, rest) pairs, None at the bottom
         self.pos = pos
         self.offset = offset  # the stream's: its events' positions are `pos` plus this
         self.call_at = -1  # the index in `events` of the last call start (-1: none held)
+        self.calls_held = 0  # the call starts among `events`
         self.events: list[tuple] = []
         self.role: str | None = None
         self.head: Any = None  # the terminal being read
@@ -242,7 +243,7 @@ class _Thread:
     def fork(self, stack: Any) -> _Thread:
         twin = _Thread(stack, self.pos, self.offset)
         twin.events = list(self.events)
-        twin.call_at = self.call_at
+        twin.call_at, twin.calls_held = self.call_at, self.calls_held
         twin.role = self.role
         call, copy = self.call, _Call()
         copy.name, copy.id, copy.args, copy.started = call.name, call.id, call.args, call.started
@@ -267,6 +268,8 @@ class _Thread:
 
     def drop_events(self, count: int) -> None:
         """The first `count` held events went out."""
+        if self.calls_held:
+            self.calls_held -= sum(e[0] == "call" for e in self.events[:count])
         del self.events[:count]
         self.call_at = max(self.call_at - count, -1)
 
@@ -420,6 +423,7 @@ class _Thread:
         call.started = True
         self.first_in_section, self.section_open = self.section_open, False
         self.call_at = len(self.events)
+        self.calls_held += 1
         self.events.append(("call", call.name, call.id, self.pos + self.offset[0]))
         if call.pending:
             self.events.append(("args", "".join(call.pending), self.pos + self.offset[0]))
@@ -1195,7 +1199,7 @@ class LanguageStream:
                         continue
                     seen.add(key)
                 elif todo or alive:
-                    glance = (t.pos, t.role, t.head.__class__, len(t.events))
+                    glance = (t.pos, t.role, t.head.__class__)
                     alike = groups.get(glance)
                     if alike is None:
                         groups[glance] = [[t, None]]
@@ -1204,9 +1208,18 @@ class LanguageStream:
                         for entry in alike:
                             if entry[1] is None:
                                 entry[1] = entry[0].state()
-                        if any(entry[1] == state and entry[0].events == t.events for entry in alike):
-                            continue
-                        alike.append([t, state])
+                        twin = next((entry for entry in alike if entry[1] == state), None)
+                        if twin is None:
+                            alike.append([t, state])
+                        else:
+                            keep = _prefer(twin[0], t)
+                            if keep is twin[0]:
+                                continue
+                            if keep is t:
+                                alive.remove(twin[0])
+                                twin[0] = t
+                            else:
+                                alike.append([t, state])
                 alive.append(t)
         if final and alive:
             # all are complete: the one with the most calls (a text that reads as content or as a
@@ -1788,10 +1801,23 @@ def _reach(t: _Thread, buf: str) -> int:
     return t.pos
 
 
+def _prefer(first: _Thread, second: _Thread) -> _Thread | None:
+    """Of two readings in one state (they read alike from here), the one that would be chosen
+    at the end of the output, and as the one to recover from if they fail: more calls begun
+    wins a complete reading, more calls read whole a failed one, the first one on a tie. None
+    where the two rules disagree (both are kept)."""
+    read, begun = (first.calls_read, first.calls_held), (second.calls_read, second.calls_held)
+    if begun[0] <= read[0] and begun[1] <= read[1]:
+        return first
+    if begun[0] >= read[0] and begun[1] > read[1]:
+        return second
+    return None
+
+
 def _calls_begun(t: _Thread) -> int:
     """The calls a reading began among its events not emitted yet, whole or not (`_Thread.calls_read`
     counts the calls read whole)."""
-    return sum(e[0] == "call" for e in t.events)
+    return t.calls_held
 
 
 def _closed_more(t: _Thread, other: _Thread, buf: str) -> bool:
