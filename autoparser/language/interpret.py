@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from bisect import bisect_right
 from collections.abc import Callable
 from typing import Any
 
@@ -1296,7 +1297,7 @@ class LanguageStream:
             if t.section_open and _below(t.stack, t.section_at[1]):
                 start = t.section_at[0]
                 start += self.offset[0]
-                agreed = next((i for i, e in enumerate(events[:agreed]) if e[-1] > start), agreed)
+                agreed = bisect_right(events, start, hi=agreed, key=_end_of)  # events lie in text order
         return agreed
 
     def _shared_with_dead(self, events: list[tuple], agreed: int) -> int:
@@ -1799,6 +1800,10 @@ def _reach(t: _Thread, buf: str) -> int:
         if rest and head.core.startswith(rest):
             return len(buf)
     return t.pos
+
+
+def _end_of(event: tuple) -> int:
+    return event[-1]
 
 
 def _prefer(first: _Thread, second: _Thread) -> _Thread | None:
