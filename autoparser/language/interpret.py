@@ -294,7 +294,8 @@ class _Thread:
         text's held whitespace is the text from its start to the position, so its start stands
         for it."""
         head, call = self.head, self.call
-        terminal = tuple(_plain(getattr(head, slot)) for slot in head.__slots__ if slot != "spaces")
+        terminal = () if head is None else tuple(_plain(getattr(head, slot)) for slot in head.__slots__
+                                                 if slot != "spaces")
         frames, node = [], self.stack
         while node is not None:
             frames.append(_frame_state(node[0]))
@@ -1183,6 +1184,7 @@ class LanguageStream:
         alive: list[_Thread] = []
         seen: set[tuple] = set()
         groups: dict[tuple, list[list[Any]]] = {}
+        forks: dict[tuple, tuple[int, int]] = {}
         while todo:
             t = todo.pop()
             result = self._run(t, final)
@@ -1190,7 +1192,7 @@ class LanguageStream:
                 if self._recovers_better(t):
                     self.dead = (t, self.emitted)
             elif result.__class__ is list:
-                todo.extend(reversed(result))
+                todo.extend(reversed([f for f in result if _unseen(f, forks)]))
             else:
                 # readings that reached one state by different paths read alike from here: one is
                 # kept (a full state is computed only where another reading is alike at a glance)
@@ -1802,6 +1804,19 @@ def _reach(t: _Thread, buf: str) -> int:
     return t.pos
 
 
+def _unseen(t: _Thread, seen: dict[tuple, tuple[int, int]]) -> bool:
+    """Whether a reading that forked goes on: not where one in the same state (met at a fork
+    earlier in this pass) would be chosen over it (`_prefer`). Readings that meet again within
+    one pass are pruned at once, so that a long piece read whole does not multiply them."""
+    state = t.state()  # taken now, as the one met later will have read on from here
+    counts = (t.calls_read, t.calls_held)
+    met = seen.get(state)
+    if met is not None and _preferred(met, counts) == 0:
+        return False
+    seen[state] = counts
+    return True
+
+
 def _end_of(event: tuple) -> int:
     return event[-1]
 
@@ -1811,12 +1826,18 @@ def _prefer(first: _Thread, second: _Thread) -> _Thread | None:
     at the end of the output, and as the one to recover from if they fail: more calls begun
     wins a complete reading, more calls read whole a failed one, the first one on a tie. None
     where the two rules disagree (both are kept)."""
-    read, begun = (first.calls_read, first.calls_held), (second.calls_read, second.calls_held)
-    if begun[0] <= read[0] and begun[1] <= read[1]:
-        return first
-    if begun[0] >= read[0] and begun[1] > read[1]:
-        return second
-    return None
+    choice = _preferred((first.calls_read, first.calls_held), (second.calls_read, second.calls_held))
+    return (first, second, None)[choice]
+
+
+def _preferred(first: tuple[int, int], second: tuple[int, int]) -> int:
+    """`_prefer` on the readings' (calls read whole, calls begun): 0 the first, 1 the second,
+    2 neither."""
+    if second[0] <= first[0] and second[1] <= first[1]:
+        return 0
+    if second[0] >= first[0] and second[1] > first[1]:
+        return 1
+    return 2
 
 
 def _calls_begun(t: _Thread) -> int:
