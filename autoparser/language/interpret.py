@@ -290,15 +290,15 @@ class _Thread:
     def state(self) -> tuple:
         """All that decides how this reading goes on and what it gives (not where a failure
         would resume), but its held events, which are compared apart (`alike`); a terminal's
-        state object that is not plain data (a JSON scanner) keeps the reading distinct. A
+        state object other than plain data and a JSON scanner keeps the reading distinct. A
         text's held whitespace is the text from its start to the position, so its start stands
         for it."""
         head, call = self.head, self.call
         terminal = () if head is None else tuple(_plain(getattr(head, slot)) for slot in head.__slots__
                                                  if slot != "spaces")
-        frames, node = [], self.stack
+        frames, node, here = [], self.stack, self.pos + self.offset[0]
         while node is not None:
-            frames.append(_frame_state(node[0]))
+            frames.append(_frame_state(node[0], here))
             node = node[1]
         return (self.pos, self.role, tuple(frames), head.__class__, terminal, call.name, call.id, call.args,
                 call.started, tuple(call.pending), call.mode, call.done, call.awaits_id, call.confirmed,
@@ -1931,11 +1931,16 @@ def _holds_object(parts: list[str]) -> bool:
         return False
 
 
-def _frame_state(frame: Any) -> Any:
-    """A stack entry as data: an IR node by identity, a frame made while reading by its content."""
+def _frame_state(frame: Any, here: int) -> Any:
+    """A stack entry as data: an IR node by identity, a frame made while reading by its content.
+    The rest of a repetition whose last item read something (it began before `here`) reads as
+    the repetition itself with the counts left: the number of items read, or where a reading
+    split a run of them, makes no difference from here."""
     cls = frame.__class__
     if cls is _Again:
-        return cls, id(frame.repeat), frame.left_min, frame.left_max, frame.start
+        return ir.Repeat, id(frame.repeat), frame.left_min, frame.left_max, frame.start == here
+    if cls is ir.Repeat:
+        return cls, id(frame), frame.min, frame.max, False
     if cls is _MembersFrom:
         return cls, id(frame.members), frame.read
     if cls is _Member:
@@ -1951,6 +1956,8 @@ def _plain(value: Any) -> Any:
         return value
     if isinstance(value, list):
         return tuple(_plain(v) for v in value)
+    if value.__class__ is JsonScanner:
+        return tuple(_plain(getattr(value, slot)) for slot in JsonScanner.__slots__)
     return id(value)
 
 
