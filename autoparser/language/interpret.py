@@ -55,6 +55,7 @@ _CDATA = ("<![CDATA[", "]]>")
 MORE, FAIL, SPLIT = 0, 2, 3  # terminal results besides DONE: wait, no match, the text may end here
 _WHITESPACE = " \t\n\r"
 _BLANKS = re.compile(f"[{re.escape(_WHITESPACE)}]*")
+_DERIVED = ("spaces", "blank")  # a text's slots that its start and the position stand for
 _ESCAPED = re.compile(r'["\\\x00-\x1f]')  # characters a JSON string spells otherwise
 _SECTIONS = ("tool-calls", "tool-calls-unopened")  # the rules a call section is read by
 _PIECE = 8192  # a whole output is read in pieces this long
@@ -295,7 +296,7 @@ class _Thread:
         for it."""
         head, call = self.head, self.call
         terminal = () if head is None else tuple(_plain(getattr(head, slot)) for slot in head.__slots__
-                                                 if slot != "spaces")
+                                                 if slot not in _DERIVED)
         frames, node, here = [], self.stack, self.pos + self.offset[0]
         while node is not None:
             frames.append(_frame_state(node[0], here))
@@ -523,7 +524,7 @@ class _Text:
     ends the text in one reading and is part of it in another: what follows decides."""
 
     __slots__ = ("markers", "weak", "weak_prefix", "lead", "nonempty", "start", "split", "after", "firsts",
-                 "past", "soft", "cdata", "spaces", "empty")
+                 "past", "soft", "cdata", "spaces", "empty", "blank")
 
     def __init__(self, node: ir.Text, markers: MarkerSet, weak: tuple[Any, Any] | None, start: int,
                  split: re.Pattern[str] | None, soft: bool = False) -> None:
@@ -543,6 +544,7 @@ class _Text:
         self.empty = True  # no text read yet
         self.soft = soft
         self.cdata = "start" if soft else ""  # a value's CDATA section: "start" (may open), "open", ""
+        self.blank = start  # how far the whitespace a CDATA section may follow was read
 
     def step(self, t: _Thread, buf: str, final: bool) -> int:
         if self.firsts:
@@ -607,9 +609,7 @@ class _Text:
         """A value that opens with an XML CDATA section (`<![CDATA[a < b]]>`) reads it whole:
         markers inside it are its text. MORE while it is open; DONE once past it (or none)."""
         if self.cdata == "start":
-            pos = t.pos
-            while pos < len(buf) and buf[pos] in _WHITESPACE:
-                pos += 1
+            pos = self.blank = _BLANKS.match(buf, max(t.pos, self.blank)).end()
             found, _ = match_at(buf, pos, _CDATA[0], final)
             if found == PARTIAL or (pos == len(buf) and not final):
                 return MORE
@@ -1166,6 +1166,7 @@ class LanguageStream:
                 t.head.start += delta
                 t.head.after += delta
                 t.head.past += delta
+                t.head.blank += delta
 
     def _advance(self, final: bool) -> None:
         while not self.fallback:
