@@ -544,7 +544,7 @@ class _Text:
         self.empty = True  # no text read yet
         self.soft = soft
         self.cdata = "start" if soft else ""  # a value's CDATA section: "start" (may open), "open", ""
-        self.blank = start  # how far the whitespace a CDATA section may follow was read
+        self.blank = start  # how far the whitespace at the position was read (see `_cdata`, `step`)
 
     def step(self, t: _Thread, buf: str, final: bool) -> int:
         if self.firsts:
@@ -561,11 +561,13 @@ class _Text:
         if self.past > t.pos:
             self._read(t, buf, self.past)  # the soft stop another reading ended the text at
         pos = t.pos
-        hit = self.markers.find(buf, pos, final=final)
+        # no marker begins with whitespace: a run of it held at the position is searched once
+        blank = self.blank = _BLANKS.match(buf, max(pos, self.blank)).end()
+        hit = self.markers.find(buf, blank, final=final)
         stop = hit[0] if hit is not None else None
         held = None
         if self.weak is not None:
-            found = self.weak.search(buf, pos, stop if stop is not None else len(buf))
+            found = self.weak.search(buf, blank, stop if stop is not None else len(buf))
             if found is not None:
                 stop = found.start()
             elif not final:
@@ -577,7 +579,7 @@ class _Text:
             return SPLIT
         keep_spaces = False
         if held is None and stop is None and not final:
-            held = self._safe(buf, pos)
+            held = self._safe(buf, pos, blank)
             keep_spaces = held == pos and bool(self.lead)  # they may be the end marker's
         if self.split is not None:
             bracket = self.split.search(buf, max(pos, self.after), held if held is not None else
@@ -647,11 +649,16 @@ class _Text:
         self.firsts = ()
         return FAIL
 
-    def _safe(self, buf: str, pos: int) -> int:
+    def _safe(self, buf: str, pos: int, blank: int) -> int:
+        """How far the text may be read: not into a marker's possible beginning, nor (where the
+        end marker begins with whitespace) into the whitespace before it; `buf[pos:blank]` is
+        whitespace."""
         end = self.markers.safe_end(buf, pos)
         if self.lead:  # the whitespace the end marker begins with may be coming
-            while end > pos and buf[end - 1] in _WHITESPACE:
+            while end > blank and buf[end - 1] in _WHITESPACE:
                 end -= 1
+            if end <= blank:
+                end = pos
         return end
 
     def _weak_hold(self, buf: str, pos: int, stop: int | None) -> int | None:
