@@ -210,6 +210,8 @@ _BLANK = " \n" * 6000
     (False, _V31_CALL + "{" + _BLANK + '"location": "P",' + _BLANK + '"days": 3}<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
      None, [{"location": "P", "days": 3}]),
     (False, _V31_CALL + '{"location": "P",' + _BLANK + "oops", "," + _BLANK + "oops", [{"location": "P"}]),
+    (False, "Hello<｜end▁of▁sentence｜>" + _BLANK + "more", "Hello" + _BLANK + "more", []),
+    (False, "Hello<｜end▁of▁sentence｜>" + _BLANK, "Hello", []),
 ])
 def test_long_held_text_comes_back_whole(thinking: bool, text: str, content: str | None, arguments: list) -> None:
     """Text held for longer than the reader keeps in its buffer (a long key, long whitespace

@@ -886,27 +886,29 @@ class _Trailer:
     is read again from the marker's end, the whitespace before it kept (`seen`: a marker was read,
     and the reading holds its position at the last one's end)."""
 
-    __slots__ = ("ends", "seen")
+    __slots__ = ("ends", "seen", "marked", "blank")
 
     def __init__(self, ends: tuple[str, ...]) -> None:
         self.ends = ends
         self.seen = False
+        self.marked = 0  # the last marker's end: where a failure resumes (its whitespace is text)
+        self.blank = 0  # how far the whitespace was read
 
     def step(self, t: _Thread, buf: str, final: bool) -> int:
-        pos = marked = t.pos
+        pos = max(t.pos, self.blank)
         while True:
-            pos = _BLANKS.match(buf, pos).end()
+            pos = self.blank = _BLANKS.match(buf, pos).end()
             if pos >= len(buf):
                 break
             end = next((e for e in self.ends if buf.startswith(e, pos)), None)
             if end is None:
                 if not final and any(len(buf) - pos < len(e) and e.startswith(buf[pos:]) for e in self.ends):
                     break
-                t.pos = marked if self.seen else pos
+                t.pos = self.marked if self.seen else pos
                 return FAIL
-            pos = marked = pos + len(end)
+            pos = self.marked = pos + len(end)
             self.seen = True
-        t.pos = marked if self.seen and not final else pos
+        t.pos = pos
         return DONE if final else MORE
 
 
@@ -1174,6 +1176,9 @@ class LanguageStream:
                 t.head.after += delta
                 t.head.past += delta
                 t.head.blank += delta
+            elif t.head.__class__ is _Trailer:
+                t.head.blank += delta
+                t.head.marked += delta
 
     def _advance(self, final: bool) -> None:
         while not self.fallback:
@@ -1796,8 +1801,11 @@ class LanguageStream:
 
 def _origin(t: _Thread) -> int:
     """Where a living reading is, for recovery: where its text began while it holds the
-    whitespace that text began with (it may yet fail there), else its position."""
+    whitespace that text began with, or the end of the last end-of-turn marker after the
+    language (it may yet fail there), else its position."""
     head = t.head
+    if head.__class__ is _Trailer and head.seen:
+        return head.marked
     return head.start if head.__class__ is _Text and head.spaces else t.pos
 
 
