@@ -759,8 +759,7 @@ class _JsonValue:
     @staticmethod
     def _first_char(buf: str, pos: int) -> str:
         """The first character after whitespace, if the text has one yet."""
-        while pos < len(buf) and buf[pos] in _WHITESPACE:
-            pos += 1
+        pos = _BLANKS.match(buf, pos).end()
         return buf[pos] if pos < len(buf) else ""
 
 
@@ -883,8 +882,8 @@ class _PyValue:
 
 class _Trailer:
     """After the language: whitespace and end-of-turn markers only. Text after an end of turn
-    is read again from the marker's end, the whitespace before it kept (`seen`: a marker was read,
-    and the reading holds its position at the last one's end)."""
+    is read again from the marker's end, the whitespace before it kept (`seen`: a marker was read;
+    `marked`: its end, where a failure puts the reading back, while the position moves on)."""
 
     __slots__ = ("ends", "seen", "marked", "blank")
 
@@ -1310,8 +1309,7 @@ class LanguageStream:
         holds no call is text)."""
         for t in self.threads:
             if t.section_open and _below(t.stack, t.section_at[1]):
-                start = t.section_at[0]
-                start += self.offset[0]
+                start = t.section_at[0] + self.offset[0]
                 agreed = bisect_right(events, start, hi=agreed, key=_end_of)  # events lie in text order
         return agreed
 
