@@ -232,3 +232,30 @@ def test_arguments_that_are_no_object_make_no_call(arguments: str) -> None:
     for tools in (None, WEATHER_TOOLS):
         message = analyses.hermes().parser(tools=tools).parse(text)
         assert (message["content"], message["tool_calls"]) == (text, [])
+
+
+def test_bare_json_calls_go_out_as_each_is_read_whole() -> None:
+    """Bare JSON calls (Llama 3.x) may be text, so each is held until it is read whole; then it
+    goes out, not at the end of the output (the reading of every call as text is dropped)."""
+    call = '{"name": "get_weather", "parameters": {"city": "Paris", "days": 3}}'
+    stream = analyses.llama31().parser(tools=WEATHER_TOOLS).stream()
+    first = stream.feed(call + "\n")
+    assert [d["tool_calls"][0]["function"].get("name") for d in first if "tool_calls" in d][:1] == ["get_weather"]
+    second = stream.feed(call)
+    assert any(d["tool_calls"][0]["index"] == 1 for d in second if "tool_calls" in d)
+    stream.finish()
+    assert [c["function"]["arguments"] for c in stream.message()["tool_calls"]] == \
+        ['{"city": "Paris", "days": 3}'] * 2
+
+
+@pytest.mark.parametrize("family", ["llama31", "deepseek_v31", "qwen3_coder"])
+def test_a_parser_keeps_nothing_of_the_outputs_it_read(family: str) -> None:
+    """A parser serves many requests (the server keeps one per tool set): reading an output
+    leaves nothing behind in it, however long the output."""
+    parser = analyses.FAMILIES[family]().parser(tools=WEATHER_TOOLS)
+    parser.parse("Some text {x} " * 50)
+    kept = len(parser._reader.firsts._cache)
+    for _ in range(3):
+        parser.parse("Some text {x} " * 500)
+        streamed_in_random_chunks(parser, "Some text {x} " * 200, 0)
+    assert len(parser._reader.firsts._cache) == kept

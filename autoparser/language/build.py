@@ -1131,9 +1131,11 @@ class _Reading(_Builder):
         separator, header, header_start = self.message_markers()
         empty = self.empty_reasoning()
         reopen = [self.r.start.strip()] if empty != EMPTY else []
-        stops = tuple(dict.fromkeys([*self.stop, *also_stop, *openers, *dropped, separator, *reopen]))
-        text = Text(stops, hint="content", nonempty=True, not_first=(*not_first, header_start))
-        parts = [Capture(CONTENT, text), *[self.marker(m) for m in dropped + [separator] if m], header]
+        stops = tuple(s for s in dict.fromkeys([*self.stop, *also_stop, *openers, *dropped, separator, *reopen]) if s)
+        text = Text(stops, hint="content", nonempty=True, not_first=tuple(m for m in (*not_first, header_start) if m))
+        parts = [Capture(CONTENT, text), *[self.marker(m) for m in dropped + [separator] if m]]
+        if header != EMPTY:
+            parts.append(header)  # an empty part would only repeat nothing
         if calls and self.markerless_opener():
             parts.append(Capture(CONTENT, Lit(self.markerless_opener())))
         if calls and self.name_opener():

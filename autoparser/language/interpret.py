@@ -58,7 +58,10 @@ _BLANKS = re.compile(f"[{re.escape(_WHITESPACE)}]*")
 _DERIVED = ("spaces", "blank")  # a text's slots that its start and the position stand for
 _ESCAPED = re.compile(r'["\\\x00-\x1f]')  # characters a JSON string spells otherwise
 _SECTIONS = ("tool-calls", "tool-calls-unopened")  # the rules a call section is read by
-_PIECE = 8192  # a whole output is read in pieces this long
+# A whole output is read in pieces this long. Readings that reach one state are merged where a
+# piece ends; within one, the first reading is read as far as the piece goes before the others,
+# so a longer piece lets a reading that will lose (say, bare JSON calls read as text) read further.
+_PIECE = 512
 _HELD_LIMIT = 1 << 16  # undecided text held across readings before the first reading wins
 
 
@@ -77,6 +80,8 @@ class _Firsts:
         key = id(node)
         found = self._cache.get(key)
         if found is None:
+            if node.__class__ in _MADE_WHILE_READING:
+                return None, True  # decided by reading; not kept, or a long output would pile them up
             self._cache[key] = (None, True)  # a recursive reference reads as "anything"
             found = self._cache[key] = self._compute(node)
             self._keep.append(node)
@@ -182,6 +187,9 @@ _END_CALL = _EndCall()
 _FRAMES = (_EndCapture, _EndMember, _EndCall)
 
 
+_MADE_WHILE_READING = (_MembersFrom, _Member, _Again)
+
+
 # -- a reading ---------------------------------------------------------------------------------------
 
 
@@ -212,7 +220,7 @@ class _Thread:
     __slots__ = ("stack", "pos", "events", "role", "head", "call", "parts", "member", "value", "count", "mark",
                  "skip", "own_id", "after_call", "section_calls", "calls_read",
                  "call_over", "streamed", "spool", "call_from", "section_at", "section_open", "first_in_section",
-                 "offset", "call_at", "calls_held")
+                 "offset", "call_at", "calls_held", "shared")
 
     def __init__(self, stack: Any, pos: int, offset: list[int]) -> None:
         self.stack = stack  # (node, rest) pairs, None at the bottom
@@ -221,6 +229,7 @@ class _Thread:
         self.call_at = -1  # the index in `events` of the last call start (-1: none held)
         self.calls_held = 0  # the call starts among `events`
         self.events: list[tuple] = []
+        self.shared = False  # `events` is another reading's list too: copied before a change
         self.role: str | None = None
         self.head: Any = None  # the terminal being read
         self.call = _Call()
@@ -244,7 +253,8 @@ class _Thread:
 
     def fork(self, stack: Any) -> _Thread:
         twin = _Thread(stack, self.pos, self.offset)
-        twin.events = list(self.events)
+        twin.events = self.events  # shared until one of them changes it: most forks fail first
+        twin.shared = self.shared = True
         twin.call_at, twin.calls_held = self.call_at, self.calls_held
         twin.role = self.role
         call, copy = self.call, _Call()
@@ -272,8 +282,20 @@ class _Thread:
         """The first `count` held events went out."""
         if self.calls_held:
             self.calls_held -= sum(e[0] == "call" for e in self.events[:count])
-        del self.events[:count]
+        if self.shared:
+            self.events, self.shared = self.events[count:], False
+        else:
+            del self.events[:count]
         self.call_at = max(self.call_at - count, -1)
+
+    def own_events(self) -> list[tuple]:
+        """`events`, copied first where another reading shares it."""
+        if self.shared:
+            self.events, self.shared = list(self.events), False
+        return self.events
+
+    def emit(self, event: tuple) -> None:
+        self.own_events().append(event)
 
     def last_call(self, end: int) -> int:
         """The index of the last call start among the first `end` held events (`end` if none)."""
@@ -320,12 +342,25 @@ class _Thread:
             if self.streamed is not None and self.spool is None:
                 self.stream_value(piece)
         elif self.role == ir.REASONING or self.role == ir.CONTENT:
-            self.events.append((self.role, piece, self.pos + self.offset[0]))
+            self.reasoning_or_content(piece)
             self.mark = self.pos
         elif self.role == ir.TOOL_NAME or self.role == ir.CALL_ID:
             self.parts.append(piece)
         elif self.role == ir.ARGUMENTS:
             self.arguments(piece)
+
+    def reasoning_or_content(self, piece: str) -> None:
+        """Text of the answer or of reasoning: one event with the text right before it of the same
+        role, so that a text read in many parts (a `{` run where `{` may open a call) is one event
+        a fork shares, not many it copies."""
+        end = self.pos + self.offset[0]
+        events = self.events
+        if events:
+            last = events[-1]
+            if last[0] == self.role and last[2] == end - len(piece):
+                self.own_events()[-1] = (self.role, last[1] + piece, end)
+                return
+        self.emit((self.role, piece, end))
 
     def stream_value(self, piece: str) -> None:
         """A string value's text goes out as it arrives, its key with its first visible text (a
@@ -413,7 +448,7 @@ class _Thread:
         if not piece:
             return
         if self.call.started:
-            self.events.append(("args", piece, self.pos + self.offset[0]))
+            self.emit(("args", piece, self.pos + self.offset[0]))
         else:
             self.call.pending.append(piece)
 
@@ -427,9 +462,9 @@ class _Thread:
         self.first_in_section, self.section_open = self.section_open, False
         self.call_at = len(self.events)
         self.calls_held += 1
-        self.events.append(("call", call.name, call.id, self.pos + self.offset[0]))
+        self.emit(("call", call.name, call.id, self.pos + self.offset[0]))
         if call.pending:
-            self.events.append(("args", "".join(call.pending), self.pos + self.offset[0]))
+            self.emit(("args", "".join(call.pending), self.pos + self.offset[0]))
             call.pending = []
 
 
@@ -594,7 +629,7 @@ class _Text:
         if stop is None:
             stop = len(buf)
             if t.value is not None and t.call.started:
-                t.events.append(("cut", stop + t.offset[0]))  # a value running to the end of output: its call was cut off
+                t.emit(("cut", stop + t.offset[0]))  # a value running to the end of output: its call was cut off
         lead = self.lead
         if lead and stop - len(lead) >= pos and buf.startswith(lead, stop - len(lead)):
             stop -= len(lead)
@@ -1183,7 +1218,7 @@ class LanguageStream:
         while not self.fallback:
             alive = self._run_all(final)
             if alive:
-                self.threads = alive
+                self.threads = alive if final else _calls_over_text(alive)
                 self._commit(final)
                 return
             self.threads = []
@@ -1357,7 +1392,7 @@ class LanguageStream:
             if len(e[1]) == len(shared):
                 t.drop_events(1)
             else:
-                t.events[0] = (e[0], e[1][len(shared):], e[2])
+                t.own_events()[0] = (e[0], e[1][len(shared):], e[2])
         return True
 
     def _apply(self, events: list[tuple]) -> None:
@@ -1630,7 +1665,7 @@ class LanguageStream:
             return self._repeat(t, node.repeat, node.left_min, node.left_max, final)
         elif cls is ir.Members:
             if t.role == ir.ARGUMENTS and t.call.started:
-                t.events.append(("brace", "{", t.pos + t.offset[0]))  # it goes out with the first member's text
+                t.emit(("brace", "{", t.pos + t.offset[0]))  # it goes out with the first member's text
             else:
                 self._arguments_text(t, "{")
             t.member, t.count = None, 0
@@ -1674,14 +1709,19 @@ class LanguageStream:
         empty) that can start at the text here."""
         buf, pos = self.buf, t.pos
         char = buf[pos] if pos < len(buf) else ""
-        forks = []
+        stacks = []
         for nodes, first, empty in options:
             if not empty and (char and first is not None and char not in first or not char and final):
                 continue
             stack = t.stack
             for node in reversed(nodes):
                 stack = (node, stack)
-            forks.append(t.fork(stack))
+            stacks.append(stack)
+        if not stacks:
+            return []
+        forks = [t.fork(stack) for stack in stacks[:-1]]
+        t.stack = stacks[-1]  # `t` itself reads the last option
+        forks.append(t)
         return forks
 
     def _repeat(self, t: _Thread, node: ir.Repeat, least: int, most: int | None, final: bool) -> list[_Thread] | None:
@@ -1858,6 +1898,27 @@ def _calls_begun(t: _Thread) -> int:
     """The calls a reading began among its events not emitted yet, whole or not (`_Thread.calls_read`
     counts the calls read whole)."""
     return t.calls_held
+
+
+def _calls_over_text(threads: list[_Thread]) -> list[_Thread]:
+    """The readings, less those that read as text what another one read as a whole call: a text
+    that reads as content or as a call is a call (the rule the end of the output applies, applied
+    as soon as the call is whole, so that a model writing bare JSON calls does not keep a reading
+    of all its calls as text, undecided, to the end)."""
+    if len(threads) == 1 or not any(_past_whole_call(t) for t in threads):
+        return threads
+    return [t for t in threads if t.calls_held or _inside_call(t) or _in_reasoning(t)]
+
+
+def _in_reasoning(t: _Thread) -> bool:
+    """Whether the reading read reasoning since the last events went out (a call inside it may
+    turn out to be reasoning's text, once reasoning's end marker comes)."""
+    return t.role == ir.REASONING or any(e[0] == ir.REASONING for e in t.events)
+
+
+def _past_whole_call(t: _Thread) -> bool:
+    """Whether a call among the reading's held events was read whole."""
+    return t.calls_held > 1 or t.calls_held == 1 and not (t.call.started and _inside_call(t))
 
 
 def _closed_more(t: _Thread, other: _Thread, buf: str) -> bool:
