@@ -62,6 +62,7 @@ _SECTIONS = ("tool-calls", "tool-calls-unopened")  # the rules a call section is
 # piece ends; within one, the first reading is read as far as the piece goes before the others,
 # so a longer piece lets a reading that will lose (say, bare JSON calls read as text) read further.
 _PIECE = 512
+_JOINED = 1024  # text events read in parts are joined up to this length
 _HELD_LIMIT = 1 << 16  # undecided text held across readings before the first reading wins
 
 
@@ -350,14 +351,14 @@ class _Thread:
             self.arguments(piece)
 
     def reasoning_or_content(self, piece: str) -> None:
-        """Text of the answer or of reasoning: one event with the text right before it of the same
-        role, so that a text read in many parts (a `{` run where `{` may open a call) is one event
-        a fork shares, not many it copies."""
+        """Text of the answer or of reasoning: joined to the text right before it of the same role
+        up to a bound, so that a text read in many parts (a `{` run where `{` may open a call) is a
+        few events a fork copies, and a long text held is not copied again with every part."""
         end = self.pos + self.offset[0]
         events = self.events
         if events:
             last = events[-1]
-            if last[0] == self.role and last[2] == end - len(piece):
+            if last[0] == self.role and last[2] == end - len(piece) and len(last[1]) < _JOINED:
                 self.own_events()[-1] = (self.role, last[1] + piece, end)
                 return
         self.emit((self.role, piece, end))
@@ -1907,13 +1908,14 @@ def _calls_over_text(threads: list[_Thread]) -> list[_Thread]:
     of all its calls as text, undecided, to the end)."""
     if len(threads) == 1 or not any(_past_whole_call(t) for t in threads):
         return threads
-    return [t for t in threads if t.calls_held or _inside_call(t) or _in_reasoning(t)]
+    return [t for t in threads if not _content_only(t)]
 
 
-def _in_reasoning(t: _Thread) -> bool:
-    """Whether the reading read reasoning since the last events went out (a call inside it may
-    turn out to be reasoning's text, once reasoning's end marker comes)."""
-    return t.role == ir.REASONING or any(e[0] == ir.REASONING for e in t.events)
+def _content_only(t: _Thread) -> bool:
+    """Whether all the reading holds is content, and it is inside no call (reasoning is not
+    dropped: a call inside it may turn out to be its text, once its end marker comes)."""
+    return bool(t.events) and not t.calls_held and t.role != ir.REASONING and not _inside_call(t) and \
+        all(e[0] == ir.CONTENT for e in t.events)
 
 
 def _past_whole_call(t: _Thread) -> bool:
