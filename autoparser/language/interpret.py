@@ -41,7 +41,7 @@ from typing import Any
 from autoparser.language import ir
 from autoparser.language.jsonscan import DONE, ERROR, JsonScanner, is_string_body
 from autoparser.language.markers import FULL, PARTIAL, MarkerSet, match_at
-from autoparser.language.message import Output, ToolCall, new_call_id
+from autoparser.language.message import GROUP, Output, ToolCall, new_call_id
 from autoparser.language.request import is_weak, value_kind
 from autoparser.language.values import (
     allows_null,
@@ -1124,8 +1124,12 @@ class LanguageStream:
             raise RuntimeError("feed() after finish()")
         call = self.string_call
         if call is not None and is_string_body(chunk):
-            # the hot path: more plain text of a JSON string in streamed arguments
-            call.append(chunk)
+            # the hot path: more plain text of a JSON string in streamed arguments (`ToolCall.append`
+            # written out, as a call costs a tenth of the time a chunk takes here)
+            recent = call.recent
+            recent.append(chunk)
+            if len(recent) >= GROUP:
+                call.group()
             return [{"tool_calls": [{"index": call.index, "function": {"arguments": chunk}}]}]
         if chunk:
             self._trim()

@@ -53,6 +53,9 @@ class TextChannel:
         return "".join(self.parts) or None
 
 
+GROUP = 64  # argument fragments joined into one string
+
+
 class ToolCall:
     """One tool call of the message as it is being streamed.
 
@@ -73,9 +76,12 @@ class ToolCall:
     def append(self, text: str) -> None:
         recent = self.recent
         recent.append(text)
-        if len(recent) >= 64:
-            self.joined.append("".join(recent))
-            recent.clear()
+        if len(recent) >= GROUP:
+            self.group()
+
+    def group(self) -> None:
+        self.joined.append("".join(self.recent))
+        self.recent.clear()
 
     def arguments(self) -> str:
         return "".join(self.joined) + "".join(self.recent)
