@@ -259,3 +259,17 @@ def test_a_parser_keeps_nothing_of_the_outputs_it_read(family: str) -> None:
         parser.parse("Some text {x} " * 500)
         streamed_in_random_chunks(parser, "Some text {x} " * 200, 0)
     assert len(parser._reader.firsts._cache) == kept
+
+
+@pytest.mark.parametrize("between", ["", "\n"])
+def test_a_reasoning_block_after_a_whole_call_is_text_marker_included(between: str) -> None:
+    """Reasoning reopened after the calls is text: its start marker too, not only its end
+    marker (the reading that failed there had read past the call, not inside its closing)."""
+    call = "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n</tool_call>"
+    text = "<think>Plan.</think>" + call + between + "<think>Again.</think>"
+    parser = analyses.glm45().parser(tools=WEATHER_TOOLS, thinking=True)
+    message = parser.parse(text)
+    assert (message["reasoning_content"], message["content"]) == ("Plan.", "<think>Again.</think>")
+    assert calls(message) == [("get_weather", {"city": "Paris"})]
+    for seed in range(4):
+        assert without_generated_ids(streamed_in_random_chunks(parser, text, seed)) == without_generated_ids(message)

@@ -1471,7 +1471,7 @@ class LanguageStream:
         cut = min(best.mark, best.pos)
         if unopened and best.call.done:
             cut = max(self.safe, best.call_from)  # a call read whole but withdrawn: its text is content
-        elif best.call.done and opened:
+        elif best.call.done and opened and _inside_call(best):
             cut = best.pos
             while cut > self.safe and self.buf[cut - 1] in _WHITESPACE:
                 cut -= 1
