@@ -273,3 +273,23 @@ def test_a_reasoning_block_after_a_whole_call_is_text_marker_included(between: s
     assert calls(message) == [("get_weather", {"city": "Paris"})]
     for seed in range(4):
         assert without_generated_ids(streamed_in_random_chunks(parser, text, seed)) == without_generated_ids(message)
+
+
+@pytest.mark.parametrize("value", ["Paris", "<![CDATA[Paris]]>"])
+def test_long_whitespace_before_a_tagged_value_pins_no_text(value: str) -> None:
+    """Whitespace before a tagged value (which may still open a CDATA section) is held by the
+    value, not kept in the reader's buffer: the buffer stays small and nothing is lost."""
+    blank = " \n" * 6000
+    text = (f"<tool_call>\n<function=get_weather>\n<parameter=city>{blank}{value}\n</parameter>\n"
+            f"<parameter=days>{blank}3\n</parameter>\n</function>\n</tool_call>")
+    parser = analyses.qwen3_coder().parser(tools=WEATHER_TOOLS)
+    message = parser.parse(text)
+    arguments = json.loads(message["tool_calls"][0]["function"]["arguments"])
+    assert "Paris" in arguments["city"] and arguments["days"] == 3
+    stream, peak = parser.stream(), 0
+    for at in range(0, len(text), 16):
+        stream.feed(text[at:at + 16])
+        peak = max(peak, len(stream.buf))
+    stream.finish()
+    assert without_generated_ids(stream.message()) == without_generated_ids(message)
+    assert peak <= 8192

@@ -648,6 +648,9 @@ class _Text:
         markers inside it are its text. MORE while it is open; DONE once past it (or none)."""
         if self.cdata == "start":
             pos = self.blank = _BLANKS.match(buf, max(t.pos, self.blank)).end()
+            if pos > t.pos:  # the whitespace before it is held, so that a long run pins no text
+                self.spaces.append(buf[t.pos:pos])
+                t.pos = pos
             found, _ = match_at(buf, pos, _CDATA[0], final)
             if found == PARTIAL or (pos == len(buf) and not final):
                 return MORE
