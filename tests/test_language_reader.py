@@ -12,9 +12,11 @@ from __future__ import annotations
 import json
 
 import analyses
+import corpora
 import pytest
 from analyses import WEATHER_TOOLS, streamed_in_random_chunks, without_generated_ids
 
+import autoparser
 from autoparser.language.build import Request, build_language
 from autoparser.language.interpret import LanguageReader
 
@@ -293,3 +295,37 @@ def test_long_whitespace_before_a_tagged_value_pins_no_text(value: str) -> None:
     stream.finish()
     assert without_generated_ids(stream.message()) == without_generated_ids(message)
     assert peak <= 8192
+
+
+_REPEATED = {
+    # call openers with no call after them, the first read as an end of turn by one reading
+    "GigaChat3-10B-A1.8B.jinja": (None, "<|message_sep|>\n\nfunction call<|role_sep|>\n" * 2),
+    # a reasoning block reopened after each call
+    "GLM-4.6.jinja": (True, ("\n<think>I should call a tool.</think>\n<tool_call>get_weather\n<arg_key>city</arg_key>"
+                             "\n<arg_value>Paris</arg_value>\n</tool_call>\n") * 3),
+}
+
+
+_KEPT = {"GigaChat3-10B-A1.8B.jinja": ("<|message_sep|>\n\nfunction call<|role_sep|>", 2),
+         "GLM-4.6.jinja": ("<think>I should call a tool.</think>", 2)}
+
+
+@pytest.mark.parametrize("name", sorted(_REPEATED))
+def test_repeated_parts_stream_as_they_read_whole(name: str) -> None:
+    """Outputs where readings fail at one place in an order that depends on the chunks (whole,
+    every reading reads the piece; streamed, each stops at the chunk's end): recovery picks the
+    same one, so every chunking gives the whole parse's message."""
+    path = next((p for p in corpora.all_templates() if p.name == name), None)
+    if path is None:
+        pytest.skip(f"{name} is not in the corpora")
+    thinking, text = _REPEATED[name]
+    parser = autoparser.analyze(path.read_text(encoding="utf-8")).parser(tools=WEATHER_TOOLS, thinking=thinking)
+    message = without_generated_ids(parser.parse(text))
+    kept, times = _KEPT[name]
+    assert message["content"].count(kept) == times  # no marker that is text is lost
+    for size in range(1, 10):
+        stream = parser.stream()
+        for at in range(0, len(text), size):
+            stream.feed(text[at:at + size])
+        stream.finish()
+        assert without_generated_ids(stream.message()) == message, size

@@ -189,6 +189,9 @@ _FRAMES = (_EndCapture, _EndMember, _EndCall)
 
 
 _MADE_WHILE_READING = (_MembersFrom, _Member, _Again)
+# no option of a fork can start with the next character: the reading fails there (recovery may
+# go on from it), where a reading that ends on purpose returns an empty list
+_NONE_FITS: list = []
 
 
 # -- a reading ---------------------------------------------------------------------------------------
@@ -1294,7 +1297,9 @@ class LanguageStream:
         then the one that got further; at the same place, one inside a call's arguments (it keeps
         what they hold, wherever the chunks ended), then the one that saw the latest emitted
         events; and at the same place whatever those say, one that read further into a marker
-        the output ends inside, or closed the call the other was still inside (`_closed_more`)."""
+        the output ends inside, or closed the call the other was still inside (`_closed_more`);
+        last, one still inside the language over one that read it whole and failed after it
+        (recovering from that one drops what its trailer read), whichever failed first."""
         dead = self.dead
         if dead is None:
             return True
@@ -1304,7 +1309,11 @@ class LanguageStream:
             return True
         if further is None and (t.role == ir.ARGUMENTS, self.emitted) > (other.role == ir.ARGUMENTS, emitted):
             return True
-        return t.pos == other.pos and _closed_more(t, other, self.buf)
+        if t.pos != other.pos:
+            return False
+        return _closed_more(t, other, self.buf) or (
+            other.head.__class__ is _Trailer and t.head.__class__ is not _Trailer
+            and not _closed_more(other, t, self.buf))
 
     def _cut_after_calls(self, best: _Thread) -> bool:
         """Whether the reading that failed only at the end of the output, right after a whole
@@ -1595,6 +1604,8 @@ class LanguageStream:
                 continue
             node, t.stack = t.stack
             forks = self._expand(t, node, final)
+            if forks is _NONE_FITS:
+                return None  # it fails here, as it would reading one option after another
             if forks is not None:
                 return forks
 
@@ -1726,7 +1737,7 @@ class LanguageStream:
                 stack = (node, stack)
             stacks.append(stack)
         if not stacks:
-            return []
+            return _NONE_FITS
         forks = [t.fork(stack) for stack in stacks[:-1]]
         t.stack = stacks[-1]  # `t` itself reads the last option
         forks.append(t)
