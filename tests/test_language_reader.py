@@ -277,12 +277,14 @@ def test_a_reasoning_block_after_a_whole_call_is_text_marker_included(between: s
         assert without_generated_ids(streamed_in_random_chunks(parser, text, seed)) == without_generated_ids(message)
 
 
-@pytest.mark.parametrize("value", ["Paris", "<![CDATA[Paris]]>"])
-def test_long_whitespace_before_a_tagged_value_pins_no_text(value: str) -> None:
-    """Whitespace before a tagged value (which may still open a CDATA section) is held by the
-    value, not kept in the reader's buffer: the buffer stays small and nothing is lost."""
+@pytest.mark.parametrize("value", ["{blank}Paris", "{blank}<![CDATA[Paris]]>", "Paris,{blank}France"])
+def test_long_whitespace_in_a_tagged_value_pins_no_text(value: str) -> None:
+    """Whitespace before a tagged value (which may still open a CDATA section), or inside it
+    (whose end may be the end marker's leading newline), is read as it comes, not kept in the
+    reader's buffer: the buffer stays small and nothing is lost."""
     blank = " \n" * 6000
-    text = (f"<tool_call>\n<function=get_weather>\n<parameter=city>{blank}{value}\n</parameter>\n"
+    value = value.format(blank=blank)
+    text = (f"<tool_call>\n<function=get_weather>\n<parameter=city>{value}\n</parameter>\n"
             f"<parameter=days>{blank}3\n</parameter>\n</function>\n</tool_call>")
     parser = analyses.qwen3_coder().parser(tools=WEATHER_TOOLS)
     message = parser.parse(text)

@@ -697,10 +697,13 @@ class _Text:
         whitespace."""
         end = self.markers.safe_end(buf, pos)
         if self.lead:  # the whitespace the end marker begins with may be coming
-            while end > blank and buf[end - 1] in _WHITESPACE:
-                end -= 1
-            if end <= blank:
-                end = pos
+            run = end
+            while run > blank and buf[run - 1] in _WHITESPACE:
+                run -= 1
+            if run < end or end <= blank:
+                # only the last characters of a whitespace run can be the marker's, so a long run
+                # is read as it comes, and pins no text behind the reading
+                end = max(run if run > blank else pos, end - len(self.lead))
         return end
 
     def _weak_hold(self, buf: str, pos: int, stop: int | None) -> int | None:
