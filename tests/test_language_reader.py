@@ -331,3 +331,19 @@ def test_repeated_parts_stream_as_they_read_whole(name: str) -> None:
             stream.feed(text[at:at + size])
         stream.finish()
         assert without_generated_ids(stream.message()) == message, size
+
+
+def test_a_bare_name_that_may_be_a_call_without_arguments_stays_undecided() -> None:
+    """A reading that read a call whole displaces the one reading the same text as content only
+    where the call has arguments: a bare name (a call with no arguments in a format whose calls
+    are a name and optional tagged arguments) may as well be text, and the end of turn decides."""
+    parser = analyses.glm4_tool_only().parser(tool_call_policy="lenient")
+    text = "get_weather00 <|user|><|user|><|user|>"
+    message = parser.parse(text)
+    assert (message["content"], message["tool_calls"]) == ("get_weather00", [])
+    for cut in range(len(text) + 1):
+        stream = parser.stream()
+        stream.feed(text[:cut])
+        stream.feed(text[cut:])
+        stream.finish()
+        assert without_generated_ids(stream.message()) == without_generated_ids(message), cut

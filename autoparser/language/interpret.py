@@ -1940,8 +1940,10 @@ def _content_only(t: _Thread) -> bool:
 
 
 def _past_whole_call(t: _Thread) -> bool:
-    """Whether a call among the reading's held events was read whole."""
-    return t.calls_held > 1 or t.calls_held == 1 and not (t.call.started and _inside_call(t))
+    """Whether a call among the reading's held events was read whole, with arguments in it (a
+    bare name, read as a call with no arguments, may as well be the text it reads as)."""
+    whole = t.calls_held > 1 or t.calls_held == 1 and not (t.call.started and _inside_call(t))
+    return whole and any(e[0] == "args" and e[1].strip("{} \t\n") for e in t.events)
 
 
 def _closed_more(t: _Thread, other: _Thread, buf: str) -> bool:
