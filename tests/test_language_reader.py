@@ -15,6 +15,7 @@ import analyses
 import corpora
 import pytest
 from analyses import WEATHER_TOOLS, streamed_in_random_chunks, without_generated_ids
+from test_runtime_properties import TOOLS as PROPERTY_TOOLS
 
 import autoparser
 from autoparser.language.build import Request, build_language
@@ -347,3 +348,21 @@ def test_a_bare_name_that_may_be_a_call_without_arguments_stays_undecided() -> N
         stream.feed(text[cut:])
         stream.finish()
         assert without_generated_ids(stream.message()) == without_generated_ids(message), cut
+
+
+def test_a_call_read_whole_inside_a_block_leaves_the_text_reading_be() -> None:
+    """Outside bare JSON, a reading past a whole call may still fail where the reading of the
+    same text as content goes on (Python calls in a fenced block, cut off): the text reading is
+    kept, as the whole parse keeps it, in every chunking (a case an unseeded property run found)."""
+    analysis = analyses.minicpm3_kwargs()
+    written = [("get_weather", {}), ("get_weather", {"city": "", "note": "", "days": 0, "options": {}})]
+    text = analyses.render_output(analysis, "some thought", "Some text.", written, stop=False)[:105]
+    parser = analysis.parser(tools=PROPERTY_TOOLS)
+    message = without_generated_ids(parser.parse(text))
+    for cut in range(0, len(text), 4):
+        for second in (cut + 20, cut + 7):
+            stream = parser.stream()
+            for piece in (text[:cut], text[cut:second], text[second:]):
+                stream.feed(piece)
+            stream.finish()
+            assert without_generated_ids(stream.message()) == message, (cut, second)

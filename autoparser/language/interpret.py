@@ -968,6 +968,9 @@ class LanguageReader:
         self.root = self.unlazy(language.root)
         self.end_of_turn = tuple(sorted({e.strip() for e in end_of_turn if e.strip()}, key=len, reverse=True))
         self.firsts = _Firsts()
+        # a bracket that opens a call with no marker before it (bare JSON calls) may be text: there,
+        # a call read whole decides its text at once (`_calls_over_text`)
+        self.bare_calls = _text_or_call_opener(self.root)
         self._markers: dict[int, tuple[MarkerSet, Any]] = {}
         self._chars: dict[str, re.Pattern[str]] = {}
         self._splits: dict[str, re.Pattern[str]] = {}
@@ -1232,7 +1235,7 @@ class LanguageStream:
         while not self.fallback:
             alive = self._run_all(final)
             if alive:
-                self.threads = alive if final else _calls_over_text(alive)
+                self.threads = alive if final or not self.reader.bare_calls else _calls_over_text(alive)
                 self._commit(final)
                 return
             self.threads = []
@@ -1926,10 +1929,37 @@ def _calls_over_text(threads: list[_Thread]) -> list[_Thread]:
     """The readings, less those that read as text what another one read as a whole call: a text
     that reads as content or as a call is a call (the rule the end of the output applies, applied
     as soon as the call is whole, so that a model writing bare JSON calls does not keep a reading
-    of all its calls as text, undecided, to the end)."""
+    of all its calls as text, undecided, to the end). Only where calls are bare JSON: elsewhere a
+    reading past a call may fail where the text reading goes on (a call inside a fenced block
+    followed by what the block cannot hold)."""
     if len(threads) == 1 or not any(_past_whole_call(t) for t in threads):
         return threads
     return [t for t in threads if not _content_only(t)]
+
+
+def _text_or_call_opener(root: Any) -> bool:
+    """Whether the language reads a bracket as content where it opens no call (the option bare
+    JSON calls come with). After such calls, content may follow as freely as before them, so a
+    reading past a whole call can read all that the reading of its text as content can."""
+    seen: set[int] = set()
+    todo = [root]
+    while todo:
+        node = todo.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, ir.Capture) and node.role == ir.CONTENT and isinstance(node.body, ir.Lit) \
+                and node.body.text in ("{", "["):
+            return True
+        if isinstance(node, ir.Seq):
+            todo.extend(node.items)
+        elif isinstance(node, ir.Choice):
+            todo.extend(node.options)
+        elif isinstance(node, ir.Repeat):
+            todo.append(node.item)
+        elif isinstance(node, ir.Capture | ir.Rule):
+            todo.append(node.body)
+    return False
 
 
 def _content_only(t: _Thread) -> bool:
