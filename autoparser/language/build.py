@@ -234,6 +234,7 @@ class _Builder:
         self.stop = [s for s in analysis.get("stop") or []]
         self.req = request
         self.warnings: list[str] = []
+        self.bare_calls = False  # set where the language reads a call's bracket as content too
         self.specials = sorted({s for s in request.special_tokens if s}, key=len, reverse=True)
         self.choice, self.tools = chosen_tools(list(request.tools or []), request.tool_choice)
         self.thinking = _thinking_enabled(dict(analysis), request.thinking)
@@ -260,7 +261,7 @@ class _Builder:
 
     def language(self, root: Node) -> Language:
         reasoning_end = self.r.end.strip() if self.r.mode != "none" else ""
-        return Language(root, tuple(self.warnings), self.continues, reasoning_end)
+        return Language(root, tuple(self.warnings), self.continues, reasoning_end, self.bare_calls)
 
     # -- top level ----------------------------------------------------------------------
 
@@ -772,10 +773,11 @@ class _Reading(_Builder):
             return self.language(self.with_reasoning(self.text(calls=False, not_first=lead), None,
                                                      self.text(*implied, calls=False, not_first=lead)))
         section = self.section(lazy_start=True)
-        body = seq(self.text(not_first=lead), self.calls_then_text(section))
-        unended = seq(self.text(*implied, not_first=lead), self.calls_then_text(section))
         if self.req.policy == "strict":
             body = unended = self.strict_body(section, lead)
+        else:
+            body = seq(self.text(not_first=lead), self.calls_then_text(section))
+            unended = seq(self.text(*implied, not_first=lead), self.calls_then_text(section))
         return self.language(self.with_reasoning(body, section, unended))
 
     def strict_body(self, section: Node, lead: tuple[str, ...]) -> Node:
@@ -1138,6 +1140,7 @@ class _Reading(_Builder):
             parts.append(header)  # an empty part would only repeat nothing
         if calls and self.markerless_opener():
             parts.append(Capture(CONTENT, Lit(self.markerless_opener())))
+            self.bare_calls = True
         if calls and self.name_opener():
             parts.append(Capture(CONTENT, Lit(self.name_opener())))  # a tag that opens no call is text
         if empty != EMPTY:

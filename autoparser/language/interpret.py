@@ -703,7 +703,8 @@ class _Text:
             if run < end or end <= blank:
                 # only the last characters of a whitespace run can be the marker's, so a long run
                 # is read as it comes, and pins no text behind the reading
-                end = max(run if run > blank else pos, end - len(self.lead))
+                run_start = run if run > blank else pos
+                end = max(run_start, end - len(self.lead))
         return end
 
     def _weak_hold(self, buf: str, pos: int, stop: int | None) -> int | None:
@@ -970,7 +971,7 @@ class LanguageReader:
         self.firsts = _Firsts()
         # a bracket that opens a call with no marker before it (bare JSON calls) may be text: there,
         # a call read whole decides its text at once (`_calls_over_text`)
-        self.bare_calls = _text_or_call_opener(self.root)
+        self.bare_calls = language.bare_calls
         self._markers: dict[int, tuple[MarkerSet, Any]] = {}
         self._chars: dict[str, re.Pattern[str]] = {}
         self._splits: dict[str, re.Pattern[str]] = {}
@@ -1384,10 +1385,16 @@ class LanguageStream:
         return shared
 
     def _dead_pending(self) -> list[tuple] | None:
-        """The events not yet emitted of the failed reading recovery would go on from, where it
-        read more calls whole than every living reading (None where it does not)."""
+        """The events not yet emitted of the failed reading recovery would go on from, should
+        every living reading fail where it stands: where it read more calls whole than every
+        living one, or as many and got as far as all of them, inside the language (None where it
+        did not). Were they to fail there, a tie would go to the one that failed first, as it
+        does when all fail at once (a whole parse): events emitted meanwhile would decide it."""
         dead = self.dead
-        if dead is None or dead[0].calls_read <= max(t.calls_read for t in self.threads):
+        if dead is None:
+            return None
+        reached = (dead[0].calls_read, dead[0].pos if dead[0].head.__class__ is not _Trailer else -1)
+        if any((t.calls_read, t.pos) > reached for t in self.threads):
             return None
         return dead[0].events[self.emitted - dead[1]:] if self.emitted >= dead[1] else []
 
@@ -1935,31 +1942,6 @@ def _calls_over_text(threads: list[_Thread]) -> list[_Thread]:
     if len(threads) == 1 or not any(_past_whole_call(t) for t in threads):
         return threads
     return [t for t in threads if not _content_only(t)]
-
-
-def _text_or_call_opener(root: Any) -> bool:
-    """Whether the language reads a bracket as content where it opens no call (the option bare
-    JSON calls come with). After such calls, content may follow as freely as before them, so a
-    reading past a whole call can read all that the reading of its text as content can."""
-    seen: set[int] = set()
-    todo = [root]
-    while todo:
-        node = todo.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if isinstance(node, ir.Capture) and node.role == ir.CONTENT and isinstance(node.body, ir.Lit) \
-                and node.body.text in ("{", "["):
-            return True
-        if isinstance(node, ir.Seq):
-            todo.extend(node.items)
-        elif isinstance(node, ir.Choice):
-            todo.extend(node.options)
-        elif isinstance(node, ir.Repeat):
-            todo.append(node.item)
-        elif isinstance(node, ir.Capture | ir.Rule):
-            todo.append(node.body)
-    return False
 
 
 def _content_only(t: _Thread) -> bool:

@@ -198,12 +198,15 @@ class Language:
     """`continues`: the role whose text the output goes on with, where the prompt ended inside the
     assistant's own reasoning or answer (prefill); its leading whitespace is kept.
     `reasoning_end`: the marker that ends reasoning (a reader that resumes after reasoning is
-    over reads it as text)."""
+    over reads it as text).
+    `bare_calls`: calls open with a bracket and no marker (bare JSON), and a bracket that opens no
+    call is content; after such calls, content may follow as freely as before them."""
 
     root: Node
     warnings: tuple[str, ...] = field(default=())
     continues: str = ""
     reasoning_end: str = ""
+    bare_calls: bool = False
 
     def __str__(self) -> str:
         return describe(self.root)
