@@ -1394,7 +1394,7 @@ class LanguageStream:
         if dead is None:
             return None
         reached = (dead[0].calls_read, dead[0].pos if dead[0].head.__class__ is not _Trailer else -1)
-        if any((t.calls_read, t.pos) > reached for t in self.threads):
+        if any((t.calls_read, _origin(t)) > reached for t in self.threads):
             return None
         return dead[0].events[self.emitted - dead[1]:] if self.emitted >= dead[1] else []
 
