@@ -366,3 +366,23 @@ def test_a_call_read_whole_inside_a_block_leaves_the_text_reading_be() -> None:
                 stream.feed(piece)
             stream.finish()
             assert without_generated_ids(stream.message()) == message, (cut, second)
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 4, 7])
+@pytest.mark.parametrize("ending", ["", "\\"])
+def test_escapes_cut_by_chunks_stream_as_the_whole_reads_them(size: int, ending: str) -> None:
+    """A chunk that ends inside an escape of a streamed JSON string (`\\` then `"` in the next
+    chunk) holds its backslash until the next chunk, which may stream on at once; a backslash
+    the output ends with is a literal one, as in the whole parse."""
+    code = 'if (a["k"] > 1) { s = "q\\\\n\\u00e9"; }\n' * 3
+    arguments = json.dumps({"path": "a.js", "content": code})[:-2] + ending
+    text = "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>write_file<｜tool▁sep｜>" + arguments
+    parser = analyses.deepseek_v31().parser()
+    whole = parser.parse(text)
+    stream = parser.stream()
+    deltas = [d for at in range(0, len(text), size) for d in stream.feed(text[at:at + size])]
+    deltas += stream.finish()
+    assert without_generated_ids(stream.message()) == without_generated_ids(whole)
+    streamed = "".join(d["tool_calls"][0]["function"].get("arguments", "") for d in deltas if "tool_calls" in d)
+    assert streamed == whole["tool_calls"][0]["function"]["arguments"]
+    assert json.loads(streamed)["content"].startswith(code[:-2])

@@ -1127,6 +1127,7 @@ class LanguageStream:
         self.finished = False
         self.fallback = False  # no reading continues: the rest is content
         self.string_call: ToolCall | None = None
+        self.escape = False  # a backslash that ended the last chunk inside that call's string, held
         self.aside: list[str] = []  # the text just before `buf` that recovery may still need
         self.aside_len = 0
 
@@ -1136,14 +1137,26 @@ class LanguageStream:
         if self.finished:
             raise RuntimeError("feed() after finish()")
         call = self.string_call
-        if call is not None and is_string_body(chunk):
-            # the hot path: more plain text of a JSON string in streamed arguments (`ToolCall.append`
-            # written out, as a call costs a tenth of the time a chunk takes here)
-            recent = call.recent
-            recent.append(chunk)
-            if len(recent) >= GROUP:
-                call.group()
-            return [{"tool_calls": [{"index": call.index, "function": {"arguments": chunk}}]}]
+        if call is not None:
+            if self.escape:
+                chunk, self.escape = "\\" + chunk, False
+            if not is_string_body(chunk):
+                if chunk[-1:] == "\\" and is_string_body(chunk, 0, len(chunk) - 1):
+                    # an escape the chunk cut in two: its backslash waits for the next chunk
+                    # here, as the reading would hold it
+                    chunk, self.escape = chunk[:-1], True
+                else:
+                    call = None
+            if call is not None:
+                # the hot path: more plain text of a JSON string in streamed arguments (`ToolCall.append`
+                # written out, as a call costs a tenth of the time a chunk takes here)
+                if not chunk:
+                    return []
+                recent = call.recent
+                recent.append(chunk)
+                if len(recent) >= GROUP:
+                    call.group()
+                return [{"tool_calls": [{"index": call.index, "function": {"arguments": chunk}}]}]
         if chunk:
             self._trim()
             self.buf += chunk
@@ -1153,6 +1166,10 @@ class LanguageStream:
 
     def finish(self) -> list[dict]:
         if not self.finished:
+            if self.escape:
+                self.escape = False
+                self.string_call = None
+                self.feed("\\")
             self.finished = True
             self.string_call = None
             self._advance(True)
