@@ -386,3 +386,19 @@ def test_escapes_cut_by_chunks_stream_as_the_whole_reads_them(size: int, ending:
     streamed = "".join(d["tool_calls"][0]["function"].get("arguments", "") for d in deltas if "tool_calls" in d)
     assert streamed == whole["tool_calls"][0]["function"]["arguments"]
     assert json.loads(streamed)["content"].startswith(code[:-2])
+
+
+def test_a_bracket_opens_a_bare_json_call_only_before_a_key() -> None:
+    """Where calls are bare JSON, a `{` that no quote follows (code, `{x}`, a run of braces)
+    is text at once, not a call to try: the language says so with a weak bracket."""
+    analysis = analyses.llama31()
+    language = build_language(analysis.to_dict(), Request(tools=tuple(WEATHER_TOOLS), reading=True, lazy=False))
+    assert "('{' only before '\"')" in str(language) and "<content: '{'>" not in str(language)
+    call = '{"name": "get_weather", "parameters": {"city": "Paris"}}'
+    text = "if (a) { b({x}); } {{{{ " + call + " {} {"
+    parser = analysis.parser(tools=WEATHER_TOOLS)
+    message = parser.parse(text)
+    assert message["content"] == "if (a) { b({x}); } {{{{  {} {"
+    assert [c["function"]["arguments"] for c in message["tool_calls"]] == ['{"city": "Paris"}']
+    for seed in range(5):
+        assert without_generated_ids(streamed_in_random_chunks(parser, text, seed)) == without_generated_ids(message)

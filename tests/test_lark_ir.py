@@ -7,12 +7,16 @@ user would try first, and the ones the older grammar read differently from the r
 
 from __future__ import annotations
 
+import random
+
 import analyses
 import pytest
+from gbnf_sampler import Gbnf
 from lark import Lark
 from lark.exceptions import UnexpectedInput
 from lark_cases import TOOLS, analysis_of, comparable
 
+from autoparser.generators.gbnf import write_gbnf
 from autoparser.generators.lark import parse_with_lark
 from autoparser.generators.lark_ir import read_message, write_lark
 from autoparser.language.build import Request, build_language
@@ -38,6 +42,38 @@ def test_a_bare_json_call_after_content_is_a_call_as_the_runtime_reads_it() -> N
     lark = comparable(parse_with_lark(analysis, text, tools=[WEATHER]))
     assert lark == runtime
     assert lark["tool_calls"] == [("get_weather", {"city": "Paris"})]
+
+
+@pytest.mark.parametrize("text", [
+    "Braces {x}, {{ and {} in code: if (a) { b(); }",
+    '{{ {"a": 1} then {"name": "get_weather", "parameters": {"city": "Paris"}} and { more',
+    '{ "name": "get_weather", "parameters": {"city": "Paris"}}{',
+])
+def test_braces_that_open_no_bare_json_call_are_text_as_the_runtime_reads_them(text: str) -> None:
+    analysis = analyses.llama31()
+    lark = comparable(parse_with_lark(analysis, text, tools=[WEATHER]))
+    assert lark == comparable(analysis.parser(tools=[WEATHER]).parse(text))
+
+
+# the families whose reading language reads alike in both; in the others, random sentences of
+# it (markers and whitespace in hostile places) still differ, mostly in whitespace around markers
+READ_ALIKE = ["llama31", "bare_json_array", "hermes", "qwen3_thinking", "deepseek_v31", "deepseek_v3_0324",
+              "deepseek_r1", "kimi_k2", "mistral_compact"]
+
+
+@pytest.mark.parametrize("family", READ_ALIKE)
+def test_sentences_of_the_reading_grammar_read_alike_in_lark_and_the_runtime(family: str) -> None:
+    """The language the parser reads (wider than the one generation is held to: text between
+    calls, separators, a bracket that opens no bare JSON call), written as GBNF: random
+    sentences of it read to one message by Lark and by the runtime."""
+    analysis = analyses.FAMILIES[family]()
+    language = build_language(analysis.to_dict(), Request(tools=(WEATHER,), reading=True, lazy=False))
+    grammar = Gbnf(write_gbnf(language).gbnf)
+    rng = random.Random(7)
+    for _ in range(40):
+        text = grammar.sample(rng)
+        runtime = comparable(analysis.parser(tools=[WEATHER]).parse(text))
+        assert comparable(parse_with_lark(analysis, text, tools=[WEATHER])) == runtime, text
 
 
 def test_call_syntax_with_raw_values_splits_at_a_comma_before_a_key() -> None:

@@ -272,7 +272,7 @@ class _Writer:
             return repeat(f"[{node.allowed}]", node.min, node.max)
         if isinstance(node, ir.Text):
             if node.weak is not None:
-                return self.weak_text(node)
+                return self.weak_text(node) if node.weak.word else self.bracket_text(node)
             rule = text_excluding(self.b, node.hint, node.stops, node.end, node.limit)
             return self.nonempty(rule) if node.nonempty else rule
         if isinstance(node, ir.Seq):
@@ -442,6 +442,39 @@ class _Writer:
         b.set("comma-space", f'( {cls(spaces)} comma-space | {mark} comma-after | '
                              f'{other(firsts, spaces, key_end)} comma-text )?')
         return "comma-text"
+
+
+    def bracket_text(self, node: ir.Text) -> str:
+        """Text where a bracket ends it only where what follows it (after whitespace) begins a
+        bare JSON call (`{` then `"`), so it may hold brackets, never one followed by that. An
+        automaton: plain text, and text just after a bracket; both may end the text. Where the
+        text may begin with a bracket (`leads`: one that opened no call), that one is free."""
+        assert node.weak is not None
+        b = self.b
+        mark = literal(node.weak.marker)
+        firsts = _ranges("".join({m.strip()[0] for m in node.stops if m.strip()} | {node.weak.marker[0]}))
+        spaces = _ranges(" \t\n\r")
+        text, after = b.reserve("bracket-text"), b.reserve("bracket-after")
+        b.set(text, f"( {_other(firsts)} {text} | {mark} {after} )?")
+        b.set(after, f"( {_cls(spaces)} {after} | {mark} {after} | "
+                     f"{_other(firsts, spaces, _ranges(node.weak.before[0]))} {text} )?")
+        first = f"{_other(firsts)} {text} | {mark} {text if node.weak.leads else after}"
+        if node.nonempty:
+            return b.define("bracket-lead", first)
+        return b.define("bracket-lead", f"{mark} {text} | {text}") if node.weak.leads else text
+
+
+def _ranges(chars: str) -> Ranges:
+    return [(ord(c), ord(c)) for c in sorted(chars)]
+
+
+def _cls(allowed: Ranges) -> str:
+    return char_class(allowed) or '""'
+
+
+def _other(*excluded: Ranges) -> str:
+    """A character class of all but the `excluded` characters."""
+    return _cls(complement_ranges([r for group in excluded for r in group]))
 
 
 def _is_name(expr: str) -> bool:

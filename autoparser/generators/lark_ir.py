@@ -60,7 +60,7 @@ class _Writer:
     roles: dict[str, str] = field(default_factory=dict)  # capture rule -> role
     values: dict[str, ir.Node] = field(default_factory=dict)  # argument value rule -> its node
     members: dict[str, tuple[str, str | None]] = field(default_factory=dict)  # member rule -> (owner, key)
-    priorities: set[str] = field(default_factory=set)
+    priorities: dict[str, int] = field(default_factory=dict)  # rule -> its Earley priority
     terminals: dict[str, str] = field(default_factory=dict)  # pattern -> name
     _names: dict[int, str] = field(default_factory=dict)
     _keep: list[ir.Node] = field(default_factory=list)
@@ -109,10 +109,13 @@ class _Writer:
                 # where a text could be read as content or as a call (a bare JSON object), the
                 # parser reads the call, and reasoning where the markers imply it: the reading
                 # with more calls and reasoning wins
-                self.priorities.add(name)
+                self.priorities[name] = 2
             return name
         if isinstance(node, ir.Rule):
-            return self.shared(node, lambda: self.new("r", self.write(node.body) or "_empty"))
+            name = self.shared(node, lambda: self.new("r", self.write(node.body) or "_empty"))
+            if node.name == "call-next":
+                self.priorities[name] = 1  # and a separator between calls as markup, not as content
+            return name
         raise TypeError(f"no Lark form for {type(node).__name__}")
 
     def bracketed(self, quote: str) -> str:
@@ -178,6 +181,9 @@ class _Writer:
         first = f"(?!\\s*(?:{'|'.join(firsts)}))" if firsts else ""
         lead = node.end[: len(node.end) - len(node.end.lstrip())] if node.end and node.end.strip() else ""
         run = f"(?:{guard}[\\s\\S])+"
+        if node.weak is not None and node.weak.leads:  # its first character may begin the weak marker
+            strong = f"(?!{'|'.join(excluded[:-1])})" if excluded[:-1] else ""
+            run = f"{strong}[\\s\\S](?:{guard}[\\s\\S])*"
         if weak:
             marks = [self.terminal(f"/{_regex_escape(w)}/") for w in weak]
             rest = self.new("_text", f"({' | '.join([self.terminal(f'/{run}/'), *marks])})*")
@@ -264,7 +270,8 @@ def _text_stops(node: ir.Text) -> tuple[list[str], list[str]]:
     excluded = [_regex_escape(s) for s in strong]
     if node.weak is not None:
         key_end = _regex_escape(node.weak.before)
-        excluded.append(_regex_escape(node.weak.marker) + r"\s*[^\W\d][\w.\-]*\s*" + key_end)
+        word = r"[^\W\d][\w.\-]*\s*" if node.weak.word else ""
+        excluded.append(_regex_escape(node.weak.marker) + r"\s*" + word + key_end)
     return excluded, [s for s in strong if is_weak(s)]
 
 
@@ -310,7 +317,7 @@ def write_lark(language: ir.Language, end_of_turn: tuple[str, ...] = ()) -> Lark
     if ends:
         lines[-2] += " _end_of_turn*"
         lines.append(f"_end_of_turn: /[ \\t\\n\\r]*(?:{'|'.join(_regex_escape(e) for e in ends)})[ \\t\\n\\r]*/")
-    lines += [f"{name}{'.2' if name in w.priorities else ''}: {body}" for name, body in w.rules.items()]
+    lines += [f"{name}{f'.{w.priorities[name]}' if name in w.priorities else ''}: {body}" for name, body in w.rules.items()]
     lines += [f"{name}: {pattern}" for pattern, name in w.terminals.items()]
     grammar = "\n".join(lines) + "\n" + VALUE_RULES
     return LarkLanguage(grammar, dict(w.roles), dict(w.values), dict(w.members))

@@ -1134,13 +1134,16 @@ class _Reading(_Builder):
         empty = self.empty_reasoning()
         reopen = [self.r.start.strip()] if empty != EMPTY else []
         stops = tuple(s for s in dict.fromkeys([*self.stop, *also_stop, *openers, *dropped, separator, *reopen]) if s)
-        text = Text(stops, hint="content", nonempty=True, not_first=tuple(m for m in (*not_first, header_start) if m))
+        bracket = self.markerless_opener() if calls else ""
+        # a bracket opens a call only before what a call begins with (a key's quote, an object);
+        # one that opens none is text
+        weak = Weak(bracket, '"' if bracket == "{" else "{", word=False, leads=True) if bracket else None
+        self.bare_calls = self.bare_calls or bool(bracket)
+        text = Text(stops, weak=weak, hint="content", nonempty=True,
+                    not_first=tuple(m for m in (*not_first, header_start) if m))
         parts = [Capture(CONTENT, text), *[self.marker(m) for m in dropped + [separator] if m]]
         if header != EMPTY:
             parts.append(header)  # an empty part would only repeat nothing
-        if calls and self.markerless_opener():
-            parts.append(Capture(CONTENT, Lit(self.markerless_opener())))
-            self.bare_calls = True
         if calls and self.name_opener():
             parts.append(Capture(CONTENT, Lit(self.name_opener())))  # a tag that opens no call is text
         if empty != EMPTY:

@@ -562,13 +562,14 @@ class _Text:
     In a value (`soft`), a soft stop (`MarkerSet` kind "soft", punctuation such as `,` or `)`)
     ends the text in one reading and is part of it in another: what follows decides."""
 
-    __slots__ = ("markers", "weak", "weak_prefix", "lead", "nonempty", "start", "split", "after", "firsts",
-                 "past", "soft", "cdata", "spaces", "empty", "blank")
+    __slots__ = ("markers", "weak", "weak_prefix", "leads", "lead", "nonempty", "start", "split", "after",
+                 "firsts", "past", "soft", "cdata", "spaces", "empty", "blank")
 
     def __init__(self, node: ir.Text, markers: MarkerSet, weak: tuple[Any, Any] | None, start: int,
                  split: re.Pattern[str] | None, soft: bool = False) -> None:
         self.markers = markers
         self.weak, self.weak_prefix = weak or (None, None)
+        self.leads = node.weak is not None and node.weak.leads  # a weak marker it begins with is text
         end = node.end or ""
         self.lead = end[:len(end) - len(end.lstrip())] if end.strip() else ""
         self.nonempty = node.nonempty
@@ -606,11 +607,12 @@ class _Text:
         stop = hit[0] if hit is not None else None
         held = None
         if self.weak is not None:
-            found = self.weak.search(buf, blank, stop if stop is not None else len(buf))
+            since = self.start + 1 if self.leads and blank == self.start else blank
+            found = self.weak.search(buf, since, stop if stop is not None else len(buf))
             if found is not None:
                 stop = found.start()
             elif not final:
-                held = self._weak_hold(buf, pos, stop)
+                held = self._weak_hold(buf, max(pos, since), stop)
         if self.soft and hit is not None and hit[2] == "soft" and stop == hit[0] and held is None and (
                 self.split is None or not self.split.search(buf, pos, stop)):
             self._read(t, buf, stop)
@@ -1020,9 +1022,9 @@ class LanguageReader:
             if node.weak is not None:
                 stops.discard(node.weak.marker)
                 mark, before = re.escape(node.weak.marker), re.escape(node.weak.before)
-                word = r"\s*[^\W\d][\w.\-]*\s*"
-                weak = (re.compile(f"{mark}(?={word}{before})"),
-                        (node.weak.marker[0], re.compile(rf"{mark}\s*(?:[^\W\d][\w.\-]*\s*)?\Z")))
+                word = r"[^\W\d][\w.\-]*\s*" if node.weak.word else ""
+                weak = (re.compile(rf"{mark}(?=\s*{word}{before})"),
+                        (node.weak.marker[0], re.compile(rf"{mark}\s*(?:{word})?\Z")))
             kinds = {stop: "soft" if _is_soft(stop, node) else "stop" for stop in stops}
             found = self._markers[id(node)] = (MarkerSet(kinds), weak)
             self._keep.append(node)

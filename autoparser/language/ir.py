@@ -53,10 +53,14 @@ class Chars:
 
 @dataclass(frozen=True)
 class Weak:
-    """`marker` ends the text only where a word and then `before` follow it (`, days=`)."""
+    """`marker` ends the text only where `before` follows it, after whitespace and (`word`) a
+    word: `, days=`; a bracket that opens a bare JSON call only before a key's quote (`{"`).
+    `leads`: the text may begin with the marker (where it opened nothing, it is text)."""
 
     marker: str
     before: str
+    word: bool = True
+    leads: bool = False
 
 
 @dataclass(frozen=True)
@@ -256,7 +260,8 @@ def _show(node: Node, rules: dict[str, str]) -> str:  # noqa: C901 - one case pe
         stops = " ".join(repr(s) for s in dict.fromkeys(node.stops) if s.strip())
         extra = f" then {node.end!r}" if node.end else ""
         extra += f" at most {node.limit}" if node.limit is not None else ""
-        extra += f" ({node.weak.marker!r} only before a word and {node.weak.before!r})" if node.weak else ""
+        if node.weak:
+            extra += f" ({node.weak.marker!r} only before {'a word and ' if node.weak.word else ''}{node.weak.before!r})"
         extra += " not empty" if node.nonempty else ""
         extra += f" not starting with {' '.join(repr(m) for m in node.not_first)}" if node.not_first else ""
         return f"text-without({stops}){extra}"
