@@ -70,11 +70,16 @@ def run_batch(engine: Engine, jobs: list[tuple[str, int, int]], join_at: dict[in
 
 
 def record_logits(monkeypatch: pytest.MonkeyPatch) -> dict[int, list[np.ndarray]]:
-    """Every generation's logits, step by step, keyed by `id()` of its stats (keep those alive)."""
+    """Every generation's logits, step by step, keyed by `id()` of its stats. Each stats object
+    recorded is kept alive here: a generation given none makes its own, and once it was freed a
+    later stats object could take its `id()` and find its logits already recorded."""
     seen: dict[int, list[np.ndarray]] = {}
+    kept: list[Any] = []
     original = Generation.sample
 
     def recording(self: Generation, logits: np.ndarray, *args: Any) -> Any:
+        if id(self.stats) not in seen:
+            kept.append(self.stats)
         seen.setdefault(id(self.stats), []).append(logits.copy())
         return original(self, logits, *args)
 
