@@ -416,33 +416,20 @@ class _Writer:
         if "comma-text" in b.rules:
             return "comma-text"
         assert node.weak is not None
-        weak = node.weak.marker
-
-        def ranges(chars: str) -> Ranges:
-            return [(ord(c), ord(c)) for c in chars]
-
-        firsts = ranges("".join(sorted({m.strip()[0] for m in node.stops if m.strip()} | {weak})))
-        key_end = ranges(node.weak.before[0])
-        spaces = ranges(" \t\n\r")
+        firsts = _text_firsts(node)
+        key_end = _ranges(node.weak.before[0])
+        spaces = _ranges(_SPACES)
         starts: Ranges = [(ord("a"), ord("z")), (ord("A"), ord("Z")), (ord("_"), ord("_")), (0x80, 0x10FFFF)]
         word = [*starts, (ord("0"), ord("9")), (ord("."), ord(".")), (ord("-"), ord("-"))]
-
-        def cls(allowed: Ranges) -> str:
-            return char_class(allowed) or '""'
-
-        def other(*excluded: Ranges) -> str:
-            return cls(complement_ranges([r for group in excluded for r in group]))
-
-        mark = literal(weak)
-        b.set("comma-text", f'( {other(firsts)} comma-text | {mark} comma-after )?')
-        b.set("comma-after", f'( {cls(spaces)} comma-after | {mark} comma-after | {cls(starts)} comma-word | '
-                             f'{other(firsts, spaces, starts)} comma-text )?')
-        b.set("comma-word", f'( {cls(word)} comma-word | {cls(spaces)} comma-space | {mark} comma-after | '
-                            f'{other(firsts, spaces, word, key_end)} comma-text )?')
-        b.set("comma-space", f'( {cls(spaces)} comma-space | {mark} comma-after | '
-                             f'{other(firsts, spaces, key_end)} comma-text )?')
+        mark = literal(node.weak.marker)
+        b.set("comma-text", f'( {_other(firsts)} comma-text | {mark} comma-after )?')
+        b.set("comma-after", f'( {_cls(spaces)} comma-after | {mark} comma-after | {_cls(starts)} comma-word | '
+                             f'{_other(firsts, spaces, starts)} comma-text )?')
+        b.set("comma-word", f'( {_cls(word)} comma-word | {_cls(spaces)} comma-space | {mark} comma-after | '
+                            f'{_other(firsts, spaces, word, key_end)} comma-text )?')
+        b.set("comma-space", f'( {_cls(spaces)} comma-space | {mark} comma-after | '
+                             f'{_other(firsts, spaces, key_end)} comma-text )?')
         return "comma-text"
-
 
     def bracket_text(self, node: ir.Text) -> str:
         """Text where a bracket ends it only where what follows it (after whitespace) begins a
@@ -452,8 +439,8 @@ class _Writer:
         assert node.weak is not None
         b = self.b
         mark = literal(node.weak.marker)
-        firsts = _ranges("".join({m.strip()[0] for m in node.stops if m.strip()} | {node.weak.marker[0]}))
-        spaces = _ranges(" \t\n\r")
+        firsts = _text_firsts(node)
+        spaces = _ranges(_SPACES)
         text, after = b.reserve("bracket-text"), b.reserve("bracket-after")
         b.set(text, f"( {_other(firsts)} {text} | {mark} {after} )?")
         b.set(after, f"( {_cls(spaces)} {after} | {mark} {after} | "
@@ -464,8 +451,17 @@ class _Writer:
         return b.define("bracket-lead", f"{mark} {text} | {text}") if node.weak.leads else text
 
 
+_SPACES = " \t\n\r"
+
+
+def _text_firsts(node: ir.Text) -> Ranges:
+    """The characters a weak text's stops begin with, and its weak marker's."""
+    assert node.weak is not None
+    return _ranges("".join({m.strip()[0] for m in node.stops if m.strip()} | {node.weak.marker}))
+
+
 def _ranges(chars: str) -> Ranges:
-    return [(ord(c), ord(c)) for c in sorted(chars)]
+    return [(ord(c), ord(c)) for c in chars]
 
 
 def _cls(allowed: Ranges) -> str:

@@ -175,15 +175,16 @@ class _Writer:
         whitespace (`\n</parameter>`), up to that whitespace, which the marker takes once.
         A weak marker (`)`, `, `: punctuation values also hold) may also be text: there the
         parse decides, as the parser decides by what follows the marker."""
-        excluded, weak = _text_stops(node)
+        strong, weak_pattern, weak = _text_stops(node)
+        excluded = strong + ([weak_pattern] if weak_pattern else [])
         guard = f"(?!{'|'.join(excluded)})" if excluded else ""
         firsts = [_regex_escape(m.strip()) for m in node.not_first if m.strip()]
         first = f"(?!\\s*(?:{'|'.join(firsts)}))" if firsts else ""
         lead = node.end[: len(node.end) - len(node.end.lstrip())] if node.end and node.end.strip() else ""
         run = f"(?:{guard}[\\s\\S])+"
         if node.weak is not None and node.weak.leads:  # its first character may begin the weak marker
-            strong = f"(?!{'|'.join(excluded[:-1])})" if excluded[:-1] else ""
-            run = f"{strong}[\\s\\S](?:{guard}[\\s\\S])*"
+            lead_guard = f"(?!{'|'.join(strong)})" if strong else ""
+            run = f"{lead_guard}[\\s\\S](?:{guard}[\\s\\S])*"
         if weak:
             marks = [self.terminal(f"/{_regex_escape(w)}/") for w in weak]
             rest = self.new("_text", f"({' | '.join([self.terminal(f'/{run}/'), *marks])})*")
@@ -262,17 +263,17 @@ class _Writer:
         return name
 
 
-def _text_stops(node: ir.Text) -> tuple[list[str], list[str]]:
-    """Where a text ends: the regexes of the markers it may not contain (a weak `Weak` marker
-    only before a key), and the weak markers (`)`, `, `) that may also be part of it."""
+def _text_stops(node: ir.Text) -> tuple[list[str], str, list[str]]:
+    """Where a text ends: the regexes of the markers it may not contain, the regex of its `Weak`
+    marker where what follows makes it one ("": none), and the weak markers (`)`, `, `) that
+    may also be part of it."""
     stops = sorted({s.strip() for s in (*node.stops, node.end or "") if s.strip()})
     strong = [s for s in stops if not (node.weak and s == node.weak.marker)]
-    excluded = [_regex_escape(s) for s in strong]
+    weak_pattern = ""
     if node.weak is not None:
-        key_end = _regex_escape(node.weak.before)
         word = r"[^\W\d][\w.\-]*\s*" if node.weak.word else ""
-        excluded.append(_regex_escape(node.weak.marker) + r"\s*" + word + key_end)
-    return excluded, [s for s in strong if is_weak(s)]
+        weak_pattern = _regex_escape(node.weak.marker) + r"\s*" + word + _regex_escape(node.weak.before)
+    return [_regex_escape(s) for s in strong], weak_pattern, [s for s in strong if is_weak(s)]
 
 
 def _marker_regex(text: str, exact_lead: bool = False) -> str:

@@ -1168,12 +1168,11 @@ class LanguageStream:
 
     def finish(self) -> list[dict]:
         if not self.finished:
-            if self.escape:
+            self.string_call = None
+            if self.escape:  # a backslash the output ends with is read as the reading reads it
                 self.escape = False
-                self.string_call = None
                 self.feed("\\")
             self.finished = True
-            self.string_call = None
             self._advance(True)
         return self.out.take()
 
