@@ -35,6 +35,9 @@ class ReasoningAnalysis:
     `toggle`: the template variable that switches thinking, `toggle_on`/`toggle_off` the values
     that were seen to switch it, `default_on` whether thinking is on when the variable is unset.
     `closed_when_off`: with thinking off, the prompt ends with an empty ``start end`` pair.
+    `start_inferred`: the template never writes the start marker (it only strips reasoning up to
+    the end marker, and `start` is that marker's counterpart): the model's output opens inside
+    reasoning, whether or not it writes the start marker.
     """
 
     mode: str = "none"
@@ -47,6 +50,7 @@ class ReasoningAnalysis:
     default_on: bool = True
     closed_when_off: bool = False
     rendered_in_history: bool = False
+    start_inferred: bool = False
 
     def toggle_kwargs(self, thinking: bool | None) -> dict[str, Any]:
         """Template variables that switch thinking on or off; none for `None` or without a toggle."""

@@ -23,6 +23,7 @@ from typing import Any
 from autoparser.analysis import Analysis
 from autoparser.analyzers.diff import is_marker, segments
 from autoparser.analyzers.probes import Prober
+from autoparser.language.request import OPEN, start_state
 from autoparser.render import TemplateRenderError
 
 TOOLS: list[dict[str, Any]] = [
@@ -105,6 +106,9 @@ def run_case(analysis: Analysis, case: str, message: dict[str, Any]) -> CaseResu
     if not full.startswith(base):
         return CaseResult(case, "not_applicable", "the conversation does not start with the prompt")
     output = strip_turn_end(full[len(base):], analysis.stop)
+    if _answer_without_its_reasoning(analysis, base, thinking, output):
+        return CaseResult(case, "not_applicable", "the template renders an answer without the reasoning its "
+                          "output opens with (the model reasons first, with or without the start marker)")
     expected = _expected(message, output)
     try:
         got = analysis.parser(tools=TOOLS, thinking=thinking).parse(output)
@@ -113,6 +117,14 @@ def run_case(analysis: Analysis, case: str, message: dict[str, Any]) -> CaseResu
                           thinking=thinking, prompt=base)
     cause = compare(expected, got)
     return CaseResult(case, "fail" if cause else "pass", cause, output, expected, got, thinking, base)
+
+
+def _answer_without_its_reasoning(analysis: Analysis, prompt: str, thinking: bool | None, output: str) -> bool:
+    """Whether `output` is an answer whose reasoning the template dropped, where the model's output
+    opens inside reasoning (the prompt opened it, or the template never writes its start marker):
+    read as the model's output, its text is reasoning, so it cannot give the message back."""
+    end = analysis.reasoning.end.strip()
+    return bool(end) and end not in output and start_state(analysis.to_dict(), thinking, prompt)[0] == OPEN
 
 
 def _shaped(prober: Prober, message: dict[str, Any]) -> dict[str, Any]:

@@ -182,10 +182,11 @@ def deepseek_v4() -> Analysis:
 
 
 def deepseek_r1_0528() -> Analysis:
-    """DeepSeek R1-0528: the model writes `<think>` itself (the prompt does not open it)."""
+    """DeepSeek R1-0528: the model writes `<think>` itself (the prompt does not open it, and the
+    template never writes it: it only strips the history's reasoning up to `</think>`)."""
     analysis = deepseek_r1()
     analysis.generation_prompt = "<｜Assistant｜>"
-    analysis.reasoning = _think()
+    analysis.reasoning = _think(start_inferred=True)
     return analysis
 
 

@@ -24,17 +24,27 @@ def test_an_end_marker_with_no_start_closes_the_reasoning_the_template_implies()
     assert (message["reasoning_content"], message["content"]) == ("I should answer.", "Forty-two.")
 
 
-def test_without_an_end_marker_implied_reasoning_is_the_answer() -> None:
+def test_without_an_end_marker_implied_reasoning_stays_reasoning() -> None:
+    """Seed 000 §3.2.1: where the model is in its reasoning stage, text that no end marker closes
+    is reasoning (decided as it streams, not at the end: policy rule `role-from-prompt`)."""
     message = parse(analyses.deepseek_r1_0528(), "Forty-two." + DS_EOS)
-    assert (message["reasoning_content"], message["content"]) == (None, "Forty-two.")
+    assert (message["reasoning_content"], message["content"]) == ("Forty-two.", None)
 
 
 def test_implied_reasoning_ends_where_a_tool_call_starts() -> None:
     r1 = analyses.deepseek_r1_0528()
     text = "Checking. " + analyses.render_output(r1, None, "", [("get_weather", {"city": "Paris"})])
     message = parse(r1, text, tools=WEATHER_TOOLS)
-    assert message["content"] == "Checking." and message["reasoning_content"] is None
+    assert message["reasoning_content"] == "Checking." and message["content"] is None
     assert calls(message) == [("get_weather", {"city": "Paris"})]
+
+
+def test_an_answer_that_did_not_open_reasoning_stays_the_answer() -> None:
+    """Where the model writes the start marker itself (the template writes it too), an output that
+    does not begin with it is the answer at once; an end marker in it is markup, not a reason to
+    take back what streamed as content."""
+    message = parse(analyses.qwen3(), "I should answer.</think>Forty-two.")
+    assert (message["reasoning_content"], message["content"]) == (None, "I should answer.Forty-two.")
 
 
 def test_a_later_end_marker_inside_the_answer_is_text() -> None:

@@ -117,7 +117,11 @@ def test_forced_open_reasoning_starts_inside_reasoning() -> None:
 
 
 def test_optional_reasoning_may_be_skipped() -> None:
-    grammar = Gbnf(build_grammar(ANALYSES["deepseek-r1"](), [WEATHER], tool_choice="none").gbnf)
+    """Where the model writes the start marker itself, reasoning is optional (policy rule
+    `role-from-prompt`); where the template never writes it (R1), the output starts inside it."""
+    r1 = Gbnf(build_grammar(ANALYSES["deepseek-r1"](), [WEATHER], tool_choice="none").gbnf)
+    assert r1.matches("hm\n</think>\n\nHello") and not r1.matches("Hello")
+    grammar = Gbnf(build_grammar(ANALYSES["qwen3"](), [WEATHER], tool_choice="none").gbnf)
     assert grammar.matches("<think>\nhm\n</think>\n\nHello")
     assert grammar.matches("Hello")
     assert not grammar.matches("<think>\nnever closed")

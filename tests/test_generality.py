@@ -54,3 +54,61 @@ def test_analysis_code_names_no_template_or_vendor(path: Path) -> None:
 def test_analysis_code_holds_no_marker_table(path: Path) -> None:
     markers = [(line, text) for line, text in _code_strings(path) if is_marker(text.strip())]
     assert not markers, f"{path.name} holds markers: {markers}"
+
+
+PACKAGE = Path(__file__).resolve().parents[1] / "autoparser"
+ALL_CODE = sorted(PACKAGE.rglob("*.py"))
+RUNTIME = {"llama"}  # llama.cpp is the engine the server runs on, not a model
+
+
+@pytest.mark.parametrize("path", ALL_CODE, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_code_string_names_a_template_or_vendor(path: Path) -> None:
+    """Beyond the analysis: the builder, the reader, the generators, the server and the plugins
+    hold no string that names a model family (their comments may cite one as an example)."""
+    names = _names() - RUNTIME
+    found = sorted({(line, n) for line, text in _code_strings(path) for n in names
+                    if re.search(rf"(?<![a-z]){n}(?![a-z])", text.lower())})
+    assert not found, f"{path.name} names {found}"
+
+
+def _rule_names() -> set[str]:
+    """The names the builder gives its rules (`Rule("tool-calls", ...)`, `Rule(f"{name}-arg-{key}", ...)`)."""
+    tree = ast.parse((PACKAGE / "language" / "build.py").read_text(encoding="utf-8"))
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "Rule" and node.args:
+            first = node.args[0]
+            if isinstance(first, ast.Constant):
+                names.add(first.value)
+            elif isinstance(first, ast.JoinedStr):
+                names |= {part.value for part in first.values if isinstance(part, ast.Constant)}
+    return names
+
+
+def _compared_constants(tree: ast.AST) -> list[tuple[int, str]]:
+    """String constants a comparison reads (`x == "a"`, `x in ("a", "b")`), with their line."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            for side in (node.left, *node.comparators):
+                items = side.elts if isinstance(side, ast.Tuple | ast.List | ast.Set) else [side]
+                found += [(node.lineno, item.value) for item in items
+                          if isinstance(item, ast.Constant) and isinstance(item.value, str)]
+    return found
+
+
+@pytest.mark.parametrize("reader", ["language/interpret.py", "generators/lark_ir.py"])
+def test_readers_compare_no_rule_names(reader: str) -> None:
+    """What a rule is (a section, a call, a later call, a member and its key) is stated on the node
+    (`Rule.kind`, `Rule.key`); a reader that matched the builder's names would be a second home of
+    formats."""
+    names = _rule_names()
+    assert "tool-calls" in names and "-arg-" in names
+    tree = ast.parse((PACKAGE / reader).read_text(encoding="utf-8"))
+    found = sorted({(line, text) for line, text in _compared_constants(tree) for name in names
+                    if text == name or ("-" in name and name in text)})
+    assert not found, f"{reader} compares rule names: {found}"
+    named = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Compare)
+             and any(isinstance(side, ast.Attribute) and side.attr == "name" for side in (node.left, *node.comparators))
+             and not any(isinstance(side, ast.Constant) and side.value is None for side in node.comparators)]
+    assert not named, f"{reader} compares a node's name on lines {named}"

@@ -596,6 +596,8 @@ def continued_analysis(case: Case, analysis: Any) -> Any:
         return analysis
     data = analysis.to_dict()
     data["reasoning"]["forced_open"] = case.continue_final_message == "reasoning"
+    if case.continue_final_message == "content":  # the answer goes on: no reasoning opens first
+        data["reasoning"]["start_inferred"] = False
     return data
 
 

@@ -242,7 +242,8 @@ def analyze_reasoning(prober: Prober, facts: TemplateFacts, warnings: list[str])
     prompt_on = toggle.prompt_on if toggle else (generation_prompt(prober) or "")
     if end:
         start = _text_opening(prober, prompt_on, on_kwargs) or start
-    if end and not start:
+    start_inferred = bool(end and not start)
+    if start_inferred:
         start = opening_counterpart(end, literals)
     if start and not end:
         end = next((c for c in closing_counterpart(start) if c in literals), "")
@@ -259,6 +260,7 @@ def analyze_reasoning(prober: Prober, facts: TemplateFacts, warnings: list[str])
     if not forced_open:
         forced_open = _ends_with_marker(prompt_on, start) or (
             not is_marker(start) and prompt_on.rstrip().endswith(start))
+    start_inferred = start_inferred and not forced_open  # a prompt that opens reasoning writes it
     # "tools_only": the only evidence is reasoning kept beside tool calls in the history
     only_beside_tools = beside_tools_only and not toggle and not forced_open and start == history_start
     switch: dict[str, Any] = {}
@@ -268,7 +270,7 @@ def analyze_reasoning(prober: Prober, facts: TemplateFacts, warnings: list[str])
         switch = dict(toggle=toggle.name, toggle_on=toggle.on, toggle_off=toggle.off, default_on=default_on)
     return ReasoningAnalysis(mode="tools_only" if only_beside_tools else "tagged", start=start, end=end,
                              forced_open=forced_open, closed_when_off=closed_when_off,
-                             rendered_in_history=bool(history_end), **switch)
+                             rendered_in_history=bool(history_end), start_inferred=start_inferred, **switch)
 
 
 def _markers_from_toggle(toggle: Toggle) -> tuple[str, str, bool, bool]:

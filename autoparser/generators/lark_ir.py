@@ -113,7 +113,7 @@ class _Writer:
             return name
         if isinstance(node, ir.Rule):
             name = self.shared(node, lambda: self.new("r", self.write(node.body) or "_empty"))
-            if node.name == "call-next":
+            if node.kind == ir.NEXT_CALL:
                 self.priorities[name] = 1  # and a separator between calls as markup, not as content
             return name
         raise TypeError(f"no Lark form for {type(node).__name__}")
@@ -206,7 +206,7 @@ class _Writer:
         sep = self.write(node.separator)
         items = []
         for member, required in node.items:
-            key = member.name[len(f"{node.owner}-arg-"):] if isinstance(member, ir.Rule) else None
+            key = member.key if isinstance(member, ir.Rule) else None
             items.append((self.member(node.owner, member, key), required))
         if node.extra is not None:
             extra = self.member(node.owner, node.extra, None)

@@ -31,10 +31,14 @@ from typing import Any
 
 from autoparser.language.ir import (
     ARGUMENTS,
+    CALL,
     CALL_ID,
     CONTENT,
     EMPTY,
+    MEMBER,
+    NEXT_CALL,
     REASONING,
+    SECTION,
     TOOL_NAME,
     Bracketed,
     Capture,
@@ -297,14 +301,14 @@ class _Builder:
         content = seq(recipient, self.content(None))
         if self.choice == "none":
             return self.language(content)
-        call = Rule("call", choice(*[self.call(tool, opened=True) for tool in self.tools]))
+        call = Rule("call", choice(*[self.call(tool, opened=True) for tool in self.tools]), CALL)
         call_end = self.call_closing()
         calls = seq(call, call_end)
         if self.parallel:
             opener = seq(self.marker(t.call_start), self.marker(t.name_start))
             sep = self.marker(t.call_separator) if t.call_separator.strip() else EMPTY
-            calls = seq(calls, Repeat(Rule("call-next", seq(sep, self.gap(), opener, call, call_end))))
-        calls = Rule("tool-calls", calls)
+            calls = seq(calls, Repeat(Rule("call-next", seq(sep, self.gap(), opener, call, call_end), NEXT_CALL)))
+        calls = Rule("tool-calls", calls, SECTION)
         if self.choice == "auto" and recipient != EMPTY:
             return self.language(choice(content, calls))
         return self.language(calls)
@@ -468,7 +472,7 @@ class _Builder:
         t = self.t
         if self.named_call_messages():
             return self.call_messages_section(lazy_start)
-        call = Rule("call", choice(*[self.call(tool) for tool in self.tools]))
+        call = Rule("call", choice(*[self.call(tool) for tool in self.tools]), CALL)
         section_text, first_call_text = t.section_start, t.call_start
         if lazy_start:
             if section_text:
@@ -488,8 +492,8 @@ class _Builder:
             if self.parallel:
                 sep = self.call_separator()
                 leading = self.gap() if not t.call_start[:1].isspace() else EMPTY
-                calls = seq(first, Repeat(Rule("call-next", seq(sep, leading, one))))
-        return Rule("tool-calls", seq(section_start, calls, self.section_closing()))
+                calls = seq(first, Repeat(Rule("call-next", seq(sep, leading, one), NEXT_CALL)))
+        return Rule("tool-calls", seq(section_start, calls, self.section_closing()), SECTION)
 
     def text_in_section(self) -> Node:
         """Text between the section's start and its first call (none as generated)."""
@@ -523,8 +527,8 @@ class _Builder:
         calls = first
         if self.parallel:
             nxt = choice(*[message(tool, True, start) for tool in self.tools])
-            calls = seq(first, Repeat(Rule("call-next", seq(self.marker(core(m.get("separator"))), nxt))))
-        return Rule("tool-calls", seq(self.marker(t.section_start), calls, self.section_closing()))
+            calls = seq(first, Repeat(Rule("call-next", seq(self.marker(core(m.get("separator"))), nxt), NEXT_CALL)))
+        return Rule("tool-calls", seq(self.marker(t.section_start), calls, self.section_closing()), SECTION)
 
     def call_separator(self) -> Node:
         """What goes between two calls of one section."""
@@ -538,7 +542,7 @@ class _Builder:
         opens = (t.section_start + t.call_start).rstrip().endswith("[")
         closes = (t.call_end + t.section_end).lstrip().startswith("]")
         sep = seq(w, Lit(","), w) if t.call_separator.strip() in (",", "") else self.marker(t.call_separator)
-        nxt = Rule("call-next", seq(sep, call))
+        nxt = Rule("call-next", seq(sep, call), NEXT_CALL)
         opener = seq(call_start, seq(w, Lit("[")) if not opens else EMPTY, w)
         closer = seq(w, Lit("]") if not closes else EMPTY, self.call_closing())
         return seq(opener, call, Repeat(nxt) if self.parallel else EMPTY, closer)
@@ -640,14 +644,14 @@ class _Builder:
             value, raw = self.tagged_value(name, params, key, props.get(key, True))
             member = Rule(f"{name}-arg-{key}",
                           seq(self.marker(t.arg_start), Lit(key), self.marker(t.arg_key_end if raw else json_key_end),
-                              value, EMPTY if between else self.member_end(key, raw)))
+                              value, EMPTY if between else self.member_end(key, raw)), MEMBER, key)
             members.append((member, key in required))
         extra = None
         if "properties" not in schema and schema.get("additionalProperties", True) is not False:
             value = PyValue(name, params, None, "$", f"{name}-extra") if self.literal else self.raw_text()
             extra = Rule(f"{name}-arg-extra",
                          seq(self.marker(t.arg_start), self.key_chars(), self.marker(t.arg_key_end), value,
-                             EMPTY if between else self.extra_end()))
+                             EMPTY if between else self.extra_end()), MEMBER)
         return Members(tuple(members), separator, extra, f"{name}-args", name, params, self.any_order)
 
     any_order = False  # generation writes the arguments in the schema's order
@@ -767,18 +771,21 @@ class _Reading(_Builder):
             return self.language(self.messages())
         # a reasoning marker first opens reasoning, or is an empty reasoning block: not text
         lead = (self.r.start, self.r.end) if self.reads_reasoning() else ()
-        # where reasoning is implied, the first end marker ends it: the answer before one holds none
-        implied = (self.r.end.strip(),) if self.implies_reasoning() else ()
+        # where reasoning is implied, the first end marker ends it: the answer before one holds none;
+        # where the output began as the answer, its first end marker is markup (`stray`)
+        implied = (self.r.end.strip(),) if self.implies_reasoning() or self.stray_end() else ()
         if self.choice == "none":
-            return self.language(self.with_reasoning(self.text(calls=False, not_first=lead), None,
-                                                     self.text(*implied, calls=False, not_first=lead)))
+            first = self.text(*implied, calls=False, not_first=lead)
+            return self.language(self.with_reasoning(self.text(calls=False, not_first=lead), None, first, first))
         section = self.section(lazy_start=True)
+        stray = None
         if self.req.policy == "strict":
             body = unended = self.strict_body(section, lead)
         else:
             body = seq(self.text(not_first=lead), self.calls_then_text(section))
-            unended = seq(self.text(*implied, not_first=lead), self.calls_then_text(section))
-        return self.language(self.with_reasoning(body, section, unended))
+            stray = self.text(*implied, not_first=lead)
+            unended = seq(stray, self.calls_then_text(section))
+        return self.language(self.with_reasoning(body, section, unended, stray))
 
     def strict_body(self, section: Node, lead: tuple[str, ...]) -> Node:
         """The strict policy: calls only before any content (whitespace aside); from the first
@@ -807,13 +814,13 @@ class _Reading(_Builder):
         recipient = seq(self.marker(self.c.start.strip()), self.gap()) if self.c.start.strip() else EMPTY
         if self.choice == "none":
             return seq(optional(recipient), self.text(calls=False))
-        call = Rule("call", choice(*[self.call(tool, opened=True) for tool in self.tools]))
+        call = Rule("call", choice(*[self.call(tool, opened=True) for tool in self.tools]), CALL)
         called = seq(call, self.call_closing())
         heads = [called, recipient] if recipient != EMPTY else [called]
         first = seq(choice(*heads, EMPTY), self.text())
         sep = self.marker(t.call_separator) if t.call_separator.strip() else EMPTY
         opener = seq(sep, self.gap(), self.marker(t.call_start), self.marker(t.name_start))
-        later = Rule("call-next", seq(opener, choice(*heads), self.text()))
+        later = Rule("call-next", seq(opener, choice(*heads), self.text()), NEXT_CALL)
         return seq(first, Repeat(later)) if self.parallel else first
 
     def call_head(self, name: Node, opened: bool) -> Node:
@@ -982,7 +989,7 @@ class _Reading(_Builder):
                 value = replace(value, text=text, bounded=False, as_json=True)
             member = Rule(f"{name}-arg-{key}", seq(self.marker(t.arg_start), Lit(key),
                                                     self.marker(json_end if raw else t.arg_key_end), value,
-                                                    self.member_end(key, raw)))
+                                                    self.member_end(key, raw)), MEMBER, key)
             variants.append((member, False))
         extra = members.extra
         if extra is not None:
@@ -990,7 +997,8 @@ class _Reading(_Builder):
             text = replace(text, nonempty=True) if isinstance(text, Text) else text
             value = RawString(name, params, None, "$", f"{name}-extra", t.arg_end, text, bounded=False, as_json=True)
             extra = choice(extra, Rule(f"{name}-arg-extra-json", seq(self.marker(t.arg_start), KEY_CHARS,
-                                                                      self.marker(json_end), value, self.extra_end())))
+                                                                      self.marker(json_end), value, self.extra_end()),
+                                       MEMBER))
         return replace(members, items=members.items + tuple(variants), extra=extra)
 
     def args_opener(self) -> Node:
@@ -1007,10 +1015,12 @@ class _Reading(_Builder):
 
     # -- reasoning and content ------------------------------------------------------------
 
-    def with_reasoning(self, body: Node, section: Node | None, unended: Node | None = None) -> Node:
+    def with_reasoning(self, body: Node, section: Node | None, unended: Node | None = None,
+                       stray: Node | None = None) -> Node:
         """An optional reasoning block, then `body`; or reasoning with no end marker, to the
         end of the output, or to the calls (`section`) when no end marker follows them.
-        `unended`: `body` as read where reasoning is implied and no marker has ended it yet."""
+        `unended`: `body` as read where reasoning is implied and no marker has ended it yet;
+        `stray`: the answer the output began with, up to an end marker of reasoning never opened."""
         r = self.r
         if not self.reads_reasoning():
             return body
@@ -1023,7 +1033,8 @@ class _Reading(_Builder):
             # and one more after it is the reasoning's text
             repeated = self.reasoning_to_answer(body, section, end, repeated=True)
             return choice(seq(self.gap(), self.marker(start), choice(*repeated)), choice(*inside))
-        options = [unended if unended is not None and self.implies_reasoning() else body,
+        ends_answer = stray is not None and self.stray_end()
+        options = [unended if unended is not None and (self.implies_reasoning() or ends_answer) else body,
                    seq(self.gap(), self.marker(end), body)]
         if start:
             options.append(seq(self.gap(), self.marker(start), choice(*inside)))
@@ -1032,6 +1043,8 @@ class _Reading(_Builder):
             # one makes it the answer
             stops = () if self.in_messages() else self.call_openers()
             options.append(seq(self.reasoning_text(*stops), self.marker(end), body))
+        elif ends_answer:
+            options.append(seq(stray, self.marker(end), body))
         return choice(*options)
 
     def reasoning_to_answer(self, body: Node, section: Node | None, end: str, repeated: bool = False) -> list[Node]:
@@ -1111,7 +1124,13 @@ class _Reading(_Builder):
     def implies_reasoning(self) -> bool:
         """Whether the output may hold reasoning it did not open: an end marker with no start
         before the answer closes it (the template expects reasoning the model opens itself)."""
-        return self.reads_reasoning() and self.thinking and (self.start == IMPLIED or not self.r.start.strip())
+        return self.reads_reasoning() and self.thinking and not self.r.start.strip()
+
+    def stray_end(self) -> bool:
+        """Whether an output that does not open with the reasoning's start marker is the answer,
+        though reasoning is expected (the model writes the start marker itself): the role of
+        its text is decided at once (policy.py), and an end marker in it is markup."""
+        return self.reads_reasoning() and self.start == IMPLIED and bool(self.r.start.strip())
 
     def reads_reasoning(self) -> bool:
         return self.r.mode != "none" and bool(self.r.end.strip()) and self.start != CLOSED
@@ -1189,9 +1208,9 @@ class _Reading(_Builder):
         options = [full]
         body = full.body if isinstance(full, Rule) else None
         if self.call_opener_alone() and isinstance(body, Seq) and len(body.items) >= 2:
-            options.append(Rule("tool-calls-unopened", seq(*body.items[1:])))
+            options.append(Rule("tool-calls-unopened", seq(*body.items[1:]), SECTION))
         if self.name_opener():
-            call = Rule("call", choice(*[self.call(tool) for tool in self.tools]))
+            call = Rule("call", choice(*[self.call(tool) for tool in self.tools]), CALL)
             options.append(Rule("call-unopened", seq(call, self.call_closing())))
         return choice(*options)
 
@@ -1301,7 +1320,7 @@ class _Reading(_Builder):
         before = choice(EMPTY, *[seq(self.marker(lead), self.header_text(prefix)) for lead in others])
         if m.get("call_body_named"):
             t = self.t
-            call = Rule("call", choice(*[self.call(tool) for tool in self.tools]))
+            call = Rule("call", choice(*[self.call(tool) for tool in self.tools]), CALL)
             body = seq(self.gap(), self.marker(t.call_start), call, self.call_closing())
             return [seq(before, self.marker(prefix), self.recipient(), self.header_text(), body_start, body)]
         calls = []

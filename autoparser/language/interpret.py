@@ -42,6 +42,7 @@ from autoparser.language import ir
 from autoparser.language.jsonscan import DONE, ERROR, JsonScanner, is_string_body
 from autoparser.language.markers import FULL, PARTIAL, MarkerSet, match_at
 from autoparser.language.message import GROUP, Output, ToolCall, new_call_id
+from autoparser.language.policy import UNDECIDED_LIMIT, WHOLE_PIECE
 from autoparser.language.request import is_weak, value_kind
 from autoparser.language.values import (
     allows_null,
@@ -53,17 +54,17 @@ from autoparser.language.values import (
 
 _CDATA = ("<![CDATA[", "]]>")
 MORE, FAIL, SPLIT = 0, 2, 3  # terminal results besides DONE: wait, no match, the text may end here
+# what a reading's events are, besides text of a role (`ir.REASONING`, `ir.CONTENT`): a call opens
+# (name, id), argument text, an object's opening brace held for the first key, a call cut off
+OPENS, ARGS, BRACE, CUT = "opens", "args", "brace", "cut"
 _WHITESPACE = " \t\n\r"
 _BLANKS = re.compile(f"[{re.escape(_WHITESPACE)}]*")
 _DERIVED = ("spaces", "blank")  # a text's slots that its start and the position stand for
 _ESCAPED = re.compile(r'["\\\x00-\x1f]')  # characters a JSON string spells otherwise
-_SECTIONS = ("tool-calls", "tool-calls-unopened")  # the rules a call section is read by
-# A whole output is read in pieces this long. Readings that reach one state are merged where a
-# piece ends; within one, the first reading is read as far as the piece goes before the others,
-# so a longer piece lets a reading that will lose (say, bare JSON calls read as text) read further.
-_PIECE = 512
+# A whole output is read in pieces (`policy.WHOLE_PIECE`). Readings that reach one state are merged
+# where a piece ends; within one, the first reading is read as far as the piece goes before the
+# others, so a longer piece lets a reading that will lose (say, bare JSON calls read as text) read further.
 _JOINED = 1024  # text events read in parts are joined up to this length
-_HELD_LIMIT = 1 << 16  # undecided text held across readings before the first reading wins
 
 
 # -- first characters, per node ------------------------------------------------------------------
@@ -285,7 +286,7 @@ class _Thread:
     def drop_events(self, count: int) -> None:
         """The first `count` held events went out."""
         if self.calls_held:
-            self.calls_held -= sum(e[0] == "call" for e in self.events[:count])
+            self.calls_held -= sum(e[0] == OPENS for e in self.events[:count])
         if self.shared:
             self.events, self.shared = self.events[count:], False
         else:
@@ -452,7 +453,7 @@ class _Thread:
         if not piece:
             return
         if self.call.started:
-            self.emit(("args", piece, self.pos + self.offset[0]))
+            self.emit((ARGS, piece, self.pos + self.offset[0]))
         else:
             self.call.pending.append(piece)
 
@@ -466,9 +467,9 @@ class _Thread:
         self.first_in_section, self.section_open = self.section_open, False
         self.call_at = len(self.events)
         self.calls_held += 1
-        self.emit(("call", call.name, call.id, self.pos + self.offset[0]))
+        self.emit((OPENS, call.name, call.id, self.pos + self.offset[0]))
         if call.pending:
-            self.emit(("args", "".join(call.pending), self.pos + self.offset[0]))
+            self.emit((ARGS, "".join(call.pending), self.pos + self.offset[0]))
             call.pending = []
 
 
@@ -635,7 +636,7 @@ class _Text:
         if stop is None:
             stop = len(buf)
             if t.value is not None and t.call.started:
-                t.emit(("cut", stop + t.offset[0]))  # a value running to the end of output: its call was cut off
+                t.emit((CUT, stop + t.offset[0]))  # a value running to the end of output: its call was cut off
         lead = self.lead
         if lead and stop - len(lead) >= pos and buf.startswith(lead, stop - len(lead)):
             stop -= len(lead)
@@ -990,8 +991,8 @@ class LanguageReader:
         """The message of a whole output, read in pieces: what the readings agree on is let go
         between pieces, so an output of many calls does not keep every reading's events to the end."""
         stream = self.stream(deltas=False)
-        for at in range(0, len(text), _PIECE):
-            stream.feed(text[at:at + _PIECE])
+        for at in range(0, len(text), WHOLE_PIECE):
+            stream.feed(text[at:at + WHOLE_PIECE])
         stream.finish()
         return stream.message()
 
@@ -1361,7 +1362,7 @@ class LanguageStream:
             while agreed < len(first) and all(len(t.events) > agreed and t.events[agreed] == first[agreed]
                                                for t in threads[1:]):
                 agreed += 1
-        if agreed and not final and first[agreed - 1][0] == "call":
+        if agreed and not final and first[agreed - 1][0] == OPENS:
             agreed -= 1
         if agreed and not final and any(t.call.started and not t.call.confirmed for t in threads):
             agreed = threads[0].last_call(agreed)  # a call not yet known to be one is held whole
@@ -1376,7 +1377,7 @@ class LanguageStream:
                 t.drop_events(agreed)
         if len(threads) > 1 and not final and self._dead_pending() is None:
             self._commit_common_text()
-        if len(threads) > 1 and sum(len(t.events) for t in threads) > _HELD_LIMIT:
+        if len(threads) > 1 and sum(len(t.events) for t in threads) > UNDECIDED_LIMIT:
             self.threads = threads[:1]  # readings undecided for too long: the first one wins
             self._commit(final)
 
@@ -1447,17 +1448,17 @@ class LanguageStream:
         out = self.out
         for event in events:
             kind = event[0]
-            if kind == "args":
+            if kind == ARGS:
                 out.add_arguments(event[1])
             elif kind == ir.CONTENT:
                 out.add_content(event[1])
             elif kind == ir.REASONING:
                 out.add_reasoning(event[1])
-            elif kind == "call":
+            elif kind == OPENS:
                 out.start_call(event[2] or self.call_id(), event[1])
-            elif kind == "brace":
+            elif kind == BRACE:
                 out.key_pending = event[1]
-            elif kind == "cut" and out.calls:
+            elif kind == CUT and out.calls:
                 out.calls[-1].incomplete = True
         if events:
             self.safe = events[-1][-1] - self.offset[0]
@@ -1481,7 +1482,7 @@ class LanguageStream:
         # its events not emitted yet (others emitted since it failed are dropped)
         best.events = best.events[self.emitted - emitted:] if self.emitted >= emitted else []
         best.start_call(waited=True)  # a call that awaited its id has none
-        unopened = bool(best.events) and best.events[-1][0] == "call"  # a call with no argument text yet
+        unopened = bool(best.events) and best.events[-1][0] == OPENS  # a call with no argument text yet
         if best.call.started and not best.call.confirmed and not (self.finished and best.call.done):
             # a call whose arguments did not start well is text (its events were held back)
             at = _last_call(best.events, len(best.events))
@@ -1557,7 +1558,7 @@ class LanguageStream:
         """The output ended inside a call's arguments: they keep the values that were complete
         (a tagged value running to the end is complete; a JSON member still being written is
         not) and the call is marked incomplete."""
-        closed = all(e[0] != "call" for e in t.events) and self._arguments_closed()
+        closed = all(e[0] != OPENS for e in t.events) and self._arguments_closed()
         if t.call.mode == "members" and t.member is not None and "".join(t.value or ()).strip() and not closed:
             head = t.head
             if head.__class__ is _PyValue and head.quote and head.outer and t.value is not None:
@@ -1647,10 +1648,10 @@ class LanguageStream:
             for item in reversed(node.items):
                 t.stack = (item, t.stack)
         elif cls is ir.Rule:
-            if node.name in _SECTIONS:
+            if node.kind == ir.SECTION:
                 t.section_at = (t.pos, t.stack)
                 t.section_open = True  # what it reads is held until a call in it begins
-            elif node.name == "call":
+            elif node.kind == ir.CALL:
                 t.call_from = t.mark
                 t.after_call = t.stack
                 ends = t.stack is not None and bool(_first_marker(t.stack[0]))
@@ -1715,7 +1716,7 @@ class LanguageStream:
             return self._repeat(t, node.repeat, node.left_min, node.left_max, final)
         elif cls is ir.Members:
             if t.role == ir.ARGUMENTS and t.call.started:
-                t.emit(("brace", "{", t.pos + t.offset[0]))  # it goes out with the first member's text
+                t.emit((BRACE, "{", t.pos + t.offset[0]))  # it goes out with the first member's text
             else:
                 self._arguments_text(t, "{")
             t.member, t.count = None, 0
@@ -1854,7 +1855,7 @@ class LanguageStream:
         point (a required argument the model left out is not invented)."""
         members, read = at.members, at.read
         first = not read
-        options = [self._member_then(members, member, _key_of(members, member), _MembersFrom(members, read | {i}),
+        options = [self._member_then(members, member, _key_of(member), _MembersFrom(members, read | {i}),
                                      first)
                    for i, (member, _) in enumerate(members.items) if i not in read]
         if members.extra is not None:
@@ -1973,7 +1974,7 @@ def _past_whole_call(t: _Thread) -> bool:
     """Whether a call among the reading's held events was read whole, with arguments in it (a
     bare name, read as a call with no arguments, may as well be the text it reads as)."""
     whole = t.calls_held > 1 or t.calls_held == 1 and not (t.call.started and _inside_call(t))
-    return whole and any(e[0] == "args" and e[1].strip("{} \t\n") for e in t.events)
+    return whole and any(e[0] == ARGS and e[1].strip("{} \t\n") for e in t.events)
 
 
 def _closed_more(t: _Thread, other: _Thread, buf: str) -> bool:
@@ -2048,7 +2049,7 @@ def _first_marker(node: Any) -> str:
 def _last_call(events: list[tuple], end: int) -> int:
     """The index of the last call start in `events[:end]` (`end` if there is none)."""
     for index in range(end - 1, -1, -1):
-        if events[index][0] == "call":
+        if events[index][0] == OPENS:
             return index
     return end
 
@@ -2130,11 +2131,8 @@ def _is_soft(stop: str, node: ir.Text) -> bool:
     return is_weak(stop) and stop != (node.end or "").strip()
 
 
-def _key_of(members: ir.Members, member: Any) -> str | None:
-    prefix = f"{members.owner}-arg-"
-    if isinstance(member, ir.Rule) and member.name.startswith(prefix):
-        return member.name[len(prefix):]
-    return None
+def _key_of(member: Any) -> str | None:
+    return member.key if isinstance(member, ir.Rule) else None
 
 
 def _without_cdata(value: str) -> str:

@@ -35,6 +35,9 @@ from typing import Any
 
 REASONING, CONTENT, TOOL_NAME, ARGUMENTS, CALL_ID = "reasoning", "content", "tool_name", "arguments", "id"
 ROLES = (REASONING, CONTENT, TOOL_NAME, ARGUMENTS, CALL_ID)
+# what a `Rule` is: the call section (what it reads is held until a call in it begins), one call's
+# own structure, a later call with the separator before it, one argument of a call
+SECTION, CALL, NEXT_CALL, MEMBER = "section", "call", "next-call", "member"
 
 
 @dataclass(frozen=True)
@@ -167,8 +170,13 @@ class Capture:
 
 @dataclass(frozen=True)
 class Rule:
+    """A named part. `kind` says what it is to every backend (`SECTION`, `CALL`, `MEMBER`, or
+    "" for a name only); a member's `key` is the argument it holds (None: any key)."""
+
     name: str
     body: Node
+    kind: str = ""
+    key: str | None = None
 
 
 @dataclass(frozen=True)

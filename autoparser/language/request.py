@@ -115,6 +115,8 @@ def start_state(analysis: dict[str, Any], thinking: bool | None, prompt: str | N
     has_reasoning = mode != "none" and bool(end)
     expected = has_reasoning and thinking_enabled(analysis, thinking)
     free = IMPLIED if expected and mode == "tagged" and start else FREE
+    if expected and reasoning.get("start_inferred"):
+        free = OPEN  # the template never opens reasoning: the output starts inside it (policy.py)
     if prompt is None:
         if expected and reasoning.get("forced_open"):
             return OPEN, False

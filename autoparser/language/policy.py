@@ -1,0 +1,66 @@
+"""The streaming policy: when the reader lets text go, and which reading it keeps, in one place.
+
+Rule 1: everything that decides what a stream emits, and when, is stated here. The builder makes
+the language say it (`build.py`) and the reader carries it out (`interpret.py`); a rule that is
+not in this list is a bug in one of them. `describe()` prints the rules in order, as the README
+quotes them and a test prints them.
+
+Standard library only: the standalone module embeds this file with the reader.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+HOLD_BOUND = 64  # characters of plain text held at most, beyond a pending marker prefix
+UNDECIDED_LIMIT = 1 << 16  # events held across readings that disagree, before the first one wins
+WHOLE_PIECE = 512  # a whole output is read in pieces this long (readings merge where one ends)
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    text: str
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("role-from-prompt",
+         "The role of the text an output starts with is decided from the prompt's state and the text "
+         "read so far, never by waiting for the end: where the prompt opened reasoning, or the "
+         "template never writes the reasoning's start marker (it only strips reasoning up to the end "
+         "marker), the output starts inside reasoning, and text before the first end marker is "
+         "reasoning, written with its start marker or without; where the model writes the start "
+         "marker itself, an output that does not begin with it is the answer, and an end marker in "
+         "that answer is markup."),
+    Rule("markers-never-emitted",
+         "A marker is never emitted as text, not even a prefix of one: text that could still become "
+         "a marker is held only until it cannot."),
+    Rule("bounded-hold-back",
+         f"While plain text streams, at most {HOLD_BOUND} characters are held beyond a pending marker "
+         "prefix."),
+    Rule("emit-what-all-readings-read",
+         "Every reading of the text is followed at once; an event goes out once every living reading "
+         "has read it, and text of one role that readings share goes out however they cut it."),
+    Rule("calls-wait-for-arguments",
+         "A call's start is held until its arguments start well (a first key, a first tagged value, a "
+         "bare value with the first marker after it that is not punctuation), so a call that fails "
+         "before is text; a section's opener is held until a call in it begins."),
+    Rule("more-calls-win",
+         "At the end of the output, of the complete readings the one with the most calls wins (a text "
+         "that reads as content or as a call is a call), then the first in the language's order."),
+    Rule("nothing-lost",
+         "Where no reading continues, the one that got furthest keeps what it read (a call whose "
+         "arguments had started is closed and marked incomplete), the text from there to where it "
+         "failed is content, and the language is read again from there with reasoning over."),
+    Rule("cut-off-calls",
+         "At the end of the output, a call cut off keeps its complete values and is marked "
+         "incomplete."),
+    Rule("undecided-too-long",
+         f"Readings that still disagree after {UNDECIDED_LIMIT} held events give way to the first in "
+         "the language's order."),
+)
+
+
+def describe() -> str:
+    """The rules as numbered lines, in the order they apply."""
+    return "\n".join(f"{number}. `{rule.name}`: {rule.text}" for number, rule in enumerate(RULES, 1))
