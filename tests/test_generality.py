@@ -97,7 +97,12 @@ def _compared_constants(tree: ast.AST) -> list[tuple[int, str]]:
     return found
 
 
-@pytest.mark.parametrize("reader", ["language/interpret.py", "generators/lark_ir.py"])
+READERS = ["language/interpret.py", "language/readings.py", "language/terminals.py", "language/stepping.py",
+           "language/recovery.py", "language/preference.py", "language/shapes.py", "language/mapper.py",
+           "generators/lark_ir.py"]
+
+
+@pytest.mark.parametrize("reader", READERS)
 def test_readers_compare_no_rule_names(reader: str) -> None:
     """What a rule is (a section, a call, a later call, a member and its key) is stated on the node
     (`Rule.kind`, `Rule.key`); a reader that matched the builder's names would be a second home of

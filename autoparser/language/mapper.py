@@ -1,0 +1,65 @@
+"""From captured text to the message: a tagged or literal argument's raw text as JSON text, by its
+schema (CDATA unwrapped, Python literals decoded), and an argument member's key.
+
+Standard library only: the standalone module embeds it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from autoparser.language import ir
+from autoparser.language.jsonscan import JsonScanner
+from autoparser.language.request import value_kind
+from autoparser.language.values import (
+    allows_null,
+    convert_literal_value,
+    convert_tagged_value,
+    decode_string_body,
+    nested_to_json,
+)
+
+_CDATA = ("<![CDATA[", "]]>")
+
+
+def _plain(value: Any) -> Any:
+    """`value` as a hashable part of a reading's state (an object by its identity)."""
+    if value is None or isinstance(value, str | int | bool | tuple | frozenset):
+        return value
+    if isinstance(value, list):
+        return tuple(_plain(v) for v in value)
+    if value.__class__ is JsonScanner:
+        return tuple(_plain(getattr(value, slot)) for slot in JsonScanner.__slots__)
+    return id(value)
+
+
+def _key_of(member: Any) -> str | None:
+    return member.key if isinstance(member, ir.Rule) else None
+
+
+def _without_cdata(value: str) -> str:
+    opening, closing = _CDATA
+    if value.startswith(opening) and closing in value:
+        inner, _, rest = value[len(opening):].partition(closing)
+        return inner + rest
+    return value
+
+
+def _convert(raw: str, node: Any) -> str:
+    """The JSON text of a tagged argument's value, read from its raw text by its schema."""
+    schema = getattr(node, "schema", None)
+    if isinstance(node, ir.PyValue):
+        kind, text = value_kind(schema), raw.strip()
+        if kind != "json" and len(text) > 1 and text[0] in "'\"" and text[-1] == text[0]:
+            return json.dumps(decode_string_body(text[1:-1]), ensure_ascii=False)
+        return convert_literal_value(raw, kind, schema)
+    if isinstance(node, ir.Json):
+        return convert_tagged_value(raw, "json", schema)
+    raw = _without_cdata(raw)
+    kind = "json" if isinstance(node, ir.RawString) and node.as_json else value_kind(schema)
+    if kind == "string":
+        # a nullable string written as `null` is null (a raw string cannot spell it otherwise)
+        return "null" if raw.strip() == "null" and allows_null(schema) else json.dumps(raw, ensure_ascii=False)
+    nested = nested_to_json(raw, node.nested) if isinstance(node, ir.RawString) and node.nested else None
+    return nested if nested is not None else convert_tagged_value(raw, kind, schema)

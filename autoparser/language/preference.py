@@ -1,0 +1,129 @@
+"""Which reading wins where several reach one state, and which failed reading recovery goes on
+from (policy rules `more-calls-win` and `nothing-lost`): comparisons of readings, nothing else.
+
+Standard library only: the standalone module embeds it.
+"""
+
+from __future__ import annotations
+
+from autoparser.language import ir
+from autoparser.language.readings import (
+    _WHITESPACE,
+    ARGS,
+    _Thread,
+)
+from autoparser.language.shapes import (
+    _below,
+)
+from autoparser.language.terminals import (
+    _Lit,
+    _Text,
+    _Trailer,
+)
+
+
+def _origin(t: _Thread) -> int:
+    """Where a living reading is, for recovery: where its text began while it holds the
+    whitespace that text began with, or the end of the last end-of-turn marker after the
+    language (it may yet fail there), else its position."""
+    head = t.head
+    if head.__class__ is _Trailer and head.seen:
+        return head.marked
+    return head.start if head.__class__ is _Text and head.spaces else t.pos
+
+
+def _reach(t: _Thread, buf: str) -> int:
+    """Where a failed reading's text ends: the end of the output where it failed inside the
+    marker the output ends with (a cut-off `<param`), else where it failed."""
+    head = t.head
+    if head.__class__ is _Lit and not head.done and t.pos >= 0:
+        rest = buf[t.pos:].lstrip(_WHITESPACE)
+        if rest and head.core.startswith(rest):
+            return len(buf)
+    return t.pos
+
+
+def _unseen(t: _Thread, seen: dict[tuple, tuple[int, int]]) -> bool:
+    """Whether a reading that forked goes on: not where one in the same state (met at a fork
+    earlier in this pass) would be chosen over it (`_prefer`). Readings that meet again within
+    one pass are pruned at once, so that a long piece read whole does not multiply them."""
+    state = t.state()  # taken now, as the one met later will have read on from here
+    counts = (t.calls_read, t.calls_held)
+    met = seen.get(state)
+    if met is not None and _preferred(met, counts) == 0:
+        return False
+    seen[state] = counts
+    return True
+
+
+def _prefer(first: _Thread, second: _Thread) -> _Thread | None:
+    """Of two readings in one state (they read alike from here), the one that would be chosen
+    at the end of the output, and as the one to recover from if they fail: more calls begun
+    wins a complete reading, more calls read whole a failed one, the first one on a tie. None
+    where the two rules disagree (both are kept)."""
+    choice = _preferred((first.calls_read, first.calls_held), (second.calls_read, second.calls_held))
+    return (first, second, None)[choice]
+
+
+def _preferred(first: tuple[int, int], second: tuple[int, int]) -> int:
+    """`_prefer` on the readings' (calls read whole, calls begun): 0 the first, 1 the second,
+    2 neither."""
+    if second[0] <= first[0] and second[1] <= first[1]:
+        return 0
+    if second[0] >= first[0] and second[1] > first[1]:
+        return 1
+    return 2
+
+
+def _calls_begun(t: _Thread) -> int:
+    """The calls a reading began among its events not emitted yet, whole or not (`_Thread.calls_read`
+    counts the calls read whole)."""
+    return t.calls_held
+
+
+def _calls_over_text(threads: list[_Thread]) -> list[_Thread]:
+    """The readings, less those that read as text what another one read as a whole call: a text
+    that reads as content or as a call is a call (the rule the end of the output applies, applied
+    as soon as the call is whole, so that a model writing bare JSON calls does not keep a reading
+    of all its calls as text, undecided, to the end). Only where calls are bare JSON: elsewhere a
+    reading past a call may fail where the text reading goes on (a call inside a fenced block
+    followed by what the block cannot hold)."""
+    if len(threads) == 1 or not any(_past_whole_call(t) for t in threads):
+        return threads
+    return [t for t in threads if not _content_only(t)]
+
+
+def _content_only(t: _Thread) -> bool:
+    """Whether all the reading holds is content, and it is inside no call (reasoning is not
+    dropped: a call inside it may turn out to be its text, once its end marker comes)."""
+    return bool(t.events) and not t.calls_held and t.role != ir.REASONING and not _inside_call(t) and \
+        all(e[0] == ir.CONTENT for e in t.events)
+
+
+def _past_whole_call(t: _Thread) -> bool:
+    """Whether a call among the reading's held events was read whole, with arguments in it (a
+    bare name, read as a call with no arguments, may as well be the text it reads as)."""
+    whole = t.calls_held > 1 or t.calls_held == 1 and not (t.call.started and _inside_call(t))
+    return whole and any(e[0] == ARGS and e[1].strip("{} \t\n") for e in t.events)
+
+
+def _closed_more(t: _Thread, other: _Thread, buf: str) -> bool:
+    """Of two readings that failed at one place: whether `t` read further into a marker the
+    output ends inside, or had closed the part `other` was still inside (a call whose arguments
+    ended, where the other began one more argument), or read more whole calls."""
+    def rank(r: _Thread) -> tuple[int, bool, int]:
+        return _reach(r, buf), r.role is None and r.call.done, _calls_begun(r)
+
+    return rank(t) > rank(other)
+
+
+def _further(t: _Thread, other: _Thread) -> bool | None:
+    """Whether failed reading `t` got further than `other` (None: as far)."""
+    mine, theirs = (t.calls_read, t.pos, t.call.done), (other.calls_read, other.pos, other.call.done)
+    return None if mine == theirs else mine > theirs
+
+
+def _inside_call(t: _Thread) -> bool:
+    """Whether the reading is inside a call, before its end marker (a JSON call object that
+    broke off after its arguments)."""
+    return t.after_call is not None and _below(t.stack, t.after_call)

@@ -1,0 +1,410 @@
+"""One reading of the text (`Reading`): the IR nodes still to match, its position, the terminal it
+is inside and the events it has read, with the frames it pushes besides IR nodes.
+
+Events are small tuples tagged by kind (`OPENS`, `ARGS`, `BRACE`, `CUT`, or a text role): a
+reading makes thousands, compared between readings to find what they agree on, and tuples
+compare and copy fastest. Standard library only: the standalone module embeds it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from autoparser.language import ir
+from autoparser.language.jsonscan import JsonScanner
+from autoparser.language.mapper import _CDATA, _plain
+from autoparser.language.values import (
+    allows_null,
+    decode_string_body,
+)
+
+MORE, FAIL, SPLIT = 0, 2, 3  # terminal results besides DONE: wait, no match, the text may end here
+# what a reading's events are, besides text of a role (`ir.REASONING`, `ir.CONTENT`): a call opens
+# (name, id), argument text, an object's opening brace held for the first key, a call cut off
+OPENS, ARGS, BRACE, CUT = "opens", "args", "brace", "cut"
+_WHITESPACE = " \t\n\r"
+_BLANKS = re.compile(f"[{re.escape(_WHITESPACE)}]*")
+_DERIVED = ("spaces", "blank")  # a text's slots that its start and the position stand for
+_ESCAPED = re.compile(r'["\\\x00-\x1f]')  # characters a JSON string spells otherwise
+# A whole output is read in pieces (`policy.WHOLE_PIECE`). Readings that reach one state are merged
+# where a piece ends; within one, the first reading is read as far as the piece goes before the
+# others, so a longer piece lets a reading that will lose (say, bare JSON calls read as text) read further.
+_JOINED = 1024  # text events read in parts are joined up to this length
+
+
+# -- frames: what a thread pushes besides IR nodes -------------------------------------------------
+
+
+class _EndCapture:
+    __slots__ = ("role",)
+
+    def __init__(self, role: str) -> None:
+        self.role = role
+
+
+class _MembersFrom:
+    """The next member of `members`, or their end; `read`: the indexes of those read so far."""
+
+    __slots__ = ("members", "read")
+
+    def __init__(self, members: ir.Members, read: frozenset[int]) -> None:
+        self.members, self.read = members, read
+
+
+class _Member:
+    """Read one tagged argument (`key` None: the key is read from the text)."""
+
+    __slots__ = ("body", "key")
+
+    def __init__(self, body: Any, key: str | None) -> None:
+        self.body, self.key = body, key
+
+
+class _EndMember:
+    __slots__ = ()
+
+
+class _Again:
+    """The rest of a repetition, after one item that started at `start`: an item that read
+    nothing ends the repetition (an empty item repeated forever)."""
+
+    __slots__ = ("repeat", "left_min", "left_max", "start")
+
+    def __init__(self, repeat: ir.Repeat, left_min: int, left_max: int | None, start: int) -> None:
+        self.repeat, self.left_min, self.left_max, self.start = repeat, left_min, left_max, start
+
+
+class _EndCall:
+    """The end of a call's own structure (the innermost part holding its arguments)."""
+
+    __slots__ = ()
+
+
+_END_MEMBER = _EndMember()
+_END_CALL = _EndCall()
+_FRAMES = (_EndCapture, _EndMember, _EndCall)
+
+
+_MADE_WHILE_READING = (_MembersFrom, _Member, _Again)
+# no option of a fork can start with the next character: the reading fails there (recovery may
+# go on from it), where a reading that ends on purpose returns an empty list
+_NONE_FITS: list = []
+
+
+# -- a reading ---------------------------------------------------------------------------------------
+
+
+class _Call:
+    """The captures of the call being read."""
+
+    __slots__ = ("name", "id", "args", "started", "pending", "mode", "scanner", "done", "awaits_id", "confirmed",
+                 "confirm_next", "closed")
+
+    def __init__(self) -> None:
+        self.name: str | None = None
+        self.id: str | None = None
+        self.args = False  # its arguments began
+        self.started = False  # its start event was made
+        self.pending: list[str] = []  # argument text read before the name
+        self.mode = ""  # how the arguments are written: "members", "json", "string"
+        self.scanner: JsonScanner | None = None
+        self.done = False  # its arguments were read whole
+        self.awaits_id = False  # its start waits for an id the format writes after the arguments
+        # its arguments started well (a JSON object's first key or its end, a first tagged value):
+        # until then a failure makes the call text, and its events are held back
+        self.confirmed = False
+        self.confirm_next = False  # the next marker read confirms it
+        self.closed = False  # its own structure was read to its end (what holds its arguments)
+
+
+class _Thread:
+    __slots__ = ("stack", "pos", "events", "role", "head", "call", "parts", "member", "value", "count", "mark",
+                 "skip", "own_id", "after_call", "section_calls", "calls_read",
+                 "call_over", "streamed", "spool", "call_from", "section_at", "section_open", "first_in_section",
+                 "offset", "call_at", "calls_held", "shared")
+
+    def __init__(self, stack: Any, pos: int, offset: list[int]) -> None:
+        self.stack = stack  # (node, rest) pairs, None at the bottom
+        self.pos = pos
+        self.offset = offset  # the stream's: its events' positions are `pos` plus this
+        self.call_at = -1  # the index in `events` of the last call start (-1: none held)
+        self.calls_held = 0  # the call starts among `events`
+        self.events: list[tuple] = []
+        self.shared = False  # `events` is another reading's list too: copied before a change
+        self.role: str | None = None
+        self.head: Any = None  # the terminal being read
+        self.call = _Call()
+        self.parts: list[str] = []  # the text of a name or id capture
+        self.member: list[Any] | None = None  # [key, value node] of the tagged argument being read
+        self.value: list[str] | None = None  # raw text of a tagged value being read
+        self.count = 0  # tagged arguments read in the current call
+        self.mark = pos  # where the last whole part read ends (text, a repeated item): failing later, the rest is text
+        self.skip = ""  # a marker that may be left out (the end of reasoning skipped on resuming)
+        self.own_id: list[str] | None = None  # the text of the id capture being read (it may hold the name)
+        self.after_call: Any = None  # what follows the call being read (its end marker first)
+        self.section_calls = 0  # calls read whole since the last text
+        self.calls_read = 0  # calls read whole, up to their end marker
+        self.call_over: Any = None  # what is left once the call is read whole (its end marker included)
+        self.streamed: int | None = None  # a string value that streams: 0 not begun, 1 begun (None: kept whole)
+        self.spool: tuple[str, str] | None = None  # a literal that may stream: its quote, the text held back
+        self.call_from = pos  # where the part that holds the last call began (a separator before it included)
+        self.section_at: tuple[int, Any] | None = None  # where the last call section began, and what follows it
+        self.section_open = False  # no call has begun in that section yet
+        self.first_in_section = False  # the call being read is that section's first
+
+    def fork(self, stack: Any) -> _Thread:
+        twin = _Thread(stack, self.pos, self.offset)
+        twin.events = self.events  # shared until one of them changes it: most forks fail first
+        twin.shared = self.shared = True
+        twin.call_at, twin.calls_held = self.call_at, self.calls_held
+        twin.role = self.role
+        call, copy = self.call, _Call()
+        copy.name, copy.id, copy.args, copy.started = call.name, call.id, call.args, call.started
+        copy.pending, copy.mode, copy.done, copy.awaits_id = list(call.pending), call.mode, call.done, call.awaits_id
+        copy.confirmed, copy.confirm_next = call.confirmed, call.confirm_next
+        copy.closed = call.closed
+        twin.call = copy
+        twin.parts = list(self.parts)
+        twin.member = None if self.member is None else list(self.member)
+        twin.value = None if self.value is None else list(self.value)
+        twin.count = self.count
+        twin.mark = self.mark
+        twin.skip = self.skip
+        twin.own_id = None if self.own_id is None else list(self.own_id)
+        twin.after_call, twin.section_calls, twin.calls_read = self.after_call, self.section_calls, self.calls_read
+        twin.call_over = self.call_over
+        twin.streamed, twin.spool = self.streamed, self.spool
+        twin.call_from = self.call_from
+        twin.section_at, twin.section_open = self.section_at, self.section_open
+        twin.first_in_section = self.first_in_section
+        return twin
+
+    def drop_events(self, count: int) -> None:
+        """The first `count` held events went out."""
+        if self.calls_held:
+            self.calls_held -= sum(e[0] == OPENS for e in self.events[:count])
+        if self.shared:
+            self.events, self.shared = self.events[count:], False
+        else:
+            del self.events[:count]
+        self.call_at = max(self.call_at - count, -1)
+
+    def own_events(self) -> list[tuple]:
+        """`events`, copied first where another reading shares it."""
+        if self.shared:
+            self.events, self.shared = list(self.events), False
+        return self.events
+
+    def emit(self, event: tuple) -> None:
+        self.own_events().append(event)
+
+    def last_call(self, end: int) -> int:
+        """The index of the last call start among the first `end` held events (`end` if none)."""
+        if 0 <= self.call_at < end:
+            return self.call_at
+        return _last_call(self.events, end) if self.call_at >= end else end
+
+    def key(self) -> tuple:
+        frames, node = [], self.stack
+        while node is not None:
+            frames.append(id(node[0]))
+            node = node[1]
+        return self.pos, self.role, id(self.head), tuple(frames)
+
+    def state(self) -> tuple:
+        """All that decides how this reading goes on and what it gives (not where a failure
+        would resume), but its held events, which are compared apart (`alike`); a terminal's
+        state object other than plain data and a JSON scanner keeps the reading distinct. A
+        text's held whitespace is the text from its start to the position, so its start stands
+        for it."""
+        head, call = self.head, self.call
+        terminal = () if head is None else tuple(_plain(getattr(head, slot)) for slot in head.__slots__
+                                                 if slot not in _DERIVED)
+        frames, node, here = [], self.stack, self.pos + self.offset[0]
+        while node is not None:
+            frames.append(_frame_state(node[0], here))
+            node = node[1]
+        return (self.pos, self.role, tuple(frames), head.__class__, terminal, call.name, call.id, call.args,
+                call.started, tuple(call.pending), call.mode, call.done, call.awaits_id, call.confirmed,
+                call.confirm_next, call.closed, tuple(self.parts),
+                _plain(self.member), _plain(self.value), self.count, self.skip, _plain(self.own_id), self.streamed,
+                self.spool)
+
+    # what the terminal read goes where its capture says
+    def text(self, piece: str) -> None:
+        if not piece:
+            return
+        if self.own_id is not None:
+            self.own_id.append(piece)
+        if self.value is not None:
+            self.value.append(piece)
+            if not self.call.confirmed and not piece.isspace():
+                self.call.confirmed = True  # a tagged value began
+            if self.streamed is not None and self.spool is None:
+                self.stream_value(piece)
+        elif self.role == ir.REASONING or self.role == ir.CONTENT:
+            self.reasoning_or_content(piece)
+            self.mark = self.pos
+        elif self.role == ir.TOOL_NAME or self.role == ir.CALL_ID:
+            self.parts.append(piece)
+        elif self.role == ir.ARGUMENTS:
+            self.arguments(piece)
+
+    def reasoning_or_content(self, piece: str) -> None:
+        """Text of the answer or of reasoning: joined to the text right before it of the same role
+        up to a bound, so that a text read in many parts (a `{` run where `{` may open a call) is a
+        few events a fork copies, and a long text held is not copied again with every part."""
+        end = self.pos + self.offset[0]
+        events = self.events
+        if events:
+            last = events[-1]
+            if last[0] == self.role and last[2] == end - len(piece) and len(last[1]) < _JOINED:
+                self.own_events()[-1] = (self.role, last[1] + piece, end)
+                return
+        self.emit((self.role, piece, end))
+
+    def stream_value(self, piece: str) -> None:
+        """A string value's text goes out as it arrives, its key with its first visible text (a
+        value never written is never invented); one that may be CDATA is kept whole."""
+        if self.streamed:
+            self.arguments(json.dumps(piece, ensure_ascii=False)[1:-1] if _ESCAPED.search(piece) else piece)
+            return
+        raw = "".join(self.value or ())
+        if raw.startswith(_CDATA[0]):
+            self.streamed = None
+            return
+        if _CDATA[0].startswith(raw) or not raw.strip():
+            return  # nothing visible yet, or what may still be CDATA
+        if "null".startswith(raw.strip()) and allows_null(getattr(self.member[1], "schema", None)):
+            return  # what may still be a nullable string's null
+        self.streamed = 1
+        self.arguments(f"{self.member_key()}\"{json.dumps(raw, ensure_ascii=False)[1:-1]}")
+
+    def member_key(self) -> str:
+        lead = ", " if self.count else ""
+        return f"{lead}{json.dumps((self.member or [''])[0] or '', ensure_ascii=False)}: "
+
+    def value_text(self, piece: str) -> None:
+        """Text of a literal value: a quoted or bracketed one confirms its call as it begins; a
+        bare word (`1` in `x=1])`) only with the marker read after it."""
+        if piece and self.value is not None:
+            self.value.append(piece)
+            call = self.call
+            if not call.confirmed and not call.confirm_next and not piece.isspace():
+                if piece.lstrip()[0] in "'\"[({":
+                    call.confirmed = True
+                else:
+                    call.confirm_next = True
+            if self.spool is not None:
+                self.stream_literal(piece)
+
+    def stream_literal(self, piece: str) -> None:
+        """A quoted literal's text goes out as it arrives, decoded; held back: a quote at the end
+        (it may close the value) and an escape that may be cut in two. A literal that does not
+        begin with a quote is kept whole."""
+        quote, tail = self.spool or ("", "")
+        if not self.streamed:
+            raw = "".join(self.value or ()).lstrip()
+            if not raw:
+                return
+            if raw[0] not in "'\"":
+                self.spool = None
+                return
+            self.streamed, quote, tail, piece = 1, raw[0], "", raw[1:]
+            self.arguments(f"{self.member_key()}\"")
+        text = tail + piece
+        cut = len(text)
+        slash = text.rfind("\\", max(0, cut - 10))
+        run = slash
+        while run > 0 and text[run - 1] == "\\":
+            run -= 1
+        if slash >= 0 and (slash - run) % 2 == 0:  # the last backslash begins an escape
+            cut = slash
+        if cut and text[cut - 1] == quote:
+            cut -= 1
+        if cut:
+            self.arguments(json.dumps(decode_string_body(text[:cut]), ensure_ascii=False)[1:-1])
+        self.spool = (quote, text[cut:])
+
+    def name_text(self, piece: str) -> None:
+        """Text of a marker: part of a name or id, or a text (a bracket that opens no call)."""
+        if self.role == ir.CONTENT or self.role == ir.REASONING:
+            self.text(piece)
+            return
+        if self.own_id is not None:
+            self.own_id.append(piece)
+        if (self.role == ir.TOOL_NAME or self.role == ir.CALL_ID) and self.value is None:
+            self.parts.append(piece)
+
+    def key_text(self, piece: str) -> None:
+        """Text of a character run: a tagged argument's key (read from the text), a name or an id."""
+        if self.member is not None and self.member[0] is None and self.value is None:
+            self.member[0] = piece
+        elif self.own_id is not None and self.role != ir.TOOL_NAME:
+            self.own_id.append(piece)
+        else:
+            self.name_text(piece)
+
+    def arguments(self, piece: str) -> None:
+        if not piece:
+            return
+        if self.call.started:
+            self.emit((ARGS, piece, self.pos + self.offset[0]))
+        else:
+            self.call.pending.append(piece)
+
+    def start_call(self, waited: bool = False) -> None:
+        """The call's start event, once its name is read and its arguments began (`waited`: or
+        no longer awaiting an id that may come after the arguments)."""
+        call = self.call
+        if call.started or call.name is None or not call.args or (call.awaits_id and not waited):
+            return
+        call.started = True
+        self.first_in_section, self.section_open = self.section_open, False
+        self.call_at = len(self.events)
+        self.calls_held += 1
+        self.emit((OPENS, call.name, call.id, self.pos + self.offset[0]))
+        if call.pending:
+            self.emit((ARGS, "".join(call.pending), self.pos + self.offset[0]))
+            call.pending = []
+
+
+def _end_of(event: tuple) -> int:
+    return event[-1]
+
+
+def _last_call(events: list[tuple], end: int) -> int:
+    """The index of the last call start in `events[:end]` (`end` if there is none)."""
+    for index in range(end - 1, -1, -1):
+        if events[index][0] == OPENS:
+            return index
+    return end
+
+
+def _holds_object(parts: list[str]) -> bool:
+    """Whether a JSON string holds a JSON object (arguments written as a string)."""
+    try:
+        return isinstance(json.loads(json.loads("".join(parts))), dict)
+    except ValueError:
+        return False
+
+
+def _frame_state(frame: Any, here: int) -> Any:
+    """A stack entry as data: an IR node by identity, a frame made while reading by its content.
+    The rest of a repetition whose last item read something (it began before `here`) reads as
+    the repetition itself with the counts left: the number of items read, or where a reading
+    split a run of them, makes no difference from here."""
+    cls = frame.__class__
+    if cls is _Again:
+        return ir.Repeat, id(frame.repeat), frame.left_min, frame.left_max, frame.start == here
+    if cls is ir.Repeat:
+        return cls, id(frame), frame.min, frame.max, False
+    if cls is _MembersFrom:
+        return cls, id(frame.members), frame.read
+    if cls is _Member:
+        return cls, id(frame.body), frame.key
+    if cls is _EndCapture:
+        return cls, frame.role
+    return id(frame)

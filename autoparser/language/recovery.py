@@ -1,0 +1,242 @@
+"""Where no reading continues, nothing is lost (policy rules `nothing-lost`, `cut-off-calls`): the
+failed reading that recovery goes on from, what it keeps, and the text to where it failed as
+content; then the language is read again from there with reasoning over.
+
+A mixin of `interpret.LanguageStream`; standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from autoparser.language import ir
+from autoparser.language.preference import (
+    _calls_begun,
+    _closed_more,
+    _further,
+    _inside_call,
+    _origin,
+)
+from autoparser.language.readings import (
+    _WHITESPACE,
+    OPENS,
+    _last_call,
+    _Thread,
+)
+from autoparser.language.request import is_weak
+from autoparser.language.shapes import (
+    _below,
+    _inside_reasoning,
+)
+from autoparser.language.terminals import (
+    _JsonValue,
+    _PyValue,
+    _Trailer,
+)
+
+
+class _Recovery:
+    """Recovery of a stream whose readings all failed."""
+
+    def _recovers_better(self, t: _Thread) -> bool:
+        """Whether recovery goes on from `t`, a reading that just failed, rather than from the
+        failed reading kept so far. The one that read more calls whole wins (a reading that runs
+        on past a call's end, say inside a quoted value, to the end of the output, takes none);
+        then the one that got further; at the same place, one inside a call's arguments (it keeps
+        what they hold, wherever the chunks ended), then the one that saw the latest emitted
+        events; and at the same place whatever those say, one that read further into a marker
+        the output ends inside, or closed the call the other was still inside (`_closed_more`);
+        last, one still inside the language over one that read it whole and failed after it
+        (recovering from that one drops what its trailer read), whichever failed first."""
+        dead = self.dead
+        if dead is None:
+            return True
+        other, emitted = dead
+        further = _further(t, other)
+        if further:
+            return True
+        if further is None and (t.role == ir.ARGUMENTS, self.emitted) > (other.role == ir.ARGUMENTS, emitted):
+            return True
+        if t.pos != other.pos:
+            return False
+        return _closed_more(t, other, self.buf) or (
+            other.head.__class__ is _Trailer and t.head.__class__ is not _Trailer
+            and not _closed_more(other, t, self.buf))
+
+    def _cut_after_calls(self, best: _Thread) -> bool:
+        """Whether the reading that failed only at the end of the output, right after a whole
+        call (its end markers not written), read more calls than `best` (a complete reading)."""
+        dead = self.dead
+        if dead is None or dead[1] != self.emitted:
+            return False
+        t = dead[0]
+        return t.pos >= len(self.buf) and t.role is None and t.call.done and _calls_begun(t) > _calls_begun(best)
+
+    def _shared_with_dead(self, events: list[tuple], agreed: int) -> int:
+        """How many of the `agreed` events may go out while a failed reading that read more calls
+        whole than every living one is what recovery would go on from, should they all fail: only
+        those it read too (recovery goes on from its events after the ones emitted)."""
+        pending = self._dead_pending()
+        if pending is None:
+            return agreed
+        shared = 0
+        while shared < min(agreed, len(pending)) and events[shared] == pending[shared]:
+            shared += 1
+        return shared
+
+    def _dead_pending(self) -> list[tuple] | None:
+        """The events not yet emitted of the failed reading recovery would go on from, should
+        every living reading fail where it stands: where it read more calls whole than every
+        living one, or as many and got as far as all of them, inside the language (None where it
+        did not). Were they to fail there, a tie would go to the one that failed first, as it
+        does when all fail at once (a whole parse): events emitted meanwhile would decide it."""
+        dead = self.dead
+        if dead is None:
+            return None
+        reached = (dead[0].calls_read, dead[0].pos if dead[0].head.__class__ is not _Trailer else -1)
+        if any((t.calls_read, _origin(t)) > reached for t in self.threads):
+            return None
+        return dead[0].events[self.emitted - dead[1]:] if self.emitted >= dead[1] else []
+
+    def _give_up(self) -> None:
+        """No reading continues: recover, losing nothing.
+
+        The reading that got furthest keeps what it read (a call whose arguments had started is
+        closed and marked incomplete; a call not yet started is text); the text from there to
+        where it failed is content; then the language is read again from where it failed, with
+        reasoning over (text after the calls, a call after one that was no call). At the end
+        of the output, a call cut off keeps its complete values. With no reading at all, the
+        rest is content."""
+        self._restore()
+        if self.dead is None:
+            self.fallback = True
+            self.buf, self.safe = self.buf[self.safe:], 0
+            return
+        best, emitted = self.dead
+        self.dead = None
+        # its events not emitted yet (others emitted since it failed are dropped)
+        best.events = best.events[self.emitted - emitted:] if self.emitted >= emitted else []
+        best.start_call(waited=True)  # a call that awaited its id has none
+        unopened = bool(best.events) and best.events[-1][0] == OPENS  # a call with no argument text yet
+        if best.call.started and not best.call.confirmed and not (self.finished and best.call.done):
+            # a call whose arguments did not start well is text (its events were held back)
+            at = _last_call(best.events, len(best.events))
+            unopened = at < len(best.events)
+            best.events = best.events[:at + 1] if unopened else best.events
+        opened = best.call.started and not unopened
+        if self.finished and best.role == ir.ARGUMENTS and opened:
+            self._cut_off(best)  # cut off inside arguments that had begun (else the call is text)
+            self.fallback = True
+            return
+        events = best.events
+        if unopened:
+            events = events[:-1]  # the call that failed before its arguments is text
+        section = best.section_at
+        # the section holds no call that stays one: none began, or the first is withdrawn
+        holds_none = best.section_open or (best.call.started and not opened and best.first_in_section)
+        if section is not None and holds_none and _below(best.stack, section[1]):
+            # a section that holds no call is text, its opener and the text read inside it too
+            events = [e for e in events if e[-1] <= section[0] + self.offset[0]]
+        else:
+            section = None
+        self._apply(events)
+        self.emitted += len(events)
+        if opened and self.out.calls and (self._closed_by(best) or _inside_call(best)):
+            self.out.calls[-1].incomplete = True  # its arguments, or the call around them, broke off
+        elif opened and self.out.calls and best.call.done and not best.call.closed:
+            self.out.calls[-1].incomplete = True  # the call went on with text it has no place for
+        # after a call read whole, the markers that close it are no text (whitespace before the
+        # failure is); else the part begun is text
+        cut = min(best.mark, best.pos)
+        if unopened and best.call.done:
+            cut = max(self.safe, best.call_from)  # a call read whole but withdrawn: its text is content
+        elif best.call.done and opened and _inside_call(best):
+            cut = best.pos
+            while cut > self.safe and self.buf[cut - 1] in _WHITESPACE:
+                cut -= 1
+        if section is not None:
+            cut = min(cut, max(self.safe, section[0]))
+        self.safe = max(self.safe, cut)
+        rest = self._rest_of_section(best, opened)
+        # reading the whole language again starts a character on, so that it cannot fail there again
+        failed = best.pos if best.pos > self.safe or not self.buf or (rest is not None and len(rest) == 1) else self.safe + 1
+        if best.head.__class__ is _Trailer and best.pos > self.safe:
+            self.safe = failed  # the language was read whole: what follows is read again
+        self.out.add_content(self.buf[self.safe:failed])
+        self.safe = failed
+        if self.finished and failed >= len(self.buf):
+            self.fallback = True  # it failed at the end of the output: nothing is left to read again
+            return
+        self.resumed = True
+        # reasoning the failed reading was inside may still end at its end marker; after reasoning
+        # that ended (or none), that marker is text
+        self.reasoning_over = best.role != ir.REASONING and not _inside_reasoning(best.stack)
+        self.threads = [_Thread(stack, failed, self.offset) for stack in rest or [(self.reader.root, None)]]
+
+    def _rest_of_section(self, t: _Thread, kept: bool) -> list[Any] | None:
+        """Where a reading that failed inside a call goes on: the call's text up to its end marker
+        is content, and the section goes on after it (more calls, its end). The end marker is
+        markup where the call was `kept`, else text. After a failed first call, the section
+        holds no call yet: read as text whole, or (where a later call in it is read whole, which
+        then wins) as the section going on."""
+        after = t.after_call
+        if after is None or not _below(t.stack, after[1]):
+            return None
+        first = not kept and not t.section_calls
+        rest = self.reader.call_rest(after[0], after[1], kept)
+        if rest is None or first and is_weak(rest[2]):
+            return None  # punctuation ends no call reliably: the section is text
+        stack = (rest[0], (rest[1], after[1]))
+        return [(self.reader.root, None), stack] if first else [stack]
+
+    def _cut_off(self, t: _Thread) -> None:
+        """The output ended inside a call's arguments: they keep the values that were complete
+        (a tagged value running to the end is complete; a JSON member still being written is
+        not) and the call is marked incomplete."""
+        closed = all(e[0] != OPENS for e in t.events) and self._arguments_closed()
+        if t.call.mode == "members" and t.member is not None and "".join(t.value or ()).strip() and not closed:
+            head = t.head
+            if head.__class__ is _PyValue and head.quote and head.outer and t.value is not None:
+                t.value.append(head.quote)  # a quoted string cut off keeps what was written of it
+            self._end_member(t)
+        self._apply(t.events)
+        if closed:
+            pass
+        elif t.call.mode == "members":
+            self.out.add_arguments("}")
+        elif t.call.mode == "json" and t.head.__class__ is _JsonValue:
+            self.out.add_arguments(t.head.scanner.closing())
+        if self.out.calls:
+            self.out.calls[-1].incomplete = True
+        self.buf, self.safe = "", 0
+
+    def _closed_by(self, t: _Thread) -> bool:
+        """Close the emitted arguments of `t`'s call if they are still open; whether they were."""
+        call, head = t.call, t.head
+        if self._arguments_closed():
+            return False
+        if call.mode == "json" and head.__class__ is _JsonValue and t.role == ir.ARGUMENTS:
+            if head.scanner.started and not head.scanner.done:
+                self.out.add_arguments(head.scanner.closing())
+                return True
+        if call.mode == "members" and t.role == ir.ARGUMENTS:
+            self.out.add_arguments(('"' if t.streamed else "") + "}")
+            return True
+        return False
+
+    def _arguments_closed(self) -> bool:
+        """Whether the last call's emitted arguments are whole already. The reading recovered
+        from may have failed before another one, whose events went out, closed them."""
+        if not self.out.calls:
+            return False
+        try:
+            json.loads(self.out.calls[-1].arguments())
+        except ValueError:
+            return False
+        return True
+
+    def _content_rest(self) -> None:
+        self._restore()
+        self.out.add_content(self.buf[self.safe:])
+        self.buf, self.safe = "", 0

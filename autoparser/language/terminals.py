@@ -1,0 +1,522 @@
+"""The terminals a reading can be inside: literal markers, character classes, gaps, free text,
+JSON values, bracketed values in the template's own syntax, Python literals and the trailer after
+the language. Each `step(reading, buf, final)` consumes what it can and returns where it stopped,
+or `MORE` (wait for text), `FAIL` (no match) or `SPLIT` (the text may end here).
+
+Fast paths: free text is searched for its stop markers with one regular expression
+(`markers.MarkerSet`), holding back only a possible marker prefix; JSON values go through
+`jsonscan.JsonScanner`. Standard library only: the standalone module embeds it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from autoparser.language import ir
+from autoparser.language.jsonscan import DONE, ERROR, JsonScanner
+from autoparser.language.mapper import _CDATA
+from autoparser.language.markers import FULL, PARTIAL, MarkerSet, match_at
+from autoparser.language.readings import (
+    _BLANKS,
+    _WHITESPACE,
+    CUT,
+    FAIL,
+    MORE,
+    SPLIT,
+    _holds_object,
+    _Thread,
+)
+from autoparser.language.request import is_weak
+
+# -- terminals -----------------------------------------------------------------------------------------
+
+
+class _Lit:
+    """A marker: its core as written (inner whitespace flexible, as the parser finds markers),
+    whitespace before it skipped (the parser skips whitespace between structural parts; text
+    before a marker has taken its own), and as much of the whitespace it ends with as the text has."""
+
+    __slots__ = ("core", "trail", "done")
+
+    def __init__(self, node: ir.Lit) -> None:
+        text = node.text
+        self.core = text.strip()
+        self.trail = text[len(text.rstrip()):] if self.core else text
+        self.done = not self.core  # the core was read
+
+    def step(self, t: _Thread, buf: str, final: bool) -> int:
+        pos = t.pos
+        if not self.done:
+            while pos < len(buf) and buf[pos] in _WHITESPACE and pos - t.pos < 64:
+                pos += 1
+            if pos == len(buf) and not final:
+                return MORE
+            found, end = match_at(buf, pos, self.core, final)
+            if found != FULL:
+                return MORE if found == PARTIAL else FAIL
+            t.name_text(buf[pos:end])
+            t.pos = pos = end
+            self.done = True
+            if t.call.confirm_next and not is_weak(self.core):
+                t.call.confirmed = True  # punctuation (`)`, `, `) may still be part of broken syntax
+        trail = self.trail
+        index = 0
+        while index < len(trail) and pos < len(buf) and buf[pos] == trail[index]:
+            pos += 1
+            index += 1
+        if index < len(trail) and pos == len(buf) and not final:
+            self.trail = trail[index:]
+            t.pos = pos
+            return MORE
+        t.pos = pos
+        return DONE
+
+
+class _Chars:
+    __slots__ = ("node", "pattern")
+
+    def __init__(self, node: ir.Chars, pattern: re.Pattern[str]) -> None:
+        self.node, self.pattern = node, pattern
+
+    def step(self, t: _Thread, buf: str, final: bool) -> int:
+        found = self.pattern.match(buf, t.pos)
+        run = found.end() - t.pos
+        most = self.node.max
+        if found.end() == len(buf) and not final and (most is None or run < most):
+            return MORE
+        if run < self.node.min:
+            return FAIL
+        if most is not None and run > most:
+            return FAIL
+        t.pos = found.end()
+        t.key_text(found.group())
+        return DONE
+
+
+class _Gap:
+    """Whitespace, at most `max` characters (as much as there is)."""
+
+    __slots__ = ("most",)
+
+    def __init__(self, most: int) -> None:
+        self.most = most
+
+    def step(self, t: _Thread, buf: str, final: bool) -> int:
+        pos, end = t.pos, t.pos
+        while end < len(buf) and end - pos < self.most and buf[end] in _WHITESPACE:
+            end += 1
+        if end == len(buf) and end - pos < self.most and not final:
+            return MORE
+        t.pos = end
+        return DONE
+
+
+class _Text:
+    """Free text up to the first of its stop markers (held back only while it may be one). Where
+    the marker that follows (`end`) begins with whitespace that is there, the text ends before it.
+    A text does not begin (after whitespace) with one of its `not_first` markers: there it is empty.
+    In a value (`soft`), a soft stop (`MarkerSet` kind "soft", punctuation such as `,` or `)`)
+    ends the text in one reading and is part of it in another: what follows decides."""
+
+    __slots__ = ("markers", "weak", "weak_prefix", "leads", "lead", "nonempty", "start", "split", "after",
+                 "firsts", "past", "soft", "cdata", "spaces", "empty", "blank")
+
+    def __init__(self, node: ir.Text, markers: MarkerSet, weak: tuple[Any, Any] | None, start: int,
+                 split: re.Pattern[str] | None, soft: bool = False) -> None:
+        self.markers = markers
+        self.weak, self.weak_prefix = weak or (None, None)
+        self.leads = node.weak is not None and node.weak.leads  # a weak marker it begins with is text
+        end = node.end or ""
+        self.lead = end[:len(end) - len(end.lstrip())] if end.strip() else ""
+        self.nonempty = node.nonempty
+        self.start = start
+        self.split = split  # brackets where what follows may begin (a bare JSON call)
+        self.after = start  # where to look for the next one
+        self.firsts = tuple(m.strip() for m in node.not_first if m.strip())  # cleared once checked
+        self.past = start  # the end of the last soft stop read as text
+        # the whitespace it begins with, read past while a `not_first` marker may follow it (the
+        # marker's if one does, else the text's), so that a long run pins no text behind the reading
+        self.spaces: list[str] = []
+        self.empty = True  # no text read yet
+        self.soft = soft
+        self.cdata = "start" if soft else ""  # a value's CDATA section: "start" (may open), "open", ""
+        self.blank = start  # how far the whitespace at the position was read (see `_cdata`, `step`)
+
+    def step(self, t: _Thread, buf: str, final: bool) -> int:
+        if self.firsts:
+            found = self._first_marker(t, buf, final)
+            if found == DONE:
+                self.spaces = []  # the whitespace before the marker is the marker's, as markers are found
+                if self.nonempty:
+                    t.pos = self.start
+                    return FAIL
+            if found != FAIL:
+                return found
+        if self.cdata and self._cdata(t, buf, final) == MORE:
+            return MORE
+        if self.past > t.pos:
+            self._read(t, buf, self.past)  # the soft stop another reading ended the text at
+        pos = t.pos
+        # no marker begins with whitespace: a run of it held at the position is searched once
+        blank = self.blank = _BLANKS.match(buf, max(pos, self.blank)).end()
+        hit = self.markers.find(buf, blank, final=final)
+        stop = hit[0] if hit is not None else None
+        held = None
+        if self.weak is not None:
+            since = self.start + 1 if self.leads and blank == self.start else blank
+            found = self.weak.search(buf, since, stop if stop is not None else len(buf))
+            if found is not None:
+                stop = found.start()
+            elif not final:
+                held = self._weak_hold(buf, max(pos, since), stop)
+        if self.soft and hit is not None and hit[2] == "soft" and stop == hit[0] and held is None and (
+                self.split is None or not self.split.search(buf, pos, stop)):
+            self._read(t, buf, stop)
+            self.past = stop + len(hit[1])
+            return SPLIT
+        keep_spaces = False
+        if held is None and stop is None and not final:
+            held = self._safe(buf, pos, blank)
+            keep_spaces = held == pos and bool(self.lead)  # they may be the end marker's
+        if self.split is not None:
+            bracket = self.split.search(buf, max(pos, self.after), held if held is not None else
+                                        stop if stop is not None else len(buf))
+            if bracket is not None:
+                self._read(t, buf, bracket.start())
+                self.after = bracket.start() + 1
+                return SPLIT
+        if held is not None:
+            self._read(t, buf, held, keep_spaces)
+            return MORE
+        if stop is None:
+            stop = len(buf)
+            if t.value is not None and t.call.started:
+                t.emit((CUT, stop + t.offset[0]))  # a value running to the end of output: its call was cut off
+        lead = self.lead
+        if lead and stop - len(lead) >= pos and buf.startswith(lead, stop - len(lead)):
+            stop -= len(lead)
+        elif lead and self.spaces and stop == pos:
+            spaces = "".join(self.spaces)  # the end marker's whitespace is the last of those held
+            self.spaces = [spaces[:-len(lead)]] if spaces.endswith(lead) else [spaces]
+        self._read(t, buf, stop)
+        if self.nonempty and self.empty:
+            t.pos = self.start
+            return FAIL
+        return DONE
+
+    def _cdata(self, t: _Thread, buf: str, final: bool) -> int:
+        """A value that opens with an XML CDATA section (`<![CDATA[a < b]]>`) reads it whole:
+        markers inside it are its text. MORE while it is open; DONE once past it (or none)."""
+        if self.cdata == "start":
+            pos = self.blank = _BLANKS.match(buf, max(t.pos, self.blank)).end()
+            if pos > t.pos:  # the whitespace before it is held, so that a long run pins no text
+                self.spaces.append(buf[t.pos:pos])
+                t.pos = pos
+            found, _ = match_at(buf, pos, _CDATA[0], final)
+            if found == PARTIAL or (pos == len(buf) and not final):
+                return MORE
+            if found != FULL:
+                self.cdata = ""
+                return DONE
+            self.cdata = "open"
+        close = buf.find(_CDATA[1], t.pos)
+        if close < 0:
+            if final:
+                self.cdata = ""
+                self._read(t, buf, len(buf))
+                return DONE
+            self._read(t, buf, max(t.pos, len(buf) - len(_CDATA[1]) + 1))
+            return MORE
+        self.cdata = ""
+        self._read(t, buf, close + len(_CDATA[1]))
+        return DONE
+
+    def _first_marker(self, t: _Thread, buf: str, final: bool) -> int:
+        """Whether the text begins with a `not_first` marker after whitespace (the reading goes
+        past the whitespace, holding it): DONE (it does: the text is empty), MORE (it may), FAIL
+        (it does not: read it as text from now on)."""
+        pos = _BLANKS.match(buf, t.pos).end()
+        if pos > t.pos:
+            self.spaces.append(buf[t.pos:pos])
+            t.pos = pos
+        if pos == len(buf) and not final:
+            return MORE
+        found = [match_at(buf, pos, marker, final)[0] for marker in self.firsts]
+        if FULL in found:
+            return DONE
+        if PARTIAL in found and not final:
+            return MORE
+        self.firsts = ()
+        return FAIL
+
+    def _safe(self, buf: str, pos: int, blank: int) -> int:
+        """How far the text may be read: not into a marker's possible beginning, nor (where the
+        end marker begins with whitespace) into the whitespace before it; `buf[pos:blank]` is
+        whitespace."""
+        end = self.markers.safe_end(buf, pos)
+        if self.lead:  # the whitespace the end marker begins with may be coming
+            run = end
+            while run > blank and buf[run - 1] in _WHITESPACE:
+                run -= 1
+            if run < end or end <= blank:
+                # only the last characters of a whitespace run can be the marker's, so a long run
+                # is read as it comes, and pins no text behind the reading
+                run_start = run if run > blank else pos
+                end = max(run_start, end - len(self.lead))
+        return end
+
+    def _weak_hold(self, buf: str, pos: int, stop: int | None) -> int | None:
+        """Where a weak marker that may still count begins (it waits for what follows it)."""
+        limit = stop if stop is not None else len(buf)
+        index = buf.find(self.weak_prefix[0], max(pos, len(buf) - 256))
+        while 0 <= index < limit:
+            if self.weak_prefix[1].match(buf, index):
+                return index
+            index = buf.find(self.weak_prefix[0], index + 1)
+        return None
+
+    def _read(self, t: _Thread, buf: str, end: int, keep_spaces: bool = False) -> None:
+        """Read the text up to `end`, the whitespace held before it first (unless `keep_spaces`:
+        with no more text, they may still be the end marker's)."""
+        if self.spaces and (end > t.pos or not keep_spaces):
+            spaces, self.spaces = "".join(self.spaces), []
+            if spaces:
+                self.empty = False
+                t.text(spaces)
+        if end > t.pos:
+            self.empty = False
+            start, t.pos = t.pos, end
+            t.text(buf[start:end])
+
+
+class _JsonValue:
+    """A JSON value, scanned as it arrives. As a call's arguments it streams; as a tagged value,
+    or a string holding the arguments, it is kept whole."""
+
+    __slots__ = ("scanner", "node", "opened", "began")
+
+    def __init__(self, node: ir.Json) -> None:
+        self.node = node
+        self.scanner = JsonScanner("{" if node.kind == "object" else "")
+        self.opened = False  # the arguments' `{` was read (confirming the call waits for what follows)
+        self.began = False  # argument text went out (whitespace before the value never does)
+
+    def step(self, t: _Thread, buf: str, final: bool) -> int:
+        start = t.pos
+        if not self.scanner.started and t.role == ir.ARGUMENTS and t.call.mode == "json" and t.value is None:
+            first = self._first_char(buf, start)
+            if first == '"':
+                t.call.mode = "string"  # arguments written as a JSON string holding them: kept whole
+                self.scanner = JsonScanner()
+            elif first and first != "{":
+                return FAIL  # a call's arguments are an object
+        pos, status, emitted = self.scanner.scan(buf, start, final)
+        if not t.call.confirmed and t.role == ir.ARGUMENTS and t.value is None:
+            self._confirm(t, buf, start, pos)
+        if status == ERROR:
+            self._broken(t, pos, emitted)
+            return FAIL
+        t.pos = pos
+        if t.value is not None:
+            t.value.append(buf[start:pos])
+        elif t.role == ir.ARGUMENTS and t.call.mode == "json":
+            self._stream(t, pos, emitted)
+        else:
+            t.parts.append(buf[start:pos])
+        if status == DONE:
+            return DONE if self.node.kind == "string" or t.call.mode != "string" or _holds_object(t.parts) else FAIL
+        return FAIL if final else MORE
+
+    def _confirm(self, t: _Thread, buf: str, start: int, end: int) -> None:
+        """Arguments start well with a first key or the end of the object after `{` (any other
+        value: its first character)."""
+        for char in buf[start:end]:
+            if char in _WHITESPACE:
+                continue
+            if char == "{" and not self.opened:
+                self.opened = True
+                continue
+            t.call.confirmed = not self.opened or char in '"}'
+            return
+
+    def _stream(self, t: _Thread, pos: int, emitted: str) -> None:
+        """Streamed arguments: their event ends where the member the scanner holds begins, so
+        that a member breaking off later is the model's text from its start, not lost."""
+        if not self.began:
+            # whitespace before the value is no argument text: it opens no call, in any chunking
+            emitted = emitted.lstrip(_WHITESPACE)
+            self.began = bool(emitted)
+        if not emitted:
+            return
+        if self.scanner.holding:
+            t.pos = pos - len(self.scanner.held_raw())
+        t.arguments(emitted)
+        t.pos = pos
+
+    def _broken(self, t: _Thread, pos: int, emitted: str) -> None:
+        """The value breaks off at `pos`: what was read whole before is streamed arguments as
+        in any chunking, and the reading fails there."""
+        t.pos = pos
+        if t.value is None and t.role == ir.ARGUMENTS and t.call.mode == "json":
+            self._stream(t, pos, emitted)
+
+    @staticmethod
+    def _first_char(buf: str, pos: int) -> str:
+        """The first character after whitespace, if the text has one yet."""
+        pos = _BLANKS.match(buf, pos).end()
+        return buf[pos] if pos < len(buf) else ""
+
+
+class _Bracketed:
+    """An object or array in the template's own syntax: from its opening bracket to the one
+    that closes it, text between two quote markers skipped (it may hold brackets)."""
+
+    __slots__ = ("quote", "pattern", "depth", "quoted")
+
+    def __init__(self, node: ir.Bracketed, pattern: re.Pattern[str]) -> None:
+        self.quote, self.pattern = node.quote, pattern
+        self.depth = 0
+        self.quoted = False
+
+    def step(self, t: _Thread, buf: str, final: bool) -> int:
+        pos = t.pos
+        if not self.depth:
+            while pos < len(buf) and buf[pos] in _WHITESPACE:
+                pos += 1
+            if pos == len(buf):
+                return FAIL if final else MORE
+            if buf[pos] not in "{[":
+                return FAIL
+            self.depth, pos = 1, pos + 1
+        while True:
+            if self.quoted:
+                close = buf.find(self.quote, pos)
+                if close < 0:
+                    return self._held(t, buf, final)
+                pos, self.quoted = close + len(self.quote), False
+                continue
+            match = self.pattern.search(buf, pos)
+            if match is None:
+                return self._held(t, buf, final)
+            piece, pos = match.group(), match.end()
+            if piece == self.quote:
+                self.quoted = True
+            elif piece in "[{":
+                self.depth += 1
+            else:
+                self.depth -= 1
+                if not self.depth:
+                    t.value_text(buf[t.pos:pos])
+                    t.pos = pos
+                    return DONE
+
+    def _held(self, t: _Thread, buf: str, final: bool) -> int:
+        """No closing bracket yet: read on, holding a quote marker's beginning at the end."""
+        if final:
+            return FAIL
+        quote, end = self.quote, len(buf)
+        for size in range(min(len(quote) - 1, len(buf)), 0, -1):
+            if buf.endswith(quote[:size]):
+                end -= size
+                break
+        end = max(end, t.pos)
+        t.value_text(buf[t.pos:end])
+        t.pos = end
+        return MORE
+
+
+_PY_END = re.compile(r"""[^\s,)\]}'"]*""")
+
+
+class _PyValue:
+    """A Python or JSON literal: quoted text, a bracketed value, or a bare word. A quoted value's
+    closing quote ends it in one reading, and is a quote inside it in another (models leave
+    quotes unescaped; what follows decides)."""
+
+    __slots__ = ("depth", "quote", "started", "outer")
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.quote = ""
+        self.started = False
+        self.outer = False  # the quote open is the whole value's
+
+    def step(self, t: _Thread, buf: str, final: bool) -> int:
+        pos, end = t.pos, len(buf)
+        while pos < end:
+            char = buf[pos]
+            if self.quote:
+                if char == "\\" and pos + 1 >= end and not final:
+                    break  # an escape cut in two
+                pos += 2 if char == "\\" else 1
+                if char == self.quote:
+                    if self.outer:
+                        t.value_text(buf[t.pos:pos])
+                        t.pos = pos
+                        return SPLIT
+                    self.quote = ""
+            elif char in "'\"":
+                self.quote, self.started, self.outer = char, True, not self.depth and not self.started
+                pos += 1
+            elif char in "[({":
+                self.depth, self.started = self.depth + 1, True
+                pos += 1
+            elif self.depth:
+                self.depth -= char in "])}"
+                pos += 1
+            elif self.started:
+                break
+            elif char.isspace():
+                pos += 1
+            else:
+                word = _PY_END.match(buf, pos).end()
+                if word == pos:
+                    return FAIL
+                if word == end and not final:
+                    break  # the word may go on
+                pos, self.started = word, True
+            if self.started and not self.depth and not self.quote:
+                t.value_text(buf[t.pos:pos])
+                t.pos = pos
+                return DONE
+        t.value_text(buf[t.pos:pos])
+        t.pos = pos
+        return FAIL if final else MORE
+
+
+class _Trailer:
+    """After the language: whitespace and end-of-turn markers only. Text after an end of turn
+    is read again from the marker's end, the whitespace before it kept (`seen`: a marker was read;
+    `marked`: its end, where a failure puts the reading back, while the position moves on)."""
+
+    __slots__ = ("ends", "seen", "marked", "blank")
+
+    def __init__(self, ends: tuple[str, ...]) -> None:
+        self.ends = ends
+        self.seen = False
+        self.marked = 0  # the last marker's end: where a failure resumes (its whitespace is text)
+        self.blank = 0  # how far the whitespace was read
+
+    def step(self, t: _Thread, buf: str, final: bool) -> int:
+        pos = max(t.pos, self.blank)
+        while True:
+            pos = self.blank = _BLANKS.match(buf, pos).end()
+            if pos >= len(buf):
+                break
+            end = next((e for e in self.ends if buf.startswith(e, pos)), None)
+            if end is None:
+                if not final and any(len(buf) - pos < len(e) and e.startswith(buf[pos:]) for e in self.ends):
+                    break
+                t.pos = self.marked if self.seen else pos
+                return FAIL
+            pos = self.marked = pos + len(end)
+            self.seen = True
+        t.pos = pos
+        return DONE if final else MORE
+
+
+def _is_soft(stop: str, node: ir.Text) -> bool:
+    """Whether a stop of a value's text may also be part of it: punctuation that values contain
+    (`,` in `Paris, France` before the value's own end marker, `]` in `[a, b]`)."""
+    return is_weak(stop) and stop != (node.end or "").strip()
