@@ -149,11 +149,13 @@ class EventBuilder:
 
 
 def add_routes(app: FastAPI, service: ChatService, worker: GenerationWorker) -> None:
+    from autoparser.server.app import tracker
+
     @app.post("/v1/ag-ui")
     async def ag_ui(request: Request) -> Any:
         run_input, chat = parse_run_input(await request.body())
         service.check_model(chat.model)
-        run = await prepare_and_start(worker, lambda: service.prepare(chat), True)
+        run = await prepare_and_start(worker, lambda: service.prepare(chat), True, tracker(request, "ag-ui"))
         builder = EventBuilder(run_input)
         from ag_ui.encoder import EventEncoder
 

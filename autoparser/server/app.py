@@ -16,13 +16,14 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from sse_starlette.sse import EventSourceResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from autoparser.server.errors import APIError, error_body
 from autoparser.server.logprobs import chat_logprobs
+from autoparser.server.metrics import CONTENT_TYPE, RequestTracker, ServerMetrics
 from autoparser.server.protocol import parse_request
 from autoparser.server.runner import Run, prepare_and_start, public
 from autoparser.server.service import ChatService, PreparedChat
@@ -39,6 +40,7 @@ def create_app(service: ChatService, worker: GenerationWorker) -> FastAPI:
     app = FastAPI(title="autoparser", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.service = service
     app.state.worker = worker
+    app.state.metrics = metrics = ServerMetrics(running=lambda: worker.running, waiting=lambda: worker.waiting)
     settings = service.settings
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     if settings.api_key:
@@ -52,22 +54,26 @@ def create_app(service: ChatService, worker: GenerationWorker) -> FastAPI:
                 "slots": {"total": worker.n_parallel, "busy": worker.running},
                 "queue": {"waiting": worker.waiting, "max": worker.max_queue}, **worker.health()}
 
+    @app.get("/metrics")
+    async def metrics_text() -> Response:
+        return Response(metrics.exposition(), media_type=CONTENT_TYPE)
+
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
-        return {"object": "list", "data": [_model_card(service)]}
+        return {"object": "list", "data": [_model_card(service, name) for name in service.model_names]}
 
     @app.get("/v1/models/{model_id:path}")
     async def model(model_id: str) -> dict[str, Any]:
-        service.check_model(model_id)
-        return _model_card(service)
+        return _model_card(service, service.check_model(model_id))
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Any:
         chat = parse_request(await request.body())
-        service.check_model(chat.model)
-        run = await prepare_and_start(worker, lambda: service.prepare(chat), chat.stream)
+        model_name = service.check_model(chat.model)
+        run = await prepare_and_start(worker, lambda: service.prepare(chat), chat.stream,
+                                      tracker(request, "chat"))
         prepared = run.prepared
-        meta = ResponseMeta(service.settings.model_name)
+        meta = ResponseMeta(model_name)
         if chat.stream:
             return EventSourceResponse(stream_chunks(run, meta), ping=15, sep="\n",
                                        client_close_handler_callable=run.on_close)
@@ -80,6 +86,16 @@ def create_app(service: ChatService, worker: GenerationWorker) -> FastAPI:
     responses.add_routes(app, service, worker)
     agui.add_routes(app, service, worker)
     return app
+
+
+def tracker(request: Request, endpoint: str) -> RequestTracker:
+    """The metrics and anomaly-log tracker of one generating request."""
+    state = request.app.state
+    return RequestTracker(state.metrics, state.service.anomalies, request_id(request), endpoint)
+
+
+def request_id(request: Request) -> str:
+    return getattr(request.state, "request_id", "") or ""
 
 
 # -- responses -------------------------------------------------------------------------------------
@@ -202,8 +218,8 @@ def add_debug_fields(body: dict[str, Any], prepared: PreparedChat) -> None:
         body["warnings"] = prepared.warnings
 
 
-def _model_card(service: ChatService) -> dict[str, Any]:
-    return {"id": service.settings.model_name, "object": "model", "created": 0,
+def _model_card(service: ChatService, name: str) -> dict[str, Any]:
+    return {"id": name, "object": "model", "created": 0,
             "owned_by": "autoparser", "max_model_len": int(service.engine.n_ctx)}
 
 
@@ -255,6 +271,7 @@ class RequestIdMiddleware:
             return
         given = dict(scope.get("headers") or []).get(b"x-request-id", b"")
         request_id = given[:200] if given and given.isascii() else uuid.uuid4().hex.encode()
+        scope.setdefault("state", {})["request_id"] = request_id.decode("ascii", "replace")
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":

@@ -238,6 +238,14 @@ class Completion:
             return "tool_calls"
         return "stop"
 
+    def parsed_message(self) -> dict[str, Any]:
+        """The parser's own message, before the output cleaning (markers, cut-off markup)."""
+        return self._stream.message()
+
+    def reasoning_end_seen(self) -> bool:
+        """The template's reasoning end marker is in the generated text."""
+        return self._reasoning_end_seen()
+
     def extensions(self) -> dict[str, Any] | None:
         return None if self._extensions is None else self._extensions.result()
 

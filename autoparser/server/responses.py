@@ -232,7 +232,7 @@ class ResponseBuilder:
         reasoning = "".join(s.text for s in segments if s.kind == "reasoning")
         reasoning_tokens = len(self.count_tokens(reasoning)) if reasoning else 0
         return {"input_tokens": result.prompt_tokens,
-                "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+                "input_tokens_details": {"cached_tokens": result.cached_tokens, "cache_write_tokens": 0},
                 "output_tokens": result.completion_tokens,
                 "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
                 "total_tokens": result.prompt_tokens + result.completion_tokens}
@@ -312,15 +312,16 @@ class ResponseBuilder:
 
 
 def add_routes(app: FastAPI, service: ChatService, worker: GenerationWorker) -> None:
-    from autoparser.server.app import add_debug_fields, sse
+    from autoparser.server.app import add_debug_fields, sse, tracker
 
     @app.post("/v1/responses")
     async def responses(request: Request) -> Any:
         body, chat = parse_responses_request(await request.body())
-        service.check_model(chat.model)
-        run = await prepare_and_start(worker, lambda: service.prepare(chat), body.stream)
+        model_name = service.check_model(chat.model)
+        run = await prepare_and_start(worker, lambda: service.prepare(chat), body.stream,
+                                      tracker(request, "responses"))
         prepared: PreparedChat = run.prepared
-        builder = ResponseBuilder(body, chat, service.settings.model_name, service.engine.tokenize)
+        builder = ResponseBuilder(body, chat, model_name, service.engine.tokenize)
         if not body.stream:
             result = await run.result(request)
             segments = segments_of(result.message)

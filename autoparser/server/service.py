@@ -24,6 +24,7 @@ from typing import Any
 from autoparser.analysis import Analysis, ReasoningAnalysis
 from autoparser.language.request import OPEN, start_state
 from autoparser.server import protocol
+from autoparser.server.anomalies import AnomalyFinder
 from autoparser.server.completion import Completion, OutputOptions
 from autoparser.server.errors import APIError, bad_request
 from autoparser.server.preamble import template_hides_tools, tools_preamble, with_preamble
@@ -51,6 +52,9 @@ EXAMPLE_TOOL = {"type": "function", "function": {
 @dataclass
 class ServerSettings:
     model_name: str = "autoparser"
+    """The name responses carry unless the request named another of `model_aliases`."""
+    model_aliases: tuple[str, ...] = ()
+    """Other names the server answers to (more `--served-model-name`s, the GGUF's own name)."""
     tool_call_policy: str = "lenient"
     max_queue: int = 16
     max_body_bytes: int = 8 * 1024 * 1024
@@ -75,6 +79,9 @@ class PreparedChat:
     stop_token_ids: tuple[int, ...]
     completion: Completion
     warnings: list[str] = field(default_factory=list)
+    start_state: str = ""
+    """Where the output starts (`open`: inside reasoning the prompt opened; see `start_state`)."""
+    tool_call_policy: str = "lenient"
 
 
 class LRU:
@@ -115,15 +122,22 @@ class ChatService:
         self._parsers = LRU()
         self._preambles = LRU()
         self.tools_hidden = settings.tool_preamble != "off" and template_hides_tools(analysis)
+        self.anomalies = AnomalyFinder(analysis)
+        self.model_names = tuple(dict.fromkeys([settings.model_name, *settings.model_aliases]))
         self._log_preamble()
 
     # -- per request ---------------------------------------------------------------------------
 
-    def check_model(self, name: str | None) -> None:
-        """A request naming another model than the one served gets 404 `model_not_found`."""
-        if name and name != self.settings.model_name:
-            raise APIError(404, f"The model '{name}' does not exist. This server serves "
-                                f"'{self.settings.model_name}'.", param="model", code="model_not_found")
+    def check_model(self, name: str | None) -> str:
+        """The served name a request's `model` picks (the first one when it names none); a name
+        the server does not answer to gets 404 `model_not_found`, as OpenAI answers."""
+        if not name:
+            return self.settings.model_name
+        if name not in self.model_names:
+            served = ", ".join(f"'{n}'" for n in self.model_names)
+            raise APIError(404, f"The model '{name}' does not exist. This server serves {served}.",
+                           param="model", code="model_not_found")
+        return name
 
     def prepare(self, request: ChatCompletionRequest) -> PreparedChat:
         messages = protocol.template_messages(request.messages)
@@ -156,7 +170,8 @@ class ChatService:
             request=request, prompt=prompt, prompt_tokens=prompt_tokens, max_tokens=max_tokens,
             sampling=self.sampling(request, request.top_logprobs_wanted()), grammar=grammar, reasoning=phase,
             stop_token_ids=self.stop_token_ids(request),
-            completion=Completion(stream, self.output_options(request)), warnings=warnings)
+            completion=Completion(stream, self.output_options(request)), warnings=warnings,
+            start_state=start[0], tool_call_policy=policy)
 
     def wants_preamble(self, request: ChatCompletionRequest, tools: list[dict[str, Any]] | None,
                        tool_choice: Any) -> bool:

@@ -47,6 +47,8 @@ class GenerationResult:
     final_deltas: list[dict[str, Any]]
     cached_tokens: int = 0
     """Prompt tokens whose keys and values were reused from the cache."""
+    started_at: float = 0.0
+    """`time.monotonic()` when the job took its slot (the same clock in every process)."""
 
 
 @dataclass
@@ -389,6 +391,7 @@ class JobRun:
         self.generation: Any = None
         self.done = False
         self.started = time.perf_counter()
+        self.started_at = time.monotonic()
         self._phase = "answer"
         self._stats: Any = None
         self._generated: list[int] = []
@@ -503,4 +506,5 @@ class JobRun:
             message=completion.message(),
             final_deltas=final,
             cached_tokens=totals.cached_tokens,
+            started_at=self.started_at,
         )))

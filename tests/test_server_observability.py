@@ -1,0 +1,156 @@
+"""The serving surface through the real server on the tiny DeepSeek V3.1 model: `/metrics` scraped
+and parsed by `prometheus_client`, the anomaly log, the names the server answers to (seed 004's
+sample request as written), and the request checks OpenAI makes."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from server_harness import ServerProcess, find_template, start_server, tiny_model
+
+pytestmark = pytest.mark.slow
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Lima"]}},
+                   "required": ["city"], "additionalProperties": False}}}
+ASK = [{"role": "user", "content": "Weather in Paris?"}]
+NAMES = ("tiny", "DeepSeek-R1")
+
+SEED_004_SAMPLE = {
+    "model": "DeepSeek-R1",
+    "messages": [{"role": "user", "content": "You are a helpful assistant."}],
+    "stream": False, "presence_penalty": 1.03, "frequency_penalty": 1.0, "repetition_penalty": 1.0,
+    "temperature": 0.5, "top_p": 0.95, "top_k": 0, "seed": None, "stop": ["stop1", "stop2"],
+    "stop_token_ids": [2, 13], "include_stop_str_in_output": False, "skip_special_tokens": True,
+    "ignore_eos": False, "max_tokens": 20}
+"""Seed 004's first request sample, field for field."""
+
+
+@pytest.fixture(scope="module")
+def model() -> Path:
+    return tiny_model(find_template("deepseek-ai-DeepSeek-V3.1.jinja"))
+
+
+@pytest.fixture(scope="module")
+def server(model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    names = [arg for name in NAMES for arg in ("--served-model-name", name)]
+    process = start_server(model, "--n-ctx", "2048", *names, log_dir=tmp_path_factory.mktemp("observability"))
+    yield process
+    process.stop()
+
+
+def post(server: ServerProcess, path: str, body: dict[str, Any], request_id: str | None = None) -> Any:
+    headers = {"x-request-id": request_id} if request_id else {}
+    with server.http() as http:
+        return http.post(path, json={"model": "tiny", **body}, headers=headers)
+
+
+def scrape(server: ServerProcess) -> dict[str, Any]:
+    """`/metrics` parsed by the Prometheus client: {sample name: {labels: value}}."""
+    with server.http() as http:
+        response = http.get("/metrics")
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
+    samples: dict[str, Any] = {}
+    for family in text_string_to_metric_families(response.text):
+        for sample in family.samples:
+            samples.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
+    return samples
+
+
+def logged(server: ServerProcess, fragment: str, timeout: float = 5.0) -> str:
+    """The server log's line holding `fragment` (the log is written as the request ends)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        lines = [line for line in server.log().splitlines() if fragment in line]
+        if lines or time.monotonic() > deadline:
+            assert lines, f"no log line with {fragment!r}:\n{server.log()[-3000:]}"
+            return lines[0]
+        time.sleep(0.1)
+
+
+# -- /metrics and the anomaly log ------------------------------------------------------------------
+
+
+def test_metrics_count_requests_tokens_and_times(server: ServerProcess) -> None:
+    before = scrape(server)
+    for stream in (False, True):
+        response = post(server, "/v1/chat/completions", {"messages": ASK, "max_tokens": 6, "seed": 1,
+                                                         "stream": stream, "ignore_eos": True})
+        assert response.status_code == 200
+    after = scrape(server)
+
+    def grew(name: str, labels: tuple = ()) -> float:
+        return after[name][labels] - before.get(name, {}).get(labels, 0.0)
+
+    assert grew("autoparser_requests_total", (("endpoint", "chat"), ("outcome", "length"))) == 2
+    assert grew("autoparser_generation_tokens_total") == 12
+    assert grew("autoparser_prompt_tokens_total") > 0
+    assert grew("autoparser_queue_time_seconds_count") == 2
+    assert grew("autoparser_time_to_first_token_seconds_count") == 2
+    assert grew("autoparser_time_per_output_token_seconds_count") == 10
+    assert after["autoparser_requests_running"][()] == 0
+    rules = {dict(labels)["rule"] for labels in after["autoparser_protocol_anomalies_total"]}
+    assert rules == {"unclosed_reasoning", "invalid_call", "cut_off_call", "unknown_tool", "text_after_calls",
+                     "calls_after_text"}
+
+
+def test_a_cut_off_call_is_logged_with_its_request_id_and_counted(server: ServerProcess) -> None:
+    before = scrape(server)["autoparser_protocol_anomalies_total"][(("rule", "cut_off_call"),)]
+    response = post(server, "/v1/chat/completions", {
+        "messages": ASK, "tools": [WEATHER], "tool_choice": "required", "max_tokens": 3}, "req-cut-1")
+    assert response.status_code == 200 and response.json()["choices"][0]["finish_reason"] == "length"
+    line = logged(server, "request_id=req-cut-1")
+    assert "protocol anomaly" in line and "rule=cut_off_call" in line
+    after = scrape(server)["autoparser_protocol_anomalies_total"][(("rule", "cut_off_call"),)]
+    assert after == before + 1
+
+
+def test_reasoning_ended_before_its_end_marker_is_logged(server: ServerProcess) -> None:
+    # Every token id stops the generation: the reply ends at once, inside the reasoning it opened.
+    response = post(server, "/v1/chat/completions", {
+        "messages": ASK, "thinking": True, "max_tokens": 8, "stop_token_ids": list(range(130_000))},
+        "req-unclosed-1")
+    assert response.status_code == 200 and response.json()["choices"][0]["finish_reason"] == "stop"
+    assert "rule=unclosed_reasoning" in logged(server, "request_id=req-unclosed-1")
+
+
+def test_a_reply_without_anomalies_logs_none(server: ServerProcess) -> None:
+    response = post(server, "/v1/chat/completions", {"messages": ASK, "max_tokens": 4}, "req-plain-1")
+    assert response.status_code == 200
+    post(server, "/v1/chat/completions", {"messages": ASK, "max_tokens": 1}, "req-after-1")
+    time.sleep(0.5)
+    assert "request_id=req-plain-1" not in server.log()
+
+
+# -- model names -----------------------------------------------------------------------------------
+
+
+def test_models_lists_every_name_the_server_answers_to(server: ServerProcess, model: Path) -> None:
+    with server.http() as http:
+        ids = [card["id"] for card in http.get("/v1/models").json()["data"]]
+        assert ids == [*NAMES, "autoparser tiny deepseek2", model.stem]
+        for name in ids:
+            assert http.get(f"/v1/models/{name}").json()["id"] == name
+        assert http.get("/v1/models/gpt-4o").status_code == 404
+
+
+def test_seed_004_sample_works_as_written(server: ServerProcess) -> None:
+    with server.http() as http:
+        response = http.post("/v1/chat/completions", json=SEED_004_SAMPLE)
+        unknown = http.post("/v1/chat/completions", json={**SEED_004_SAMPLE, "model": "DeepSeek-V9"})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["model"] == "DeepSeek-R1" and body["usage"]["completion_tokens"] <= 20
+    assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "model_not_found"
+
+
+def test_the_gguf_name_and_the_file_name_are_answered_to(server: ServerProcess, model: Path) -> None:
+    for name in ("autoparser tiny deepseek2", model.stem):
+        response = post(server, "/v1/chat/completions", {"model": name, "messages": ASK, "max_tokens": 1})
+        assert response.status_code == 200 and response.json()["model"] == name
