@@ -154,3 +154,36 @@ def test_the_gguf_name_and_the_file_name_are_answered_to(server: ServerProcess, 
     for name in ("autoparser tiny deepseek2", model.stem):
         response = post(server, "/v1/chat/completions", {"model": name, "messages": ASK, "max_tokens": 1})
         assert response.status_code == 200 and response.json()["model"] == name
+
+
+# -- the checks OpenAI makes, and Responses usage ----------------------------------------------------
+
+
+def test_stream_options_without_stream_is_refused(server: ServerProcess) -> None:
+    for path, body in (("/v1/chat/completions", {"messages": ASK}), ("/v1/completions", {"prompt": "Hi"})):
+        response = post(server, path, {**body, "max_tokens": 2, "stream_options": {"include_usage": True}})
+        assert response.status_code == 400, response.text
+        assert response.json()["error"]["param"] == "stream_options"
+    streamed = post(server, "/v1/chat/completions", {"messages": ASK, "max_tokens": 2, "stream": True,
+                                                    "stream_options": {"include_usage": True}})
+    assert streamed.status_code == 200 and '"usage"' in streamed.text
+
+
+def test_max_tokens_beyond_the_slot_is_refused(server: ServerProcess) -> None:
+    slot = server.http().get("/v1/models").json()["data"][0]["max_model_len"]
+    for field in ("max_tokens", "max_completion_tokens"):
+        refused = post(server, "/v1/chat/completions", {"messages": ASK, field: slot + 1})
+        assert refused.status_code == 400 and refused.json()["error"]["param"] == "max_tokens"
+        assert f"at most {slot} completion tokens" in refused.json()["error"]["message"]
+    assert post(server, "/v1/responses", {"input": "Hi", "max_output_tokens": slot + 1}).status_code == 400
+    clipped = post(server, "/v1/chat/completions", {"messages": ASK, "max_tokens": slot, "stop_token_ids":
+                                                    list(range(130_000))})
+    assert clipped.status_code == 200, "a budget the prompt only shortens is clipped, not refused"
+
+
+def test_responses_report_the_cached_prompt_tokens(server: ServerProcess) -> None:
+    body = {"input": "Tell me about the weather in Lima in spring, please.", "max_output_tokens": 2,
+            "thinking": False}
+    post(server, "/v1/responses", body)
+    again = post(server, "/v1/responses", body).json()["usage"]
+    assert 0 < again["input_tokens_details"]["cached_tokens"] <= again["input_tokens"]

@@ -9,7 +9,8 @@ therefore agree by construction. The steps, in order:
    `skip_special_tokens` is set (markers the parser needs are always kept);
 2. stop strings end the output (`StopMatcher`, with hold-back);
 3. the parser stream (`Analysis.parser(...).stream()`) turns text into deltas;
-4. with `skip_special_tokens`, marker tokens the parser left in `content` are removed from it,
+4. with `skip_special_tokens`, marker tokens the parser left in `content` or `reasoning_content`
+   are removed from them,
    and markup of a tool call the output ended inside (cut off by `max_tokens`, say) is dropped
    rather than returned as content (`full_text` still has it);
 5. with `separate_reasoning` off, reasoning deltas go back into `content` between the
@@ -224,6 +225,8 @@ class Completion:
         if content:
             content = self._without_markers(content)
         message["content"] = content or None
+        if message.get("reasoning_content"):
+            message["reasoning_content"] = self._without_markers(message["reasoning_content"]) or None
         if self._inliner is not None:
             message = self._inliner.message(message, self._reasoning_end_seen())
         return message
@@ -288,11 +291,12 @@ class Completion:
             return deltas
         out = []
         for delta in deltas:
-            if delta.get("content"):
-                text = self._without_markers(delta["content"])
+            key = "content" if delta.get("content") else "reasoning_content" if delta.get("reasoning_content") else None
+            if key is not None:
+                text = self._without_markers(delta[key])
                 if not text:
                     continue
-                delta = {**delta, "content": text}
+                delta = {**delta, key: text}
             out.append(delta)
         return out
 

@@ -73,9 +73,11 @@ class PlainText:
 
 def parse_completion_request(body: bytes) -> CompletionRequest:
     try:
-        return CompletionRequest.model_validate(parse_json_body(body))
+        request = CompletionRequest.model_validate(parse_json_body(body))
     except ValidationError as exc:
         raise validation_error(exc) from None
+    request.check()
+    return request
 
 
 def prepare_text(service: ChatService, request: CompletionRequest) -> PreparedChat:

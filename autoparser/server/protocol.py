@@ -120,6 +120,12 @@ class GenerationFields(BaseModel):
             raise ValueError("only n=1 is supported: one model context serves one generation")
         return value
 
+    def check(self) -> None:
+        """The checks across fields, as OpenAI makes them."""
+        if self.stream_options is not None and not self.stream:
+            raise bad_request("The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+                              param="stream_options")
+
     @field_validator("stop")
     @classmethod
     def _non_empty_stops(cls, value: str | list[str] | None) -> str | list[str] | None:
@@ -183,6 +189,7 @@ def parse_request(body: bytes | dict[str, Any]) -> ChatCompletionRequest:
         request = ChatCompletionRequest.model_validate(data)
     except ValidationError as exc:
         raise validation_error(exc) from None
+    request.check()
     if request.tools:
         request._raw_tools = data["tools"]
     return request

@@ -227,8 +227,15 @@ class ChatService:
 
     def clip_max_tokens(self, prompt_length: int, requested: int | None, param: str = "messages",
                         at_least: bool = False) -> int:
-        """The completion budget: what was asked for, at most what the context has left."""
+        """The completion budget: what was asked for, at most what the context has left.
+
+        A request for more tokens than a whole slot holds is refused, as OpenAI refuses more
+        than a model's output limit; one that only meets a long prompt is clipped."""
         n_ctx = int(self.engine.n_ctx)
+        if requested is not None and requested > n_ctx:
+            raise APIError(400, f"max_tokens is too large: {requested}. This model supports at most {n_ctx} "
+                                f"completion tokens, whereas you provided {requested}.",
+                           param="max_tokens", code="invalid_value")
         remaining = n_ctx - prompt_length
         if remaining < 1:  # OpenAI's wording, which clients (litellm, LangChain) recognise
             raise APIError(400, f"This model's maximum context length is {n_ctx} tokens. However, your "
