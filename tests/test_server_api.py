@@ -83,6 +83,15 @@ def test_skip_special_tokens_removes_markers_left_in_reasoning(v31: Any) -> None
     assert marker in completion.text
 
 
+@pytest.mark.parametrize("answer", [["Sun", "ny", "."], []])
+def test_held_reasoning_goes_out_as_one_delta_when_the_answer_begins(v31: Any, answer: list[str]) -> None:
+    stream = v31.parser(tools=[WEATHER], thinking=True).stream()
+    completion = Completion(stream, OutputOptions(hold_reasoning=True))
+    deltas, message = run(completion, ["Let", " me", " think", "</think>", *answer])
+    assert deltas[0] == {"reasoning_content": "Let me think"} == {"reasoning_content": message["reasoning_content"]}
+    assert deltas[1:] == [{"content": piece} for piece in answer]
+
+
 def test_skip_special_tokens_removes_markers_left_in_content(v31: Any) -> None:
     stream = v31.parser(tools=[WEATHER], thinking=False, tool_call_policy="strict").stream()
     text = f"Answer first. {SECTION}{CALL}get_weather{SEP}{{}}{CALL_END}{SECTION_END}"
@@ -131,6 +140,11 @@ def test_reasoning_effort_switches_thinking_and_sets_a_budget(effort: str, think
     request = parse_request(chat_body(reasoning_effort=effort))
     assert requested_thinking(request, "thinking", True) is thinking
     assert thinking_budget(request) == budget
+
+
+def test_reasoning_object_sets_the_budget() -> None:
+    assert thinking_budget(parse_request(chat_body(reasoning={"effort": "low"}))) == 256
+    assert thinking_budget(parse_request(chat_body(reasoning={"max_tokens": 9, "effort": "low"}))) == 9
 
 
 def test_explicit_thinking_fields_win_over_reasoning_effort() -> None:

@@ -283,7 +283,13 @@ def test_tool_choice_defaults() -> None:
     ({"thinking": {"type": "disabled"}}, False),
     ({"chat_template_kwargs": {"thinking": True}}, True),
     ({"thinking": True, "chat_template_kwargs": {"thinking": False}}, False),
-    ({"chat_template_kwargs": {"enable_thinking": True}}, None),
+    ({"chat_template_kwargs": {"enable_thinking": True}}, True),
+    ({"chat_template_kwargs": {"enable_thinking": "yes"}}, None),
+    ({"enable_reasoning": False}, False),
+    ({"reasoning": True}, True),
+    ({"reasoning": {"enabled": False}}, False),
+    ({"reasoning": {"effort": "none"}}, False),
+    ({"reasoning": {"effort": "high"}, "thinking": False}, False),
 ])
 def test_thinking_switch(fields: dict[str, Any], expected: bool | None) -> None:
     assert requested_thinking(parse_request(request(**fields)), "thinking", True) is expected

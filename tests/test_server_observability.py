@@ -1,9 +1,11 @@
-"""The serving surface through the real server on the tiny DeepSeek V3.1 model: `/metrics` scraped
-and parsed by `prometheus_client`, the anomaly log, the names the server answers to (seed 004's
-sample request as written), and the request checks OpenAI makes."""
+"""The serving surface through the real server on the tiny DeepSeek models: `/metrics` scraped and
+parsed by `prometheus_client`, the anomaly log, the names the server answers to (seed 004's sample
+request as written), the request checks OpenAI makes, Responses usage, the reasoning switches
+(honoured, or answered with a warning where the template cannot) and `stream_reasoning: false`."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -187,3 +189,67 @@ def test_responses_report_the_cached_prompt_tokens(server: ServerProcess) -> Non
     post(server, "/v1/responses", body)
     again = post(server, "/v1/responses", body).json()["usage"]
     assert 0 < again["input_tokens_details"]["cached_tokens"] <= again["input_tokens"]
+
+
+# -- reasoning switches and stream_reasoning --------------------------------------------------------
+
+
+def sse_deltas(response: Any) -> list[dict[str, Any]]:
+    lines = [line[len("data: "):] for line in response.text.splitlines() if line.startswith("data: ")]
+    return [json.loads(line)["choices"][0]["delta"] for line in lines[:-1] if json.loads(line)["choices"]]
+
+
+def test_stream_reasoning_false_sends_the_reasoning_as_one_delta(server: ServerProcess) -> None:
+    body = {"messages": ASK, "thinking": True, "thinking_budget": 6, "max_tokens": 16, "ignore_eos": True,
+            "stream": True, "seed": 3}
+    streamed = sse_deltas(post(server, "/v1/chat/completions", body))
+    held = sse_deltas(post(server, "/v1/chat/completions", {**body, "stream_reasoning": False}))
+    reasoning = [delta["reasoning_content"] for delta in held if delta.get("reasoning_content")]
+    assert len(reasoning) == 1 and len([d for d in streamed if d.get("reasoning_content")]) > 1
+    assert reasoning[0] == "".join(d.get("reasoning_content") or "" for d in streamed), "the same reasoning"
+    answer = [delta for delta in held if delta.get("content")]
+    assert len(answer) > 1 and held.index(answer[0]) > held.index(next(d for d in held if d.get("reasoning_content")))
+
+
+@pytest.fixture(scope="module")
+def r1_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    model = tiny_model(find_template("llama-cpp-deepseek-r1.jinja"))
+    process = start_server(model, "--n-ctx", "1024", log_dir=tmp_path_factory.mktemp("r1"))
+    yield process
+    process.stop()
+
+
+@pytest.fixture(scope="module")
+def plain_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    model = tiny_model(find_template("xinference__deepseek-v3-0324-92ebdf26.jinja"))
+    process = start_server(model, "--n-ctx", "1024", log_dir=tmp_path_factory.mktemp("v3"))
+    yield process
+    process.stop()
+
+
+@pytest.mark.parametrize("switch", [{"thinking": False}, {"enable_reasoning": False}, {"reasoning": False},
+                                    {"reasoning_effort": "none"}, {"chat_template_kwargs": {"enable_thinking": False}}])
+def test_thinking_off_on_a_template_that_always_reasons_is_answered(r1_server: ServerProcess,
+                                                                     switch: dict[str, Any]) -> None:
+    request_id = f"req-off-{sorted(switch)[0]}"
+    response = post(r1_server, "/v1/chat/completions", {"messages": ASK, "max_tokens": 2, **switch}, request_id)
+    assert response.status_code == 200
+    warnings = response.json()["warnings"]
+    assert len(warnings) == 1 and "always reasons" in warnings[0]
+    assert "thinking off was requested" in logged(r1_server, f"request_id={request_id} warning")
+
+
+def test_thinking_asked_of_a_template_that_does_so_is_not_warned_about(r1_server: ServerProcess,
+                                                                       server: ServerProcess) -> None:
+    for target, switch in ((r1_server, {"reasoning": True}), (server, {"thinking": False}),
+                           (server, {"reasoning": {"effort": "low"}})):
+        response = post(target, "/v1/chat/completions", {"messages": ASK, "max_tokens": 2, **switch})
+        assert "warnings" not in response.json(), switch
+
+
+def test_thinking_on_a_template_without_reasoning_is_answered(plain_server: ServerProcess) -> None:
+    body = {"messages": ASK, "max_tokens": 2, "thinking": True, "stream": True}
+    response = post(plain_server, "/v1/chat/completions", body, "req-on-plain")
+    first = json.loads(response.text.splitlines()[0][len("data: "):])
+    assert "has no reasoning" in first["warnings"][0], "a stream says it in its first chunk"
+    assert "has no reasoning" in logged(plain_server, "request_id=req-on-plain warning")

@@ -14,7 +14,8 @@ therefore agree by construction. The steps, in order:
    and markup of a tool call the output ended inside (cut off by `max_tokens`, say) is dropped
    rather than returned as content (`full_text` still has it);
 5. with `separate_reasoning` off, reasoning deltas go back into `content` between the
-   template's reasoning markers;
+   template's reasoning markers; with `hold_reasoning` (`stream_reasoning: false`), they are
+   kept back and sent as one delta when the answer begins;
 6. the `extensions` record (reasoning chunks, tool-call start/args/end events) is collected.
 
 Per-token extras ride on the deltas as private keys the HTTP layer takes off again: `_logprobs`
@@ -57,6 +58,8 @@ class OutputOptions:
     """Texts that open a tool call: content the output ended in from one of them on is dropped."""
     logprobs: bool = False
     full_text: bool = False
+    hold_reasoning: bool = False
+    """Reasoning goes out as one delta when the answer begins (or the output ends)."""
 
 
 @dataclass
@@ -165,6 +168,7 @@ class Completion:
                          else ReasoningInliner(options.reasoning_start, options.reasoning_end))
         self._extensions = ExtensionsRecorder() if options.collect_extensions else None
         self._pieces: list[str] = []
+        self._held_reasoning: list[str] | None = [] if options.hold_reasoning and options.separate_reasoning else None
         self._finished = False
         self._dropped_tail = ""
         self.stop_string: str | None = None
@@ -212,6 +216,8 @@ class Completion:
         if self._extensions is not None:
             self._extensions.record(raw)
         raw = self._hide_markers(raw)
+        if self._held_reasoning is not None:
+            raw = self._hold_reasoning(raw) + self._release_reasoning()
         if self._inliner is not None:
             raw = self._inliner.convert(raw) + self._inliner.close(self._reasoning_end_seen())
         return self._annotate(deltas + raw)
@@ -260,9 +266,32 @@ class Completion:
         if self._extensions is not None:
             self._extensions.record(deltas)
         deltas = self._hide_markers(deltas)
+        if self._held_reasoning is not None:
+            deltas = self._hold_reasoning(deltas)
         if self._inliner is not None:
             deltas = self._inliner.convert(deltas)
         return deltas
+
+    def _hold_reasoning(self, deltas: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Keep reasoning deltas back; the first delta of anything else releases them, as one."""
+        held = self._held_reasoning
+        assert held is not None
+        out: list[dict[str, Any]] = []
+        for delta in deltas:
+            if "reasoning_content" in delta and len(delta) == 1:
+                held.append(delta["reasoning_content"])
+                continue
+            out += self._release_reasoning()
+            out.append(delta)
+        return out
+
+    def _release_reasoning(self) -> list[dict[str, Any]]:
+        held = self._held_reasoning
+        if not held:
+            return []
+        text = "".join(held)
+        held.clear()
+        return [{"reasoning_content": text}]
 
     def _drop_cut_off_markup(self, deltas: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The parser releases held-back markup as content when the output ends inside a call it

@@ -83,8 +83,10 @@ class RequestTracker:
         self.submitted: float | None = None
         self.ended = False
 
-    def on_submit(self) -> None:
+    def on_submit(self, prepared: Any) -> None:
         self.submitted = time.monotonic()
+        for warning in prepared.warnings:
+            log.warning("request_id=%s warning: %s", self.request_id, warning)
 
     def on_done(self, prepared: Any, result: Any) -> None:
         if self.ended:

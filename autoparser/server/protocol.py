@@ -6,6 +6,7 @@ Beyond OpenAI's fields the request accepts the ones vLLM and SGLang users send (
 `min_p`, `repetition_penalty`, `stop_token_ids`, `ignore_eos`, `include_stop_str_in_output`,
 `skip_special_tokens`, `chat_template_kwargs`, `separate_reasoning`) and a few of this server's
 own: `thinking` (a switch, or `{"type": "enabled", "budget_tokens": N}`), `thinking_budget`,
+`reasoning` and `enable_reasoning` (other clients' switches), `stream_reasoning`,
 `tool_call_policy`, `full_text`, `extensions` and `return_prompt`.
 Unknown fields are ignored, as vLLM does, so clients written for other servers keep working.
 """
@@ -85,6 +86,16 @@ class ThinkingOption(BaseModel):
     budget_tokens: int | None = Field(default=None, ge=0)
 
 
+class ReasoningOption(BaseModel):
+    """OpenRouter style `{"enabled": true, "effort": "high", "max_tokens": N}`."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    enabled: bool | None = None
+    effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
+    max_tokens: int | None = Field(default=None, ge=0)
+
+
 class GenerationFields(BaseModel):
     """The fields every generating endpoint shares: limits, sampling, stops, output options."""
 
@@ -156,6 +167,10 @@ class ChatCompletionRequest(GenerationFields):
     thinking: bool | ThinkingOption | None = None
     thinking_budget: int | None = Field(default=None, ge=0)
     reasoning_effort: ReasoningEffort | None = None
+    reasoning: bool | ReasoningOption | None = None
+    enable_reasoning: bool | None = None
+    stream_reasoning: bool = True
+    """Off: a stream sends the reasoning as one delta once it ends; content still streams."""
     tool_call_policy: Literal["lenient", "strict"] | None = None
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
@@ -219,6 +234,7 @@ def location_to_param(loc: tuple[Any, ...] | list[Any]) -> str:
 
 
 _UNION_TAGS = {"str", "list", "bool", "int", "float", "dict", "none", "NamedToolChoice", "ThinkingOption",
+               "ReasoningOption",
                "literal['auto','none','required']", "literal['enabled','disabled']"}
 
 
@@ -306,30 +322,56 @@ def tool_choice_value(request: ChatCompletionRequest) -> str | dict[str, Any]:
     return choice
 
 
+# Names clients use for a thinking switch in `chat_template_kwargs`; they count as a request
+# for thinking on templates whose own switch has another name.
+THINKING_KWARGS = ("enable_thinking", "thinking", "enable_reasoning", "reasoning")
+
+
 def requested_thinking(request: ChatCompletionRequest, toggle: str | None, toggle_on: Any) -> bool | None:
-    """Whether the request asks for thinking: the template's own switch in `chat_template_kwargs`
-    wins, then the top-level `thinking` field, then `reasoning_effort` (`none`/`minimal` off,
-    the others on); None means "as the template's default"."""
+    """Whether the request asks for thinking, by the first of these it sets: the template's own
+    switch in `chat_template_kwargs`, another common switch name there, `thinking`,
+    `enable_reasoning`, `reasoning` (a switch, or `enabled`/`effort`), `reasoning_effort`
+    (`none`/`minimal` off, the others on); None means "as the template's default"."""
     kwargs = request.chat_template_kwargs or {}
     if toggle and toggle in kwargs:
         value = kwargs[toggle]
         return value == toggle_on if not isinstance(toggle_on, bool) else bool(value)
+    named = next((kwargs[name] for name in THINKING_KWARGS if isinstance(kwargs.get(name), bool)), None)
+    if named is not None:
+        return named
     thinking = request.thinking
     if isinstance(thinking, ThinkingOption):
         return thinking.type == "enabled"
-    if thinking is None and request.reasoning_effort is not None:
-        return request.reasoning_effort in EFFORT_BUDGETS
-    return thinking
+    if thinking is not None:
+        return thinking
+    if request.enable_reasoning is not None:
+        return request.enable_reasoning
+    reasoning = request.reasoning
+    if isinstance(reasoning, bool):
+        return reasoning
+    if reasoning is not None and reasoning.enabled is not None:
+        return reasoning.enabled
+    effort = _effort(request)
+    return None if effort is None else effort in EFFORT_BUDGETS
+
+
+def _effort(request: ChatCompletionRequest) -> str | None:
+    if request.reasoning_effort is not None:
+        return request.reasoning_effort
+    reasoning = request.reasoning
+    return reasoning.effort if isinstance(reasoning, ReasoningOption) else None
 
 
 def thinking_budget(request: ChatCompletionRequest) -> int | None:
     """The most reasoning tokens the request allows: `thinking_budget`, `thinking.budget_tokens`,
-    or the budget its `reasoning_effort` sets."""
+    `reasoning.max_tokens`, or the budget its effort sets."""
     if request.thinking_budget is not None:
         return request.thinking_budget
     if isinstance(request.thinking, ThinkingOption) and request.thinking.budget_tokens is not None:
         return request.thinking.budget_tokens
-    return EFFORT_BUDGETS.get(request.reasoning_effort or "")
+    if isinstance(request.reasoning, ReasoningOption) and request.reasoning.max_tokens is not None:
+        return request.reasoning.max_tokens
+    return EFFORT_BUDGETS.get(_effort(request) or "")
 
 
 def stop_strings(request: GenerationFields) -> list[str]:

@@ -31,7 +31,8 @@ from autoparser.server.worker import GenerationResult, GenerationWorker
 # Request fields passed to the chat request unchanged (this server's and vLLM's extras).
 PASSED_THROUGH = ("top_k", "min_p", "seed", "stop", "presence_penalty", "frequency_penalty",
                   "repetition_penalty", "chat_template_kwargs", "thinking", "thinking_budget",
-                  "tool_call_policy", "return_prompt", "skip_special_tokens", "ignore_eos", "tool_preamble")
+                  "tool_call_policy", "return_prompt", "skip_special_tokens", "ignore_eos", "tool_preamble",
+                  "enable_reasoning", "stream_reasoning")
 
 
 class ResponsesRequest(BaseModel):

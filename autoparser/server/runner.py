@@ -119,7 +119,7 @@ def start(worker: GenerationWorker, prepared: PreparedChat, stream: bool, reserv
         completion=prepared.completion, make_stats=_new_stats, post=channel.post,
         reasoning=prepared.reasoning, stream_deltas=stream)
     if tracker is not None:
-        tracker.on_submit()
+        tracker.on_submit(prepared)
     worker.submit(job, reserved=reserved)
     return Run(prepared, job, channel, tracker)
 

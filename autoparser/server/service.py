@@ -155,16 +155,17 @@ class ChatService:
         budget = protocol.thinking_budget(request)
         if budget is None:
             budget = self.settings.reasoning_budget
-        warnings: list[str] = []
+        warnings = self.thinking_warnings(thinking)
         grammar, phase = None, None
         start = self.start_state(thinking, prompt)
         if start[0] == OPEN and (budget is not None or self.constrained(request, tools, tool_choice)):
-            answer_grammar, warnings = self.grammar(request, tools, tool_choice, None, after_reasoning=True)
+            answer_grammar, grammar_warnings = self.grammar(request, tools, tool_choice, None, after_reasoning=True)
             phase = ReasoningPhase(
                 end_text=reasoning.end, end_tokens=self.engine.tokenize(reasoning.end, parse_special=True),
                 answer_grammar=answer_grammar, budget=budget, no_eos=self.answer_required(request, tool_choice))
         else:
-            grammar, warnings = self.grammar(request, tools, tool_choice, thinking, prompt=prompt)
+            grammar, grammar_warnings = self.grammar(request, tools, tool_choice, thinking, prompt=prompt)
+        warnings += grammar_warnings
         stream = self.parser(tools, thinking, request.parallel_tool_calls, tool_choice, policy, prompt).stream()
         return PreparedChat(
             request=request, prompt=prompt, prompt_tokens=prompt_tokens, max_tokens=max_tokens,
@@ -172,6 +173,20 @@ class ChatService:
             stop_token_ids=self.stop_token_ids(request),
             completion=Completion(stream, self.output_options(request)), warnings=warnings,
             start_state=start[0], tool_call_policy=policy)
+
+    def thinking_warnings(self, thinking: bool | None) -> list[str]:
+        """What the request asked of thinking that the template cannot do (said, never silent)."""
+        reasoning = self.analysis.reasoning
+        if thinking is None or self.analysis.thinking_enabled(thinking) == thinking:
+            return []
+        if thinking and reasoning.mode == "none":
+            return ["thinking was requested, but this model's chat template has no reasoning: "
+                    "the reply has none"]
+        if thinking:
+            return ["thinking was requested, but the chat template has no switch for it and does not "
+                    "open reasoning itself: the model decides whether to reason"]
+        return ["thinking off was requested, but the chat template has no switch for it and always "
+                "reasons: the reply still begins with reasoning"]
 
     def wants_preamble(self, request: ChatCompletionRequest, tools: list[dict[str, Any]] | None,
                        tool_choice: Any) -> bool:
@@ -281,7 +296,8 @@ class ChatService:
             hidden_markers=self.special_tokens if request.skip_special_tokens and parsed else frozenset(),
             cutoff_markers=self._call_openers() if parsed else (),
             logprobs=request.top_logprobs_wanted() is not None,
-            full_text=request.full_text)
+            full_text=request.full_text,
+            hold_reasoning=request.stream and not getattr(request, "stream_reasoning", True))
 
     # -- grammar and parser --------------------------------------------------------------------
 
