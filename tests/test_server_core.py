@@ -366,3 +366,22 @@ def test_stream_ends_with_finish_usage_and_done() -> None:
     assert events[4]["choices"] == [] and events[4]["usage"] == {
         "prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5, "prompt_tokens_details": {"cached_tokens": 0}}
     assert events[5] == "[DONE]"
+
+
+def test_a_channel_behind_its_bound_sets_the_pressure_until_taken() -> None:
+    import asyncio
+    import threading
+
+    from autoparser.server.worker import AsyncChannel
+
+    async def run() -> None:
+        pressure = threading.Event()
+        channel = AsyncChannel(asyncio.get_running_loop(), bound=3, pressure=pressure)
+        channel.post(("deltas", [{"content": "a"}]))
+        channel.post(("deltas", [{"content": "b"}]))
+        assert not pressure.is_set()
+        channel.post(("deltas", [{"content": "c"}]))
+        assert pressure.is_set()
+        assert len(await channel.take()) == 3 and not pressure.is_set()
+
+    asyncio.run(run())

@@ -253,3 +253,37 @@ def test_thinking_on_a_template_without_reasoning_is_answered(plain_server: Serv
     first = json.loads(response.text.splitlines()[0][len("data: "):])
     assert "has no reasoning" in first["warnings"][0], "a stream says it in its first chunk"
     assert "has no reasoning" in logged(plain_server, "request_id=req-on-plain warning")
+
+
+# -- backpressure ------------------------------------------------------------------------------------
+
+
+def test_a_reader_that_falls_behind_pauses_its_generation(server: ServerProcess) -> None:
+    """A client that stops reading a long stream holds its generation: the token after the pause
+    took the length of the pause. Every chunk carries the whole text so far and 20 alternatives per
+    token, so the stream (about 8 MB) is far larger than what the sockets buffer. Then the stream
+    ends whole."""
+    import socket
+    from urllib.parse import urlsplit
+
+    stall_s = 8.0
+    body = json.dumps({"model": "tiny", "messages": ASK, "max_tokens": 1800, "ignore_eos": True, "stream": True,
+                       "full_text": True, "logprobs": True, "top_logprobs": 20, "seed": 5}).encode()
+    address = urlsplit(server.base_url)
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect((address.hostname, address.port))
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Connection: close\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        received = [sock.recv(4096)]
+        time.sleep(stall_s)
+        sock.settimeout(60)
+        while chunk := sock.recv(1 << 16):
+            received.append(chunk)
+    events = [json.loads(line[len("data: "):]) for line in b"".join(received).decode().splitlines()
+              if line.startswith("data: {")]
+    last = next(event for event in reversed(events) if event.get("decode_time_arr"))
+    assert len(last["decode_time_arr"]) == 1800
+    assert max(last["decode_time_arr"]) > 1000, "the generation went on while nobody read"
+    content = "".join(event["choices"][0]["delta"].get("content") or "" for event in events if event["choices"])
+    assert content and last["full_text"].endswith(content[-20:])

@@ -8,6 +8,7 @@ wire format around them differs.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -17,7 +18,13 @@ from starlette.concurrency import run_in_threadpool
 
 from autoparser.server.errors import APIError
 from autoparser.server.service import PreparedChat
-from autoparser.server.worker import AsyncChannel, GenerationJob, GenerationResult, GenerationWorker
+from autoparser.server.worker import (
+    CHANNEL_BOUND,
+    AsyncChannel,
+    GenerationJob,
+    GenerationResult,
+    GenerationWorker,
+)
 
 if TYPE_CHECKING:
     from autoparser.server.metrics import RequestTracker
@@ -111,13 +118,14 @@ def start(worker: GenerationWorker, prepared: PreparedChat, stream: bool, reserv
           tracker: RequestTracker | None = None) -> Run:
     """Queue the generation (503 when the queue is full) and return its handle."""
     request = prepared.request
-    channel = AsyncChannel(asyncio.get_running_loop())
+    paused = threading.Event()
+    channel = AsyncChannel(asyncio.get_running_loop(), bound=CHANNEL_BOUND, pressure=paused)
     job = GenerationJob(
         prompt_tokens=prepared.prompt_tokens, max_tokens=prepared.max_tokens,
         sampling=prepared.sampling, grammar=prepared.grammar,
         stop_token_ids=prepared.stop_token_ids, ignore_eos=request.ignore_eos,
         completion=prepared.completion, make_stats=_new_stats, post=channel.post,
-        reasoning=prepared.reasoning, stream_deltas=stream)
+        reasoning=prepared.reasoning, stream_deltas=stream, paused=paused)
     if tracker is not None:
         tracker.on_submit(prepared)
     worker.submit(job, reserved=reserved)
