@@ -287,3 +287,41 @@ def test_a_reader_that_falls_behind_pauses_its_generation(server: ServerProcess)
     assert max(last["decode_time_arr"]) > 1000, "the generation went on while nobody read"
     content = "".join(event["choices"][0]["delta"].get("content") or "" for event in events if event["choices"])
     assert content and last["full_text"].endswith(content[-20:])
+
+
+# -- n > 1 -------------------------------------------------------------------------------------------
+
+
+def test_several_choices_each_with_its_own_parser(server: ServerProcess) -> None:
+    client = server.client()
+    one = client.chat.completions.create(model="tiny", messages=ASK, max_tokens=96, seed=7, tools=[WEATHER],
+                                         tool_choice="required")
+    answer = client.chat.completions.create(model="tiny", messages=ASK, n=3, max_tokens=96, seed=7, tools=[WEATHER],
+                                            tool_choice="required", parallel_tool_calls=False)
+    assert [choice.index for choice in answer.choices] == [0, 1, 2]
+    for choice in answer.choices:  # the grammar of each choice kept its call well-formed
+        call = choice.message.tool_calls[0]
+        assert call.function.name == "get_weather" and json.loads(call.function.arguments)["city"] in ("Paris", "Lima")
+    assert len({choice.message.tool_calls[0].id for choice in answer.choices}) == 3
+    assert answer.usage.prompt_tokens == one.usage.prompt_tokens, "the prompt counts once"
+    assert answer.usage.completion_tokens >= 3 * 4
+
+
+def test_several_choices_streamed(server: ServerProcess) -> None:
+    stream = server.client().chat.completions.create(
+        model="tiny", messages=ASK, n=2, max_tokens=10, seed=3, stream=True,
+        stream_options={"include_usage": True}, extra_body={"ignore_eos": True})
+    texts: dict[int, str] = {0: "", 1: ""}
+    finished: dict[int, str] = {}
+    usage = None
+    for chunk in stream:
+        usage = chunk.usage or usage
+        for choice in chunk.choices:
+            texts[choice.index] += choice.delta.content or ""
+            if choice.finish_reason:
+                finished[choice.index] = choice.finish_reason
+    assert finished == {0: "length", 1: "length"} and all(texts.values())
+    assert texts[0] != texts[1], "choice i samples with seed + i"
+    assert usage is not None and usage.completion_tokens == 20
+    refused = post(server, "/v1/completions", {"prompt": "Hi", "n": 2, "max_tokens": 2})
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "n"

@@ -70,6 +70,10 @@ def create_app(service: ChatService, worker: GenerationWorker) -> FastAPI:
     async def chat_completions(request: Request) -> Any:
         chat = parse_request(await request.body())
         model_name = service.check_model(chat.model)
+        if chat.n > 1:
+            from autoparser.server.choices import several_choices
+
+            return await several_choices(request, service, worker, chat, model_name)
         run = await prepare_and_start(worker, lambda: service.prepare(chat), chat.stream,
                                       tracker(request, "chat"))
         prepared = run.prepared
@@ -113,15 +117,18 @@ class ResponseMeta:
         return {"id": self.id, "object": kind, "created": self.created, "model": self.model}
 
 
-def completion_body(prepared: PreparedChat, result: GenerationResult, meta: ResponseMeta) -> dict[str, Any]:
-    message = _wire_message(result.message)
-    request = prepared.request
-    top = request.top_logprobs_wanted()
+def choice_body(prepared: PreparedChat, result: GenerationResult, index: int = 0) -> dict[str, Any]:
+    top = prepared.request.top_logprobs_wanted()
     logprobs = None if top is None else chat_logprobs(prepared.completion.logprobs, top)
+    return {"index": index, "message": _wire_message(result.message), "logprobs": logprobs,
+            "finish_reason": result.finish_reason}
+
+
+def completion_body(prepared: PreparedChat, result: GenerationResult, meta: ResponseMeta) -> dict[str, Any]:
+    request = prepared.request
     body = {
         **meta.head("chat.completion"),
-        "choices": [{"index": 0, "message": message, "logprobs": logprobs,
-                     "finish_reason": result.finish_reason}],
+        "choices": [choice_body(prepared, result)],
         "usage": usage(result),
         **timings(result),
     }
@@ -159,27 +166,27 @@ async def stream_chunks(run: Run, meta: ResponseMeta) -> AsyncIterator[bytes]:
 
 
 def _final_chunks(prepared: PreparedChat, result: GenerationResult, head: dict[str, Any],
-                  top: int | None) -> list[bytes]:
+                  top: int | None, index: int = 0, with_usage: bool = True) -> list[bytes]:
     """The held-back deltas, the chunk with finish_reason and timings, and usage if asked for."""
     request = prepared.request
-    out = [sse(_chunk(head, delta, top=top)) for delta in result.final_deltas]
-    last = {**_chunk(head, {}, result.finish_reason), **timings(result)}
+    out = [sse(_chunk(head, delta, top=top, index=index)) for delta in result.final_deltas]
+    last = {**_chunk(head, {}, result.finish_reason, index=index), **timings(result)}
     rest = prepared.completion.take_pending_logprobs()
     if top is not None and rest:
         last["choices"][0]["logprobs"] = chat_logprobs(rest, top)
     if request.full_text:
         last["full_text"] = prepared.completion.text
     out.append(sse(last))
-    if request.stream_options is not None and request.stream_options.include_usage:
+    if with_usage and request.stream_options is not None and request.stream_options.include_usage:
         out.append(sse({**head, "choices": [], "usage": usage(result)}))
     return out
 
 
 def _chunk(head: dict[str, Any], delta: dict[str, Any], finish_reason: str | None = None,
-           top: int | None = None) -> dict[str, Any]:
+           top: int | None = None, index: int = 0) -> dict[str, Any]:
     entries = delta.get("_logprobs")
     logprobs = chat_logprobs(entries, top) if entries and top is not None else None
-    chunk = {**head, "choices": [{"index": 0, "delta": public(delta), "logprobs": logprobs,
+    chunk = {**head, "choices": [{"index": index, "delta": public(delta), "logprobs": logprobs,
                                   "finish_reason": finish_reason}]}
     if "_full_text" in delta:
         chunk["full_text"] = delta["_full_text"]

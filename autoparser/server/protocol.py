@@ -13,7 +13,7 @@ Unknown fields are ignored, as vLLM does, so clients written for other servers k
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
@@ -96,10 +96,15 @@ class ReasoningOption(BaseModel):
     max_tokens: int | None = Field(default=None, ge=0)
 
 
+MAX_CHOICES = 8
+"""Most `n` a chat request may ask for: each choice is a generation of its own."""
+
+
 class GenerationFields(BaseModel):
     """The fields every generating endpoint shares: limits, sampling, stops, output options."""
 
     model_config = ConfigDict(extra="ignore")
+    max_choices: ClassVar[int] = 1
 
     model: str | None = None
     stream: bool = False
@@ -126,9 +131,10 @@ class GenerationFields(BaseModel):
 
     @field_validator("n")
     @classmethod
-    def _single_choice(cls, value: int) -> int:
-        if value != 1:
-            raise ValueError("only n=1 is supported: one model context serves one generation")
+    def _choices(cls, value: int) -> int:
+        if not 1 <= value <= cls.max_choices:
+            raise ValueError(f"n must be between 1 and {cls.max_choices}" if cls.max_choices > 1
+                             else "only n=1 is supported on this endpoint")
         return value
 
     def check(self) -> None:
@@ -157,6 +163,7 @@ EFFORT_BUDGETS: dict[str, int | None] = {"low": 256, "medium": 1024, "high": Non
 
 
 class ChatCompletionRequest(GenerationFields):
+    max_choices: ClassVar[int] = MAX_CHOICES
     messages: list[ChatMessage] = Field(min_length=1)
     tools: list[ToolDef] | None = None
     tool_choice: Literal["auto", "none", "required"] | NamedToolChoice | None = None
