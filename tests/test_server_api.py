@@ -73,6 +73,25 @@ def test_content_and_calls_are_untouched_when_nothing_is_cut_off(v31: Any) -> No
     assert message["content"] == "Sure." and message["tool_calls"][0]["function"]["name"] == "get_weather"
 
 
+def test_skip_special_tokens_removes_markers_left_in_reasoning(v31: Any) -> None:
+    marker = "<｜place▁holder▁no▁1｜>"
+    stream = v31.parser(tools=[WEATHER], thinking=True).stream()
+    completion = Completion(stream, OutputOptions(hidden_markers=frozenset({marker})))
+    deltas, message = run(completion, ["Let me", marker, " think", "</think>", "Sunny."])
+    streamed = "".join(d.get("reasoning_content") or "" for d in deltas)
+    assert streamed == message["reasoning_content"] == "Let me think" and message["content"] == "Sunny."
+    assert marker in completion.text
+
+
+@pytest.mark.parametrize("answer", [["Sun", "ny", "."], []])
+def test_held_reasoning_goes_out_as_one_delta_when_the_answer_begins(v31: Any, answer: list[str]) -> None:
+    stream = v31.parser(tools=[WEATHER], thinking=True).stream()
+    completion = Completion(stream, OutputOptions(hold_reasoning=True))
+    deltas, message = run(completion, ["Let", " me", " think", "</think>", *answer])
+    assert deltas[0] == {"reasoning_content": "Let me think"} == {"reasoning_content": message["reasoning_content"]}
+    assert deltas[1:] == [{"content": piece} for piece in answer]
+
+
 def test_skip_special_tokens_removes_markers_left_in_content(v31: Any) -> None:
     stream = v31.parser(tools=[WEATHER], thinking=False, tool_call_policy="strict").stream()
     text = f"Answer first. {SECTION}{CALL}get_weather{SEP}{{}}{CALL_END}{SECTION_END}"
@@ -121,6 +140,11 @@ def test_reasoning_effort_switches_thinking_and_sets_a_budget(effort: str, think
     request = parse_request(chat_body(reasoning_effort=effort))
     assert requested_thinking(request, "thinking", True) is thinking
     assert thinking_budget(request) == budget
+
+
+def test_reasoning_object_sets_the_budget() -> None:
+    assert thinking_budget(parse_request(chat_body(reasoning={"effort": "low"}))) == 256
+    assert thinking_budget(parse_request(chat_body(reasoning={"max_tokens": 9, "effort": "low"}))) == 9
 
 
 def test_explicit_thinking_fields_win_over_reasoning_effort() -> None:
@@ -278,12 +302,16 @@ def test_responses_events_and_body_match_the_openai_types() -> None:
     assert all(kind == data["type"] for kind, data in events)
     kinds = [e.type for e in parsed]
     for kind in ("response.created", "response.output_item.added", "response.reasoning_text.delta",
+                 "response.reasoning_summary_part.added", "response.reasoning_summary_text.delta",
+                 "response.reasoning_summary_text.done", "response.reasoning_summary_part.done",
                  "response.output_text.delta", "response.function_call_arguments.delta",
                  "response.function_call_arguments.done", "response.output_item.done"):
         assert kind in kinds
     final = parsed[-1]
     assert final.type == "response.completed"
     assert [item.type for item in final.response.output] == ["reasoning", "message", "function_call"]
+    reasoning = final.response.output[0]
+    assert reasoning.summary[0].type == "summary_text" and reasoning.summary[0].text == reasoning.content[0].text
     call = final.response.output[2]
     assert (call.call_id, call.name, call.arguments) == ("call_x1", "get_weather", "{\"city\": \"Paris\"}")
     assert final.response.output_text == "Checking."

@@ -116,9 +116,12 @@ def test_openai_responses_create_and_stream(server: ServerProcess, ids: SeenIds)
     kinds = [event.type for event in events]
     assert kinds[:2] == ["response.created", "response.in_progress"] and kinds[-1] == "response.completed"
     for kind in ("response.output_item.added", "response.reasoning_text.delta",
-                 "response.function_call_arguments.delta", "response.function_call_arguments.done"):
+                 "response.reasoning_summary_text.delta", "response.function_call_arguments.delta",
+                 "response.function_call_arguments.done"):
         assert kind in kinds
     final = events[-1].response
+    assert final.output[0].summary[0].text == final.output[0].content[0].text
+    assert whole.usage.input_tokens_details.cached_tokens >= 0
     streamed_args = "".join(e.delta for e in events if e.type == "response.function_call_arguments.delta")
     assert final.output[-1].arguments == streamed_args
     ids.fresh([item.call_id for item in final.output if item.type == "function_call"])
@@ -238,13 +241,16 @@ def pydantic_agent(server: ServerProcess, api: str, weather: Weather) -> Any:
 def test_pydantic_ai_tool_loop(server: ServerProcess, ids: SeenIds, api: str) -> None:
     weather = Weather()
     agent = pydantic_agent(server, api, weather)
-    from pydantic_ai.messages import ToolCallPart
+    from pydantic_ai.messages import ThinkingPart, ToolCallPart
     from pydantic_ai.usage import UsageLimits
 
     result = run_async(agent.run("Weather in Paris, then in Lima?", usage_limits=UsageLimits(request_limit=4)))
-    calls = [part for message in result.all_messages() for part in message.parts if isinstance(part, ToolCallPart)]
+    parts = [part for message in result.all_messages() for part in message.parts]
+    calls = [part for part in parts if isinstance(part, ToolCallPart)]
     assert len(calls) == len(weather.calls) == 2 and isinstance(result.output, str) and result.output
     ids.fresh([part.tool_call_id for part in calls])
+    thoughts = [part.content for part in parts if isinstance(part, ThinkingPart)]
+    assert any(thoughts), f"thinking was on: the reasoning shows as the agent's thinking ({thoughts})"
 
 
 def test_pydantic_ai_ag_ui_adapter(server: ServerProcess, ids: SeenIds) -> None:
@@ -291,6 +297,9 @@ def test_langchain_bind_tools_and_tool_message_loop(server: ServerProcess, ids: 
             break
         assert len(reply.tool_calls) == 1
         ids.fresh([call["id"] for call in reply.tool_calls])
+        if responses_api and turn == 0:  # the reasoning reaches LangChain through its summary
+            shown = [block.get("reasoning") for block in reply.content_blocks if block["type"] == "reasoning"]
+            assert any(shown), f"thinking was on: the reasoning shows in the reply ({reply.content_blocks})"
         for call in reply.tool_calls:
             messages.append(ToolMessage(weather(**call["args"]), tool_call_id=call["id"]))
     assert len(weather.calls) == 2

@@ -228,7 +228,8 @@ def test_malformed_json_is_a_400() -> None:
     ({"temperature": -1}, "temperature"),
     ({"messages": []}, "messages"),
     ({"messages": [{"role": "robot", "content": "x"}]}, "messages[0].role"),
-    ({"n": 2}, "n"),
+    ({"n": 9}, "n"),
+    ({"n": 0}, "n"),
     ({"top_p": 0}, "top_p"),
     ({"stop": ["", "x"]}, "stop"),
     ({"tool_choice": "sometimes"}, "tool_choice"),
@@ -283,7 +284,13 @@ def test_tool_choice_defaults() -> None:
     ({"thinking": {"type": "disabled"}}, False),
     ({"chat_template_kwargs": {"thinking": True}}, True),
     ({"thinking": True, "chat_template_kwargs": {"thinking": False}}, False),
-    ({"chat_template_kwargs": {"enable_thinking": True}}, None),
+    ({"chat_template_kwargs": {"enable_thinking": True}}, True),
+    ({"chat_template_kwargs": {"enable_thinking": "yes"}}, None),
+    ({"enable_reasoning": False}, False),
+    ({"reasoning": True}, True),
+    ({"reasoning": {"enabled": False}}, False),
+    ({"reasoning": {"effort": "none"}}, False),
+    ({"reasoning": {"effort": "high"}, "thinking": False}, False),
 ])
 def test_thinking_switch(fields: dict[str, Any], expected: bool | None) -> None:
     assert requested_thinking(parse_request(request(**fields)), "thinking", True) is expected
@@ -360,3 +367,22 @@ def test_stream_ends_with_finish_usage_and_done() -> None:
     assert events[4]["choices"] == [] and events[4]["usage"] == {
         "prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5, "prompt_tokens_details": {"cached_tokens": 0}}
     assert events[5] == "[DONE]"
+
+
+def test_a_channel_behind_its_bound_sets_the_pressure_until_taken() -> None:
+    import asyncio
+    import threading
+
+    from autoparser.server.worker import AsyncChannel
+
+    async def run() -> None:
+        pressure = threading.Event()
+        channel = AsyncChannel(asyncio.get_running_loop(), bound=3, pressure=pressure)
+        channel.post(("deltas", [{"content": "a"}]))
+        channel.post(("deltas", [{"content": "b"}]))
+        assert not pressure.is_set()
+        channel.post(("deltas", [{"content": "c"}]))
+        assert pressure.is_set()
+        assert len(await channel.take()) == 3 and not pressure.is_set()
+
+    asyncio.run(run())

@@ -334,17 +334,20 @@ def test_max_tokens_is_clipped_to_the_context(served: Served) -> None:
 
     base, per_repeat = prompt_tokens(0), (prompt_tokens(200) - prompt_tokens(100)) / 100
     repeats = int((2048 - 40 - base) / per_repeat)  # leaves a few dozen tokens of context
-    response = client.chat.completions.create(
-        model="tiny", messages=[{"role": "user", "content": "lorem ipsum " * repeats}], max_tokens=100_000,
-        seed=1, extra_body={"ignore_eos": True})
+    messages = [{"role": "user", "content": "lorem ipsum " * repeats}]
+    response = client.chat.completions.create(model="tiny", messages=messages, max_tokens=2048, seed=1,
+                                              extra_body={"ignore_eos": True})
     assert response.choices[0].finish_reason == "length"
     assert 0 < response.usage.completion_tokens < 200
     assert response.usage.total_tokens == 2048
+    with pytest.raises(openai.BadRequestError) as beyond:  # more than a whole slot: refused, as OpenAI does
+        client.chat.completions.create(model="tiny", messages=messages, max_tokens=100_000)
+    assert beyond.value.body["param"] == "max_tokens"
 
 
 def test_models_and_health(served: Served) -> None:
     models = served.client.models.list()
-    assert len(models.data) == 1 and models.data[0].object == "model"
+    assert models.data[0].id == "tiny" and {model.object for model in models.data} == {"model"}
     assert served.client.models.retrieve(models.data[0].id).id == models.data[0].id
     assert served.server.health()["status"] == "ok"
 

@@ -18,7 +18,7 @@ from fastapi import FastAPI, Request
 from pydantic import ValidationError
 from sse_starlette.sse import EventSourceResponse
 
-from autoparser.server.errors import APIError
+from autoparser.server.errors import APIError, bad_request
 from autoparser.server.protocol import ChatCompletionRequest, parse_json_body, parse_request, validation_error
 from autoparser.server.runner import prepare_and_start
 from autoparser.server.segments import Segment, Segmenter, Step
@@ -149,11 +149,15 @@ class EventBuilder:
 
 
 def add_routes(app: FastAPI, service: ChatService, worker: GenerationWorker) -> None:
+    from autoparser.server.app import tracker
+
     @app.post("/v1/ag-ui")
     async def ag_ui(request: Request) -> Any:
         run_input, chat = parse_run_input(await request.body())
         service.check_model(chat.model)
-        run = await prepare_and_start(worker, lambda: service.prepare(chat), True)
+        if chat.n != 1:
+            raise bad_request("An AG-UI run streams one assistant message: n must be 1.", param="n")
+        run = await prepare_and_start(worker, lambda: service.prepare(chat), True, tracker(request, "ag-ui"))
         builder = EventBuilder(run_input)
         from ag_ui.encoder import EventEncoder
 

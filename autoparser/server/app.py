@@ -16,13 +16,14 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from sse_starlette.sse import EventSourceResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from autoparser.server.errors import APIError, error_body
 from autoparser.server.logprobs import chat_logprobs
+from autoparser.server.metrics import CONTENT_TYPE, RequestTracker, ServerMetrics
 from autoparser.server.protocol import parse_request
 from autoparser.server.runner import Run, prepare_and_start, public
 from autoparser.server.service import ChatService, PreparedChat
@@ -39,6 +40,7 @@ def create_app(service: ChatService, worker: GenerationWorker) -> FastAPI:
     app = FastAPI(title="autoparser", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.service = service
     app.state.worker = worker
+    app.state.metrics = metrics = ServerMetrics(running=lambda: worker.running, waiting=lambda: worker.waiting)
     settings = service.settings
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     if settings.api_key:
@@ -52,22 +54,30 @@ def create_app(service: ChatService, worker: GenerationWorker) -> FastAPI:
                 "slots": {"total": worker.n_parallel, "busy": worker.running},
                 "queue": {"waiting": worker.waiting, "max": worker.max_queue}, **worker.health()}
 
+    @app.get("/metrics")
+    async def metrics_text() -> Response:
+        return Response(metrics.exposition(), media_type=CONTENT_TYPE)
+
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
-        return {"object": "list", "data": [_model_card(service)]}
+        return {"object": "list", "data": [_model_card(service, name) for name in service.model_names]}
 
     @app.get("/v1/models/{model_id:path}")
     async def model(model_id: str) -> dict[str, Any]:
-        service.check_model(model_id)
-        return _model_card(service)
+        return _model_card(service, service.check_model(model_id))
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Any:
         chat = parse_request(await request.body())
-        service.check_model(chat.model)
-        run = await prepare_and_start(worker, lambda: service.prepare(chat), chat.stream)
+        model_name = service.check_model(chat.model)
+        if chat.n > 1:
+            from autoparser.server.choices import several_choices
+
+            return await several_choices(request, service, worker, chat, model_name)
+        run = await prepare_and_start(worker, lambda: service.prepare(chat), chat.stream,
+                                      tracker(request, "chat"))
         prepared = run.prepared
-        meta = ResponseMeta(service.settings.model_name)
+        meta = ResponseMeta(model_name)
         if chat.stream:
             return EventSourceResponse(stream_chunks(run, meta), ping=15, sep="\n",
                                        client_close_handler_callable=run.on_close)
@@ -80,6 +90,16 @@ def create_app(service: ChatService, worker: GenerationWorker) -> FastAPI:
     responses.add_routes(app, service, worker)
     agui.add_routes(app, service, worker)
     return app
+
+
+def tracker(request: Request, endpoint: str) -> RequestTracker:
+    """The metrics and anomaly-log tracker of one generating request."""
+    state = request.app.state
+    return RequestTracker(state.metrics, state.service.anomalies, request_id(request), endpoint)
+
+
+def request_id(request: Request) -> str:
+    return getattr(request.state, "request_id", "") or ""
 
 
 # -- responses -------------------------------------------------------------------------------------
@@ -97,15 +117,18 @@ class ResponseMeta:
         return {"id": self.id, "object": kind, "created": self.created, "model": self.model}
 
 
-def completion_body(prepared: PreparedChat, result: GenerationResult, meta: ResponseMeta) -> dict[str, Any]:
-    message = _wire_message(result.message)
-    request = prepared.request
-    top = request.top_logprobs_wanted()
+def choice_body(prepared: PreparedChat, result: GenerationResult, index: int = 0) -> dict[str, Any]:
+    top = prepared.request.top_logprobs_wanted()
     logprobs = None if top is None else chat_logprobs(prepared.completion.logprobs, top)
+    return {"index": index, "message": _wire_message(result.message), "logprobs": logprobs,
+            "finish_reason": result.finish_reason}
+
+
+def completion_body(prepared: PreparedChat, result: GenerationResult, meta: ResponseMeta) -> dict[str, Any]:
+    request = prepared.request
     body = {
         **meta.head("chat.completion"),
-        "choices": [{"index": 0, "message": message, "logprobs": logprobs,
-                     "finish_reason": result.finish_reason}],
+        "choices": [choice_body(prepared, result)],
         "usage": usage(result),
         **timings(result),
     }
@@ -143,27 +166,27 @@ async def stream_chunks(run: Run, meta: ResponseMeta) -> AsyncIterator[bytes]:
 
 
 def _final_chunks(prepared: PreparedChat, result: GenerationResult, head: dict[str, Any],
-                  top: int | None) -> list[bytes]:
+                  top: int | None, index: int = 0, with_usage: bool = True) -> list[bytes]:
     """The held-back deltas, the chunk with finish_reason and timings, and usage if asked for."""
     request = prepared.request
-    out = [sse(_chunk(head, delta, top=top)) for delta in result.final_deltas]
-    last = {**_chunk(head, {}, result.finish_reason), **timings(result)}
+    out = [sse(_chunk(head, delta, top=top, index=index)) for delta in result.final_deltas]
+    last = {**_chunk(head, {}, result.finish_reason, index=index), **timings(result)}
     rest = prepared.completion.take_pending_logprobs()
     if top is not None and rest:
         last["choices"][0]["logprobs"] = chat_logprobs(rest, top)
     if request.full_text:
         last["full_text"] = prepared.completion.text
     out.append(sse(last))
-    if request.stream_options is not None and request.stream_options.include_usage:
+    if with_usage and request.stream_options is not None and request.stream_options.include_usage:
         out.append(sse({**head, "choices": [], "usage": usage(result)}))
     return out
 
 
 def _chunk(head: dict[str, Any], delta: dict[str, Any], finish_reason: str | None = None,
-           top: int | None = None) -> dict[str, Any]:
+           top: int | None = None, index: int = 0) -> dict[str, Any]:
     entries = delta.get("_logprobs")
     logprobs = chat_logprobs(entries, top) if entries and top is not None else None
-    chunk = {**head, "choices": [{"index": 0, "delta": public(delta), "logprobs": logprobs,
+    chunk = {**head, "choices": [{"index": index, "delta": public(delta), "logprobs": logprobs,
                                   "finish_reason": finish_reason}]}
     if "_full_text" in delta:
         chunk["full_text"] = delta["_full_text"]
@@ -202,8 +225,8 @@ def add_debug_fields(body: dict[str, Any], prepared: PreparedChat) -> None:
         body["warnings"] = prepared.warnings
 
 
-def _model_card(service: ChatService) -> dict[str, Any]:
-    return {"id": service.settings.model_name, "object": "model", "created": 0,
+def _model_card(service: ChatService, name: str) -> dict[str, Any]:
+    return {"id": name, "object": "model", "created": 0,
             "owned_by": "autoparser", "max_model_len": int(service.engine.n_ctx)}
 
 
@@ -255,6 +278,7 @@ class RequestIdMiddleware:
             return
         given = dict(scope.get("headers") or []).get(b"x-request-id", b"")
         request_id = given[:200] if given and given.isascii() else uuid.uuid4().hex.encode()
+        scope.setdefault("state", {})["request_id"] = request_id.decode("ascii", "replace")
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":

@@ -9,11 +9,13 @@ therefore agree by construction. The steps, in order:
    `skip_special_tokens` is set (markers the parser needs are always kept);
 2. stop strings end the output (`StopMatcher`, with hold-back);
 3. the parser stream (`Analysis.parser(...).stream()`) turns text into deltas;
-4. with `skip_special_tokens`, marker tokens the parser left in `content` are removed from it,
+4. with `skip_special_tokens`, marker tokens the parser left in `content` or `reasoning_content`
+   are removed from them,
    and markup of a tool call the output ended inside (cut off by `max_tokens`, say) is dropped
    rather than returned as content (`full_text` still has it);
 5. with `separate_reasoning` off, reasoning deltas go back into `content` between the
-   template's reasoning markers;
+   template's reasoning markers; with `hold_reasoning` (`stream_reasoning: false`), they are
+   kept back and sent as one delta when the answer begins;
 6. the `extensions` record (reasoning chunks, tool-call start/args/end events) is collected.
 
 Per-token extras ride on the deltas as private keys the HTTP layer takes off again: `_logprobs`
@@ -56,6 +58,8 @@ class OutputOptions:
     """Texts that open a tool call: content the output ended in from one of them on is dropped."""
     logprobs: bool = False
     full_text: bool = False
+    hold_reasoning: bool = False
+    """Reasoning goes out as one delta when the answer begins (or the output ends)."""
 
 
 @dataclass
@@ -164,6 +168,7 @@ class Completion:
                          else ReasoningInliner(options.reasoning_start, options.reasoning_end))
         self._extensions = ExtensionsRecorder() if options.collect_extensions else None
         self._pieces: list[str] = []
+        self._held_reasoning: list[str] | None = [] if options.hold_reasoning and options.separate_reasoning else None
         self._finished = False
         self._dropped_tail = ""
         self.stop_string: str | None = None
@@ -211,6 +216,8 @@ class Completion:
         if self._extensions is not None:
             self._extensions.record(raw)
         raw = self._hide_markers(raw)
+        if self._held_reasoning is not None:
+            raw = self._hold_reasoning(raw) + self._release_reasoning()
         if self._inliner is not None:
             raw = self._inliner.convert(raw) + self._inliner.close(self._reasoning_end_seen())
         return self._annotate(deltas + raw)
@@ -224,6 +231,8 @@ class Completion:
         if content:
             content = self._without_markers(content)
         message["content"] = content or None
+        if message.get("reasoning_content"):
+            message["reasoning_content"] = self._without_markers(message["reasoning_content"]) or None
         if self._inliner is not None:
             message = self._inliner.message(message, self._reasoning_end_seen())
         return message
@@ -238,6 +247,14 @@ class Completion:
             return "tool_calls"
         return "stop"
 
+    def parsed_message(self) -> dict[str, Any]:
+        """The parser's own message, before the output cleaning (markers, cut-off markup)."""
+        return self._stream.message()
+
+    def reasoning_end_seen(self) -> bool:
+        """The template's reasoning end marker is in the generated text."""
+        return self._reasoning_end_seen()
+
     def extensions(self) -> dict[str, Any] | None:
         return None if self._extensions is None else self._extensions.result()
 
@@ -249,9 +266,32 @@ class Completion:
         if self._extensions is not None:
             self._extensions.record(deltas)
         deltas = self._hide_markers(deltas)
+        if self._held_reasoning is not None:
+            deltas = self._hold_reasoning(deltas)
         if self._inliner is not None:
             deltas = self._inliner.convert(deltas)
         return deltas
+
+    def _hold_reasoning(self, deltas: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Keep reasoning deltas back; the first delta of anything else releases them, as one."""
+        held = self._held_reasoning
+        assert held is not None
+        out: list[dict[str, Any]] = []
+        for delta in deltas:
+            if "reasoning_content" in delta and len(delta) == 1:
+                held.append(delta["reasoning_content"])
+                continue
+            out += self._release_reasoning()
+            out.append(delta)
+        return out
+
+    def _release_reasoning(self) -> list[dict[str, Any]]:
+        held = self._held_reasoning
+        if not held:
+            return []
+        text = "".join(held)
+        held.clear()
+        return [{"reasoning_content": text}]
 
     def _drop_cut_off_markup(self, deltas: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The parser releases held-back markup as content when the output ends inside a call it
@@ -280,11 +320,12 @@ class Completion:
             return deltas
         out = []
         for delta in deltas:
-            if delta.get("content"):
-                text = self._without_markers(delta["content"])
+            key = "content" if delta.get("content") else "reasoning_content" if delta.get("reasoning_content") else None
+            if key is not None:
+                text = self._without_markers(delta[key])
                 if not text:
                     continue
-                delta = {**delta, "content": text}
+                delta = {**delta, key: text}
             out.append(delta)
         return out
 

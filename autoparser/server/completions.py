@@ -73,9 +73,11 @@ class PlainText:
 
 def parse_completion_request(body: bytes) -> CompletionRequest:
     try:
-        return CompletionRequest.model_validate(parse_json_body(body))
+        request = CompletionRequest.model_validate(parse_json_body(body))
     except ValidationError as exc:
         raise validation_error(exc) from None
+    request.check()
+    return request
 
 
 def prepare_text(service: ChatService, request: CompletionRequest) -> PreparedChat:
@@ -106,15 +108,16 @@ def prepare_text(service: ChatService, request: CompletionRequest) -> PreparedCh
 
 
 def add_routes(app: FastAPI, service: ChatService, worker: GenerationWorker) -> None:
-    from autoparser.server.app import ResponseMeta, sse, usage
+    from autoparser.server.app import ResponseMeta, sse, tracker, usage
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Any:
         body = parse_completion_request(await request.body())
-        service.check_model(body.model)
-        run = await prepare_and_start(worker, lambda: prepare_text(service, body), body.stream)
+        model_name = service.check_model(body.model)
+        run = await prepare_and_start(worker, lambda: prepare_text(service, body), body.stream,
+                                      tracker(request, "completions"))
         prepared = run.prepared
-        meta = ResponseMeta(service.settings.model_name, prefix="cmpl-")
+        meta = ResponseMeta(model_name, prefix="cmpl-")
         head = meta.head("text_completion")
         echo = prepared.prompt if body.echo else ""
         if not body.stream:

@@ -6,13 +6,14 @@ Beyond OpenAI's fields the request accepts the ones vLLM and SGLang users send (
 `min_p`, `repetition_penalty`, `stop_token_ids`, `ignore_eos`, `include_stop_str_in_output`,
 `skip_special_tokens`, `chat_template_kwargs`, `separate_reasoning`) and a few of this server's
 own: `thinking` (a switch, or `{"type": "enabled", "budget_tokens": N}`), `thinking_budget`,
+`reasoning` and `enable_reasoning` (other clients' switches), `stream_reasoning`,
 `tool_call_policy`, `full_text`, `extensions` and `return_prompt`.
 Unknown fields are ignored, as vLLM does, so clients written for other servers keep working.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
@@ -85,10 +86,25 @@ class ThinkingOption(BaseModel):
     budget_tokens: int | None = Field(default=None, ge=0)
 
 
+class ReasoningOption(BaseModel):
+    """OpenRouter style `{"enabled": true, "effort": "high", "max_tokens": N}`."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    enabled: bool | None = None
+    effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
+    max_tokens: int | None = Field(default=None, ge=0)
+
+
+MAX_CHOICES = 8
+"""Most `n` a chat request may ask for: each choice is a generation of its own."""
+
+
 class GenerationFields(BaseModel):
     """The fields every generating endpoint shares: limits, sampling, stops, output options."""
 
     model_config = ConfigDict(extra="ignore")
+    max_choices: ClassVar[int] = 1
 
     model: str | None = None
     stream: bool = False
@@ -115,10 +131,17 @@ class GenerationFields(BaseModel):
 
     @field_validator("n")
     @classmethod
-    def _single_choice(cls, value: int) -> int:
-        if value != 1:
-            raise ValueError("only n=1 is supported: one model context serves one generation")
+    def _choices(cls, value: int) -> int:
+        if not 1 <= value <= cls.max_choices:
+            raise ValueError(f"n must be between 1 and {cls.max_choices}" if cls.max_choices > 1
+                             else "only n=1 is supported on this endpoint")
         return value
+
+    def check(self) -> None:
+        """The checks across fields, as OpenAI makes them."""
+        if self.stream_options is not None and not self.stream:
+            raise bad_request("The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+                              param="stream_options")
 
     @field_validator("stop")
     @classmethod
@@ -140,6 +163,7 @@ EFFORT_BUDGETS: dict[str, int | None] = {"low": 256, "medium": 1024, "high": Non
 
 
 class ChatCompletionRequest(GenerationFields):
+    max_choices: ClassVar[int] = MAX_CHOICES
     messages: list[ChatMessage] = Field(min_length=1)
     tools: list[ToolDef] | None = None
     tool_choice: Literal["auto", "none", "required"] | NamedToolChoice | None = None
@@ -150,6 +174,10 @@ class ChatCompletionRequest(GenerationFields):
     thinking: bool | ThinkingOption | None = None
     thinking_budget: int | None = Field(default=None, ge=0)
     reasoning_effort: ReasoningEffort | None = None
+    reasoning: bool | ReasoningOption | None = None
+    enable_reasoning: bool | None = None
+    stream_reasoning: bool = True
+    """Off: a stream sends the reasoning as one delta once it ends; content still streams."""
     tool_call_policy: Literal["lenient", "strict"] | None = None
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
@@ -183,6 +211,7 @@ def parse_request(body: bytes | dict[str, Any]) -> ChatCompletionRequest:
         request = ChatCompletionRequest.model_validate(data)
     except ValidationError as exc:
         raise validation_error(exc) from None
+    request.check()
     if request.tools:
         request._raw_tools = data["tools"]
     return request
@@ -212,6 +241,7 @@ def location_to_param(loc: tuple[Any, ...] | list[Any]) -> str:
 
 
 _UNION_TAGS = {"str", "list", "bool", "int", "float", "dict", "none", "NamedToolChoice", "ThinkingOption",
+               "ReasoningOption",
                "literal['auto','none','required']", "literal['enabled','disabled']"}
 
 
@@ -299,30 +329,56 @@ def tool_choice_value(request: ChatCompletionRequest) -> str | dict[str, Any]:
     return choice
 
 
+# Names clients use for a thinking switch in `chat_template_kwargs`; they count as a request
+# for thinking on templates whose own switch has another name.
+THINKING_KWARGS = ("enable_thinking", "thinking", "enable_reasoning", "reasoning")
+
+
 def requested_thinking(request: ChatCompletionRequest, toggle: str | None, toggle_on: Any) -> bool | None:
-    """Whether the request asks for thinking: the template's own switch in `chat_template_kwargs`
-    wins, then the top-level `thinking` field, then `reasoning_effort` (`none`/`minimal` off,
-    the others on); None means "as the template's default"."""
+    """Whether the request asks for thinking, by the first of these it sets: the template's own
+    switch in `chat_template_kwargs`, another common switch name there, `thinking`,
+    `enable_reasoning`, `reasoning` (a switch, or `enabled`/`effort`), `reasoning_effort`
+    (`none`/`minimal` off, the others on); None means "as the template's default"."""
     kwargs = request.chat_template_kwargs or {}
     if toggle and toggle in kwargs:
         value = kwargs[toggle]
         return value == toggle_on if not isinstance(toggle_on, bool) else bool(value)
+    named = next((kwargs[name] for name in THINKING_KWARGS if isinstance(kwargs.get(name), bool)), None)
+    if named is not None:
+        return named
     thinking = request.thinking
     if isinstance(thinking, ThinkingOption):
         return thinking.type == "enabled"
-    if thinking is None and request.reasoning_effort is not None:
-        return request.reasoning_effort in EFFORT_BUDGETS
-    return thinking
+    if thinking is not None:
+        return thinking
+    if request.enable_reasoning is not None:
+        return request.enable_reasoning
+    reasoning = request.reasoning
+    if isinstance(reasoning, bool):
+        return reasoning
+    if reasoning is not None and reasoning.enabled is not None:
+        return reasoning.enabled
+    effort = _effort(request)
+    return None if effort is None else effort in EFFORT_BUDGETS
+
+
+def _effort(request: ChatCompletionRequest) -> str | None:
+    if request.reasoning_effort is not None:
+        return request.reasoning_effort
+    reasoning = request.reasoning
+    return reasoning.effort if isinstance(reasoning, ReasoningOption) else None
 
 
 def thinking_budget(request: ChatCompletionRequest) -> int | None:
     """The most reasoning tokens the request allows: `thinking_budget`, `thinking.budget_tokens`,
-    or the budget its `reasoning_effort` sets."""
+    `reasoning.max_tokens`, or the budget its effort sets."""
     if request.thinking_budget is not None:
         return request.thinking_budget
     if isinstance(request.thinking, ThinkingOption) and request.thinking.budget_tokens is not None:
         return request.thinking.budget_tokens
-    return EFFORT_BUDGETS.get(request.reasoning_effort or "")
+    if isinstance(request.reasoning, ReasoningOption) and request.reasoning.max_tokens is not None:
+        return request.reasoning.max_tokens
+    return EFFORT_BUDGETS.get(_effort(request) or "")
 
 
 def stop_strings(request: GenerationFields) -> list[str]:

@@ -3,7 +3,7 @@
 The request (input string or items, instructions, function tools, `text.format`, reasoning
 effort) is translated into a chat completions request, so it gets the same template, tools
 preamble, grammar and parser. The answer goes back as output items: `reasoning` (the text as
-`reasoning_text` content), `message` (`output_text`) and one `function_call` per call with its
+`reasoning_text` content and as its one `summary_text` part), `message` (`output_text`) and one `function_call` per call with its
 `call_id`. Streaming sends the Responses event types, named and shaped as in the `openai`
 package's `openai.types.responses`. Nothing is stored: `previous_response_id` and
 `store: true` with a conversation to resume are refused with a 400 saying so.
@@ -31,7 +31,8 @@ from autoparser.server.worker import GenerationResult, GenerationWorker
 # Request fields passed to the chat request unchanged (this server's and vLLM's extras).
 PASSED_THROUGH = ("top_k", "min_p", "seed", "stop", "presence_penalty", "frequency_penalty",
                   "repetition_penalty", "chat_template_kwargs", "thinking", "thinking_budget",
-                  "tool_call_policy", "return_prompt", "skip_special_tokens", "ignore_eos", "tool_preamble")
+                  "tool_call_policy", "return_prompt", "skip_special_tokens", "ignore_eos", "tool_preamble",
+                  "enable_reasoning", "stream_reasoning")
 
 
 class ResponsesRequest(BaseModel):
@@ -232,7 +233,7 @@ class ResponseBuilder:
         reasoning = "".join(s.text for s in segments if s.kind == "reasoning")
         reasoning_tokens = len(self.count_tokens(reasoning)) if reasoning else 0
         return {"input_tokens": result.prompt_tokens,
-                "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+                "input_tokens_details": {"cached_tokens": result.cached_tokens, "cache_write_tokens": 0},
                 "output_tokens": result.completion_tokens,
                 "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
                 "total_tokens": result.prompt_tokens + result.completion_tokens}
@@ -240,8 +241,11 @@ class ResponseBuilder:
     def item(self, segment: Segment, done: bool) -> dict[str, Any]:
         status = "completed" if done else "in_progress"
         if segment.kind == "reasoning":
+            # The text is both the content (the reasoning itself) and its one summary part: clients
+            # built for OpenAI's models (pydantic-ai, LangChain) show only summaries.
             content = [{"type": "reasoning_text", "text": segment.text}] if done else []
-            return {"type": "reasoning", "id": segment.id, "summary": [], "content": content, "status": status}
+            summary = [{"type": "summary_text", "text": segment.text}] if done else []
+            return {"type": "reasoning", "id": segment.id, "summary": summary, "content": content, "status": status}
         if segment.kind == "text":
             content = [self.text_part(segment)] if done else []
             return {"type": "message", "id": segment.id, "role": "assistant", "status": status, "content": content}
@@ -276,13 +280,17 @@ class ResponseBuilder:
             if segment.kind == "reasoning":
                 out.append(self.event("response.content_part.added", **where, content_index=0,
                                       part={"type": "reasoning_text", "text": ""}))
+                out.append(self.event("response.reasoning_summary_part.added", **where, summary_index=0,
+                                      part={"type": "summary_text", "text": ""}))
             elif segment.kind == "text":
                 out.append(self.event("response.content_part.added", **where, content_index=0,
                                       part=self.text_part(None)))
             return out
         if step.action == "append":
             if segment.kind == "reasoning":
-                return [self.event("response.reasoning_text.delta", **where, content_index=0, delta=step.text)]
+                return [self.event("response.reasoning_text.delta", **where, content_index=0, delta=step.text),
+                        self.event("response.reasoning_summary_text.delta", **where, summary_index=0,
+                                   delta=step.text)]
             if segment.kind == "text":
                 return [self.event("response.output_text.delta", **where, content_index=0, delta=step.text,
                                    logprobs=self.logprobs(step.logprobs))]
@@ -290,7 +298,10 @@ class ResponseBuilder:
         item = self.item(segment, True)
         if segment.kind == "reasoning":
             out = [self.event("response.reasoning_text.done", **where, content_index=0, text=segment.text),
-                   self.event("response.content_part.done", **where, content_index=0, part=item["content"][0])]
+                   self.event("response.content_part.done", **where, content_index=0, part=item["content"][0]),
+                   self.event("response.reasoning_summary_text.done", **where, summary_index=0, text=segment.text),
+                   self.event("response.reasoning_summary_part.done", **where, summary_index=0,
+                              part=item["summary"][0])]
         elif segment.kind == "text":
             out = [self.event("response.output_text.done", **where, content_index=0, text=segment.text,
                               logprobs=self.logprobs(segment.logprobs)),
@@ -312,15 +323,16 @@ class ResponseBuilder:
 
 
 def add_routes(app: FastAPI, service: ChatService, worker: GenerationWorker) -> None:
-    from autoparser.server.app import add_debug_fields, sse
+    from autoparser.server.app import add_debug_fields, sse, tracker
 
     @app.post("/v1/responses")
     async def responses(request: Request) -> Any:
         body, chat = parse_responses_request(await request.body())
-        service.check_model(chat.model)
-        run = await prepare_and_start(worker, lambda: service.prepare(chat), body.stream)
+        model_name = service.check_model(chat.model)
+        run = await prepare_and_start(worker, lambda: service.prepare(chat), body.stream,
+                                      tracker(request, "responses"))
         prepared: PreparedChat = run.prepared
-        builder = ResponseBuilder(body, chat, service.settings.model_name, service.engine.tokenize)
+        builder = ResponseBuilder(body, chat, model_name, service.engine.tokenize)
         if not body.stream:
             result = await run.result(request)
             segments = segments_of(result.message)

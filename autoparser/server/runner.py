@@ -8,16 +8,26 @@ wire format around them differs.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
 from autoparser.server.errors import APIError
 from autoparser.server.service import PreparedChat
-from autoparser.server.worker import AsyncChannel, GenerationJob, GenerationResult, GenerationWorker
+from autoparser.server.worker import (
+    CHANNEL_BOUND,
+    AsyncChannel,
+    GenerationJob,
+    GenerationResult,
+    GenerationWorker,
+)
+
+if TYPE_CHECKING:
+    from autoparser.server.metrics import RequestTracker
 
 DISCONNECT_POLL_S = 0.25
 
@@ -27,6 +37,7 @@ class Run:
     prepared: PreparedChat
     job: GenerationJob
     channel: AsyncChannel
+    tracker: RequestTracker | None = None
 
     async def batches(self) -> AsyncIterator[list[tuple[str, Any]]]:
         """The events as they arrive, in batches: `("deltas", list)` events, then one
@@ -39,11 +50,13 @@ class Run:
                 batch = await self.channel.take()
                 end = next((i for i, (kind, _) in enumerate(batch) if kind != "deltas"), None)
                 if end is not None:
+                    self._ended(*batch[end])
                     yield batch[: end + 1]
                     return
                 yield batch
         finally:
             self.job.cancel()  # a no-op after a normal end; frees the slot when the client went away
+            self._ended("cancelled", None)
 
     async def events(self) -> AsyncIterator[tuple[str, Any]]:
         async for batch in self.batches():
@@ -59,21 +72,35 @@ class Run:
                 except TimeoutError:
                     if await request.is_disconnected():
                         self.job.cancel()
+                        self._ended("cancelled", None)
                         raise APIError(499, "The client closed the connection.", code="client_closed") from None
                     continue
                 for kind, payload in events:
+                    if kind in ("done", "error"):
+                        self._ended(kind, payload)
                     if kind == "done":
                         return payload
                     if kind == "error":
                         raise APIError(500, payload, code="generation_error")
         finally:
             self.job.cancel()
+            self._ended("cancelled", None)
 
     async def on_close(self, _message: Any) -> None:
         self.job.cancel()
 
+    def _ended(self, kind: str, payload: Any) -> None:
+        """Tell the tracker how the request ended (once: later calls are ignored)."""
+        if self.tracker is None:
+            return
+        if kind == "done":
+            self.tracker.on_done(self.prepared, payload)
+        else:
+            self.tracker.on_end("error" if kind == "error" and payload != "cancelled" else "cancelled")
 
-async def prepare_and_start(worker: GenerationWorker, prepare: Callable[[], PreparedChat], stream: bool) -> Run:
+
+async def prepare_and_start(worker: GenerationWorker, prepare: Callable[[], PreparedChat], stream: bool,
+                            tracker: RequestTracker | None = None) -> Run:
     """Prepare a request on the thread pool (render, tokenize, grammar), then queue it.
 
     The request holds a place in the queue from the start: preparing a large prompt costs CPU
@@ -84,21 +111,25 @@ async def prepare_and_start(worker: GenerationWorker, prepare: Callable[[], Prep
     except BaseException:
         worker.release()
         raise
-    return start(worker, prepared, stream, reserved=True)
+    return start(worker, prepared, stream, reserved=True, tracker=tracker)
 
 
-def start(worker: GenerationWorker, prepared: PreparedChat, stream: bool, reserved: bool = False) -> Run:
+def start(worker: GenerationWorker, prepared: PreparedChat, stream: bool, reserved: bool = False,
+          tracker: RequestTracker | None = None) -> Run:
     """Queue the generation (503 when the queue is full) and return its handle."""
     request = prepared.request
-    channel = AsyncChannel(asyncio.get_running_loop())
+    paused = threading.Event()
+    channel = AsyncChannel(asyncio.get_running_loop(), bound=CHANNEL_BOUND, pressure=paused)
     job = GenerationJob(
         prompt_tokens=prepared.prompt_tokens, max_tokens=prepared.max_tokens,
         sampling=prepared.sampling, grammar=prepared.grammar,
         stop_token_ids=prepared.stop_token_ids, ignore_eos=request.ignore_eos,
         completion=prepared.completion, make_stats=_new_stats, post=channel.post,
-        reasoning=prepared.reasoning, stream_deltas=stream)
+        reasoning=prepared.reasoning, stream_deltas=stream, paused=paused)
+    if tracker is not None:
+        tracker.on_submit(prepared)
     worker.submit(job, reserved=reserved)
-    return Run(prepared, job, channel)
+    return Run(prepared, job, channel, tracker)
 
 
 def public(delta: dict[str, Any]) -> dict[str, Any]:

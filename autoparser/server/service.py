@@ -24,6 +24,7 @@ from typing import Any
 from autoparser.analysis import Analysis, ReasoningAnalysis
 from autoparser.language.request import OPEN, start_state
 from autoparser.server import protocol
+from autoparser.server.anomalies import AnomalyFinder
 from autoparser.server.completion import Completion, OutputOptions
 from autoparser.server.errors import APIError, bad_request
 from autoparser.server.preamble import template_hides_tools, tools_preamble, with_preamble
@@ -51,6 +52,9 @@ EXAMPLE_TOOL = {"type": "function", "function": {
 @dataclass
 class ServerSettings:
     model_name: str = "autoparser"
+    """The name responses carry unless the request named another of `model_aliases`."""
+    model_aliases: tuple[str, ...] = ()
+    """Other names the server answers to (more `--served-model-name`s, the GGUF's own name)."""
     tool_call_policy: str = "lenient"
     max_queue: int = 16
     max_body_bytes: int = 8 * 1024 * 1024
@@ -75,6 +79,9 @@ class PreparedChat:
     stop_token_ids: tuple[int, ...]
     completion: Completion
     warnings: list[str] = field(default_factory=list)
+    start_state: str = ""
+    """Where the output starts (`open`: inside reasoning the prompt opened; see `start_state`)."""
+    tool_call_policy: str = "lenient"
 
 
 class LRU:
@@ -115,15 +122,22 @@ class ChatService:
         self._parsers = LRU()
         self._preambles = LRU()
         self.tools_hidden = settings.tool_preamble != "off" and template_hides_tools(analysis)
+        self.anomalies = AnomalyFinder(analysis)
+        self.model_names = tuple(dict.fromkeys([settings.model_name, *settings.model_aliases]))
         self._log_preamble()
 
     # -- per request ---------------------------------------------------------------------------
 
-    def check_model(self, name: str | None) -> None:
-        """A request naming another model than the one served gets 404 `model_not_found`."""
-        if name and name != self.settings.model_name:
-            raise APIError(404, f"The model '{name}' does not exist. This server serves "
-                                f"'{self.settings.model_name}'.", param="model", code="model_not_found")
+    def check_model(self, name: str | None) -> str:
+        """The served name a request's `model` picks (the first one when it names none); a name
+        the server does not answer to gets 404 `model_not_found`, as OpenAI answers."""
+        if not name:
+            return self.settings.model_name
+        if name not in self.model_names:
+            served = ", ".join(f"'{n}'" for n in self.model_names)
+            raise APIError(404, f"The model '{name}' does not exist. This server serves {served}.",
+                           param="model", code="model_not_found")
+        return name
 
     def prepare(self, request: ChatCompletionRequest) -> PreparedChat:
         messages = protocol.template_messages(request.messages)
@@ -141,22 +155,38 @@ class ChatService:
         budget = protocol.thinking_budget(request)
         if budget is None:
             budget = self.settings.reasoning_budget
-        warnings: list[str] = []
+        warnings = self.thinking_warnings(thinking)
         grammar, phase = None, None
         start = self.start_state(thinking, prompt)
         if start[0] == OPEN and (budget is not None or self.constrained(request, tools, tool_choice)):
-            answer_grammar, warnings = self.grammar(request, tools, tool_choice, None, after_reasoning=True)
+            answer_grammar, grammar_warnings = self.grammar(request, tools, tool_choice, None, after_reasoning=True)
             phase = ReasoningPhase(
                 end_text=reasoning.end, end_tokens=self.engine.tokenize(reasoning.end, parse_special=True),
                 answer_grammar=answer_grammar, budget=budget, no_eos=self.answer_required(request, tool_choice))
         else:
-            grammar, warnings = self.grammar(request, tools, tool_choice, thinking, prompt=prompt)
+            grammar, grammar_warnings = self.grammar(request, tools, tool_choice, thinking, prompt=prompt)
+        warnings += grammar_warnings
         stream = self.parser(tools, thinking, request.parallel_tool_calls, tool_choice, policy, prompt).stream()
         return PreparedChat(
             request=request, prompt=prompt, prompt_tokens=prompt_tokens, max_tokens=max_tokens,
             sampling=self.sampling(request, request.top_logprobs_wanted()), grammar=grammar, reasoning=phase,
             stop_token_ids=self.stop_token_ids(request),
-            completion=Completion(stream, self.output_options(request)), warnings=warnings)
+            completion=Completion(stream, self.output_options(request)), warnings=warnings,
+            start_state=start[0], tool_call_policy=policy)
+
+    def thinking_warnings(self, thinking: bool | None) -> list[str]:
+        """What the request asked of thinking that the template cannot do (said, never silent)."""
+        reasoning = self.analysis.reasoning
+        if thinking is None or self.analysis.thinking_enabled(thinking) == thinking:
+            return []
+        if thinking and reasoning.mode == "none":
+            return ["thinking was requested, but this model's chat template has no reasoning: "
+                    "the reply has none"]
+        if thinking:
+            return ["thinking was requested, but the chat template has no switch for it and does not "
+                    "open reasoning itself: the model decides whether to reason"]
+        return ["thinking off was requested, but the chat template has no switch for it and always "
+                "reasons: the reply still begins with reasoning"]
 
     def wants_preamble(self, request: ChatCompletionRequest, tools: list[dict[str, Any]] | None,
                        tool_choice: Any) -> bool:
@@ -212,8 +242,15 @@ class ChatService:
 
     def clip_max_tokens(self, prompt_length: int, requested: int | None, param: str = "messages",
                         at_least: bool = False) -> int:
-        """The completion budget: what was asked for, at most what the context has left."""
+        """The completion budget: what was asked for, at most what the context has left.
+
+        A request for more tokens than a whole slot holds is refused, as OpenAI refuses more
+        than a model's output limit; one that only meets a long prompt is clipped."""
         n_ctx = int(self.engine.n_ctx)
+        if requested is not None and requested > n_ctx:
+            raise APIError(400, f"max_tokens is too large: {requested}. This model supports at most {n_ctx} "
+                                f"completion tokens, whereas you provided {requested}.",
+                           param="max_tokens", code="invalid_value")
         remaining = n_ctx - prompt_length
         if remaining < 1:  # OpenAI's wording, which clients (litellm, LangChain) recognise
             raise APIError(400, f"This model's maximum context length is {n_ctx} tokens. However, your "
@@ -259,7 +296,8 @@ class ChatService:
             hidden_markers=self.special_tokens if request.skip_special_tokens and parsed else frozenset(),
             cutoff_markers=self._call_openers() if parsed else (),
             logprobs=request.top_logprobs_wanted() is not None,
-            full_text=request.full_text)
+            full_text=request.full_text,
+            hold_reasoning=request.stream and not getattr(request, "stream_reasoning", True))
 
     # -- grammar and parser --------------------------------------------------------------------
 

@@ -65,8 +65,10 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tool-preamble", choices=("auto", "off"), default="auto",
                         help="auto: when the template never shows tool definitions, list the tools in a "
                              "system preamble (default auto)")
-    parser.add_argument("--served-model-name", default=None,
-                        help="the model id clients see (default: the GGUF file name)")
+    parser.add_argument("--served-model-name", action="append", default=None,
+                        help="a model id the server answers to; may be given several times, the first is "
+                             "the one responses carry (default: the GGUF file name). The GGUF's own "
+                             "general.name and the file name are always answered to as well")
     parser.add_argument("--max-body-bytes", type=int, default=8 * 1024 * 1024,
                         help="largest accepted request body (default 8 MiB)")
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
@@ -233,8 +235,9 @@ def _serve(args: argparse.Namespace, sock: socket.socket, engine: Any, analysis:
     from autoparser.server.app import create_app
     from autoparser.server.service import ChatService, ServerSettings
 
+    names = model_names(args, engine)
     settings = ServerSettings(
-        model_name=args.served_model_name or Path(args.model).stem,
+        model_name=names[0], model_aliases=names[1:],
         tool_call_policy=args.tool_call_policy, max_queue=args.max_queue,
         max_body_bytes=args.max_body_bytes, api_key=args.api_key,
         reasoning_budget=getattr(args, "reasoning_budget", None),
@@ -248,8 +251,9 @@ def _serve(args: argparse.Namespace, sock: socket.socket, engine: Any, analysis:
         config = uvicorn.Config(app, log_level=args.log_level, timeout_graceful_shutdown=3,
                                 access_log=args.log_level == "debug")
         server = uvicorn.Server(config)
-        log.info("model %r, %d slot(s) of %d tokens, queue %d, model worker pid %s", settings.model_name,
-                 engine.n_parallel, engine.n_ctx, settings.max_queue, worker.pid)
+        log.info("model %s, %d slot(s) of %d tokens, queue %d, model worker pid %s",
+                 " = ".join(map(repr, service.model_names)), engine.n_parallel, engine.n_ctx,
+                 settings.max_queue, worker.pid)
         say(f"listening on http://{shown}:{port}")
         server.run(sockets=[sock])
     except KeyboardInterrupt:  # uvicorn shut down gracefully, then re-raised the signal
@@ -257,6 +261,33 @@ def _serve(args: argparse.Namespace, sock: socket.socket, engine: Any, analysis:
     finally:
         worker.stop()
     return 0
+
+
+def model_names(args: argparse.Namespace, engine: Any) -> list[str]:
+    """The names the server answers to: each `--served-model-name` (the first is the one
+    responses carry), then the GGUF's `general.name` and the file name."""
+    given = args.served_model_name or []
+    if isinstance(given, str):
+        given = [given]
+    stem = Path(args.model).stem
+    names = [*given, gguf_name(engine) or "", stem] if given else [stem, gguf_name(engine) or ""]
+    return list(dict.fromkeys(name for name in names if name))
+
+
+def gguf_name(engine: Any) -> str | None:
+    """The model's own name from its GGUF metadata (`general.name`), when it has one."""
+    model = getattr(engine, "_model", None)
+    if model is None:
+        return None
+    import ctypes
+
+    import llama_cpp
+
+    buf = ctypes.create_string_buffer(256)
+    length = llama_cpp.llama_model_meta_val_str(model, b"general.name", buf, len(buf))
+    if length < 0:
+        return None
+    return buf.value.decode("utf-8", errors="replace").strip() or None
 
 
 def say(line: str) -> None:

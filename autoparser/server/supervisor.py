@@ -11,7 +11,8 @@ drop-in for `GenerationWorker` on the front end's side:
   events back (`deltas`, then `done` with the finished `Completion`'s state, or `error`), the
   events of all running jobs in one message, at most every `FLUSH_S` while tokens stream and at
   once when a job ends: one crossing and one wake-up for several tokens.
-- A cancelled job (the client went away) is cancelled in the worker process too. A job that
+- A cancelled job (the client went away) is cancelled in the worker process too, and a job
+  whose reader fell behind (`AsyncChannel`'s backpressure) is paused there until it catches up. A job that
   is still running `CANCEL_GRACE_S` after its cancellation, or one step of the generation
   (a batch's next tokens, grammars included) or a job's set-up that takes over `STEP_LIMIT_S`,
   means the worker is stuck inside native code: it is killed and restarted, the only way to
@@ -115,6 +116,7 @@ class _Entry:
     sent: bool = False
     cancel_sent_at: float | None = None
     submitted: float = 0.0
+    paused_sent: bool = False
 
 
 class SupervisedWorker:
@@ -255,6 +257,7 @@ class SupervisedWorker:
             if time.monotonic() - checked >= POLL_S:  # also while events stream in
                 checked = time.monotonic()
                 self._forward_cancellations()
+                self._forward_pauses()
                 self._check_step_time()
 
     def _dispatch(self, job_id: int, event: tuple[str, Any]) -> None:
@@ -292,6 +295,15 @@ class SupervisedWorker:
             log.error("a cancelled request kept the model busy for over %g s: restarting the model worker",
                       self._cancel_grace_s)
             self._kill()
+
+    def _forward_pauses(self) -> None:
+        """Tell the worker which jobs' readers fell behind (backpressure), and which caught up."""
+        with self._lock:
+            changed = [(job_id, entry) for job_id, entry in self._entries.items()
+                       if entry.sent and entry.job.paused.is_set() != entry.paused_sent]
+        for job_id, entry in changed:
+            entry.paused_sent = not entry.paused_sent
+            self._send(("pause", job_id, entry.paused_sent))
 
     def _check_step_time(self) -> None:
         began = self._busy_since.value if self._busy_since is not None else 0.0
@@ -499,6 +511,11 @@ def _serve_jobs(engine: Any, conn: Connection) -> None:
                 job = jobs.get(message[1])
                 if job is not None:
                     job.cancel()
+                continue
+            if message[0] == "pause":
+                job = jobs.get(message[1])
+                if job is not None:
+                    (job.paused.set if message[2] else job.paused.clear)()
                 continue
             spec: JobSpec = message[1]
             job = GenerationJob(

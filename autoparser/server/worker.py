@@ -34,6 +34,9 @@ from autoparser.server.errors import overloaded
 
 log = logging.getLogger("autoparser.server")
 
+PAUSED_POLL_S = 0.005
+"""How often a worker whose every job is paused looks again."""
+
 
 @dataclass
 class GenerationResult:
@@ -47,6 +50,8 @@ class GenerationResult:
     final_deltas: list[dict[str, Any]]
     cached_tokens: int = 0
     """Prompt tokens whose keys and values were reused from the cache."""
+    started_at: float = 0.0
+    """`time.monotonic()` when the job took its slot (the same clock in every process)."""
 
 
 @dataclass
@@ -84,9 +89,16 @@ class GenerationJob:
     reasoning: ReasoningPhase | None = None
     stream_deltas: bool = True
     cancelled: threading.Event = field(default_factory=threading.Event)
+    paused: threading.Event = field(default_factory=threading.Event)
+    """Set while the reader is behind (`AsyncChannel`): the job keeps its slot but takes no steps."""
 
     def cancel(self) -> None:
         self.cancelled.set()
+
+    @property
+    def held_back(self) -> bool:
+        """Paused, and not cancelled (a cancelled job runs on to its end, which frees the slot)."""
+        return self.paused.is_set() and not self.cancelled.is_set()
 
 
 @dataclass
@@ -110,28 +122,40 @@ class _Totals:
         self.finish_reason = stats.finish_reason or "stop"
 
 
+CHANNEL_BOUND = 256
+"""Events a request's reader may fall behind by before its generation pauses."""
+
+
 class AsyncChannel:
     """Events from the worker thread into one request's coroutine, taken in batches.
 
     The worker may produce tokens faster than one wake-up of the event loop each (a small model
     makes over a thousand a second), so `post` schedules a wake-up only when none is pending, and
-    `take` returns everything that has arrived since. The buffer needs no bound: one request
-    produces at most a context's worth of tokens. The wake-ups of all channels on one loop go
+    `take` returns everything that has arrived since. The wake-ups of all channels on one loop go
     through one `LoopWaker`, so a decode step that feeds several requests wakes the loop once.
+
+    The buffer is bounded with backpressure: once `bound` events wait (the reader, a slow
+    client's socket, is behind), `pressure` is set, which pauses the job's generation; the next
+    `take` clears it. The tokens already on their way still arrive, so the bound is approximate.
     """
 
-    def __init__(self, loop: asyncio.AbstractEventLoop):
+    def __init__(self, loop: asyncio.AbstractEventLoop, bound: int | None = None,
+                 pressure: threading.Event | None = None):
         self._loop = loop
         self._waker = LoopWaker.of(loop)
         self._lock = threading.Lock()
         self._events: list[tuple[str, Any]] = []
         self._wake_pending = False
         self._waiter: asyncio.Future[None] | None = None
+        self._bound = bound if pressure is not None else None
+        self._pressure = pressure
 
     def post(self, event: tuple[str, Any]) -> None:
         """From any thread."""
         with self._lock:
             self._events.append(event)
+            if self._bound is not None and len(self._events) >= self._bound:
+                self._pressure.set()  # type: ignore[union-attr]
             if self._wake_pending:
                 return
             self._wake_pending = True
@@ -150,6 +174,8 @@ class AsyncChannel:
             with self._lock:
                 if self._events:
                     events, self._events = self._events, []
+                    if self._pressure is not None:
+                        self._pressure.clear()
                     return events
                 self._waiter = self._loop.create_future()
             await self._waiter
@@ -338,7 +364,10 @@ class GenerationWorker:
         return True
 
     def _step(self) -> None:
-        runs = [run for run in self._runs if run.generation is not None]
+        runs = [run for run in self._runs if run.generation is not None and not run.job.held_back]
+        if not runs:  # every running job waits for its reader
+            time.sleep(PAUSED_POLL_S)
+            return
         try:
             tokens = self._engine.step([run.generation for run in runs])
         except Exception as exc:  # llama_decode failed: every running job fails, the server stays up
@@ -389,6 +418,7 @@ class JobRun:
         self.generation: Any = None
         self.done = False
         self.started = time.perf_counter()
+        self.started_at = time.monotonic()
         self._phase = "answer"
         self._stats: Any = None
         self._generated: list[int] = []
@@ -503,4 +533,5 @@ class JobRun:
             message=completion.message(),
             final_deltas=final,
             cached_tokens=totals.cached_tokens,
+            started_at=self.started_at,
         )))
