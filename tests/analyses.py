@@ -15,7 +15,6 @@ from typing import Any
 
 from autoparser.analysis import Analysis, ContentAnalysis, ReasoningAnalysis, ToolsAnalysis
 from autoparser.language.reading import Parser
-from autoparser.language.request import split_call_index
 
 DS_BOS = "<｜begin▁of▁sentence｜>"
 DS_EOS = "<｜end▁of▁sentence｜>"
@@ -138,7 +137,8 @@ def bare_json_array() -> Analysis:
 def kimi_k2() -> Analysis:
     """Kimi-K2: `<|tool_call_begin|>functions.NAME:IDX<|tool_call_argument_begin|>{json}`.
 
-    The template numbers calls (`:0`, `:1`, ...); the digits in `name_end` stand for that index.
+    The template numbers calls (`:0`, `:1`, ...); `call_index` says where (the analysis confirms it
+    from two rendered calls).
     """
     return Analysis(
         generation_prompt="<|im_assistant|>assistant<|im_middle|>",
@@ -146,7 +146,8 @@ def kimi_k2() -> Analysis:
                             section_start="<|tool_calls_section_begin|>",
                             section_end="<|tool_calls_section_end|>", call_start="<|tool_call_begin|>",
                             call_end="<|tool_call_end|>", name_start="functions.",
-                            name_end=":0<|tool_call_argument_begin|>", parallel=True)),
+                            name_end=":0<|tool_call_argument_begin|>", parallel=True,
+                            call_index=":{index}<|tool_call_argument_begin|>")),
         stop=["<|im_end|>"], triggers=["<|tool_calls_section_begin|>"])
 
 
@@ -362,10 +363,7 @@ def _render_call(t: ToolsAnalysis, index: int, name: str, args: dict[str, Any]) 
         if t.function_field:
             body = {"type": "function", t.function_field: body}
         return ("" if t.array else t.call_start) + dumps(body, ensure_ascii=False) + ("" if t.array else t.call_end)
-    name_end = t.name_end
-    indexed = split_call_index(name_end)
-    if indexed:
-        name_end = indexed[0] + str(index) + indexed[1]
+    name_end = t.call_index.replace("{index}", str(index)) if t.call_index else t.name_end
     head = t.call_start + t.name_start + name + name_end
     if t.format == "tag_json":
         return head + t.args_start + dumps(args, ensure_ascii=False) + t.args_end + t.call_end

@@ -122,16 +122,21 @@ def _numbered_token_analysis():  # type: ignore[no-untyped-def]
     """Kimi-K2's layout, but the name ends with a special token that has digits in it."""
     analysis = analyses.kimi_k2()
     calls = analysis.tools.calls
-    name = dataclasses.replace(calls.name, end="<|tool_sep_2|>")
+    name = dataclasses.replace(calls.name, end="<|tool_sep_2|>", index=None)
     analysis.tools = dataclasses.replace(analysis.tools, calls=dataclasses.replace(calls, name=name))
     return analysis
 
 
-def test_digits_inside_a_special_token_are_no_call_index() -> None:
-    from autoparser.language.request import split_call_index
-
-    assert split_call_index(":0<|tool_call_argument_begin|>") == (":", "<|tool_call_argument_begin|>")
-    assert split_call_index("<|tool_sep_2|>") is None
+def test_digits_the_analysis_did_not_confirm_are_no_call_index() -> None:
+    """Only `tools.call_index` (two rendered calls numbered in turn) makes a number a call index:
+    digits in a special token, or in a marker such as ` v1:`, are the marker's own."""
+    versioned = analyses.kimi_k2()
+    calls_part = versioned.tools.calls
+    name = dataclasses.replace(calls_part.name, end=" v1:", index=None)
+    versioned.tools = dataclasses.replace(versioned.tools, calls=dataclasses.replace(calls_part, name=name))
+    good = analyses.render_output(versioned, None, "", [("get_weather", {"city": "Paris"})])
+    assert " v1:" in good and calls(parse(versioned, good, tools=WEATHER_TOOLS))
+    assert not calls(parse(versioned, good.replace(" v1:", " v7:"), tools=WEATHER_TOOLS))
     analysis = _numbered_token_analysis()
     good = analyses.render_output(analysis, None, "", [("get_weather", {"city": "Paris"})])
     message = parse(analysis, good, tools=WEATHER_TOOLS)

@@ -72,10 +72,10 @@ from autoparser.language.request import (
     bare_fence,
     core,
     is_weak,
-    split_call_index,
     start_state,
 )
 from autoparser.language.request import thinking_enabled as _thinking_enabled
+from autoparser.tool_calls import INDEX_HOLE
 
 GAP_MAX = 4  # whitespace allowed around structural markers (the parser ignores it)
 JSON_SPACE = 20  # whitespace inside JSON; bounded, as a small model could pad forever
@@ -89,7 +89,7 @@ _TOOL_DEFAULTS: dict[str, Any] = {
     "supported": False, "format": "none", "parallel": False, "name_field": "name", "args_field": "arguments",
     "id_field": None, "function_field": None, "array": False, "args_as_string": False, "arg_string_raw": True,
     "arg_end_keyed": False, "arg_python": False, "id_before_name": False, "content_allowed": True,
-    "opened_by_prompt": False,
+    "opened_by_prompt": False, "call_index": "",
 }
 
 
@@ -585,10 +585,16 @@ class _Builder:
     def args_closer(self) -> Node:
         return self.marker(self.t.args_end)
 
+    def indexed_name_end(self) -> tuple[str, str] | None:
+        """`name_end` cut around the call index the template numbers (``:0`` then ``:1``), as the
+        analysis confirmed it (`tools.call_index`), or None: a number it did not confirm is part
+        of the marker, written as it is."""
+        head, hole, tail = (self.t.call_index or "").partition(INDEX_HOLE)
+        return (head, tail) if hole else None
+
     def name_end(self) -> Node:
-        """`name_end`; a digit run in it is a call index the template numbers (``:0``), which the
-        parser reads as any number. Never one inside a special token (`<|tool_sep_2|>`)."""
-        indexed = split_call_index(self.t.name_end)
+        """`name_end`; the call index the template numbers in it is read as any number."""
+        indexed = self.indexed_name_end()
         if indexed is None:
             return self.marker(self.t.name_end)
         return seq(self.marker(indexed[0]), INDEX_DIGITS, self.marker(indexed[1]))
@@ -827,7 +833,7 @@ class _Reading(_Builder):
         """As generated; where the template numbers its calls and writes no id, the header up to
         the number is the call's own id (`functions.NAME:0`), which the parser returns."""
         t = self.t
-        indexed = split_call_index(t.name_end)
+        indexed = self.indexed_name_end()
         if opened or indexed is None or t.id_start or t.id_end or _NOT_IN_ID.search(t.name_start + indexed[0]):
             return super().call_head(name, opened)
         own = Capture(CALL_ID, seq(self.marker(t.name_start), name, self.marker(indexed[0]), INDEX_DIGITS))
@@ -839,7 +845,7 @@ class _Reading(_Builder):
         if quoted:
             return Json("string")
         t = self.t
-        indexed = split_call_index(t.name_end)
+        indexed = self.indexed_name_end()
         name_end = indexed[0] if indexed else t.name_end
         ends = [m.strip() for m in (name_end, t.id_start, t.args_start, t.arg_start, t.call_end) if m.strip()]
         # a name ends at the first character of what may follow it, as the parser reads it

@@ -15,11 +15,9 @@ KEY_HOLE = "{key}"  # where an argument's end marker names its key (`</{key}>`)
 ARGS_KEYS = ("arguments", "parameters")
 # characters that cannot be part of a tool name written between markers
 NAME_FORBIDDEN = "\\s\"'<>{}\\[\\](),;=|`"
-_INDEX_DIGITS = re.compile(r"[0-9]+")
 _FENCE_WITH_LANGUAGE = re.compile(r"(```)[A-Za-z][\w+-]*")
 # punctuation that values often contain: a marker made only of it (or two characters long) is weak
 _WEAK_CHARS = frozenset(",;:)]}'\"= \t\n")
-_TOKEN_BRACKETS = {"<": ">", "[": "]"}
 
 
 def core(marker: str | None) -> str:
@@ -43,25 +41,6 @@ def bare_fence(args_start: str) -> str:
     the tag, which models also write; "" for any other opener."""
     fence = _FENCE_WITH_LANGUAGE.fullmatch(core(args_start))
     return fence.group(1) if fence else ""
-
-
-def split_call_index(marker: str) -> tuple[str, str] | None:
-    """`marker` cut around the call index the template numbers (`:0<|x|>` -> `:`, `<|x|>`), or
-    None. Digits inside a bracketed token (`<|tool_sep_2|>`) belong to the token: one special
-    token is never split, and no other number is read as that token."""
-    for match in _INDEX_DIGITS.finditer(marker):
-        head, tail = marker[: match.start()], marker[match.end():]
-        if not _inside_token(head, tail):
-            return head, tail
-    return None
-
-
-def _inside_token(head: str, tail: str) -> bool:
-    for opener, closer in _TOKEN_BRACKETS.items():
-        at = head.rfind(opener)
-        if at >= 0 and closer not in head[at:] and closer in tail:
-            return True
-    return False
 
 
 # Where the output starts (`start_state`): inside reasoning the prompt opened; in content with
