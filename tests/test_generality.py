@@ -117,3 +117,12 @@ def test_readers_compare_no_rule_names(reader: str) -> None:
              and any(isinstance(side, ast.Attribute) and side.attr == "name" for side in (node.left, *node.comparators))
              and not any(isinstance(side, ast.Constant) and side.value is None for side in node.comparators)]
     assert not named, f"{reader} compares a node's name on lines {named}"
+
+
+@pytest.mark.parametrize("reader", READERS[:-1])
+def test_the_reader_holds_no_marker_literal(reader: str) -> None:
+    """Markers reach the reader through the language (a value's CDATA section included,
+    `ir.Language.value_section`); none is written into it."""
+    found = [(line, text) for line, text in _code_strings(PACKAGE / reader)
+             if is_marker(text.strip()) or "CDATA" in text]
+    assert not found, f"{reader} holds markers: {found}"

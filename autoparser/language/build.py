@@ -265,7 +265,7 @@ class _Builder:
 
     def language(self, root: Node) -> Language:
         reasoning_end = self.r.end.strip() if self.r.mode != "none" else ""
-        return Language(root, tuple(self.warnings), self.continues, reasoning_end, self.bare_calls)
+        return Language(root, tuple(self.warnings), self.continues, reasoning_end, self.bare_calls, CDATA)
 
     # -- top level ----------------------------------------------------------------------
 

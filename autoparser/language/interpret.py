@@ -106,6 +106,7 @@ class LanguageReader:
         self._calls: dict[int, bool] = {}
         self._keep: list[Any] = []
         self.reasoning_end = language.reasoning_end
+        self.section = language.value_section
 
     def stream(self, deltas: bool = True, call_id: Callable[[], str] = new_call_id) -> LanguageStream:
         return LanguageStream(self, deltas, call_id)

@@ -212,13 +212,16 @@ class Language:
     `reasoning_end`: the marker that ends reasoning (a reader that resumes after reasoning is
     over reads it as text).
     `bare_calls`: calls open with a bracket and no marker (bare JSON), and a bracket that opens no
-    call is content; after such calls, content may follow as freely as before them."""
+    call is content; after such calls, content may follow as freely as before them.
+    `value_section`: the section (opening, closing) a raw argument value may be wrapped in (XML
+    CDATA), read whole: the markers inside it are the value's text, the section's are not."""
 
     root: Node
     warnings: tuple[str, ...] = field(default=())
     continues: str = ""
     reasoning_end: str = ""
     bare_calls: bool = False
+    value_section: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         return describe(self.root)

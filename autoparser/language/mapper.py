@@ -20,8 +20,6 @@ from autoparser.language.values import (
     nested_to_json,
 )
 
-_CDATA = ("<![CDATA[", "]]>")
-
 
 def _plain(value: Any) -> Any:
     """`value` as a hashable part of a reading's state (an object by its identity)."""
@@ -38,15 +36,18 @@ def _key_of(member: Any) -> str | None:
     return member.key if isinstance(member, ir.Rule) else None
 
 
-def _without_cdata(value: str) -> str:
-    opening, closing = _CDATA
+def _without_section(value: str, section: tuple[str, ...]) -> str:
+    """A value wrapped in the language's value section (`ir.Language.value_section`), unwrapped."""
+    if not section:
+        return value
+    opening, closing = section
     if value.startswith(opening) and closing in value:
         inner, _, rest = value[len(opening):].partition(closing)
         return inner + rest
     return value
 
 
-def _convert(raw: str, node: Any) -> str:
+def _convert(raw: str, node: Any, section: tuple[str, ...] = ()) -> str:
     """The JSON text of a tagged argument's value, read from its raw text by its schema."""
     schema = getattr(node, "schema", None)
     if isinstance(node, ir.PyValue):
@@ -56,7 +57,7 @@ def _convert(raw: str, node: Any) -> str:
         return convert_literal_value(raw, kind, schema)
     if isinstance(node, ir.Json):
         return convert_tagged_value(raw, "json", schema)
-    raw = _without_cdata(raw)
+    raw = _without_section(raw, section)
     kind = "json" if isinstance(node, ir.RawString) and node.as_json else value_kind(schema)
     if kind == "string":
         # a nullable string written as `null` is null (a raw string cannot spell it otherwise)

@@ -14,7 +14,7 @@ from typing import Any
 
 from autoparser.language import ir
 from autoparser.language.jsonscan import JsonScanner
-from autoparser.language.mapper import _CDATA, _plain
+from autoparser.language.mapper import _plain
 from autoparser.language.values import (
     allows_null,
     decode_string_body,
@@ -272,11 +272,12 @@ class _Thread:
             self.arguments(json.dumps(piece, ensure_ascii=False)[1:-1] if _ESCAPED.search(piece) else piece)
             return
         raw = "".join(self.value or ())
-        if raw.startswith(_CDATA[0]):
+        opening = self.head.section[0] if getattr(self.head, "section", ()) else None
+        if opening is not None and raw.startswith(opening):
             self.streamed = None
             return
-        if _CDATA[0].startswith(raw) or not raw.strip():
-            return  # nothing visible yet, or what may still be CDATA
+        if (opening is not None and opening.startswith(raw)) or not raw.strip():
+            return  # nothing visible yet, or what may still open the value's section
         if "null".startswith(raw.strip()) and allows_null(getattr(self.member[1], "schema", None)):
             return  # what may still be a nullable string's null
         self.streamed = 1

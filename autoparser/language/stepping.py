@@ -119,7 +119,8 @@ class _Stepping:
             if t.member is not None and t.member[0] is not None and t.value is None:
                 self._value(t, node)  # the raw value of an argument the schema does not name
             markers, weak = self.reader.text_markers(node)
-            t.head = _Text(node, markers, weak, t.pos, self.reader.split(self._follow(t.stack)), t.value is not None)
+            t.head = _Text(node, markers, weak, t.pos, self.reader.split(self._follow(t.stack)), t.value is not None,
+                           self.reader.section if t.value is not None else ())
         elif cls is ir.Gap:
             if node.max:
                 t.head = _Gap(node.max)
@@ -327,5 +328,5 @@ class _Stepping:
             t.arguments('"')
         else:
             lead = ", " if t.count else ""
-            t.arguments(f"{lead}{json.dumps(key or '', ensure_ascii=False)}: {_convert(raw, node)}")
+            t.arguments(f"{lead}{json.dumps(key or '', ensure_ascii=False)}: {_convert(raw, node, self.reader.section)}")
         t.count += 1

@@ -15,7 +15,6 @@ from typing import Any
 
 from autoparser.language import ir
 from autoparser.language.jsonscan import DONE, ERROR, JsonScanner
-from autoparser.language.mapper import _CDATA
 from autoparser.language.markers import FULL, PARTIAL, MarkerSet, match_at
 from autoparser.language.readings import (
     _BLANKS,
@@ -120,10 +119,10 @@ class _Text:
     ends the text in one reading and is part of it in another: what follows decides."""
 
     __slots__ = ("markers", "weak", "weak_prefix", "leads", "lead", "nonempty", "start", "split", "after",
-                 "firsts", "past", "soft", "cdata", "spaces", "empty", "blank")
+                 "firsts", "past", "soft", "cdata", "section", "spaces", "empty", "blank")
 
     def __init__(self, node: ir.Text, markers: MarkerSet, weak: tuple[Any, Any] | None, start: int,
-                 split: re.Pattern[str] | None, soft: bool = False) -> None:
+                 split: re.Pattern[str] | None, soft: bool = False, section: tuple[str, ...] = ()) -> None:
         self.markers = markers
         self.weak, self.weak_prefix = weak or (None, None)
         self.leads = node.weak is not None and node.weak.leads  # a weak marker it begins with is text
@@ -140,7 +139,8 @@ class _Text:
         self.spaces: list[str] = []
         self.empty = True  # no text read yet
         self.soft = soft
-        self.cdata = "start" if soft else ""  # a value's CDATA section: "start" (may open), "open", ""
+        self.section = section  # the section a value may be wrapped in (`ir.Language.value_section`)
+        self.cdata = "start" if section else ""  # that section: "start" (may open), "open", ""
         self.blank = start  # how far the whitespace at the position was read (see `_cdata`, `step`)
 
     def step(self, t: _Thread, buf: str, final: bool) -> int:
@@ -206,30 +206,30 @@ class _Text:
         return DONE
 
     def _cdata(self, t: _Thread, buf: str, final: bool) -> int:
-        """A value that opens with an XML CDATA section (`<![CDATA[a < b]]>`) reads it whole:
+        """A value that opens with the language's value section (XML CDATA, `<![CDATA[a < b]]>`) reads it whole:
         markers inside it are its text. MORE while it is open; DONE once past it (or none)."""
         if self.cdata == "start":
             pos = self.blank = _BLANKS.match(buf, max(t.pos, self.blank)).end()
             if pos > t.pos:  # the whitespace before it is held, so that a long run pins no text
                 self.spaces.append(buf[t.pos:pos])
                 t.pos = pos
-            found, _ = match_at(buf, pos, _CDATA[0], final)
+            found, _ = match_at(buf, pos, self.section[0], final)
             if found == PARTIAL or (pos == len(buf) and not final):
                 return MORE
             if found != FULL:
                 self.cdata = ""
                 return DONE
             self.cdata = "open"
-        close = buf.find(_CDATA[1], t.pos)
+        close = buf.find(self.section[1], t.pos)
         if close < 0:
             if final:
                 self.cdata = ""
                 self._read(t, buf, len(buf))
                 return DONE
-            self._read(t, buf, max(t.pos, len(buf) - len(_CDATA[1]) + 1))
+            self._read(t, buf, max(t.pos, len(buf) - len(self.section[1]) + 1))
             return MORE
         self.cdata = ""
-        self._read(t, buf, close + len(_CDATA[1]))
+        self._read(t, buf, close + len(self.section[1]))
         return DONE
 
     def _first_marker(self, t: _Thread, buf: str, final: bool) -> int:
