@@ -25,7 +25,7 @@ from lark_cases import (
 )
 
 from autoparser.analysis import Analysis
-from autoparser.generators.lark import generate_lark, parse_with_lark, raw_argument, reading_grammar
+from autoparser.generators.lark import generate_lark, parse_with_lark, reading_grammar
 from autoparser.generators.lark_ir import read_message
 
 
@@ -63,7 +63,7 @@ def test_printed_grammar_parses_reference_outputs_to_the_runtime_message(name: s
             output = round_trip_output(analysis, message, TOOLS, thinking)
             if output is None:
                 continue
-            read = comparable(read_message(written, output, lambda owner, key, raw, node: raw_argument(raw, node)))
+            read = comparable(read_message(written, output))
             runtime = comparable(analysis.parser(tools=tools, thinking=thinking).parse(output))
             assert read == runtime, (probe, thinking, output)
             if thinking is None:
@@ -78,7 +78,7 @@ def test_forced_open_grammar_reads_reasoning_first() -> None:
     grammar = analysis.lark(tools=TOOLS, thinking=True)
     assert_loads_in_lark(grammar)
     written = reading_grammar(analysis, tools=TOOLS, thinking=True)
-    message = read_message(written, "plan</think>Paris.", lambda owner, key, raw, node: raw_argument(raw, node))
+    message = read_message(written, "plan</think>Paris.")
     assert (message["reasoning_content"], message["content"]) == ("plan", "Paris.")
 
 

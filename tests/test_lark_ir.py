@@ -98,7 +98,7 @@ def test_text_outside_the_language_is_rejected() -> None:
     written = write_lark(build_language(analysis.to_dict(), Request(tools=(WEATHER,), tool_choice="required",
                                                                     lazy=False)))
     with pytest.raises(UnexpectedInput):
-        read_message(written, "No call.", lambda owner, key, raw, node: raw)
+        read_message(written, "No call.")
 
 
 def test_the_reading_language_holds_what_the_parser_reads_beyond_generation() -> None:
@@ -109,11 +109,11 @@ def test_the_reading_language_holds_what_the_parser_reads_beyond_generation() ->
     text = f"<think>plan</think>Let me check.{call} Done."
     reading = write_lark(build_language(analysis.to_dict(), Request(thinking=False, lazy=False, reading=True)),
                          tuple(analysis.stop))
-    message = read_message(reading, text, lambda owner, key, raw, node: raw)
+    message = read_message(reading, text)
     assert comparable(message) == comparable(analysis.parser(thinking=False).parse(text))
     assert comparable(message) == {"reasoning_content": "plan", "content": "Let me check. Done.",
                                    "tool_calls": [("lookup", {"q": 1})]}
     generation = build_language(analysis.to_dict(), Request(tools=tuple(TOOLS), thinking=False, lazy=False))
     with pytest.raises(UnexpectedInput):
-        read_message(write_lark(generation, tuple(analysis.stop)), text, lambda owner, key, raw, node: raw)
+        read_message(write_lark(generation, tuple(analysis.stop)), text)
 

@@ -12,21 +12,11 @@ JSON, unknown tool names, truncated calls).
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from autoparser.analysis import Analysis
 from autoparser.generators.lark_ir import LarkLanguage, read_message, write_lark
-from autoparser.language import ir
 from autoparser.language.build import Request, build_language
-from autoparser.language.request import value_kind
-from autoparser.language.values import (
-    allows_null,
-    convert_literal_value,
-    convert_tagged_value,
-    decode_string_body,
-    nested_to_json,
-)
 
 __all__ = ["generate_lark", "parse_with_lark", "reading_grammar"]
 
@@ -61,29 +51,4 @@ def parse_with_lark(analysis: Analysis, text: str, tools: list[dict[str, Any]] |
     Reasoning and content are returned with surrounding whitespace removed, None when empty.
     """
     written = reading_grammar(analysis, tools, thinking, parallel_tool_calls, tool_choice)
-    return read_message(written, text, lambda owner, key, raw, node: raw_argument(raw, node))
-
-
-def raw_argument(raw: str, node: Any) -> Any:
-    """A tagged argument's value from its text, converted as the parser converts it."""
-    schema = getattr(node, "schema", None)
-    if isinstance(node, ir.PyValue):
-        kind, text = value_kind(schema), raw.strip()
-        if kind != "json" and len(text) > 1 and text[0] in "'\"" and text[-1] == text[0]:
-            return decode_string_body(text[1:-1])  # a quoted string is its decoded text
-        return json.loads(convert_literal_value(raw, kind, schema))
-    as_json = isinstance(node, ir.Json) or (isinstance(node, ir.RawString) and node.as_json)
-    kind = "json" if as_json else value_kind(schema)
-    raw = _without_cdata(raw)
-    if kind == "string" and not (raw.strip() == "null" and allows_null(schema)):
-        return raw  # the parser streams a string's text as it is
-    nested = nested_to_json(raw, node.nested) if isinstance(node, ir.RawString) and node.nested else None
-    return json.loads(nested if nested is not None else convert_tagged_value(raw, kind, schema))
-
-
-def _without_cdata(value: str) -> str:
-    """A raw value wrapped in an XML CDATA section, as the parser reads it: the section's text."""
-    if value.startswith(CDATA[0]) and CDATA[1] in value:
-        inner, _, rest = value[len(CDATA[0]):].partition(CDATA[1])
-        return inner + rest
-    return value
+    return read_message(written, text)

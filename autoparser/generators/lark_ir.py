@@ -14,12 +14,13 @@ from __future__ import annotations
 import gc
 import json
 import re
-import uuid
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
 from autoparser.language import ir
+from autoparser.language.mapper import argument_json
+from autoparser.language.message import Output, new_call_id
 from autoparser.language.request import is_weak
 
 VALUE_RULES = r"""
@@ -301,6 +302,7 @@ class LarkLanguage:
     roles: dict[str, str]
     values: dict[str, ir.Node]
     members: dict[str, tuple[str, str | None]]
+    section: tuple[str, ...] = ()  # the section a raw value may be wrapped in (`ir.Language.value_section`)
 
 
 def write_lark(language: ir.Language, end_of_turn: tuple[str, ...] = ()) -> LarkLanguage:
@@ -321,7 +323,7 @@ def write_lark(language: ir.Language, end_of_turn: tuple[str, ...] = ()) -> Lark
     lines += [f"{name}{f'.{w.priorities[name]}' if name in w.priorities else ''}: {body}" for name, body in w.rules.items()]
     lines += [f"{name}: {pattern}" for pattern, name in w.terminals.items()]
     grammar = "\n".join(lines) + "\n" + VALUE_RULES
-    return LarkLanguage(grammar, dict(w.roles), dict(w.values), dict(w.members))
+    return LarkLanguage(grammar, dict(w.roles), dict(w.values), dict(w.members), language.value_section)
 
 
 @lru_cache(maxsize=64)
@@ -332,13 +334,11 @@ def earley_parser(grammar: str):  # type: ignore[no-untyped-def]
                 ambiguity="resolve")
 
 
-def read_message(written: LarkLanguage, text: str, convert_raw: Any) -> dict[str, Any]:
-    """Parse `text` and build the assistant message from the captures.
-
-    `convert_raw(owner, key, raw, node)` gives the JSON value of a tagged argument's raw text.
-    Raises `lark.exceptions.UnexpectedInput` when `text` is not in the language."""
+def read_message(written: LarkLanguage, text: str) -> dict[str, Any]:
+    """Parse `text` and build the assistant message from the captures, as the streaming reader
+    builds it. Raises `lark.exceptions.UnexpectedInput` when `text` is not in the language."""
     tree = _parse_without_gc(earley_parser(written.grammar), text)
-    reader = _Reader(written, text, convert_raw)
+    reader = _Reader(written, text)
     reader.visit(tree)
     return reader.message()
 
@@ -358,12 +358,12 @@ def _parse_without_gc(parser: Any, text: str) -> Any:
 
 @dataclass
 class _Reader:
+    """The message of one parse tree, fed to `message.Output` as the streaming reader feeds it,
+    with argument values converted by the same mapper (`language.mapper`)."""
+
     written: LarkLanguage
     text: str
-    convert_raw: Any
-    reasoning: list[str] = field(default_factory=list)
-    content: list[str] = field(default_factory=list)
-    calls: list[dict[str, Any]] = field(default_factory=list)
+    out: Output = field(default_factory=lambda: Output(deltas=False))
 
     def span(self, tree: Any) -> str:
         if getattr(tree.meta, "empty", True):
@@ -380,11 +380,11 @@ class _Reader:
                 continue
             role = self.written.roles.get(child.data)
             if role == ir.REASONING:
-                self.reasoning.append(self.span(child))
+                self.out.add_reasoning(self.span(child))
             elif role == ir.CONTENT:
-                self.content.append(self.span(child))
+                self.out.add_content(self.span(child))
             elif role is None and self.is_call(child):
-                self.calls.append(self.call(child))
+                self.call(child)
             else:
                 self.visit(child)
 
@@ -404,31 +404,35 @@ class _Reader:
         roles = [self.written.roles[c.data] for c in self.captures(tree)]
         return roles.count(ir.TOOL_NAME) == 1 and set(roles) <= {ir.TOOL_NAME, ir.ARGUMENTS, ir.CALL_ID}
 
-    def call(self, tree: Any) -> dict[str, Any]:
-        found: dict[str, Any] = {"name": "", "arguments": None, "id": None}
+    def call(self, tree: Any) -> None:
+        name, call_id, arguments = "", None, "{}"
         for capture in self.captures(tree):
             role = self.written.roles[capture.data]
             if role == ir.TOOL_NAME:
                 name = self.span(capture).strip()
-                found["name"] = json.loads(name) if name.startswith('"') else name
+                name = json.loads(name) if name.startswith('"') else name
             elif role == ir.CALL_ID:
-                found["id"] = self.span(capture)
+                call_id = self.span(capture)
             else:
-                found["arguments"] = self.arguments(capture)
-        return found
+                arguments = self.arguments(capture)
+        self.out.start_call(call_id or new_call_id(), name)
+        self.out.add_arguments(arguments)
 
-    def arguments(self, tree: Any) -> Any:
+    def arguments(self, tree: Any) -> str:
+        """The arguments' JSON text: a JSON object as written (one written as a JSON string
+        unwrapped), or tagged members, each value converted by its node."""
         from lark import Tree
 
         members = [t for t in tree.iter_subtrees_topdown() if t.data in self.written.members]
         if not members:
             if not self.span(tree).strip():  # a call written without arguments
-                return {}
+                return "{}"
             value = json.loads(self.span(tree), strict=False)
-            return json.loads(value, strict=False) if isinstance(value, str) else value
-        arguments: dict[str, Any] = {}
+            value = json.loads(value, strict=False) if isinstance(value, str) else value
+            return json.dumps(value, ensure_ascii=False)
+        parts: dict[str, str] = {}
         for member in members:
-            owner, key = self.written.members[member.data]
+            _, key = self.written.members[member.data]
             raw, node = "", None
             for part in member.children:
                 if not isinstance(part, Tree):
@@ -437,18 +441,11 @@ class _Reader:
                     key = self.span(part)
                 elif part.data in self.written.values:
                     raw, node = self.span(part), self.written.values[part.data]
-            arguments[key or ""] = self.convert_raw(owner, key or "", raw, node)
-        return arguments
+            parts[key or ""] = argument_json(raw, node, self.written.section)
+        return "{" + ", ".join(f"{json.dumps(k, ensure_ascii=False)}: {v}" for k, v in parts.items()) + "}"
 
     def message(self) -> dict[str, Any]:
-        reasoning = "".join(self.reasoning).strip() or None
-        content = "".join(self.content).strip() or None
-        calls = [{"id": c["id"] or f"call_{uuid.uuid4().hex[:24]}", "type": "function",
-                  "function": {"name": c["name"],
-                               "arguments": json.dumps(c["arguments"] if c["arguments"] is not None else {},
-                                                       ensure_ascii=False)}}
-                 for c in self.calls]
-        return {"role": "assistant", "reasoning_content": reasoning, "content": content, "tool_calls": calls}
+        return self.out.message()
 
 
 __all__ = ["LarkLanguage", "read_message", "write_lark"]

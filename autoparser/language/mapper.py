@@ -1,5 +1,7 @@
-"""From captured text to the message: a tagged or literal argument's raw text as JSON text, by its
-schema (CDATA unwrapped, Python literals decoded), and an argument member's key.
+"""From captures to the message, for every backend that reads the language (the streaming reader
+and Lark): an argument member's key, and a tagged or literal argument's raw text as JSON text by
+its schema (the value's section unwrapped, Python literals decoded). The message itself is
+assembled by `message.Output`, which both backends feed.
 
 Standard library only: the standalone module embeds it.
 """
@@ -10,7 +12,6 @@ import json
 from typing import Any
 
 from autoparser.language import ir
-from autoparser.language.jsonscan import JsonScanner
 from autoparser.language.request import value_kind
 from autoparser.language.values import (
     allows_null,
@@ -21,22 +22,12 @@ from autoparser.language.values import (
 )
 
 
-def _plain(value: Any) -> Any:
-    """`value` as a hashable part of a reading's state (an object by its identity)."""
-    if value is None or isinstance(value, str | int | bool | tuple | frozenset):
-        return value
-    if isinstance(value, list):
-        return tuple(_plain(v) for v in value)
-    if value.__class__ is JsonScanner:
-        return tuple(_plain(getattr(value, slot)) for slot in JsonScanner.__slots__)
-    return id(value)
-
-
-def _key_of(member: Any) -> str | None:
+def member_key(member: Any) -> str | None:
+    """The argument a member holds (`ir.Rule.key`; None: any key, read from the text)."""
     return member.key if isinstance(member, ir.Rule) else None
 
 
-def _without_section(value: str, section: tuple[str, ...]) -> str:
+def without_section(value: str, section: tuple[str, ...]) -> str:
     """A value wrapped in the language's value section (`ir.Language.value_section`), unwrapped."""
     if not section:
         return value
@@ -47,7 +38,7 @@ def _without_section(value: str, section: tuple[str, ...]) -> str:
     return value
 
 
-def _convert(raw: str, node: Any, section: tuple[str, ...] = ()) -> str:
+def argument_json(raw: str, node: Any, section: tuple[str, ...] = ()) -> str:
     """The JSON text of a tagged argument's value, read from its raw text by its schema."""
     schema = getattr(node, "schema", None)
     if isinstance(node, ir.PyValue):
@@ -57,7 +48,7 @@ def _convert(raw: str, node: Any, section: tuple[str, ...] = ()) -> str:
         return convert_literal_value(raw, kind, schema)
     if isinstance(node, ir.Json):
         return convert_tagged_value(raw, "json", schema)
-    raw = _without_section(raw, section)
+    raw = without_section(raw, section)
     kind = "json" if isinstance(node, ir.RawString) and node.as_json else value_kind(schema)
     if kind == "string":
         # a nullable string written as `null` is null (a raw string cannot spell it otherwise)

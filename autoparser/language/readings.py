@@ -14,7 +14,6 @@ from typing import Any
 
 from autoparser.language import ir
 from autoparser.language.jsonscan import JsonScanner
-from autoparser.language.mapper import _plain
 from autoparser.language.values import (
     allows_null,
     decode_string_body,
@@ -32,6 +31,17 @@ _ESCAPED = re.compile(r'["\\\x00-\x1f]')  # characters a JSON string spells othe
 # where a piece ends; within one, the first reading is read as far as the piece goes before the
 # others, so a longer piece lets a reading that will lose (say, bare JSON calls read as text) read further.
 _JOINED = 1024  # text events read in parts are joined up to this length
+
+
+def _plain(value: Any) -> Any:
+    """`value` as a hashable part of a reading's state (an object by its identity)."""
+    if value is None or isinstance(value, str | int | bool | tuple | frozenset):
+        return value
+    if isinstance(value, list):
+        return tuple(_plain(v) for v in value)
+    if value.__class__ is JsonScanner:
+        return tuple(_plain(getattr(value, slot)) for slot in JsonScanner.__slots__)
+    return id(value)
 
 
 # -- frames: what a thread pushes besides IR nodes -------------------------------------------------

@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from autoparser.language import ir
-from autoparser.language.mapper import _convert, _key_of
+from autoparser.language.mapper import argument_json, member_key
 from autoparser.language.readings import (
     _END_CALL,
     _END_MEMBER,
@@ -299,7 +299,7 @@ class _Stepping:
         point (a required argument the model left out is not invented)."""
         members, read = at.members, at.read
         first = not read
-        options = [self._member_then(members, member, _key_of(member), _MembersFrom(members, read | {i}),
+        options = [self._member_then(members, member, member_key(member), _MembersFrom(members, read | {i}),
                                      first)
                    for i, (member, _) in enumerate(members.items) if i not in read]
         if members.extra is not None:
@@ -328,5 +328,5 @@ class _Stepping:
             t.arguments('"')
         else:
             lead = ", " if t.count else ""
-            t.arguments(f"{lead}{json.dumps(key or '', ensure_ascii=False)}: {_convert(raw, node, self.reader.section)}")
+            t.arguments(f"{lead}{json.dumps(key or '', ensure_ascii=False)}: {argument_json(raw, node, self.reader.section)}")
         t.count += 1
