@@ -60,6 +60,7 @@ from autoparser.language.ir import (
 )
 from autoparser.language.request import (
     CLOSED,
+    FREE,
     IMPLIED,
     KEY_HOLE,
     NAME_FORBIDDEN,
@@ -119,6 +120,42 @@ def build_language(analysis: Mapping[str, Any], request: Request) -> Language:
 
     Raises ValueError for a `tool_choice` naming a tool not in `tools`."""
     return (_Reading if request.reading else _Builder)(analysis, request).build()
+
+
+@dataclass(frozen=True)
+class ReasoningCut:
+    """Where the parser's reading separates reasoning from the answer (marker cores), for a
+    stage that cuts reasoning off before another parser reads the rest with no reasoning at all
+    (a serving engine's reasoning parser).
+
+    `start_state`: where the output starts (`request.OPEN`, `FREE`, `IMPLIED`; `CLOSED`: no
+    reasoning is read). `interrupts`: what ends reasoning that no end marker closed; they begin
+    the answer. `implied`: text the output did not open as reasoning is reasoning when an end
+    marker follows it, unless one of `answer_openers` comes first."""
+
+    start_state: str
+    start: str = ""
+    end: str = ""
+    interrupts: tuple[str, ...] = ()
+    implied: bool = False
+    answer_openers: tuple[str, ...] = ()
+
+
+def reasoning_cut(analysis: Mapping[str, Any], request: Request) -> ReasoningCut:
+    """How the parser reading `request`'s output separates its reasoning from the answer."""
+    reading = _Reading(analysis, replace(request, reading=True))
+    start, end = reading.r.start.strip(), reading.r.end.strip()
+    if reading.opened or reading.r.mode == "none" or not end:
+        return ReasoningCut(CLOSED)
+    if reading.in_messages() and reading.header_leads():
+        # a reply written as messages: its reasoning is a message of its own, however the
+        # prompt ended (cut here where it comes first)
+        return ReasoningCut(OPEN if reading.forced else FREE, start, end)
+    if not reading.reads_reasoning():
+        return ReasoningCut(CLOSED)
+    implied = reading.implies_reasoning()
+    openers = tuple(reading.call_openers()) if implied else ()
+    return ReasoningCut(reading.start, start, end, reading.interrupts(), implied, openers)
 
 
 # -- tools and tool_choice ---------------------------------------------------------------------
