@@ -44,6 +44,9 @@ def test_implied_reasoning_ends_at_its_end_marker_unless_a_call_comes_first() ->
     assert split_all("hm</think>answer", [2, 5], IMPLIED, implied=True) == ("hm", "answer")
     assert split_all("hm<tool_call>{}</think>", [2, 5], IMPLIED, implied=True) == ("", "hm<tool_call>{}</think>")
     assert split_all("just an answer", [3], IMPLIED, implied=True) == ("", "just an answer")
+    for text in ("hm</think>answer", "hm<tool_call>{}</think>"):  # character by character
+        assert split_all(text, list(range(len(text))), IMPLIED, implied=True) == split_all(
+            text, [], IMPLIED, implied=True)
 
 
 def test_a_start_marker_repeated_after_a_prompt_that_opened_reasoning_is_dropped() -> None:

@@ -307,7 +307,8 @@ class ReasoningSplit:
         # inside from the start, the output may still repeat the start marker the prompt wrote
         self._fresh = self.state == self.INSIDE and bool(self.start)
         self._held = ""
-        self._scanned = 0  # how much of the held implied text was searched for its end
+        self._implied_parts: list[str] = []  # implied reasoning or answer, not yet told apart
+        self._implied_tail = ""  # its end, where a marker may have begun
         self._reasoning = TrimmedText()
 
     @property
@@ -338,10 +339,10 @@ class ReasoningSplit:
     def _feed(self, text: str) -> tuple[str, str]:
         if self.state == self.DONE:
             return "", text
+        if self.state == self.IMPLIED:
+            return self._implied(text)
         held = self._held + text
         self._held = ""
-        if self.state == self.IMPLIED:
-            return self._implied(held)
         if self.state == self.OPENING or self._fresh:
             stripped = held.lstrip()
             if not stripped or any(m.startswith(stripped) and m != stripped for m in self._openings()):
@@ -375,21 +376,26 @@ class ReasoningSplit:
 
     def _implied(self, text: str) -> tuple[str, str]:
         """Text the output did not open as reasoning: reasoning if its end marker comes before
-        any answer opener, else all of it is the answer."""
-        longest = max(len(m) for m in [self.end, *self.answer_openers])
-        since = max(0, self._scanned - longest + 1)
+        any answer opener, else all of it is the answer. Held in parts; only the new text (and
+        the end of the old, where a marker may have begun) is searched."""
+        window = self._implied_tail + text
         cut, which = -1, ""
         for marker in [self.end, *self.answer_openers]:
-            at = text.find(marker, since)
+            at = window.find(marker)
             if at >= 0 and (cut < 0 or at < cut):
                 cut, which = at, marker
         if cut < 0:
-            self._held, self._scanned = text, len(text)
+            self._implied_parts.append(text)
+            keep = max(len(m) for m in [self.end, *self.answer_openers]) - 1
+            self._implied_tail = window[-keep:] if keep else ""
             return "", ""
+        held = "".join(self._implied_parts)
+        whole, at = held + text, len(held) - len(self._implied_tail) + cut
+        self._implied_parts, self._implied_tail = [], ""
         self.state = self.DONE
         if which == self.end:
-            return text[:cut], text[cut + len(self.end):]
-        return "", text
+            return whole[:at], whole[at + len(self.end):]
+        return "", whole
 
     def _inside(self, text: str) -> tuple[str, str]:
         cut, resume = -1, -1
@@ -416,6 +422,8 @@ class ReasoningSplit:
 
     def finish(self) -> tuple[str, str]:
         held, self._held = self._held, ""
+        if self.state == self.IMPLIED:
+            held, self._implied_parts = "".join(self._implied_parts), []
         state, self.state = self.state, self.DONE
         if state == self.INSIDE:
             return self._deliver(self._reasoning.push(held) if held else ""), ""
