@@ -1362,4 +1362,5 @@ _STRING_FIELDS = ("section_start", "section_end", "call_start", "call_end", "cal
                   "name_end", "args_start", "args_end", "arg_start", "arg_key_end", "arg_end", "arg_separator",
                   "arg_key_end_json", "id_start", "id_end")
 
-__all__ = ["Request", "build_language", "chosen_tools", "is_plain_string", "object_shape", "resolve_ref"]
+__all__ = ["ReasoningCut", "Request", "build_language", "chosen_tools", "is_plain_string", "object_shape",
+           "reasoning_cut", "resolve_ref"]
