@@ -11,7 +11,8 @@
   does not expose, so it is done here: a small linear scanner that holds back only what could
   still become a marker, and, where reasoning is implied, what it cannot yet tell apart.
 * `ServedModel.answer_parser(...)`: the tool stage, which reads that rest with no reasoning at
-  all (or, with no reasoning stage before it, the whole output with reasoning as text).
+  all (or, with no reasoning stage before it, the whole output with reasoning as text);
+  `ServedModel.answer_has_work(text)`: whether it reads a text as other than the text itself.
 * `merge_deltas(...)`: autoparser's OpenAI delta dicts of one feed, merged into one delta.
 """
 
@@ -165,14 +166,11 @@ class ServedModel:
             analysis = dataclasses.replace(analysis, reasoning=ReasoningAnalysis())
         parser = analysis.parser(tools=tools or None, thinking=thinking,
                                  parallel_tool_calls=parallel_tool_calls, tool_choice=tool_choice)
-        self._remember(key, parser)
-        return parser
-
-    def _remember(self, key: str, value: Any) -> None:
         with self._lock:
-            self._parsers[key] = value
+            self._parsers[key] = parser
             while len(self._parsers) > _PARSER_CACHE_SIZE:
                 self._parsers.popitem(last=False)
+        return parser
 
 
 _MODELS: dict[str, ServedModel] = {}
