@@ -5,13 +5,17 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from autoparser.language.build import ReasoningCut
+from autoparser.language.request import CLOSED, FREE, IMPLIED, OPEN
 from autoparser.plugins.common import CallIds, ReasoningSplit, merge_deltas, template_key
 
 START, END, OPENER = "<think>", "</think>", "<tool_call>"
 
 
-def split_all(text: str, cuts: list[int], **state: bool) -> tuple[str, str]:
-    split = ReasoningSplit(START, END, [OPENER], **state)
+def split_all(text: str, cuts: list[int], state: str, implied: bool = False,
+              stream_reasoning: bool = True) -> tuple[str, str]:
+    cut = ReasoningCut(state, START, END, (OPENER,), implied, (OPENER,) if implied else ())
+    split = ReasoningSplit(cut, stream_reasoning)
     reasoning, rest = [], []
     points = sorted({c % (len(text) + 1) for c in cuts} | {0, len(text)})
     for a, b in zip(points, points[1:], strict=False):
@@ -23,36 +27,59 @@ def split_all(text: str, cuts: list[int], **state: bool) -> tuple[str, str]:
 
 
 def test_reasoning_ends_at_the_end_marker_and_loses_its_surrounding_whitespace() -> None:
-    assert split_all("\n thinking hard \n</think>answer", [], inside=True, may_open=False) == (
-        "thinking hard", "answer")
+    assert split_all("\n thinking hard \n</think>answer", [], OPEN) == ("thinking hard", "answer")
 
 
 def test_the_output_may_open_reasoning_itself() -> None:
-    assert split_all("  <think>hm</think> ok", [], inside=False, may_open=True) == ("hm", " ok")
-    assert split_all("no reasoning here", [], inside=False, may_open=True) == ("", "no reasoning here")
-    assert split_all("<thin", [], inside=False, may_open=True) == ("", "<thin")
+    assert split_all("  <think>hm</think> ok", [], FREE) == ("hm", " ok")
+    assert split_all("no reasoning here", [], FREE) == ("", "no reasoning here")
+    assert split_all("<thin", [], FREE) == ("", "<thin")
+
+
+def test_an_end_marker_alone_first_is_an_empty_reasoning_block() -> None:
+    assert split_all(" </think>answer", [], FREE) == ("", "answer")
+
+
+def test_implied_reasoning_ends_at_its_end_marker_unless_a_call_comes_first() -> None:
+    assert split_all("hm</think>answer", [2, 5], IMPLIED, implied=True) == ("hm", "answer")
+    assert split_all("hm<tool_call>{}</think>", [2, 5], IMPLIED, implied=True) == ("", "hm<tool_call>{}</think>")
+    assert split_all("just an answer", [3], IMPLIED, implied=True) == ("", "just an answer")
+    for text in ("hm</think>answer", "hm<tool_call>{}</think>"):  # character by character
+        assert split_all(text, list(range(len(text))), IMPLIED, implied=True) == split_all(
+            text, [], IMPLIED, implied=True)
 
 
 def test_a_start_marker_repeated_after_a_prompt_that_opened_reasoning_is_dropped() -> None:
-    assert split_all("<think>hm</think>ok", [], inside=True, may_open=False) == ("hm", "ok")
+    assert split_all("<think>hm</think>ok", [], OPEN) == ("hm", "ok")
 
 
 def test_a_tool_call_ends_reasoning_and_stays_in_the_rest() -> None:
-    assert split_all("plan<tool_call>{}", [], inside=True, may_open=False) == ("plan", "<tool_call>{}")
+    assert split_all("plan<tool_call>{}", [], OPEN) == ("plan", "<tool_call>{}")
 
 
 def test_unterminated_reasoning_stays_reasoning() -> None:
-    assert split_all("still thinking </thi", [], inside=True, may_open=False) == ("still thinking </thi", "")
+    assert split_all("still thinking </thi", [], OPEN) == ("still thinking </thi", "")
+
+
+def test_a_closed_start_reads_no_reasoning() -> None:
+    assert split_all("<think>hm</think>ok", [3], CLOSED) == ("", "<think>hm</think>ok")
+
+
+def test_held_reasoning_comes_out_whole_once_it_is_over() -> None:
+    split = ReasoningSplit(ReasoningCut(OPEN, START, END, (OPENER,)), stream_reasoning=False)
+    assert split.feed("one ") == ("", "")
+    assert split.feed("two</think>ok") == ("one two", "ok")
 
 
 pieces = st.lists(st.sampled_from(["a", " ", "\n", "<", "/", START, END, OPENER, "<thi", "nk>", "x y"]), max_size=12)
 
 
-@given(pieces, st.lists(st.integers(min_value=0, max_value=200), max_size=8), st.booleans(), st.booleans())
-def test_any_chunking_gives_the_whole_split(parts: list[str], cuts: list[int], inside: bool, may_open: bool) -> None:
+@given(pieces, st.lists(st.integers(min_value=0, max_value=200), max_size=8),
+       st.sampled_from([OPEN, FREE, IMPLIED, CLOSED]), st.booleans())
+def test_any_chunking_gives_the_whole_split(parts: list[str], cuts: list[int], state: str, held: bool) -> None:
     text = "".join(parts)
-    assert split_all(text, cuts, inside=inside, may_open=may_open) == split_all(
-        text, [], inside=inside, may_open=may_open)
+    implied = state == IMPLIED
+    assert split_all(text, cuts, state, implied, not held) == split_all(text, [], state, implied)
 
 
 def test_merged_deltas_keep_the_first_fragment_of_each_call() -> None:

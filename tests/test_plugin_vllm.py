@@ -14,6 +14,7 @@ Needs vLLM (about 9 GB): `bash tools/install_vllm.sh` then
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -21,8 +22,10 @@ from typing import Any
 import pytest
 from corpora import llamacpp_templates, shared_templates
 from engine_tokenizer import write_tokenizer
+from plugin_cases import analysis_of, cases_of, markers_of, tool_template_params
 
 import autoparser
+from autoparser import ReasoningAnalysis
 from autoparser.analyzers.probes import Prober
 from autoparser.roundtrip import TOOLS, probe_messages, run_case
 
@@ -209,6 +212,52 @@ def test_plugin_matches_autoparser_parse(name: str, corpus: str, special: bool, 
     for size in (1, 3):
         assert_same(streamed(parser_cls, tokenizer, stream_request, kwargs, prompt_ids, output, size), expected,
                     output)
+
+
+def _normalized(message: dict[str, Any]) -> dict[str, Any]:
+    return {"reasoning_content": message["reasoning_content"] or None, "content": message["content"] or None,
+            "tool_calls": [(c["function"]["name"], json.loads(c["function"]["arguments"]))
+                           for c in message["tool_calls"]]}
+
+
+@pytest.mark.parametrize("path", tool_template_params())
+def test_every_tool_template_matches_autoparser_parse(path: Path, tmp_path: Path) -> None:
+    """Every tool-capable corpus template (`plugin_cases`, R1-family ones included), its markers
+    special tokens: the composed parser, whole and streamed one and three tokens at a time, with
+    `include_reasoning` on and off, with `tool_choice="required"`, and with no reasoning parser
+    (the parse reading reasoning as text), equals autoparser's parse of the output after the
+    same prompt."""
+    analysis = analysis_of(path)
+    folder = write_tokenizer(tmp_path, analysis.source, BOS, EOS, specials=markers_of(analysis))
+    tokenizer = get_tokenizer(str(folder))
+    composed = ParserManager.get_parser(tool_parser_name="autoparser", reasoning_parser_name="autoparser",
+                                        enable_auto_tools=True, tokenizer=tokenizer)
+    tool_only = ParserManager.get_parser(tool_parser_name="autoparser", enable_auto_tools=True, tokenizer=tokenizer)
+    as_text = dataclasses.replace(analysis, reasoning=ReasoningAnalysis()).parser(tools=TOOLS)
+    for case in cases_of(analysis):
+        if case.prompt is None:
+            continue  # vLLM renders a prompt first; this template renders none for the conversation
+        kwargs = analysis.thinking_kwargs(case.thinking)
+        prompt_ids = tokenizer.encode(case.prompt, add_special_tokens=False)
+        history = list(case.history)
+        expected = _normalized(analysis.parser(tools=TOOLS, thinking=case.thinking, prompt=case.prompt)
+                               .parse(case.output))
+        plain = _normalized(as_text.parse(case.output))
+        runs = [(composed, {}, expected), (composed, {"include_reasoning": False},
+                                           dict(expected, reasoning_content=None)), (tool_only, {}, plain)]
+        if case.has_calls:
+            required = analysis.parser(tools=TOOLS, thinking=case.thinking, prompt=case.prompt, tool_choice="required")
+            runs.append((composed, {"tool_choice": "required"}, _normalized(required.parse(case.output))))
+        for parser_cls, fields, want in runs:
+            where = f"{case.name} {fields} {parser_cls is tool_only}"
+            request = ChatCompletionRequest(**{"model": "m", "messages": history, "tools": TOOLS, "tool_choice": "auto",
+                                               "chat_template_kwargs": kwargs or None, **fields})
+            request = rendered_request(parser_cls, tokenizer, request, kwargs, prompt_ids)
+            assert _normalized(whole(parser_cls, tokenizer, request, kwargs, prompt_ids, case.output)) == want, where
+            stream_request = request.model_copy(update={"stream": True})
+            for size in (1, 3):
+                got = streamed(parser_cls, tokenizer, stream_request, kwargs, prompt_ids, case.output, size)
+                assert _normalized(got) == want, f"{where} {size} tokens"
 
 
 V31 = TEMPLATES[0]

@@ -64,6 +64,7 @@ from autoparser.language.ir import (
 )
 from autoparser.language.request import (
     CLOSED,
+    FREE,
     IMPLIED,
     KEY_HOLE,
     NAME_FORBIDDEN,
@@ -123,6 +124,42 @@ def build_language(analysis: Mapping[str, Any], request: Request) -> Language:
 
     Raises ValueError for a `tool_choice` naming a tool not in `tools`."""
     return (_Reading if request.reading else _Builder)(analysis, request).build()
+
+
+@dataclass(frozen=True)
+class ReasoningCut:
+    """Where the parser's reading separates reasoning from the answer (marker cores), for a
+    stage that cuts reasoning off before another parser reads the rest with no reasoning at all
+    (a serving engine's reasoning parser).
+
+    `start_state`: where the output starts (`request.OPEN`, `FREE`, `IMPLIED`; `CLOSED`: no
+    reasoning is read). `interrupts`: what ends reasoning that no end marker closed; they begin
+    the answer. `implied`: text the output did not open as reasoning is reasoning when an end
+    marker follows it, unless one of `answer_openers` comes first."""
+
+    start_state: str
+    start: str = ""
+    end: str = ""
+    interrupts: tuple[str, ...] = ()
+    implied: bool = False
+    answer_openers: tuple[str, ...] = ()
+
+
+def reasoning_cut(analysis: Mapping[str, Any], request: Request) -> ReasoningCut:
+    """How the parser reading `request`'s output separates its reasoning from the answer."""
+    reading = _Reading(analysis, replace(request, reading=True))
+    start, end = reading.r.start.strip(), reading.r.end.strip()
+    if reading.opened or reading.r.mode == "none" or not end:
+        return ReasoningCut(CLOSED)
+    if reading.in_messages() and reading.header_leads():
+        # a reply written as messages: its reasoning is a message of its own, however the
+        # prompt ended (cut here where it comes first)
+        return ReasoningCut(OPEN if reading.forced else FREE, start, end)
+    if not reading.reads_reasoning():
+        return ReasoningCut(CLOSED)
+    implied = reading.implies_reasoning()
+    openers = tuple(reading.call_openers()) if implied else ()
+    return ReasoningCut(reading.start, start, end, reading.interrupts(), implied, openers)
 
 
 # -- tools and tool_choice ---------------------------------------------------------------------
@@ -1350,4 +1387,5 @@ _STRING_FIELDS = ("section_start", "section_end", "call_start", "call_end", "cal
                   "name_end", "args_start", "args_end", "arg_start", "arg_key_end", "arg_end", "arg_separator",
                   "arg_key_end_json", "id_start", "id_end")
 
-__all__ = ["Request", "build_language", "chosen_tools", "is_plain_string", "object_shape", "resolve_ref"]
+__all__ = ["ReasoningCut", "Request", "build_language", "chosen_tools", "is_plain_string", "object_shape",
+           "reasoning_cut", "resolve_ref"]

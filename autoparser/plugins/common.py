@@ -5,10 +5,14 @@
   several times per request; only the first one in a process pays for the analysis.
 * `ServedModel.parser(...)`: autoparser parsers cached by tools, tool choice, parallel calls and
   thinking, so a request whose tool set was seen before builds nothing.
-* `ReasoningSplit`: cuts raw model output into reasoning and the rest at the analysis' markers.
-  Engines ask their reasoning parser for exactly that cut (the rest then goes to their tool
-  parser as text), which autoparser's message-level parser does not expose, so it is written
-  here: a small linear scanner that holds back only what could still become a marker.
+* `ReasoningSplit`: cuts raw model output into reasoning and the rest where autoparser's reading
+  does (`ServedModel.reasoning_cut`). Engines ask their reasoning parser for exactly that cut
+  (the rest then goes to their tool parser as text), which autoparser's message-level parser
+  does not expose, so it is done here: a small linear scanner that holds back only what could
+  still become a marker, and, where reasoning is implied, what it cannot yet tell apart.
+* `ServedModel.answer_parser(...)`: the tool stage, which reads that rest with no reasoning at
+  all (or, with no reasoning stage before it, the whole output with reasoning as text);
+  `ServedModel.answer_has_work(text)`: whether it reads a text as other than the text itself.
 * `merge_deltas(...)`: autoparser's OpenAI delta dicts of one feed, merged into one delta.
 """
 
@@ -69,6 +73,7 @@ class ServedModel:
     analysis: Any
     _parsers: OrderedDict[str, Any] = field(default_factory=OrderedDict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _data: dict[str, Any] | None = field(default=None, repr=False)
 
     def markers(self) -> list[str]:
         """Every marker string the analysis names (key-templated ones left out)."""
@@ -94,20 +99,59 @@ class ServedModel:
             return True
         return bool(value)
 
+    def data(self) -> dict[str, Any]:
+        """The analysis in its `to_dict()` form, computed once."""
+        if self._data is None:
+            self._data = self.analysis.to_dict()
+        return self._data
+
     def reasoning_markers(self) -> tuple[str, str, list[str]]:
-        """Reasoning start, end, and the markers that end reasoning by opening a tool call."""
-        r, tools = self.analysis.reasoning, self.analysis.tools
-        if r.mode == "none" or not r.end:
-            return "", "", []
-        opener = (tools.markers.section_start or tools.markers.call_start) if tools.supported else ""
-        return r.start, r.end, [opener] if opener.strip() else []
+        """Reasoning start, end, and the markers that end reasoning no end marker closed (for
+        finding where reasoning ends in token ids)."""
+        from autoparser.language.build import Request, reasoning_cut
+
+        # the markers whatever a request's start: as if the prompt had opened reasoning
+        data = self.data()
+        opened = {**data, "reasoning": {**(data.get("reasoning") or {}), "forced_open": True}}
+        cut = reasoning_cut(opened, Request(thinking=True))
+        return cut.start, cut.end, list(cut.interrupts)
+
+    def reasoning_cut(self, thinking: bool | None, prompt: str | None = None) -> Any:
+        """Where autoparser's reading separates reasoning from the answer for one request
+        (`autoparser.language.build.ReasoningCut`); `prompt`: the rendered prompt, where the
+        engine gives it. Cheap: no language is built."""
+        from autoparser.language.build import Request, reasoning_cut
+
+        return reasoning_cut(self.data(), Request(thinking=thinking, prompt=prompt))
+
+    def reasoning_split(self, thinking: bool | None, prompt: str | None = None,
+                        stream_reasoning: bool = True) -> ReasoningSplit:
+        """A new cut of one output into reasoning and the rest, as autoparser reads it."""
+        return ReasoningSplit(self.reasoning_cut(thinking, prompt), stream_reasoning)
+
+    def answer_parser(self, tools: list[dict[str, Any]] | None, tool_choice: Any,
+                      parallel_tool_calls: bool) -> Any:
+        """The tool stage's parser: it reads text the engine's reasoning stage already cut off,
+        or (an engine with no reasoning stage) the whole output with reasoning as ordinary text,
+        markers included; either way no reasoning at all, whatever the template's switch."""
+        return self.parser(tools, tool_choice, parallel_tool_calls, None, reasoning_as_text=True)
+
+    def answer_has_work(self, text: str) -> bool:
+        """Whether the tool stage reads `text` as other than the text itself: a call's opener in
+        it, or, read with any tool name, calls or markup or surrounding whitespace to drop
+        (engines pass text on unparsed where their tool parser says it holds no call)."""
+        markers = self.analysis.tools.markers
+        opener = (markers.section_start or markers.call_start).strip() if self.analysis.tools.supported else ""
+        if opener and opener in text:
+            return True
+        message = self.answer_parser(None, "auto", True).parse(text)
+        return bool(message["tool_calls"]) or (message["content"] or "") != text
 
     def parser(self, tools: list[dict[str, Any]] | None, tool_choice: Any, parallel_tool_calls: bool,
                thinking: bool | None, reasoning_as_text: bool = False) -> Any:
         """An autoparser parser for this request shape, built once and then reused.
 
-        `reasoning_as_text`: the reasoning markers are ordinary text (an engine configured
-        without a reasoning parser shows reasoning, markers included, as the answer)."""
+        `reasoning_as_text`: the reasoning markers are ordinary text (no reasoning is read)."""
         key = json.dumps([tools, tool_choice, parallel_tool_calls, thinking, reasoning_as_text],
                          sort_keys=True, default=str)
         with self._lock:
@@ -230,24 +274,39 @@ class TrimmedText:
 
 
 class ReasoningSplit:
-    """Cuts raw output into reasoning and the rest, in linear time.
+    """Cuts raw output into reasoning and the rest where autoparser's reading does
+    (`ReasoningCut`), in linear time; the rest is then read with no reasoning at all.
 
-    `inside`: the prompt left the model inside reasoning (a repeated `start` is dropped).
-    `may_open`: otherwise, the output may open reasoning itself with `start` (leading whitespace
-    allowed). Reasoning ends at `end`
-    (dropped) or at an `interrupt` marker (a tool call opening; kept in the rest). Unterminated
-    reasoning stays reasoning.
+    From the start state: inside reasoning the prompt opened (a start marker the output repeats
+    first is dropped); free to open it with the start marker (an end marker alone first is an
+    empty block); where reasoning is implied, text up to an end marker is reasoning unless an
+    answer opener comes first (all of it is held until that is known, as autoparser holds it).
+    Reasoning ends at its end marker (dropped) or at an interrupt (kept in the rest).
+    Unterminated reasoning stays reasoning.
     """
 
-    OPENING, INSIDE, DONE = "opening", "inside", "done"
+    OPENING, IMPLIED, INSIDE, DONE = "opening", "implied", "inside", "done"
 
-    def __init__(self, start: str, end: str, interrupts: Sequence[str], *, inside: bool, may_open: bool) -> None:
-        self.start, self.end = start, end
-        self.interrupts = [m for m in interrupts if m]
-        self.state = self.INSIDE if inside else (self.OPENING if may_open and start else self.DONE)
+    def __init__(self, cut: Any, stream_reasoning: bool = True) -> None:
+        from autoparser.language.request import CLOSED, OPEN
+
+        self.cut = cut
+        # off: the reasoning comes out whole, once it is over (SGLang's `stream_reasoning=False`)
+        self.stream_reasoning = stream_reasoning
+        self._unsent = ""
+        self.start, self.end = cut.start, cut.end
+        self.interrupts = [m for m in cut.interrupts if m]
+        self.implied = bool(cut.implied) and cut.start_state != OPEN
+        self.answer_openers = [m for m in cut.answer_openers if m]
+        if cut.start_state == CLOSED or not self.end:
+            self.state = self.DONE
+        else:
+            self.state = self.INSIDE if cut.start_state == OPEN else self.OPENING
         # inside from the start, the output may still repeat the start marker the prompt wrote
-        self._fresh = bool(inside and start)
+        self._fresh = self.state == self.INSIDE and bool(self.start)
         self._held = ""
+        self._implied_parts: list[str] = []  # implied reasoning or answer, not yet told apart
+        self._implied_tail = ""  # its end, where a marker may have begun
         self._reasoning = TrimmedText()
 
     @property
@@ -257,32 +316,84 @@ class ReasoningSplit:
     def feed(self, text: str) -> tuple[str, str]:
         """(reasoning, rest) newly known after `text`; reasoning without surrounding whitespace."""
         reasoning, rest = self._feed(text)
-        return self._reasoning.push(reasoning) if reasoning else "", rest
+        return self._deliver(self._reasoning.push(reasoning) if reasoning else ""), rest
+
+    def split(self, text: str) -> tuple[str, str]:
+        """(reasoning, rest) of a whole output, by a fresh split of the same cut."""
+        split = ReasoningSplit(self.cut)
+        reasoning, rest = split.feed(text)
+        more_reasoning, more_rest = split.finish()
+        return reasoning + more_reasoning, rest + more_rest
+
+    def _deliver(self, reasoning: str) -> str:
+        if self.stream_reasoning:
+            return reasoning
+        self._unsent += reasoning
+        if self.state != self.DONE:
+            return ""
+        reasoning, self._unsent = self._unsent, ""
+        return reasoning
 
     def _feed(self, text: str) -> tuple[str, str]:
         if self.state == self.DONE:
             return "", text
+        if self.state == self.IMPLIED:
+            return self._implied(text)
         held = self._held + text
         self._held = ""
-        if self.state == self.OPENING:
+        if self.state == self.OPENING or self._fresh:
             stripped = held.lstrip()
-            if not stripped or (self.start.startswith(stripped) and stripped != self.start):
+            if not stripped or any(m.startswith(stripped) and m != stripped for m in self._openings()):
                 self._held = held
                 return "", ""
-            if not stripped.startswith(self.start):
-                self.state = self.DONE
-                return "", held
-            self.state = self.INSIDE
-            held = stripped[len(self.start):]
-        elif self._fresh:
-            stripped = held.lstrip()
-            if not stripped or (self.start.startswith(stripped) and stripped != self.start):
-                self._held = held
-                return "", ""
+            if self.state == self.OPENING:
+                return self._opened(held, stripped)
             self._fresh = False
             if stripped.startswith(self.start):
                 held = stripped[len(self.start):]
         return self._inside(held)
+
+    def _openings(self) -> list[str]:
+        """What the output may begin with that decides how it starts."""
+        if self._fresh:
+            return [self.start]
+        return [m for m in (self.start, self.end) if m]
+
+    def _opened(self, held: str, stripped: str) -> tuple[str, str]:
+        if self.start and stripped.startswith(self.start):
+            self.state = self.INSIDE
+            return self._inside(stripped[len(self.start):])
+        if stripped.startswith(self.end):  # an empty reasoning block
+            self.state = self.DONE
+            return "", stripped[len(self.end):]
+        if self.implied:
+            self.state = self.IMPLIED
+            return self._implied(held)
+        self.state = self.DONE
+        return "", held
+
+    def _implied(self, text: str) -> tuple[str, str]:
+        """Text the output did not open as reasoning: reasoning if its end marker comes before
+        any answer opener, else all of it is the answer. Held in parts; only the new text (and
+        the end of the old, where a marker may have begun) is searched."""
+        window = self._implied_tail + text
+        cut, which = -1, ""
+        for marker in [self.end, *self.answer_openers]:
+            at = window.find(marker)
+            if at >= 0 and (cut < 0 or at < cut):
+                cut, which = at, marker
+        if cut < 0:
+            self._implied_parts.append(text)
+            keep = max(len(m) for m in [self.end, *self.answer_openers]) - 1
+            self._implied_tail = window[-keep:] if keep else ""
+            return "", ""
+        held = "".join(self._implied_parts)
+        whole, at = held + text, len(held) - len(self._implied_tail) + cut
+        self._implied_parts, self._implied_tail = [], ""
+        self.state = self.DONE
+        if which == self.end:
+            return whole[:at], whole[at + len(self.end):]
+        return "", whole
 
     def _inside(self, text: str) -> tuple[str, str]:
         cut, resume = -1, -1
@@ -309,11 +420,12 @@ class ReasoningSplit:
 
     def finish(self) -> tuple[str, str]:
         held, self._held = self._held, ""
-        if self.state == self.INSIDE:
-            self.state = self.DONE
-            return self._reasoning.push(held) if held else "", ""
-        self.state = self.DONE
-        return "", held
+        if self.state == self.IMPLIED:
+            held, self._implied_parts = "".join(self._implied_parts), []
+        state, self.state = self.state, self.DONE
+        if state == self.INSIDE:
+            return self._deliver(self._reasoning.push(held) if held else ""), ""
+        return self._deliver(""), held
 
 
 def merge_deltas(deltas: list[dict[str, Any]]) -> tuple[str, str, list[dict[str, Any]]]:

@@ -15,7 +15,12 @@ from sglang.srt.function_call.core_types import StreamingParseResult, ToolCallIt
 from sglang.srt.parser.reasoning_parser import BaseReasoningFormatDetector
 from sglang.srt.parser.reasoning_parser import StreamingParseResult as ReasoningResult
 
-from autoparser.plugins.common import PluginError, ReasoningSplit, ServedModel, merge_deltas, served_model
+from autoparser.plugins.common import (
+    PluginError,
+    ServedModel,
+    merge_deltas,
+    served_model,
+)
 
 
 def _model(tokenizer: Any) -> ServedModel:
@@ -25,7 +30,10 @@ def _model(tokenizer: Any) -> ServedModel:
 
 
 class AutoparserDetector(BaseFormatDetector):
-    """Tool calls in the served model's own format, as its chat template's analysis describes."""
+    """Tool calls in the served model's own format, as its chat template's analysis describes.
+
+    SGLang hands it the text after its reasoning parser's cut (or, with `separate_reasoning`
+    off, the whole output), so it reads no reasoning at all, whatever the template's switch."""
 
     def __init__(self, tokenizer: Any = None) -> None:
         super().__init__()
@@ -38,10 +46,12 @@ class AutoparserDetector(BaseFormatDetector):
     def _parser(self, tools: list[Any] | None) -> Any:
         dicts = [tool.model_dump(exclude_none=True) if hasattr(tool, "model_dump") else dict(tool)
                  for tool in tools or []]
-        return self._model.parser(dicts, "auto", True, False)
+        return self._model.answer_parser(dicts, "auto", True)
 
     def has_tool_call(self, text: str) -> bool:
-        return bool(self.bot_token) and self.bot_token in text
+        """A call (of any tool: SGLang does not pass the tools here), or markup to drop; where
+        this says no, SGLang passes the text on as it is."""
+        return self._model.answer_has_work(text)
 
     def detect_and_parse(self, text: str, tools: list[Any]) -> StreamingParseResult:
         message = self._parser(tools).parse(text)
@@ -88,7 +98,11 @@ def _result(deltas: list[dict[str, Any]]) -> StreamingParseResult:
 
 
 class AutoparserReasoningDetector(BaseReasoningFormatDetector):
-    """Reasoning at the markers the analysis found; `force_reasoning` says the prompt opened it."""
+    """Reasoning where autoparser's reading finds it (`ServedModel.reasoning_cut`).
+
+    SGLang's `force_reasoning` says whether the request thinks (from the template's switch);
+    where the reasoning starts then follows from the analysis, as in autoparser's own parse: inside
+    it where the template's prompt opens it, else the model may open it, or imply it."""
 
     def __init__(self, stream_reasoning: bool = True, force_reasoning: bool | None = None,
                  tokenizer: Any = None, **kwargs: Any) -> None:
@@ -98,28 +112,15 @@ class AutoparserReasoningDetector(BaseReasoningFormatDetector):
         super().__init__(start, end, stream_reasoning=stream_reasoning,
                          force_reasoning=bool(force_reasoning), reasoning_default=_reasoning_default(reasoning),
                          **{k: v for k, v in kwargs.items() if k in ("continue_final_message", "previous_content")})
-        # SGLang's force_reasoning says whether the prompt opened reasoning; the model may still
-        # open it itself when it did not
-        if force_reasoning is None:
-            inside = bool(end) and reasoning.forced_open and model.analysis.thinking_enabled(None)
-        else:
-            inside = bool(end) and force_reasoning
-        self._split_args = (start, end, interrupts, inside, bool(end) and not inside)
-        self._split = self._new_split()
+        self._split = model.reasoning_split(force_reasoning, stream_reasoning=stream_reasoning)
         self._rest_started = False
-
-    def _new_split(self) -> ReasoningSplit:
-        start, end, interrupts, inside, may_open = self._split_args
-        return ReasoningSplit(start, end, interrupts, inside=inside, may_open=may_open)
 
     # SGLang passes the text after reasoning on as the answer unparsed when the request has no
     # tools or the text no tool call, so the whitespace autoparser drops around it is dropped here
 
     def detect_and_parse(self, text: str) -> ReasoningResult:
-        split = self._new_split()
-        reasoning, rest = split.feed(text)
-        more_reasoning, more_rest = split.finish()
-        return ReasoningResult(normal_text=(rest + more_rest).strip(), reasoning_text=reasoning + more_reasoning)
+        reasoning, rest = self._split.split(text)
+        return ReasoningResult(normal_text=rest.strip(), reasoning_text=reasoning)
 
     def parse_streaming_increment(self, new_text: str) -> ReasoningResult:
         reasoning, rest = self._split.feed(new_text)

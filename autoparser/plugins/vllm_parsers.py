@@ -24,6 +24,7 @@ from vllm.entrypoints.generate.base.protocol import (
 from vllm.reasoning import ReasoningParser, ReasoningParserManager
 from vllm.tool_parsers import ToolParser, ToolParserManager
 
+from autoparser.language.request import CLOSED, OPEN
 from autoparser.plugins.common import (
     PLUGIN_NAME,
     CallIds,
@@ -39,6 +40,8 @@ from autoparser.plugins.common import (
 
 # how many trailing whitespace tokens may follow a marker that ends the prompt (a start marker and a newline)
 _TRAILING_WHITESPACE_TOKENS = 4
+# the prompt's last tokens decoded to see where the output starts: its last turn's opening
+_PROMPT_TAIL_TOKENS = 4096
 
 
 class _ServedTokenizer:
@@ -77,10 +80,9 @@ def _adjust_detokenizer(request: Any, served: _ServedTokenizer) -> Any:
 class AutoparserReasoningParser(ReasoningParser):
     """Reasoning as the chat template's analysis describes it.
 
-    The start state comes from the prompt when vLLM passes it (`set_prompt_token_ids`): inside
-    reasoning when the prompt ends with the start marker, after it when it ends with the end
-    marker. Otherwise the output may open reasoning itself, unless thinking is switched off
-    through `chat_template_kwargs`.
+    Where reasoning starts and ends is where autoparser's own parse of the output puts it
+    (`ServedModel.reasoning_cut`), from the prompt when vLLM passes it (`set_prompt_token_ids`,
+    its last tokens decoded) and the thinking switch of `chat_template_kwargs`.
     """
 
     engine_based_streaming = True
@@ -92,7 +94,7 @@ class AutoparserReasoningParser(ReasoningParser):
         self._thinking = self._served.model.thinking(kwargs.get("chat_template_kwargs"))
         self._start, self._end, self._interrupts = self._served.model.reasoning_markers()
         self._can_reason = bool(self._end) and analysis.thinking_enabled(self._thinking)
-        self._prompt_state: str | None = None
+        self._prompt: str | None = None
         self._prompt_len: int | None = None
         self._split: ReasoningSplit | None = None
         self._pending = ""
@@ -123,10 +125,14 @@ class AutoparserReasoningParser(ReasoningParser):
         """Whether output after these prompt ids starts past reasoning (vLLM passes prompts only).
         The prompt's length is remembered so the streaming check can tell a skipped reasoning."""
         self._prompt_len = len(input_ids)
-        ending = self._prompt_ending(input_ids)
-        if ending:
-            return ending == "end"
-        return not self._can_reason
+        return self._cut(self._prompt_text(input_ids)).start_state == CLOSED
+
+    def _prompt_text(self, ids: Sequence[int]) -> str:
+        """The end of the prompt as text: enough to see how its last turn leaves the model."""
+        return self.model_tokenizer.decode(list(ids[-_PROMPT_TAIL_TOKENS:]), skip_special_tokens=False)
+
+    def _cut(self, prompt: str | None) -> Any:
+        return self._served.model.reasoning_cut(self._thinking, prompt)
 
     def is_reasoning_end_streaming(self, input_ids: Sequence[int], delta_ids: Iterable[int]) -> bool:
         delta = list(delta_ids)
@@ -181,31 +187,22 @@ class AutoparserReasoningParser(ReasoningParser):
         return (min(ends) if ends else len(ids)) - begin
 
     def _starts_inside(self) -> bool:
-        if self._prompt_state is not None:
-            return self._prompt_state == "start" and bool(self._end)
-        return self._can_reason and self._served.model.analysis.reasoning.forced_open
+        return self._cut(self._prompt).start_state == OPEN
 
     # -- text ------------------------------------------------------------------------------
 
     def set_prompt_token_ids(self, prompt_token_ids: Sequence[int]) -> None:
-        self._prompt_state = self._prompt_ending(prompt_token_ids)
+        self._prompt = self._prompt_text(prompt_token_ids)
 
     def adjust_initial_state_from_prompt(self, prompt_token_ids: Sequence[int]) -> None:
         self.set_prompt_token_ids(prompt_token_ids)
 
     def _new_split(self) -> ReasoningSplit:
-        inside = self._starts_inside()
-        if self._prompt_state is not None:
-            may_open = not self._prompt_state and self._can_reason
-        else:
-            may_open = self._can_reason and not inside
-        return ReasoningSplit(self._start, self._end, self._interrupts, inside=inside, may_open=may_open)
+        return self._served.model.reasoning_split(self._thinking, self._prompt)
 
     def extract_reasoning(self, model_output: str, request: Any) -> tuple[str | None, str | None]:
-        split = self._new_split()
-        reasoning, rest = split.feed(model_output)
-        more_reasoning, more_rest = split.finish()
-        return (reasoning + more_reasoning) or None, (rest + more_rest) or None
+        reasoning, rest = self._new_split().split(model_output)
+        return reasoning or None, rest or None
 
     def extract_reasoning_streaming(self, previous_text: str, current_text: str, delta_text: str,
                                     previous_token_ids: Sequence[int], current_token_ids: Sequence[int],
@@ -220,11 +217,16 @@ class AutoparserReasoningParser(ReasoningParser):
         return self._split is not None and self._split.ended
 
     def finish_streaming(self) -> DeltaMessage | None:
-        """The text held back so far: what follows reasoning (and reasoning never closed)."""
+        """The text held back so far: what follows reasoning, which vLLM hands to the tool parser;
+        or, at the end of an output whose reasoning never ended, reasoning never closed and the
+        answer it could not yet tell from reasoning, which vLLM passes on as content itself."""
         reasoning = ""
         if self._split is not None and not self._split.ended:
             reasoning, rest = self._split.finish()
             self._pending += rest
+            if self._pending:
+                # no tool parser reads it: markup is dropped here (any call would have ended reasoning)
+                self._pending = self._served.model.answer_parser(None, "none", True).parse(self._pending)["content"] or ""
         content, self._pending = self._pending, ""
         if not reasoning and not content:
             return None
@@ -243,7 +245,8 @@ class AutoparserToolParser(ToolParser):
 
     supports_required_and_named = False
     engine_based_streaming = True
-    # vLLM sets this when no reasoning parser is configured: reasoning, markers included, is content
+    # vLLM sets this when no reasoning parser is configured: reasoning, markers included, is content,
+    # which the tool parser reads anyway (it reads no reasoning: any before it was cut off)
     skip_reasoning_parsing = False
 
     def __init__(self, tokenizer: Any, tools: list[Any] | None = None, *args: Any, **kwargs: Any) -> None:
@@ -255,8 +258,8 @@ class AutoparserToolParser(ToolParser):
     def _parser(self, request: Any) -> Any:
         tools = [_tool_dict(tool) for tool in getattr(request, "tools", None) or []]
         parallel = getattr(request, "parallel_tool_calls", None)
-        return self._served.model.parser(tools, _tool_choice(getattr(request, "tool_choice", None)),
-                                         parallel is not False, False, self.skip_reasoning_parsing)
+        return self._served.model.answer_parser(tools, _tool_choice(getattr(request, "tool_choice", None)),
+                                                parallel is not False)
 
     def adjust_request(self, request: Any) -> Any:
         return _adjust_detokenizer(request, self._served)
