@@ -30,7 +30,8 @@ no end marker after it ends where the tool calls begin (`build._Builder.reasonin
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
 REASONING, CONTENT, TOOL_NAME, ARGUMENTS, CALL_ID = "reasoning", "content", "tool_name", "arguments", "id"
@@ -225,6 +226,109 @@ class Language:
 
     def __str__(self) -> str:
         return describe(self.root)
+
+    def markers(self) -> frozenset[str]:
+        """Every marker the language reads or stops at (structure, reasoning, calls, end of turn),
+        stripped: what the server must keep as special tokens and never show as text."""
+        found: set[str] = set()
+        for node in walk(self.root):
+            if isinstance(node, Lit):
+                found.add(node.text.strip())
+            elif isinstance(node, Text):
+                found.update(s.strip() for s in (*node.stops, *node.not_first))
+            elif isinstance(node, Lazy):
+                found.update(t.strip() for t in node.triggers)
+            elif isinstance(node, Guard):
+                found.update((node.start.strip(), node.end.strip()))
+        found.update(self.value_section)
+        found.discard("")
+        return frozenset(found)
+
+    def reasoning_markers(self) -> frozenset[str]:
+        """The markers that open and close reasoning: those next to a reasoning capture."""
+        found: set[str] = set()
+        for node in walk(self.root):
+            if isinstance(node, Seq):
+                for before, after in zip(node.items, node.items[1:], strict=False):
+                    if isinstance(before, Lit) and any(_is_reasoning(n) for n in _leading(after)):
+                        found.add(before.text.strip())
+                    elif isinstance(after, Lit) and _is_reasoning(before):
+                        found.add(after.text.strip())
+            elif isinstance(node, Guard):
+                found.update((node.start.strip(), node.end.strip()))
+        found.discard("")
+        return frozenset(found)
+
+    def call_openers(self) -> frozenset[str]:
+        """The markers a call section or a call begins with."""
+        found: set[str] = set()
+        for node in walk(self.root):
+            if isinstance(node, Rule) and node.kind in (SECTION, CALL):
+                found.update(n.text.strip() for n in _leading(node.body) if isinstance(n, Lit))
+            elif isinstance(node, Lazy):
+                found.update(t.strip() for t in node.triggers)
+        found.discard("")
+        return frozenset(found)
+
+
+def children(node: Any) -> tuple[Any, ...]:
+    """The nodes a node holds, in order (a choice's options, a member's body, a guard...)."""
+    out: list[Any] = []
+    for f in fields(node):
+        value = getattr(node, f.name)
+        if isinstance(value, tuple):
+            for item in value:
+                if isinstance(item, tuple):  # Members.items: (member, required)
+                    out.extend(i for i in item if _is_node(i))
+                elif _is_node(item):
+                    out.append(item)
+        elif _is_node(value):
+            out.append(value)
+    return tuple(out)
+
+
+def walk(node: Any) -> Iterator[Any]:
+    """Every node under `node` once (shared parts are visited once), without recursion."""
+    seen: set[int] = set()
+    todo = [node]
+    while todo:
+        current = todo.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        todo.extend(reversed(children(current)))
+
+
+def _is_node(value: Any) -> bool:
+    return is_dataclass(value) and not isinstance(value, type) and not isinstance(value, Language)
+
+
+def _is_reasoning(node: Any) -> bool:
+    return isinstance(node, Capture) and node.role == REASONING
+
+
+def _leading(node: Any) -> list[Any]:
+    """The markers and captures `node` may begin with, looking through sequences (past gaps),
+    choices and named parts."""
+    found: list[Any] = []
+    todo = [node]
+    seen: set[int] = set()
+    while todo:
+        current = todo.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, Lit | Capture):
+            found.append(current)
+        if isinstance(current, Seq) and current.items:
+            lead = next((i for i in current.items if not isinstance(i, Gap)), None)
+            todo.extend([lead] if lead is not None else [])
+        elif isinstance(current, Choice):
+            todo.extend(current.options)
+        elif isinstance(current, Rule):
+            todo.append(current.body)
+    return found
 
 
 def seq(*items: Node | None) -> Node:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autoparser.analysis import Analysis, ReasoningAnalysis
+from autoparser.language.build import Request, build_language
 from autoparser.language.request import OPEN, start_state
 from autoparser.server import protocol
 from autoparser.server.anomalies import AnomalyFinder
@@ -116,8 +117,8 @@ class ChatService:
         self.special_token_ids = {text: token for text in self.special_tokens
                                   if (token := engine.token_id(text)) is not None}
         self._end_of_turn_ids, self._end_of_turn_texts = self._end_of_turn()
-        self._unused_specials = self.special_tokens - self._marker_tokens()
         self._analysis_dict = analysis.to_dict()
+        self._unused_specials = self.special_tokens - self._marker_tokens()
         self._grammars = LRU()
         self._parsers = LRU()
         self._preambles = LRU()
@@ -434,10 +435,11 @@ class ChatService:
         return [stop for stop in self.analysis.stop if stop in self.special_tokens]
 
     def _marker_tokens(self) -> set[str]:
-        """Special tokens that occur inside a marker the parser reads; they are never skipped."""
-        markers = [value for part in (self.analysis.reasoning, self.analysis.content, self.analysis.tools)
-                   for value in vars(part).values() if isinstance(value, str) and value]
-        markers += self.analysis.preserved_tokens + self.analysis.triggers
+        """Special tokens that occur inside a marker the parser reads (the reading language's own
+        markers, any tool, thinking as the template defaults), or that the analysis preserves;
+        they are never skipped."""
+        language = build_language(self._analysis_dict, Request(reading=True, lazy=False))
+        markers = [*language.markers(), *self.analysis.preserved_tokens]
         return {token for token in self.special_tokens if any(token in marker for marker in markers)}
 
 

@@ -1,0 +1,37 @@
+"""What the server and the plugins ask the language instead of the analysis: its markers, the
+markers around reasoning, and what opens a call (`ir.Language`)."""
+
+from __future__ import annotations
+
+import analyses
+from analyses import DS_CALL, DS_EOS, DS_SECTION, DS_SEP
+
+from autoparser.language import ir
+from autoparser.language.build import Request, build_language
+
+
+def _reading(analysis) -> ir.Language:  # type: ignore[no-untyped-def]
+    return build_language(analysis.to_dict(), Request(reading=True, lazy=False))
+
+
+def test_the_reading_language_names_its_markers() -> None:
+    language = _reading(analyses.deepseek_v31())
+    assert {"<think>", "</think>", DS_SECTION[0], DS_SECTION[1], DS_CALL[0], DS_CALL[1], DS_SEP,
+            DS_EOS} <= language.markers()
+    assert language.reasoning_markers() == {"<think>", "</think>"}
+    assert DS_SECTION[0] in language.call_openers() and "</think>" not in language.call_openers()
+
+
+def test_a_template_without_reasoning_has_no_reasoning_markers() -> None:
+    language = _reading(analyses.hermes())
+    assert not language.reasoning_markers()
+    assert "<tool_call>" in language.call_openers()
+
+
+def test_walk_visits_every_node_once_without_recursion() -> None:
+    deep: ir.Node = ir.Lit("x")
+    for _ in range(5000):
+        deep = ir.Seq((ir.Lit("a"), deep))
+    nodes = list(ir.walk(deep))
+    assert len(nodes) == 5000 * 2 + 1
+    assert ir.children(ir.Choice((ir.Lit("p"), ir.Lit("q")))) == (ir.Lit("p"), ir.Lit("q"))
