@@ -23,6 +23,10 @@ drop-in for `GenerationWorker` on the front end's side:
   once it is up. `/health` reports `worker: restarting` until then, and counts the restarts.
 
 The queue bound (`max_queue`, then 503) is kept here, by the same `QueueBound` as in-process.
+
+The worker process (and multiprocessing's resource tracker) start as `python -c ...`, which puts
+the current directory first on `sys.path` until the parent's path replaces it: a `pickle.py` in
+the folder the server was started from would run. They are started with `PYTHONSAFEPATH=1`.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
@@ -225,7 +229,8 @@ class SupervisedWorker:
         self._busy_since = self._context.Value("d", 0.0, lock=False)
         process = self._context.Process(target=self._target, args=(self.settings, child, self._busy_since),
                                         name="autoparser-model", daemon=True)
-        process.start()
+        with _safe_path_environment():
+            process.start()
         child.close()
         try:
             facts = _await_ready(parent, process, timeout)
@@ -396,6 +401,25 @@ class SupervisedWorker:
         except (OSError, ValueError):  # the worker died; the supervisor sees it on its next read
             return False
         return True
+
+
+_ENVIRONMENT_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _safe_path_environment() -> Iterator[None]:
+    """`PYTHONSAFEPATH=1` while child interpreters start: they then leave the current directory
+    off `sys.path` (the variable is read at their start-up, so it is restored afterwards)."""
+    with _ENVIRONMENT_LOCK:
+        before = os.environ.get("PYTHONSAFEPATH")
+        os.environ["PYTHONSAFEPATH"] = "1"
+        try:
+            yield
+        finally:
+            if before is None:
+                del os.environ["PYTHONSAFEPATH"]
+            else:
+                os.environ["PYTHONSAFEPATH"] = before
 
 
 def _await_ready(conn: Connection, process: Any, timeout: float | None) -> EngineFacts:
