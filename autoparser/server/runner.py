@@ -15,7 +15,7 @@ from typing import Any
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
-from autoparser.server.errors import APIError
+from autoparser.server.errors import APIError, event_api_error
 from autoparser.server.service import PreparedChat
 from autoparser.server.worker import AsyncChannel, GenerationJob, GenerationResult, GenerationWorker
 
@@ -65,7 +65,7 @@ class Run:
                     if kind == "done":
                         return payload
                     if kind == "error":
-                        raise APIError(500, payload, code="generation_error")
+                        raise event_api_error(payload)
         finally:
             self.job.cancel()
 

@@ -44,6 +44,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
+from autoparser.server.errors import APIError, shutting_down
 from autoparser.server.worker import GenerationJob, GenerationResult, QueueBound, ReasoningPhase
 
 log = logging.getLogger("autoparser.server")
@@ -57,6 +58,7 @@ POLL_S = 0.05
 """How often the supervisor looks at cancellations and the step clock."""
 RESTART_PAUSE_S = 2.0
 """Wait between failed attempts to start the worker again."""
+SHUTTING_DOWN = "The server is shutting down; the request was not run. Retry on another server or later."
 FLUSH_S = 0.01
 """Longest the worker process holds streamed text to send it together with later tokens: a
 stream then arrives in pieces of up to 10 ms of tokens, with a fraction of the per-token
@@ -144,6 +146,7 @@ class SupervisedWorker:
         self._conn: Connection | None = None
         self._state = "starting"
         self._stopping = False
+        self._draining = False
         self.restarts = 0
         self.facts: EngineFacts | None = None
         self._thread = threading.Thread(target=self._supervise, name="autoparser-supervisor", daemon=True)
@@ -163,6 +166,9 @@ class SupervisedWorker:
         if not reserved:
             self.reserve()
         with self._lock:
+            if self._draining:  # prepared while the server began to shut down
+                self._bound.release()
+                raise APIError(503, SHUTTING_DOWN, code="server_shutting_down")
             job_id = self._next_id
             self._next_id += 1
             self._entries[job_id] = _Entry(job, submitted=time.perf_counter())
@@ -178,6 +184,21 @@ class SupervisedWorker:
 
     def retry_after_s(self) -> int:
         return self._bound.retry_after_s()
+
+    def drain(self) -> None:
+        """The server is shutting down: new requests get 503, so do the waiting ones, and the
+        running ones end now with an error (a stream with its error chunk and `[DONE]`), so
+        that every client gets an answer before the connections close."""
+        with self._lock:
+            self._draining = True  # nothing more is handed to the worker
+            entries = list(self._entries.items())
+        self._bound.close(SHUTTING_DOWN)
+        for job_id, entry in entries:
+            if entry.sent:
+                self._send(("cancel", job_id))
+                self._end(job_id, shutting_down("The server is shutting down; this generation was stopped."))
+            else:
+                self._end(job_id, shutting_down(SHUTTING_DOWN))
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stopping = True
@@ -218,7 +239,7 @@ class SupervisedWorker:
         return self._bound.max_queue
 
     def health(self) -> dict[str, Any]:
-        return {"worker": self._state, "worker_pid": self.pid, "worker_restarts": self.restarts}
+        return {"worker": "draining" if self._draining else self._state, "worker_pid": self.pid, "worker_restarts": self.restarts}
 
     # -- the supervisor thread -----------------------------------------------------------------
 
@@ -364,7 +385,7 @@ class SupervisedWorker:
 
         Jobs wait here rather than in the worker, so the worker holds only running jobs: when it
         dies, the jobs still waiting run on the next one instead of failing with it."""
-        if self._state != "ok":
+        if self._state != "ok" or self._draining:
             return
         free = self.n_parallel - sum(entry.sent for entry in self._entries.values())
         for job_id, entry in list(self._entries.items()):
