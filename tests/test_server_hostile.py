@@ -164,6 +164,34 @@ def test_slow_clients_do_not_wedge_health(server: ServerProcess) -> None:
     assert len(server.log()) < 200_000
 
 
+# -- bodies of the wrong shape -----------------------------------------------------------------------
+
+ODD_TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": {"odd": True}}}, "required": ["city"]}}}
+MALFORMED = [
+    ("/v1/responses", {"model": "tiny", "input": [{"type": "reasoning", "content": 5}]}),
+    ("/v1/responses", {"model": "tiny", "input": "hi", "text": {"format": "json_object"}}),
+    ("/v1/responses", {"model": "tiny", "input": "hi", "text": {"format": 5}, "stream": True}),
+    ("/v1/responses", {"model": "tiny", "input": [{"type": "reasoning", "summary": [{"text": ["x"]}]}]}),
+    ("/v1/chat/completions", {"model": "tiny", "messages": [{"role": "user", "content": [{"type": {}, "text": "x"}]}]}),
+]
+
+
+@pytest.mark.parametrize(("path", "body"), MALFORMED, ids=[f"{p}-{i}" for i, (p, _) in enumerate(MALFORMED)])
+def test_malformed_bodies_are_400_not_500(server: ServerProcess, path: str, body: dict[str, Any]) -> None:
+    response = httpx.post(server.base_url + path, json=body, timeout=30)
+    assert error_of(response, 400)["message"]
+    assert "Traceback" not in server.log()
+
+
+def test_an_odd_tool_schema_does_not_break_the_tools_preamble(server: ServerProcess) -> None:
+    """The tiny model's template hides tools, so the server writes a preamble with an example
+    call built from the schema; a `type` that is an object must not break it."""
+    response = httpx.post(server.base_url + "/v1/chat/completions", timeout=60, json={**ASK, "tools": [ODD_TOOL]})
+    assert response.status_code == 200, response.text[:500]
+    assert "Traceback" not in server.log()
+
+
 # -- SIGTERM -----------------------------------------------------------------------------------------
 
 
