@@ -164,6 +164,34 @@ def test_slow_clients_do_not_wedge_health(server: ServerProcess) -> None:
     assert len(server.log()) < 200_000
 
 
+def test_a_flood_over_the_connection_cap_is_refused_at_once(server: ServerProcess) -> None:
+    """700 slow connections against the default cap of 512: a probe is answered (200, or a 503
+    naming the limit) or closed at once, never left waiting; the log grows by a few KB."""
+    logged = len(server.log())
+    flood: list[socket.socket] = []
+    try:
+        for _ in range(700):
+            sock = socket.create_connection(address(server), timeout=5)
+            sock.sendall(b"GET /health HTTP/1.1\r\n")
+            flood.append(sock)
+        for _ in range(5):
+            started = time.monotonic()
+            try:
+                response = httpx.get(server.base_url + "/health", timeout=5)
+                assert response.status_code in (200, 503), response.text
+                if response.status_code == 503:
+                    assert response.json()["error"]["code"] == "too_many_connections"
+            except httpx.TransportError:
+                pass  # closed unanswered: more than 64 connections were already waiting for a 503
+            assert time.monotonic() - started < 2
+    finally:
+        for sock in flood:
+            sock.close()
+    time.sleep(TIMEOUT_S + 0.5)
+    assert httpx.get(server.base_url + "/health", timeout=5).status_code == 200
+    assert len(server.log()) - logged < 100_000
+
+
 # -- bodies of the wrong shape -----------------------------------------------------------------------
 
 ODD_TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {

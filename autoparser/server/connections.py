@@ -10,7 +10,12 @@ the file descriptors run out, and then nothing else (not even `/health`) can con
   end of the request line and headers: `408` and the connection is closed;
 - a deadline for the body, from the end of the headers to the body's end: the same;
 - at most `max_connections` open connections: the next ones get `503` as soon as they send
-  anything (or are closed after a short wait if they send nothing) and are closed.
+  anything (or are closed after a short wait if they send nothing) and are closed; beyond
+  `refusing_at_most` of those, a connection is closed at once, unanswered.
+
+uvicorn accepts at most its `backlog` connections per turn of the event loop, so with a small
+backlog the descriptors in use stay below the open-file limit whatever arrives: when they run
+out, every accept fails (and asyncio logs each failure with a traceback).
 """
 
 from __future__ import annotations
@@ -35,6 +40,9 @@ class ConnectionLimits:
     max_connections: int = 512
     refused_wait_s: float = 1.0
     """How long a connection over the cap may take to send its first bytes (and get its 503)."""
+    refusing_at_most: int = 64
+    """Connections over the cap that may wait for their 503 at once; more are closed unanswered,
+    so that a flood never holds more than `max_connections + refusing_at_most` descriptors."""
 
 
 def raw_response(status: int, reason: str, message: str, code: str, extra: bytes = b"") -> bytes:
@@ -63,7 +71,11 @@ class GuardedH11Protocol(H11Protocol):
 
     def connection_made(self, transport: Any) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        if len(self.connections) > self.limits.max_connections:
+        over = len(self.connections) - self.limits.max_connections
+        if over > self.limits.refusing_at_most:
+            self.transport.close()
+            return
+        if over > 0:
             self._refused = True
             self._arm(self.limits.refused_wait_s)
             return

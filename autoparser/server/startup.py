@@ -28,6 +28,8 @@ log = logging.getLogger("autoparser.server")
 SLOT_TOKENS = 4096
 MAX_DEFAULT_PARALLEL = 4
 MAX_PARALLEL = 64
+ACCEPT_BACKLOG = 128
+"""Connections the kernel queues for the server, and the most it accepts in one turn."""
 
 
 class StartupError(Exception):
@@ -171,7 +173,7 @@ def bind_socket(host: str, port: int) -> socket.socket:
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host.strip("[]"), port))
-        sock.listen(128)
+        sock.listen(ACCEPT_BACKLOG)
     except OSError as exc:
         sock.close()
         reason = "the port is already in use" if exc.errno in (98, 48, 10048) else exc.strerror
@@ -280,9 +282,9 @@ def _serve(args: argparse.Namespace, sock: socket.socket, engine: Any, analysis:
         shown = f"[{host}]" if ":" in host else host
         config = uvicorn.Config(app, log_level=args.log_level, timeout_graceful_shutdown=3,
                                 access_log=args.log_level == "debug", http=guarded_protocol(limits),
-                                timeout_keep_alive=5)
+                                timeout_keep_alive=5, backlog=ACCEPT_BACKLOG)
         flood_filter = RateLimitFilter()
-        for name in ("uvicorn.error", "uvicorn.access", "autoparser.server"):
+        for name in ("uvicorn.error", "uvicorn.access", "autoparser.server", "asyncio"):
             logging.getLogger(name).addFilter(flood_filter)
         AppStatus.disable_automatic_graceful_drain()  # the worker's drain ends every stream itself
         server = draining_server(config, worker)
@@ -354,7 +356,9 @@ def connection_cap(wanted: int) -> int:
                 soft = target
             except (OSError, ValueError):
                 pass
-    room = max(16, soft - 128)  # the model, the worker's pipe, logs, the thread pool
+    # Left for the connections being refused (64), one accept burst (the backlog, 128), the model,
+    # the worker's pipe, logs and the thread pool.
+    room = max(16, soft - 512)
     if wanted > room:
         log.warning("--max-connections %d lowered to %d to fit the open-file limit %d", wanted, room, soft)
     return min(wanted, room)
