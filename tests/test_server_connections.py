@@ -330,3 +330,44 @@ def test_a_flood_of_log_lines_is_cut_to_the_rate_and_says_so() -> None:
     time.sleep(0.2)
     logger.warning("after the flood")
     assert "log lines dropped" in records[-1] and records[-1].endswith("after the flood")
+
+
+# -- the app's middleware order -----------------------------------------------------------------------
+
+
+class _Settings:
+    """What `create_app` reads before a route runs."""
+
+    def __init__(self, **fields: Any):
+        from autoparser.server.service import ServerSettings
+
+        self.settings = ServerSettings(**fields)
+
+
+def app_client(**fields: Any) -> Any:
+    from starlette.testclient import TestClient
+
+    from autoparser.server.app import create_app
+
+    return TestClient(create_app(_Settings(**fields), worker=None))  # type: ignore[arg-type]
+
+
+def test_cors_is_off_unless_origins_are_given() -> None:
+    preflight = {"Origin": "https://app.example", "Access-Control-Request-Method": "POST",
+                 "Access-Control-Request-Headers": "content-type,authorization"}
+    closed = app_client().options("/v1/chat/completions", headers=preflight)
+    assert "access-control-allow-origin" not in closed.headers
+    client = app_client(cors_allow_origins=("https://app.example",), api_key="k")
+    allowed = client.options("/v1/chat/completions", headers=preflight)
+    assert allowed.status_code == 200 and allowed.headers["access-control-allow-origin"] == "https://app.example"
+    other = client.options("/v1/chat/completions", headers={**preflight, "Origin": "https://attacker.example"})
+    assert other.headers.get("access-control-allow-origin") != "https://attacker.example"
+
+
+def test_the_guard_answers_before_the_api_key_and_with_a_request_id() -> None:
+    client = app_client(api_key="k", allowed_hosts=("testserver",))
+    response = client.post("/v1/chat/completions", content=b"{}", headers={"Content-Type": "text/plain"})
+    assert response.status_code == 415 and response.headers["x-request-id"]
+    response = client.post("/v1/chat/completions", json={}, headers={"Host": "attacker.example"})
+    assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_host"
+    assert client.post("/v1/chat/completions", json={}).status_code == 401
