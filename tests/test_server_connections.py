@@ -9,6 +9,8 @@ import contextlib
 import json
 import logging
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -371,3 +373,14 @@ def test_the_guard_answers_before_the_api_key_and_with_a_request_id() -> None:
     response = client.post("/v1/chat/completions", json={}, headers={"Host": "attacker.example"})
     assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_host"
     assert client.post("/v1/chat/completions", json={}).status_code == 401
+
+
+@pytest.mark.parametrize(("soft", "hard", "cap"), [(600, 600, 88), (1024, 1024, 512), (1024, 4096, 512)])
+def test_the_connection_cap_leaves_descriptors_free(soft: int, hard: int, cap: int) -> None:
+    """In a child: lowering the limit here could not be undone."""
+    code = (f"import resource; resource.setrlimit(resource.RLIMIT_NOFILE, ({soft}, {hard})); "
+            "from autoparser.server.startup import connection_cap; print(connection_cap(512), "
+            "resource.getrlimit(resource.RLIMIT_NOFILE)[0])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    got_cap, raised_to = map(int, done.stdout.split())
+    assert got_cap == cap and raised_to == hard, done.stderr

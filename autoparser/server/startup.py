@@ -348,14 +348,15 @@ def connection_cap(wanted: int) -> int:
     except ImportError:
         return wanted
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY or hard > soft:
-        target = 65536 if hard == resource.RLIM_INFINITY else min(hard, 65536)
-        if target > soft:
+    ceiling = 65536 if hard == resource.RLIM_INFINITY else min(hard, 65536)
+    for target in (ceiling, 10240, 4096):  # some systems refuse more than a fixed maximum
+        if soft < target <= ceiling:
             try:
                 resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
                 soft = target
+                break
             except (OSError, ValueError):
-                pass
+                continue
     # Left for the connections being refused (64), one accept burst (the backlog, 128), the model,
     # the worker's pipe, logs and the thread pool.
     room = max(16, soft - 512)
