@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
 from autoparser.analysis import Analysis
 
 EXIT_BAD_INPUT = 2
+EXIT_BROKEN_PIPE = 141
+"""What a shell reports for a command that SIGPIPE ended (128 + 13)."""
 
 
 class CliError(Exception):
@@ -27,7 +30,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return EXIT_BAD_INPUT
     try:
-        return int(args.handler(args) or 0)
+        code = int(args.handler(args) or 0)
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
+        return code
+    except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as other tools do
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
     except CliError as exc:
         print(f"autoparser: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -36,6 +44,15 @@ def main(argv: list[str] | None = None) -> int:
     except (RecursionError, MemoryError) as exc:  # input shaped to exhaust the process
         print(f"autoparser: the input is too large or too deeply nested ({type(exc).__name__})", file=sys.stderr)
         return EXIT_BAD_INPUT
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is not a file descriptor: nothing left to flush
+        pass
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -9,6 +9,8 @@ Whatever happens there, the caller gets an `Analysis` or a one-line `TemplateRen
 A fresh interpreter (`python -m autoparser.isolation`) rather than `multiprocessing`: the child
 sets its limits before it imports anything, a threaded parent (the server) is never forked, and
 the exchange is plain JSON on stdin/stdout. It costs about 0.3 s of start-up per analysis.
+The child runs with `-P` (and `PYTHONSAFEPATH`): `python -m` would otherwise put the current
+directory first on `sys.path`, and a `json.py` in the folder a user analyzes would run.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ def analyze_isolated(source: str, bos_token: str = "", eos_token: str = "",
                           "kwargs": template_kwargs, "memory_bytes": limits.memory_bytes,
                           "cpu_seconds": limits.cpu_seconds})
     try:
-        done = subprocess.run([sys.executable, "-m", "autoparser.isolation"], input=request.encode(),
+        done = subprocess.run([sys.executable, "-P", "-m", "autoparser.isolation"], input=request.encode(),
                               capture_output=True, timeout=limits.wall_seconds, env=_child_environment())
     except subprocess.TimeoutExpired:
         raise RenderLimitExceeded(f"template analysis took longer than {limits.wall_seconds:g} s "
@@ -73,11 +75,20 @@ def analyze_isolated(source: str, bos_token: str = "", eos_token: str = "",
 
 
 def _child_environment() -> dict[str, str]:
-    """The parent's environment, with this package importable however the parent found it."""
-    root = str(Path(__file__).resolve().parent.parent)
+    """The parent's environment, with this package importable however the parent found it and
+    nothing on the child's path that names the current directory."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(safe_python_path(env.get("PYTHONPATH", "")))
+    env["PYTHONSAFEPATH"] = "1"
     return env
+
+
+def safe_python_path(inherited: str) -> list[str]:
+    """This package's root, then the absolute entries of `inherited`: an empty or relative
+    entry would be resolved against the current directory."""
+    root = str(Path(__file__).resolve().parent.parent)
+    entries = [root, *(entry for entry in inherited.split(os.pathsep) if os.path.isabs(entry))]
+    return list(dict.fromkeys(entries))
 
 
 def _child_failure(done: subprocess.CompletedProcess[bytes], limits: HardLimits) -> TemplateRenderError:

@@ -127,19 +127,20 @@ class ServerProcess:
 
 
 def start_server(model: Path, *args: str, log_dir: Path, api_key: str | None = None,
-                 timeout: float = 120.0) -> ServerProcess:
-    """Start `serve --model MODEL --port 0 ARGS`; return once `/health` answers.
+                 timeout: float = 120.0, cwd: Path = REPO, serve: list[str] | None = None) -> ServerProcess:
+    """Start `serve --model MODEL --port 0 ARGS` (`serve`: the command, default `serve_command()`)
+    in `cwd`; return once `/health` answers.
 
     The model is served as `tiny` (the name tests send) unless ARGS name it otherwise."""
     log_path = log_dir / "server.log"
     if "--served-model-name" not in args:
         args = (*args, "--served-model-name", MODEL_NAME)
-    command = [*serve_command(), "--model", str(model), "--host", "127.0.0.1", "--port", "0", *args]
+    command = [*(serve or serve_command()), "--model", str(model), "--host", "127.0.0.1", "--port", "0", *args]
     if api_key:
         command += ["--api-key", api_key]
     with log_path.open("wb") as log_file:
         process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=server_env(),
-                                   cwd=REPO, start_new_session=True)
+                                   cwd=cwd, start_new_session=True)
     server = None
     deadline = time.monotonic() + timeout
     try:

@@ -145,3 +145,30 @@ def test_template_over_the_output_bound_fails_fast(tmp_path: Path) -> None:
     template = tmp_path / "t.jinja"
     template.write_text(TEMPLATE + "{% for i in range(100000) %}{% for j in range(100) %}xxxxxxxxxx{% endfor %}{% endfor %}")
     assert_one_line_exit_2(run("analyze", str(template)), "4,000,000 characters")
+
+
+@pytest.mark.parametrize(("args", "code"), [(("analyze", "--json"), 141), (("analyze", "--gbnf"), 141),
+                                            (("parse", "--stream"), 141), (("analyze",), 1)])
+def test_a_reader_that_goes_away_gets_no_traceback(tmp_path: Path, args: tuple[str, ...], code: int) -> None:
+    """`autoparser analyze X --json | head -1`: the pipe closes before the output is written. The
+    exit status is a shell's for SIGPIPE (141); the summary table's printer (rich) exits 1."""
+    template = tmp_path / "t.jinja"
+    template.write_text(TEMPLATE)
+    command, *options = args
+    process = subprocess.Popen([sys.executable, "-m", "autoparser.cli", command, str(template), *options],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert process.stdout is not None and process.stdin is not None
+    process.stdout.close()  # before the child has written anything: its first write finds the pipe closed
+    process.stdin.write(b'{"a": 1}' * 2000)
+    process.stdin.close()
+    stderr = process.stderr.read().decode() if process.stderr else ""
+    assert process.wait(120) == code, stderr
+    assert stderr == ""
+
+
+def test_head_reads_the_first_line_quietly(tmp_path: Path) -> None:
+    template = tmp_path / "t.jinja"
+    template.write_text(TEMPLATE)
+    done = subprocess.run(f"{sys.executable} -m autoparser.cli analyze {template} --json | head -1", shell=True,
+                          capture_output=True, text=True, timeout=120)
+    assert done.stdout == "{\n" and "Traceback" not in done.stderr and "Error" not in done.stderr, done.stderr

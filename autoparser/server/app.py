@@ -16,12 +16,16 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import JSONResponse
 from sse_starlette.sse import EventSourceResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from autoparser.server.errors import APIError, error_body
+from autoparser.server.errors import APIError, error_body, event_error
+from autoparser.server.guards import GuardSettings, RequestGuardMiddleware, clean_request_id
 from autoparser.server.logprobs import chat_logprobs
 from autoparser.server.metrics import CONTENT_TYPE, RequestTracker, ServerMetrics
 from autoparser.server.protocol import parse_request
@@ -45,6 +49,10 @@ def create_app(service: ChatService, worker: GenerationWorker) -> FastAPI:
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     if settings.api_key:
         app.add_middleware(ApiKeyMiddleware, api_key=settings.api_key)
+    if settings.cors_allow_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=list(settings.cors_allow_origins),
+                           allow_methods=["GET", "POST"], allow_headers=["*"], expose_headers=["x-request-id"])
+    app.add_middleware(RequestGuardMiddleware, settings=GuardSettings(settings.allowed_hosts))
     app.add_middleware(RequestIdMiddleware)
     _add_error_handlers(app)
 
@@ -158,7 +166,7 @@ async def stream_chunks(run: Run, meta: ResponseMeta) -> AsyncIterator[bytes]:
                 out.extend(sse(_chunk(head, delta, top=top)) for delta in payload)
             elif kind == "error":
                 out.append(sse({**_chunk(head, {}, "error"),
-                                "error": error_body(500, payload, code="generation_error")["error"]}))
+                                "error": event_error(payload)}))
             else:
                 out.extend(_final_chunks(prepared, payload, head, top))
         yield b"".join(out)
@@ -248,6 +256,10 @@ def _add_error_handlers(app: FastAPI) -> None:
         return JSONResponse(error_body(exc.status_code, message), status_code=exc.status_code,
                             headers=getattr(exc, "headers", None))
 
+    @app.exception_handler(ClientDisconnect)
+    async def client_gone(_request: Request, _exc: ClientDisconnect) -> Response:
+        return Response(status_code=499)  # never delivered: the client hung up (or timed out) mid-body
+
     @app.exception_handler(Exception)
     async def internal_error(_request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error")
@@ -276,8 +288,7 @@ class RequestIdMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        given = dict(scope.get("headers") or []).get(b"x-request-id", b"")
-        request_id = given[:200] if given and given.isascii() else uuid.uuid4().hex.encode()
+        request_id = clean_request_id(dict(scope.get("headers") or []).get(b"x-request-id", b""))
         scope.setdefault("state", {})["request_id"] = request_id.decode("ascii", "replace")
 
         async def send_with_id(message: Message) -> None:

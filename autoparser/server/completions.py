@@ -15,7 +15,7 @@ from pydantic import Field, ValidationError, field_validator
 from sse_starlette.sse import EventSourceResponse
 
 from autoparser.server.completion import Completion
-from autoparser.server.errors import bad_request, error_body
+from autoparser.server.errors import bad_request, event_error
 from autoparser.server.logprobs import completion_logprobs
 from autoparser.server.protocol import (
     GenerationFields,
@@ -136,7 +136,7 @@ def add_routes(app: FastAPI, service: ChatService, worker: GenerationWorker) -> 
                 for kind, payload in batch:
                     if kind == "error":
                         out.append(sse({**head, "choices": [],
-                                        "error": error_body(500, payload, code="generation_error")["error"]}))
+                                        "error": event_error(payload)}))
                         continue
                     deltas = payload if kind == "deltas" else payload.final_deltas
                     for delta in deltas:

@@ -17,7 +17,9 @@ ERROR_TYPES = {
     401: "authentication_error",
     404: "not_found_error",
     405: "invalid_request_error",
+    408: "invalid_request_error",
     413: "invalid_request_error",
+    415: "invalid_request_error",
     429: "rate_limit_error",
     500: "server_error",
     503: "server_error",
@@ -57,3 +59,31 @@ def overloaded(retry_after_s: int) -> APIError:
     """503 for a full queue; `Retry-After` tells well-behaved clients when to come back."""
     return APIError(503, "The server is busy: the request queue is full. Retry later.",
                     code="queue_full", headers={"Retry-After": str(retry_after_s)})
+
+
+class EventError(str):
+    """The text of a job's `("error", text)` event, with the status a plain request gets for it
+    and the code both a plain request and a stream's error chunk carry. A `str`, so every
+    endpoint shows it as it shows any generation failure."""
+
+    status: int = 500
+    code: str = "generation_error"
+
+    def __new__(cls, text: str, status: int = 500, code: str = "generation_error") -> EventError:
+        self = super().__new__(cls, text)
+        self.status, self.code = status, code
+        return self
+
+
+def event_error(text: str) -> dict[str, Any]:
+    """The OpenAI error object a stream's error chunk carries for an `("error", text)` event."""
+    return error_body(getattr(text, "status", 500), text, code=getattr(text, "code", "generation_error"))["error"]
+
+
+def event_api_error(text: str) -> APIError:
+    """The `APIError` a plain request answers with for an `("error", text)` event."""
+    return APIError(getattr(text, "status", 500), str(text), code=getattr(text, "code", "generation_error"))
+
+
+def shutting_down(message: str) -> EventError:
+    return EventError(message, status=503, code="server_shutting_down")

@@ -38,8 +38,12 @@ def template_hides_tools(analysis: Analysis) -> bool:
 
 def example_arguments(schema: dict[str, Any] | None) -> dict[str, Any]:
     """A small arguments object shaped like `schema`: its required properties, or the first one."""
-    properties = (schema or {}).get("properties") or {}
-    names = [name for name in (schema or {}).get("required") or [] if name in properties]
+    schema = schema if isinstance(schema, dict) else {}
+    properties = schema.get("properties")
+    properties = properties if isinstance(properties, dict) else {}
+    required = schema.get("required")
+    names = [name for name in required if isinstance(name, str) and name in properties] \
+        if isinstance(required, list) else []
     names = names or list(properties)[:1]
     return {name: _example_value(properties[name]) for name in names}
 
@@ -55,7 +59,7 @@ def _example_value(schema: Any) -> Any:
     if isinstance(kind, list):
         kind = next((k for k in kind if k != "null"), "string")
     values = {"integer": 1, "number": 1.5, "boolean": True, "array": [], "object": {}, "null": None}
-    return values.get(kind, "...")
+    return values.get(kind, "...") if isinstance(kind, str) else "..."
 
 
 def call_layout(analysis: Analysis, tool: dict[str, Any], template_kwargs: dict[str, Any] | None = None) -> str | None:

@@ -259,6 +259,7 @@ def message_text(content: str | list[dict[str, Any]] | None, param: str) -> str 
     for index, part in enumerate(content):
         part_param = f"{param}[{index}]"
         kind = part.get("type") if isinstance(part, dict) else None
+        kind = kind if isinstance(kind, str) else None
         if kind == "text" and isinstance(part.get("text"), str):
             texts.append(part["text"])
         elif kind in _VISION_PARTS:

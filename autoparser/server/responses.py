@@ -66,7 +66,12 @@ def parse_responses_request(body: bytes) -> tuple[ResponsesRequest, ChatCompleti
     if request.previous_response_id or request.conversation:
         raise bad_request("This server stores no responses: send the whole conversation in 'input' "
                           "instead of previous_response_id or conversation.", param="previous_response_id")
-    return request, parse_request(chat_request(request))
+    try:
+        chat = chat_request(request)
+    except (TypeError, AttributeError) as exc:  # a shape the checks below do not name yet: still the client's
+        raise bad_request(f"The request does not have the Responses API's shape ({type(exc).__name__}: {exc}).") \
+            from None
+    return request, parse_request(chat)
 
 
 def chat_request(request: ResponsesRequest) -> dict[str, Any]:
@@ -128,13 +133,29 @@ def input_messages(instructions: str | None, items: str | list[dict[str, Any]]) 
             messages.append({"role": "tool", "tool_call_id": _required(item, "call_id", param),
                              "content": _text(item.get("output"), f"{param}.output") or ""})
         elif kind == "reasoning":
-            parts = item.get("content") or item.get("summary") or []
-            reasoning = "\n".join(part.get("text", "") for part in parts if isinstance(part, dict)) or None
+            reasoning = _reasoning_text(item, param)
         else:
             raise bad_request(f"{param}: input items of type {kind!r} are not supported; this server takes "
                               "messages, function_call, function_call_output and reasoning items.",
                               param=f"{param}.type")
     return messages
+
+
+def _reasoning_text(item: dict[str, Any], param: str) -> str | None:
+    """A reasoning item's text: its `content` parts, else its `summary` parts, joined."""
+    field = "content" if item.get("content") else "summary"
+    parts = item.get(field) or []
+    if not isinstance(parts, list):
+        raise bad_request(f"{param}.{field} must be a list of parts like {{'type': 'reasoning_text', 'text': ...}}.",
+                          param=f"{param}.{field}")
+    texts = []
+    for index, part in enumerate(parts):
+        text = part.get("text", "") if isinstance(part, dict) else None
+        if not isinstance(text, str):
+            raise bad_request(f"{param}.{field}[{index}] must be an object with a string 'text'.",
+                              param=f"{param}.{field}[{index}]")
+        texts.append(text)
+    return "\n".join(texts) or None
 
 
 def _required(item: dict[str, Any], name: str, param: str) -> Any:
@@ -154,6 +175,8 @@ def _text(content: Any, param: str) -> str | None:
         if kind in ("input_text", "output_text", "text") and isinstance(part.get("text"), str):
             texts.append(part["text"])
         elif kind == "refusal":
+            if not isinstance(part.get("refusal") or "", str):
+                raise bad_request(f"{param}[{index}].refusal must be a string.", param=f"{param}[{index}].refusal")
             texts.append(part.get("refusal") or "")
         else:
             raise APIError(400, f"Unsupported content part type {kind!r}; only text parts are accepted.",
@@ -180,6 +203,9 @@ def _tool_choice(choice: str | dict[str, Any]) -> Any:
 
 def _response_format(text: dict[str, Any] | None) -> dict[str, Any] | None:
     fmt = (text or {}).get("format")
+    if fmt is not None and not isinstance(fmt, dict):
+        raise bad_request("text.format must be an object such as {'type': 'json_schema', 'name': ..., "
+                          "'schema': {...}}.", param="text.format")
     if not fmt or fmt.get("type") == "text":
         return None
     if fmt.get("type") == "json_object":

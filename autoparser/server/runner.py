@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
-from autoparser.server.errors import APIError
+from autoparser.server.errors import APIError, event_api_error
 from autoparser.server.service import PreparedChat
 from autoparser.server.worker import (
     CHANNEL_BOUND,
@@ -81,7 +81,7 @@ class Run:
                     if kind == "done":
                         return payload
                     if kind == "error":
-                        raise APIError(500, payload, code="generation_error")
+                        raise event_api_error(payload)
         finally:
             self.job.cancel()
             self._ended("cancelled", None)

@@ -64,6 +64,10 @@ class ServerSettings:
     """Default most reasoning tokens per request; None lets the model think until it stops."""
     tool_preamble: str = "auto"
     """`auto`: list the tools in a system preamble when the template never shows them; `off`: never."""
+    allowed_hosts: tuple[str, ...] = ("*",)
+    """Names the `Host` header may carry (`*`: any); `serve` derives them from the bound address."""
+    cors_allow_origins: tuple[str, ...] = ()
+    """Origins whose web pages may call the API (CORS); none by default."""
 
 
 @dataclass

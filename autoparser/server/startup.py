@@ -10,11 +10,15 @@ The listening socket is bound before the model loads, so a port in use fails at 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ipaddress
 import logging
 import os
+import signal
 import socket
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +28,8 @@ log = logging.getLogger("autoparser.server")
 SLOT_TOKENS = 4096
 MAX_DEFAULT_PARALLEL = 4
 MAX_PARALLEL = 64
+ACCEPT_BACKLOG = 128
+"""Connections the kernel queues for the server, and the most it accepts in one turn."""
 
 
 class StartupError(Exception):
@@ -71,6 +77,19 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                              "general.name and the file name are always answered to as well")
     parser.add_argument("--max-body-bytes", type=int, default=8 * 1024 * 1024,
                         help="largest accepted request body (default 8 MiB)")
+    parser.add_argument("--max-connections", type=int, default=512,
+                        help="open connections at most; more get 503 (default 512, lowered to fit the "
+                             "open-file limit)")
+    parser.add_argument("--header-timeout", type=float, default=10.0,
+                        help="seconds a client may take to send a request's headers; then 408 (default 10)")
+    parser.add_argument("--body-timeout", type=float, default=60.0,
+                        help="seconds a client may take to send a request's body; then 408 (default 60)")
+    parser.add_argument("--allowed-hosts", default=None,
+                        help="comma-separated names the Host header may carry, '*' for any (default: "
+                             "localhost, 127.0.0.1 and ::1 on a loopback address, any name otherwise)")
+    parser.add_argument("--cors-allow-origins", default=None,
+                        help="comma-separated origins whose web pages may call the API, '*' for any "
+                             "(default: none)")
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
 
 
@@ -123,6 +142,11 @@ def _check_arguments(args: argparse.Namespace) -> None:
         raise StartupError(f"--max-queue must not be negative, got {args.max_queue}")
     if not 0 <= args.port <= 65535:
         raise StartupError(f"--port must be between 0 and 65535, got {args.port}")
+    if getattr(args, "max_connections", 1) < 1:
+        raise StartupError(f"--max-connections must be at least 1, got {args.max_connections}")
+    for option in ("header_timeout", "body_timeout"):
+        if not getattr(args, option, 1.0) > 0:
+            raise StartupError(f"--{option.replace('_', '-')} must be positive, got {getattr(args, option)}")
 
 
 def default_parallel(n_ctx: int) -> int:
@@ -151,7 +175,7 @@ def bind_socket(host: str, port: int) -> socket.socket:
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host.strip("[]"), port))
-        sock.listen(128)
+        sock.listen(ACCEPT_BACKLOG)
     except OSError as exc:
         sock.close()
         reason = "the port is already in use" if exc.errno in (98, 48, 10048) else exc.strerror
@@ -231,32 +255,49 @@ def analyze_template(args: argparse.Namespace, engine: Any) -> Any:
 
 def _serve(args: argparse.Namespace, sock: socket.socket, engine: Any, analysis: Any) -> int:
     import uvicorn
+    from sse_starlette.sse import AppStatus
 
     from autoparser.server.app import create_app
+    from autoparser.server.connections import ConnectionLimits, RateLimitFilter, guarded_protocol
+    from autoparser.server.guards import default_allowed_hosts, parse_allowed_hosts
     from autoparser.server.service import ChatService, ServerSettings
 
     names = model_names(args, engine)
+    host, port = sock.getsockname()[:2]
+    allowed_hosts = getattr(args, "allowed_hosts", None)
+    cors = getattr(args, "cors_allow_origins", None)
     settings = ServerSettings(
         model_name=names[0], model_aliases=names[1:],
         tool_call_policy=args.tool_call_policy, max_queue=args.max_queue,
         max_body_bytes=args.max_body_bytes, api_key=args.api_key,
         reasoning_budget=getattr(args, "reasoning_budget", None),
-        tool_preamble=getattr(args, "tool_preamble", "auto"))
+        tool_preamble=getattr(args, "tool_preamble", "auto"),
+        allowed_hosts=(parse_allowed_hosts(allowed_hosts) if allowed_hosts
+                       else default_allowed_hosts(host, is_loopback(args.host))),
+        cors_allow_origins=tuple(o.strip() for o in cors.split(",") if o.strip()) if cors else ())
+    limits = ConnectionLimits(header_timeout_s=getattr(args, "header_timeout", 10.0),
+                              body_timeout_s=getattr(args, "body_timeout", 60.0),
+                              max_connections=connection_cap(getattr(args, "max_connections", 512)))
     worker = start_model_worker(args, engine, settings.max_queue)
     try:
         service = ChatService(analysis, engine, settings)
         app = create_app(service, worker)
-        host, port = sock.getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host
         config = uvicorn.Config(app, log_level=args.log_level, timeout_graceful_shutdown=3,
-                                access_log=args.log_level == "debug")
-        server = uvicorn.Server(config)
+                                access_log=args.log_level == "debug", http=guarded_protocol(limits),
+                                timeout_keep_alive=5, backlog=ACCEPT_BACKLOG)
+        flood_filter = RateLimitFilter()
+        for name in ("uvicorn.error", "uvicorn.access", "autoparser.server", "asyncio"):
+            logging.getLogger(name).addFilter(flood_filter)
+        AppStatus.disable_automatic_graceful_drain()  # the worker's drain ends every stream itself
+        server = draining_server(config, worker)
         log.info("model %s, %d slot(s) of %d tokens, queue %d, model worker pid %s",
                  " = ".join(map(repr, service.model_names)), engine.n_parallel, engine.n_ctx,
                  settings.max_queue, worker.pid)
         say(f"listening on http://{shown}:{port}")
-        server.run(sockets=[sock])
-    except KeyboardInterrupt:  # uvicorn shut down gracefully, then re-raised the signal
+        with _terminate_raises():
+            server.run(sockets=[sock])
+    except (KeyboardInterrupt, Terminated):  # uvicorn shut down gracefully, then re-raised the signal
         pass
     finally:
         worker.stop()
@@ -288,6 +329,71 @@ def gguf_name(engine: Any) -> str | None:
     if length < 0:
         return None
     return buf.value.decode("utf-8", errors="replace").strip() or None
+
+
+class Terminated(Exception):
+    """SIGTERM, re-raised by uvicorn once it has shut down: the model worker is still to stop."""
+
+
+@contextlib.contextmanager
+def _terminate_raises() -> Iterator[None]:
+    """While uvicorn serves, SIGTERM's default action (dying at once, without stopping the model
+    worker) becomes `Terminated`; uvicorn handles the signal itself and raises it again after
+    its graceful shutdown."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminated(_signum: int, _frame: Any) -> None:
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def draining_server(config: Any, worker: Any) -> Any:
+    """A uvicorn server that, at SIGTERM or Ctrl-C, first has the worker answer every request
+    (running streams end with an error chunk and `[DONE]`, waiting requests get 503), so that
+    uvicorn's graceful shutdown finds the connections finishing rather than cuts them."""
+    import uvicorn
+
+    class DrainingServer(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            first = not self.should_exit
+            super().handle_exit(sig, frame)
+            drain = getattr(worker, "drain", None)
+            if first and drain is not None:  # not in the signal handler: the worker takes locks
+                threading.Thread(target=drain, name="autoparser-drain", daemon=True).start()
+
+    return DrainingServer(config)
+
+
+def connection_cap(wanted: int) -> int:
+    """`--max-connections`, lowered to leave room under the open-file limit (raised to its hard
+    limit first), so that refusing a connection never fails for want of a descriptor."""
+    try:
+        import resource
+    except ImportError:
+        return wanted
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    ceiling = 65536 if hard == resource.RLIM_INFINITY else min(hard, 65536)
+    for target in (ceiling, 10240, 4096):  # some systems refuse more than a fixed maximum
+        if soft < target <= ceiling:
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+                soft = target
+                break
+            except (OSError, ValueError):
+                continue
+    # Left for the connections being refused (64), one accept burst (the backlog, 128), the model,
+    # the worker's pipe, logs and the thread pool.
+    room = max(16, soft - 512)
+    if wanted > room:
+        log.warning("--max-connections %d lowered to %d to fit the open-file limit %d", wanted, room, soft)
+    return min(wanted, room)
 
 
 def say(line: str) -> None:

@@ -24,6 +24,10 @@ drop-in for `GenerationWorker` on the front end's side:
   once it is up. `/health` reports `worker: restarting` until then, and counts the restarts.
 
 The queue bound (`max_queue`, then 503) is kept here, by the same `QueueBound` as in-process.
+
+The worker process (and multiprocessing's resource tracker) start as `python -c ...`, which puts
+the current directory first on `sys.path` until the parent's path replaces it: a `pickle.py` in
+the folder the server was started from would run. They are started with `PYTHONSAFEPATH=1`.
 """
 
 from __future__ import annotations
@@ -35,12 +39,13 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
+from autoparser.server.errors import APIError, shutting_down
 from autoparser.server.worker import GenerationJob, GenerationResult, QueueBound, ReasoningPhase
 
 log = logging.getLogger("autoparser.server")
@@ -54,6 +59,7 @@ POLL_S = 0.05
 """How often the supervisor looks at cancellations and the step clock."""
 RESTART_PAUSE_S = 2.0
 """Wait between failed attempts to start the worker again."""
+SHUTTING_DOWN = "The server is shutting down; the request was not run. Retry on another server or later."
 FLUSH_S = 0.01
 """Longest the worker process holds streamed text to send it together with later tokens: a
 stream then arrives in pieces of up to 10 ms of tokens, with a fraction of the per-token
@@ -142,6 +148,7 @@ class SupervisedWorker:
         self._conn: Connection | None = None
         self._state = "starting"
         self._stopping = False
+        self._draining = False
         self.restarts = 0
         self.facts: EngineFacts | None = None
         self._thread = threading.Thread(target=self._supervise, name="autoparser-supervisor", daemon=True)
@@ -161,6 +168,9 @@ class SupervisedWorker:
         if not reserved:
             self.reserve()
         with self._lock:
+            if self._draining:  # prepared while the server began to shut down
+                self._bound.release()
+                raise APIError(503, SHUTTING_DOWN, code="server_shutting_down")
             job_id = self._next_id
             self._next_id += 1
             self._entries[job_id] = _Entry(job, submitted=time.perf_counter())
@@ -176,6 +186,21 @@ class SupervisedWorker:
 
     def retry_after_s(self) -> int:
         return self._bound.retry_after_s()
+
+    def drain(self) -> None:
+        """The server is shutting down: new requests get 503, so do the waiting ones, and the
+        running ones end now with an error (a stream with its error chunk and `[DONE]`), so
+        that every client gets an answer before the connections close."""
+        with self._lock:
+            self._draining = True  # nothing more is handed to the worker
+            entries = list(self._entries.items())
+        self._bound.close(SHUTTING_DOWN)
+        for job_id, entry in entries:
+            if entry.sent:
+                self._send(("cancel", job_id))
+                self._end(job_id, shutting_down("The server is shutting down; this generation was stopped."))
+            else:
+                self._end(job_id, shutting_down(SHUTTING_DOWN))
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stopping = True
@@ -216,7 +241,7 @@ class SupervisedWorker:
         return self._bound.max_queue
 
     def health(self) -> dict[str, Any]:
-        return {"worker": self._state, "worker_pid": self.pid, "worker_restarts": self.restarts}
+        return {"worker": "draining" if self._draining else self._state, "worker_pid": self.pid, "worker_restarts": self.restarts}
 
     # -- the supervisor thread -----------------------------------------------------------------
 
@@ -227,7 +252,8 @@ class SupervisedWorker:
         self._busy_since = self._context.Value("d", 0.0, lock=False)
         process = self._context.Process(target=self._target, args=(self.settings, child, self._busy_since),
                                         name="autoparser-model", daemon=True)
-        process.start()
+        with _safe_path_environment():
+            process.start()
         child.close()
         try:
             facts = _await_ready(parent, process, timeout)
@@ -371,7 +397,7 @@ class SupervisedWorker:
 
         Jobs wait here rather than in the worker, so the worker holds only running jobs: when it
         dies, the jobs still waiting run on the next one instead of failing with it."""
-        if self._state != "ok":
+        if self._state != "ok" or self._draining:
             return
         free = self.n_parallel - sum(entry.sent for entry in self._entries.values())
         for job_id, entry in list(self._entries.items()):
@@ -408,6 +434,25 @@ class SupervisedWorker:
         except (OSError, ValueError):  # the worker died; the supervisor sees it on its next read
             return False
         return True
+
+
+_ENVIRONMENT_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _safe_path_environment() -> Iterator[None]:
+    """`PYTHONSAFEPATH=1` while child interpreters start: they then leave the current directory
+    off `sys.path` (the variable is read at their start-up, so it is restored afterwards)."""
+    with _ENVIRONMENT_LOCK:
+        before = os.environ.get("PYTHONSAFEPATH")
+        os.environ["PYTHONSAFEPATH"] = "1"
+        try:
+            yield
+        finally:
+            if before is None:
+                del os.environ["PYTHONSAFEPATH"]
+            else:
+                os.environ["PYTHONSAFEPATH"] = before
 
 
 def _await_ready(conn: Connection, process: Any, timeout: float | None) -> EngineFacts:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autoparser.server.completion import Completion
-from autoparser.server.errors import overloaded
+from autoparser.server.errors import APIError, overloaded
 
 log = logging.getLogger("autoparser.server")
 
@@ -232,13 +232,21 @@ class QueueBound:
         self._held = 0
         self._average_s = 5.0
         """Recent job durations, for `Retry-After`."""
+        self._closed: str | None = None
 
     def reserve(self) -> None:
         """Keep a place (503 `APIError` when `max_queue` requests are already waiting)."""
         with self._lock:
+            if self._closed is not None:
+                raise APIError(503, self._closed, code="server_shutting_down")
             if self._held - self.n_parallel >= self.max_queue:
                 raise overloaded(self._retry_after(self._held))
             self._held += 1
+
+    def close(self, message: str) -> None:
+        """Refuse every later request with a 503 carrying `message` (the server is shutting down)."""
+        with self._lock:
+            self._closed = message
 
     def release(self) -> None:
         """Give back a place without a finished job (its preparation failed, it never ran)."""
