@@ -271,6 +271,26 @@ class Language:
         return frozenset(found)
 
 
+def to_json(value: Any) -> Any:
+    """A language or node as JSON data (`{"$node": "Seq", "items": {"$tuple": [...]}}`); the
+    schemas it holds stay as they are. `from_json` reads it back."""
+    if isinstance(value, tuple):
+        return {"$tuple": [to_json(item) for item in value]}
+    if is_dataclass(value) and not isinstance(value, type):
+        return {"$node": type(value).__name__, **{f.name: to_json(getattr(value, f.name)) for f in fields(value)}}
+    return value
+
+
+def from_json(data: Any) -> Any:
+    """What `to_json` wrote, as nodes again."""
+    if isinstance(data, dict) and "$tuple" in data:
+        return tuple(from_json(item) for item in data["$tuple"])
+    if isinstance(data, dict) and "$node" in data:
+        cls = _NODE_TYPES[data["$node"]]
+        return cls(**{key: from_json(value) for key, value in data.items() if key != "$node"})
+    return data
+
+
 def children(node: Any) -> tuple[Any, ...]:
     """The nodes a node holds, in order (a choice's options, a member's body, a guard...)."""
     out: list[Any] = []
@@ -360,7 +380,10 @@ def _hashable(node: Node) -> bool:
 def describe(node: Node) -> str:
     """The language as readable text: named parts first-seen order, one per line."""
     rules: dict[str, str] = {}
-    top = _show(node, rules)
+    if isinstance(node, Choice):  # one option a line
+        top = "\n    | ".join(_show(option, rules) for option in node.options)
+    else:
+        top = _show(node, rules)
     lines = [f"language ::= {top}"] + [f"{name} ::= {body}" for name, body in rules.items()]
     return "\n".join(lines) + "\n"
 
@@ -379,7 +402,7 @@ def _show(node: Node, rules: dict[str, str]) -> str:  # noqa: C901 - one case pe
             extra += f" ({node.weak.marker!r} only before {'a word and ' if node.weak.word else ''}{node.weak.before!r})"
         extra += " not empty" if node.nonempty else ""
         extra += f" not starting with {' '.join(repr(m) for m in node.not_first)}" if node.not_first else ""
-        return f"text-without({stops}){extra}"
+        return _named(node.hint, f"text-without({stops}){extra}", rules)
     if isinstance(node, Seq):
         return " ".join(_show(i, rules) if isinstance(i, Seq) else _group(i, rules) for i in node.items) \
             if node.items else "''"
@@ -420,6 +443,19 @@ def _show(node: Node, rules: dict[str, str]) -> str:  # noqa: C901 - one case pe
     raise TypeError(f"not a language node: {node!r}")
 
 
+def _named(hint: str, body: str, rules: dict[str, str]) -> str:
+    """A text printed once as a rule of its own, named by what it holds (`content`, `reasoning`,
+    `content-2` for a second kind), so that the lines that use it stay short."""
+    for number in range(1, len(rules) + 2):
+        name = hint if number == 1 else f"{hint}-{number}"
+        if rules.get(name) == body:
+            return name
+        if name not in rules:
+            rules[name] = body
+            return name
+    raise AssertionError("unreachable")
+
+
 def _group(node: Node, rules: dict[str, str]) -> str:
     text = _show(node, rules)
     return f"( {text} )" if isinstance(node, Choice | Seq) and len(_parts(node)) > 1 else text
@@ -439,3 +475,8 @@ def _bounds(lo: int, hi: int | None) -> str:
     if (lo, hi) == (1, 1):
         return ""
     return f"{{{lo},{'' if hi is None else hi}}}"
+
+
+_NODE_TYPES: dict[str, type] = {cls.__name__: cls for cls in (
+    Lit, Chars, Weak, Text, Seq, Choice, Repeat, Gap, Json, PyValue, RawString, Bracketed, Members, Capture,
+    Rule, Guard, Lazy, Language)}

@@ -35,3 +35,21 @@ def test_walk_visits_every_node_once_without_recursion() -> None:
     nodes = list(ir.walk(deep))
     assert len(nodes) == 5000 * 2 + 1
     assert ir.children(ir.Choice((ir.Lit("p"), ir.Lit("q")))) == (ir.Lit("p"), ir.Lit("q"))
+
+
+def test_a_language_written_as_json_reads_back_to_the_same_language() -> None:
+    import json
+
+    from autoparser.language.interpret import LanguageReader
+
+    for name in ("deepseek_v31", "qwen3", "kimi_k2", "llama32_pythonic", "glm45", "deepseek_v32"):
+        analysis = getattr(analyses, name)()
+        language = build_language(analysis.to_dict(), Request(tools=tuple(analyses.WEATHER_TOOLS), reading=True,
+                                                              lazy=False))
+        back = ir.from_json(json.loads(json.dumps(ir.to_json(language))))
+        assert str(back) == str(language)
+        output = analyses.render_output(analysis, "Plan.", "Sure.", [("get_weather", {"city": "Paris"})])
+        read = LanguageReader(back).parse(output)
+        expected = LanguageReader(language).parse(output)
+        assert [c["function"] for c in read["tool_calls"]] == [c["function"] for c in expected["tool_calls"]]
+        assert (read["content"], read["reasoning_content"]) == (expected["content"], expected["reasoning_content"])
