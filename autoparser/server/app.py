@@ -12,6 +12,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
+from json.encoder import encode_basestring as _encode_string  # type: ignore[attr-defined]
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -128,11 +129,13 @@ async def stream_chunks(run: Run, meta: ResponseMeta) -> AsyncIterator[bytes]:
         first["full_text"] = ""
     add_debug_fields(first, prepared)
     yield sse(first)
+    plain = PlainChunks(head)
     async for batch in run.batches():
         out: list[bytes] = []
         for kind, payload in batch:
             if kind == "deltas":
-                out.extend(sse(_chunk(head, delta, top=top)) for delta in payload)
+                out.extend(plain.encode(delta) if top is None and plain.fits(delta) else sse(_chunk(head, delta, top=top))
+                           for delta in payload)
             elif kind == "error":
                 out.append(sse({**_chunk(head, {}, "error"),
                                 "error": error_body(500, payload, code="generation_error")["error"]}))
@@ -140,6 +143,30 @@ async def stream_chunks(run: Run, meta: ResponseMeta) -> AsyncIterator[bytes]:
                 out.extend(_final_chunks(prepared, payload, head, top))
         yield b"".join(out)
     yield b"data: [DONE]\n\n"
+
+
+class PlainChunks:
+    """SSE events of the deltas that carry nothing but public fields and no log-probabilities,
+    the bulk of a stream: the chunk around the delta is the same for all of them, so it is
+    serialised once and only the delta per token (byte for byte what :func:`sse` writes)."""
+
+    def __init__(self, head: dict[str, Any]):
+        around = sse({**head, "choices": [{"index": 0, "delta": None, "logprobs": None, "finish_reason": None}]})
+        self._before, self._after = around.split(b'"delta":null', 1)
+        self._before += b'"delta":'
+
+    @staticmethod
+    def fits(delta: dict[str, Any]) -> bool:
+        return not any(key.startswith("_") for key in delta)
+
+    def encode(self, delta: dict[str, Any]) -> bytes:
+        if len(delta) == 1:
+            ((key, value),) = delta.items()
+            if type(value) is str:  # a text delta: the string alone goes through the encoder
+                text = '{"' + key + '":' + _encode_string(value) + "}" if key.isidentifier() else None
+                if text is not None:
+                    return self._before + text.encode() + self._after
+        return self._before + json.dumps(delta, ensure_ascii=False, separators=(",", ":")).encode() + self._after
 
 
 def _final_chunks(prepared: PreparedChat, result: GenerationResult, head: dict[str, Any],

@@ -527,13 +527,24 @@ class _Outbox:
         self._conn = conn
         self._lock = threading.Lock()
         self._events: list[tuple[int, tuple[str, Any]]] = []
+        self._open: dict[int, list[Any]] = {}
+        """Each job's deltas not yet sent, when its last event is deltas: later ones join them,
+        so the front end handles one event per job and send, not one per token."""
         self._urgent = False
         self._sent = time.monotonic()
 
     def add(self, job_id: int, event: tuple[str, Any], urgent: bool) -> None:
         """`urgent`: send with this round (a job's first text, its end), not after `FLUSH_S`."""
+        kind, payload = event
         with self._lock:
-            self._events.append((job_id, event))
+            if kind != "deltas":
+                self._open.pop(job_id, None)
+                self._events.append((job_id, event))
+            elif job_id in self._open:
+                self._open[job_id].extend(payload)
+            else:
+                deltas = self._open[job_id] = list(payload)
+                self._events.append((job_id, ("deltas", deltas)))
             self._urgent = self._urgent or urgent
 
     def flush_when_due(self) -> None:
@@ -543,6 +554,7 @@ class _Outbox:
     def flush(self) -> None:
         with self._lock:
             events, self._events, self._urgent = self._events, [], False
+            self._open.clear()
             self._sent = time.monotonic()
             if events:
                 self._conn.send(events)
