@@ -45,7 +45,7 @@ from autoparser.llama.grammar_check import create_grammar_sampler, find_token_re
 from autoparser.llama.lazy_guard import LazyTriggerGuard
 from autoparser.llama.logprobs import TokenLogprob, token_logprobs
 from autoparser.llama.long_runs import tokenizer_pieces
-from autoparser.llama.sampling import GrammarSpec, SamplingParams, TokenSampler, draw_tokens
+from autoparser.llama.sampling import CandidateBuffers, GrammarSpec, SamplingParams, TokenSampler, draw_tokens
 from autoparser.llama.token_trie import TokenTrie
 from autoparser.llama.utf8 import continuation_state, incomplete_tail
 
@@ -168,6 +168,7 @@ class Engine:
         self.gpu_offload: bool = bool(llama_cpp.llama_supports_gpu_offload()) and n_gpu_layers != 0
         self.device_sampling: bool = self.gpu_offload if device_sampling is None else device_sampling
         self._utf8_breaking: dict[tuple[int, int, int], np.ndarray] = {}
+        self._candidate_buffers = CandidateBuffers(self.n_vocab)
         self._step_rows = np.empty((0, self.n_vocab), dtype=np.float32)
         self._step_base = 0
         self._logits_views: dict[tuple[int, int], np.ndarray] = {}
@@ -424,6 +425,7 @@ class Engine:
             penalty_window=max(64, max_tokens),
             trie=self._token_trie() if grammar_sampler is not None else None,
             direct_tokens=None if referenced is None else [*self._special_ids, *referenced],
+            buffers=self._candidate_buffers,
         )
 
     def _lazy_guard(self, grammar: GrammarSpec) -> LazyTriggerGuard:

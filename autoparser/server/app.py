@@ -18,14 +18,13 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sse_starlette.sse import EventSourceResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from autoparser.server.errors import APIError, error_body
 from autoparser.server.logprobs import chat_logprobs
 from autoparser.server.protocol import parse_request
-from autoparser.server.runner import Run, prepare_and_start, public
+from autoparser.server.runner import Run, StreamResponse, prepare_and_start, public
 from autoparser.server.service import ChatService, PreparedChat
 from autoparser.server.worker import GenerationResult, GenerationWorker
 
@@ -70,7 +69,7 @@ def create_app(service: ChatService, worker: GenerationWorker) -> FastAPI:
         prepared = run.prepared
         meta = ResponseMeta(service.settings.model_name)
         if chat.stream:
-            return EventSourceResponse(stream_chunks(run, meta), ping=15, sep="\n",
+            return StreamResponse(stream_chunks(run, meta), ping=15, sep="\n",
                                        client_close_handler_callable=run.on_close)
         result = await run.result(request)
         return JSONResponse(completion_body(prepared, result, meta))

@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastapi import Request
+from sse_starlette.sse import EventSourceResponse
 from starlette.concurrency import run_in_threadpool
+from starlette.types import Message, Send
 
 from autoparser.server.errors import APIError
 from autoparser.server.service import PreparedChat
@@ -99,6 +101,17 @@ def start(worker: GenerationWorker, prepared: PreparedChat, stream: bool, reserv
         reasoning=prepared.reasoning, stream_deltas=stream)
     worker.submit(job, reserved=reserved)
     return Run(prepared, job, channel)
+
+
+class StreamResponse(EventSourceResponse):
+    """sse-starlette's response, without a cancel scope around each write when no send timeout
+    is set: entering and leaving one cost about 15 µs, once per piece of a stream."""
+
+    async def _send_with_timeout(self, send: Send, message: Message) -> None:
+        if self.send_timeout is None:
+            await send(message)
+        else:
+            await super()._send_with_timeout(send, message)
 
 
 def public(delta: dict[str, Any]) -> dict[str, Any]:
