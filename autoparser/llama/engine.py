@@ -9,7 +9,9 @@ The context holds ``n_parallel`` slots (sequences of one KV cache), each with an
 its tokens. :meth:`Engine.step` runs continuous batching: every running :class:`Generation`
 puts its next token (or a chunk of its prompt) into one ``llama_batch``, one ``llama_decode``
 computes them all, and each samples with its own sampler chain and grammar. Generations join
-and leave between steps. :meth:`Engine.generate` runs one generation alone; a second one while
+and leave between steps. With layers on a GPU, a generation without grammar, penalties or
+log-probabilities is sampled inside ``llama_decode`` by a chain attached to its slot
+(:mod:`autoparser.llama.device_sampling`), and only its token comes back. :meth:`Engine.generate` runs one generation alone; a second one while
 the first is still running raises ``RuntimeError`` instead of deadlocking.
 
 Each slot keeps its tokens' keys and values after its generation ends. A new prompt takes the
