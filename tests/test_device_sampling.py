@@ -149,3 +149,45 @@ def test_device_and_host_generations_share_a_batch(engines: tuple[Engine, Engine
         generation.close()
     assert out[id(free)] == expected_free
     assert out[id(constrained)] == expected_grammar
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]]:
+    """The same model served with sampling inside llama_decode and on the host."""
+    from server_harness import find_template, start_server, tiny_model
+
+    model = tiny_model(find_template("deepseek-ai-DeepSeek-V3.1.jinja"))
+    started = {mode: start_server(model, "--n-ctx", "2048", "--parallel", "2", "--device-sampling", mode,
+                                  log_dir=tmp_path_factory.mktemp(f"device-{mode}")) for mode in ("on", "off")}
+    yield started
+    for server in started.values():
+        server.stop()  # type: ignore[attr-defined]
+
+
+def chat(server: object, stream: bool, **extra: object) -> tuple[str, str]:
+    """(content, finish_reason) of one greedy request, streamed or not."""
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "Say something about rain."}],
+            "max_tokens": 40, "temperature": 0, "stream": stream, **extra}
+    with server.http() as http:  # type: ignore[attr-defined]
+        if not stream:
+            choice = http.post("/v1/chat/completions", json=body).raise_for_status().json()["choices"][0]
+            return choice["message"]["content"] or "", choice["finish_reason"]
+        content, finish = "", ""
+        with http.stream("POST", "/v1/chat/completions", json=body) as response:
+            for line in response.iter_lines():
+                if line.startswith("data: {"):
+                    import json
+
+                    choice = (json.loads(line[6:]).get("choices") or [{}])[0]
+                    content += (choice.get("delta") or {}).get("content") or ""
+                    finish = choice.get("finish_reason") or finish
+        return content, finish
+
+
+def test_the_server_streams_what_it_returns_whole_with_device_sampling(servers: dict[str, object]) -> None:
+    assert "sampling: inside llama_decode" in servers["on"].log_path.read_text()  # type: ignore[attr-defined]
+    assert "sampling: on the host" in servers["off"].log_path.read_text()  # type: ignore[attr-defined]
+    for extra in ({}, {"ignore_eos": True}, {"stop": ["e"]}):
+        whole = chat(servers["on"], False, **extra)
+        assert chat(servers["on"], True, **extra) == whole
+        assert chat(servers["off"], False, **extra) == whole

@@ -71,6 +71,8 @@ class EngineSettings:
     n_threads: int | None = None
     reuse_prefix: bool = True
     log_level: str = "info"
+    device_sampling: bool | None = None
+    """Sample inside `llama_decode` (None: where the model is on a GPU)."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,7 @@ class EngineFacts:
     n_ctx: int
     n_parallel: int
     gpu_offload: bool
+    device_sampling: bool = False
 
 
 @dataclass
@@ -442,11 +445,13 @@ def worker_main(settings: EngineSettings, conn: Connection, busy_since: Any) -> 
 
         engine = Engine(settings.model_path, n_ctx=settings.n_ctx,
                         n_gpu_layers=settings.n_gpu_layers, n_threads=settings.n_threads,
-                        n_parallel=settings.n_parallel, reuse_prefix=settings.reuse_prefix)
+                        n_parallel=settings.n_parallel, reuse_prefix=settings.reuse_prefix,
+                        device_sampling=settings.device_sampling)
     except Exception as exc:  # noqa: BLE001 - reported to the front end as one line
         conn.send(("failed", f"cannot load the model {settings.model_path}: {exc}"))
         return
-    conn.send(("ready", EngineFacts(os.getpid(), engine.n_ctx, engine.n_parallel, engine.gpu_offload)))
+    conn.send(("ready", EngineFacts(os.getpid(), engine.n_ctx, engine.n_parallel, engine.gpu_offload,
+                                    engine.device_sampling)))
     _time_steps(engine, busy_since)
     _serve_jobs(engine, conn)
 
