@@ -300,6 +300,9 @@ class Engine:
         self._eog_set = frozenset(self._eog_ids)
         # every token's bytes, looked up once: the generation loop needs them for each token
         self._pieces: list[bytes] = [self.token_to_piece(t) for t in range(self.n_vocab)]
+        # and their text where the bytes are whole characters: after complete text such a token
+        # needs no UTF-8 check and no incremental decoder
+        self._texts: list[str | None] = [_whole_text(piece) for piece in self._pieces]
         self._trie: TokenTrie | None = None
 
     def token_to_piece(self, token: int, special: bool = True) -> bytes:
@@ -751,6 +754,13 @@ class Engine:
         return token
 
 
+def _whole_text(piece: bytes) -> str | None:
+    try:
+        return piece.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
 @dataclass
 class Slot:
     """One sequence of the shared KV cache, and the tokens it holds (positions 0, 1, ...)."""
@@ -789,6 +799,7 @@ class Generation:
         self.utf8_tail = b""
         self.finished = False
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._decoder_empty = True  # the decoder holds no bytes of an unfinished character
         self._breaking: dict[tuple[int, int, int], np.ndarray | None] = {}
         self._breaking_masks: dict[tuple[int, int, int], np.ndarray] = {}
         self._started = 0.0
@@ -859,6 +870,8 @@ class Generation:
                 redrawn = self.sampler.redraw(engine._ctx, row, self._keeps_utf8, self.utf8_breaking_mask)
                 token = token if redrawn is None else self._follow_utf8(redrawn)
             return self._take(token, None)
+        if not self.utf8_tail and engine._texts[token] is not None:  # whole characters after whole ones
+            return self._take(token, None)
         tail = incomplete_tail(self.utf8_tail + engine._pieces[token])
         if tail is None:
             redrawn = self.sampler.redraw(engine._ctx, row, self._keeps_utf8, self.utf8_breaking_mask)
@@ -904,7 +917,10 @@ class Generation:
         self.sampler.accept(token)
         if self.guard is not None:
             self.guard.accept(token)
-        text = self._decoder.decode(self.engine._pieces[token])
+        text = self.engine._texts[token] if self._decoder_empty else None
+        if text is None:
+            text = self._decoder.decode(self.engine._pieces[token])
+            self._decoder_empty = not self._decoder.getstate()[0]
         info = None if self.logprobs is None or logits is None else token_logprobs(
             logits, token, self.logprobs, self.engine.token_to_piece)
         now = time.perf_counter()
