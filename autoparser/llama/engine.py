@@ -862,9 +862,9 @@ class Generation:
         if not self._budget_left():
             return None
         engine = self.engine
-        token: int | None = llama_cpp.llama_get_sampled_token_ith(engine._ctx, row)
-        if token is None or token < 0:
-            return self._take(None, None)
+        token = llama_cpp.llama_get_sampled_token_ith(engine._ctx, row)
+        if token < 0:
+            raise RuntimeError("llama.cpp sampled no token for a generation with a device chain")
         if token in self.stop_ids or token in engine._eog_set:
             if self.utf8_tail:  # the output would end inside a character
                 redrawn = self.sampler.redraw(engine._ctx, row, self._keeps_utf8, self.utf8_breaking_mask)
