@@ -8,7 +8,9 @@
    outside the batch) set up the context.
 2. ``Engine.step`` with the server's default sampling (whole vocabulary, temperature 1): the CPU
    per token of the whole step, of ``llama_decode`` inside it, and of the rest (sampling,
-   bookkeeping), for 1 generation and for 4.
+   bookkeeping), for 1 generation and for 4. ``--device-sampling on`` samples inside
+   ``llama_decode`` on a CPU too (the default does so only with ``--n-gpu-layers``): "the rest"
+   is then the host's work on a GPU, while ``llama_decode`` grows by the CPU's sampling passes.
 
 Without ``--model`` the tiny random-weight model is built (``--shape``, as in bench_load.py).
 Everything runs on one thread, as ``bench_load.py --threads 1`` serves. CPU time is steadier
@@ -16,7 +18,8 @@ than wall time on a shared machine; compare variants back to back.
 
 Usage::
 
-    python tools/bench_decode.py [--model M.gguf | --shape tiny|aligned] [--sizes 1,2,4,8] [--flash-attn -1|0|1]
+    python tools/bench_decode.py [--model M.gguf | --shape tiny|aligned|medium [--vocab-size N]] [--sizes 1,2,4,8]
+                                 [--flash-attn -1|0|1] [--n-gpu-layers N] [--device-sampling auto|on|off]
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from bench_server import tiny_model  # noqa: E402
 from make_tiny_model import SHAPES  # noqa: E402
 
 IDLE_SEQUENCES = 8
+DEVICE_SAMPLING = {"auto": None, "on": True, "off": False}
 
 
 class Decoder:
@@ -47,7 +51,7 @@ class Decoder:
 
         _native.ensure_backend(False)
         self.llama = llama_cpp
-        self.model = _native.load_model(str(model_path), n_gpu_layers=0)
+        self.model = _native.load_model(str(model_path), n_gpu_layers=args.n_gpu_layers)
         params = llama_cpp.llama_context_default_params()
         params.n_ctx, params.n_batch, params.n_ubatch = args.n_ctx, 512, 512
         params.n_seq_max = n_seq + IDLE_SEQUENCES
@@ -125,7 +129,9 @@ def engine_steps(model: Path, args: argparse.Namespace) -> None:
     llama_cpp.llama_decode = timed_decode
     sampling = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0}
     try:
-        with Engine(str(model), n_ctx=args.n_ctx, n_threads=1, n_parallel=4) as engine:
+        with Engine(str(model), n_ctx=args.n_ctx, n_threads=1, n_parallel=4, n_gpu_layers=args.n_gpu_layers,
+                    device_sampling=DEVICE_SAMPLING[args.device_sampling]) as engine:
+            print(f"Engine: sampling {'inside llama_decode' if engine.device_sampling else 'on the host'}", flush=True)
             # the engine's one-time tables (tokens that would break UTF-8 after each kind of
             # unfinished character) are built on first use: not part of a token's cost
             warm_up = [engine.new_generation(engine.tokenize(f"<｜User｜>Warm up {i}.<｜Assistant｜>"), 200,
@@ -135,6 +141,7 @@ def engine_steps(model: Path, args: argparse.Namespace) -> None:
                 engine.step(warm_up)
             for generation in warm_up:
                 generation.close()
+            engine.prepare_utf8_tables()
             for size in (1, 4):
                 total = in_decode = 0.0
                 tokens = 0
@@ -163,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", help="GGUF model (default: the tiny deepseek2 model)")
     parser.add_argument("--shape", choices=sorted(SHAPES), default="tiny", help="shape of the tiny model")
+    parser.add_argument("--vocab-size", type=int, help="regular tokens of the tiny model (default: the shape's)")
+    parser.add_argument("--n-gpu-layers", type=int, default=0, help="layers offloaded to a GPU (-1: all; default 0)")
     parser.add_argument("--sizes", default="1,2,4,8", help="sequences per step for llama_decode alone")
     parser.add_argument("--prompt", type=int, default=30, help="prompt tokens per sequence (default 30)")
     parser.add_argument("--steps", type=int, default=96, help="steps after the prompt (default 96)")
@@ -174,10 +183,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--idle-tokens", type=int, default=0,
                         help=f"tokens cached in each of {IDLE_SEQUENCES} sequences outside the batch")
     parser.add_argument("--skip-engine", action="store_true", help="only llama_decode alone")
+    parser.add_argument("--device-sampling", choices=sorted(DEVICE_SAMPLING), default="auto",
+                        help="the engine's sampling inside llama_decode (default auto: with a GPU)")
     args = parser.parse_args(argv)
     args.sizes = [int(s) for s in args.sizes.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
-        model = Path(args.model) if args.model else tiny_model(Path(tmp), args.shape)
+        model = Path(args.model) if args.model else tiny_model(Path(tmp), args.shape, args.vocab_size)
         print(f"model: {model.name}, prompt {args.prompt} tokens, {args.steps} steps, {args.reps} repetitions, "
               f"flash attention {args.flash_attn}, cache types {args.type_k}/{args.type_v}")
         decode_alone(model, args)

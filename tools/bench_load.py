@@ -29,8 +29,8 @@ machine the figures swing with it. The summary at the end holds the acceptance f
 
 Usage::
 
-    python tools/bench_load.py [--model M.gguf | --shape tiny|aligned] [--parallel 1,4] [--clients 1,2,4,8] [--tokens 96]
-                               [--threads N] [--client lean|httpx|openai] [--rounds N]
+    python tools/bench_load.py [--model M.gguf | --shape tiny|aligned|medium [--vocab-size N]] [--parallel 1,4] [--clients 1,2,4,8] [--tokens 96]
+                               [--threads N] [--n-gpu-layers N] [--client lean|httpx|openai] [--rounds N]
 """
 
 from __future__ import annotations
@@ -312,6 +312,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", help="GGUF model (default: the tiny deepseek2 model)")
     parser.add_argument("--shape", choices=sorted(SHAPES), default="tiny",
                         help="shape of the tiny model (default tiny, the one the tests use)")
+    parser.add_argument("--vocab-size", type=int, help="regular tokens of the tiny model (default: the shape's)")
+    parser.add_argument("--n-gpu-layers", type=int, help="the servers' --n-gpu-layers (default: theirs)")
     parser.add_argument("--parallel", default="1,4", help="--parallel values to serve with (default 1,4)")
     parser.add_argument("--clients", default="1,2,4,8", help="concurrent clients (default 1,2,4,8)")
     parser.add_argument("--requests", type=int, default=2, help="requests per client (default 2)")
@@ -327,13 +329,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=1, help="runs of every round; medians printed (default 1)")
     args = parser.parse_args(argv)
     args.clients = [int(c) for c in args.clients.split(",")]
-    args.server_args = ["--threads", str(args.threads)] if args.threads else []
+    args.server_args = (["--threads", str(args.threads)] if args.threads else []) + (
+        ["--n-gpu-layers", str(args.n_gpu_layers)] if args.n_gpu_layers is not None else [])
     parallels = [int(p) for p in args.parallel.split(",")]
 
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}, {os.cpu_count()} cores")
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        model = Path(args.model) if args.model else tiny_model(tmp, args.shape)
+        model = Path(args.model) if args.model else tiny_model(tmp, args.shape, args.vocab_size)
         print(f"model: {model.name}, {args.tokens} tokens per request, {args.requests} request(s) per client, "
               f"{args.client} clients, {args.rounds} round(s) each, server flags: "
               f"{' '.join(args.server_args) or '(defaults)'}")

@@ -16,9 +16,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def tiny_model(out_dir: Path, shape: str = "tiny") -> Path:
+def tiny_model(out_dir: Path, shape: str = "tiny", vocab_size: int | None = None) -> Path:
     """The tiny random-weight ``deepseek2`` model with llama.cpp's DeepSeek V3.1 template, of
-    ``make_tiny_model.SHAPES[shape]``."""
+    ``make_tiny_model.SHAPES[shape]``, keeping ``vocab_size`` regular tokens (default: the shape's)."""
     sys.path.insert(0, str(REPO / "tools"))
     import fetch_corpus
     import make_tiny_model
@@ -26,8 +26,10 @@ def tiny_model(out_dir: Path, shape: str = "tiny") -> Path:
     template = fetch_corpus.templates_dir() / "deepseek-ai-DeepSeek-V3.1.jinja"
     if not template.is_file():
         fetch_corpus.fetch()
-    return make_tiny_model.build_tiny_model(out_dir / f"{shape}-v3.1.gguf", template.read_text(encoding="utf-8"),
-                                            vocab_path=fetch_corpus.vocab_path(), dims=make_tiny_model.SHAPES[shape])
+    vocab_size = vocab_size or make_tiny_model.SHAPE_VOCAB.get(shape, make_tiny_model.DEFAULT_VOCAB)
+    return make_tiny_model.build_tiny_model(out_dir / f"{shape}-{vocab_size}-v3.1.gguf",
+                                            template.read_text(encoding="utf-8"), vocab_path=fetch_corpus.vocab_path(),
+                                            n_regular_tokens=vocab_size, dims=make_tiny_model.SHAPES[shape])
 
 
 def start_server(model: Path, log_path: Path, *args: str, timeout_s: float = 120.0) -> tuple[subprocess.Popen, str]:

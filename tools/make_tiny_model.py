@@ -25,7 +25,7 @@ Facts about the loader this file relies on (llama.cpp as vendored by llama-cpp-p
 Usage::
 
     python tools/make_tiny_model.py OUT.gguf --chat-template-file T.jinja [--seed N] [--vocab PATH]
-                                    [--vocab-size N] [--shape tiny|aligned]
+                                    [--vocab-size N] [--shape tiny|aligned|medium]
 """
 
 from __future__ import annotations
@@ -101,7 +101,15 @@ class TinyDims:
 SHAPES: dict[str, TinyDims] = {
     "tiny": TinyDims(),
     "aligned": TinyDims(kv_lora_rank=64, qk_rope_dim=64, qk_nope_dim=64, v_head_dim=64),
+    # 1.2 B parameters (4.6 GB in F32 with the 100k vocabulary): on a GPU it is bandwidth-bound like
+    # a 2 B F16 model, so the host's work per token shows beside a realistic decode step.
+    "medium": TinyDims(n_embd=2048, n_layer=12, n_dense_lead=1, n_head=16, q_lora_rank=512, kv_lora_rank=512,
+                       qk_rope_dim=64, qk_nope_dim=128, v_head_dim=128, n_ff=5632, n_ff_expert=512,
+                       n_expert=16, n_expert_used=4, n_expert_shared=1),
 }
+#: Regular BPE tokens kept by default per shape: the medium model has DeepSeek's whole vocabulary.
+SHAPE_VOCAB: dict[str, int] = {"medium": 100000}
+DEFAULT_VOCAB = 4000
 
 
 @dataclass
@@ -441,10 +449,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chat-template-file", help="Jinja chat template stored as tokenizer.chat_template")
     parser.add_argument("--seed", type=int, default=0, help="weight seed (default 0)")
     parser.add_argument("--vocab", help=f"DeepSeek vocab GGUF (default: ${VOCAB_ENV} or the corpus cache)")
-    parser.add_argument("--vocab-size", type=int, default=4000, help="regular BPE tokens kept (default 4000)")
+    parser.add_argument("--vocab-size", type=int,
+                        help=f"regular BPE tokens kept (default {DEFAULT_VOCAB}; 100000 for --shape medium)")
     parser.add_argument("--shape", choices=sorted(SHAPES), default="tiny",
                         help="model dimensions (default tiny, which the tests use; aligned: attention "
-                             "widths that fill the CPU's vector registers, as a real model's do)")
+                             "widths that fill the CPU's vector registers, as a real model's do; medium: "
+                             "1.2 B parameters, for GPU measurements)")
     args = parser.parse_args(argv)
 
     template = None
@@ -455,7 +465,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: cannot read chat template: {exc}", file=sys.stderr)
             return 2
     try:
-        path = build_tiny_model(args.out, template, args.seed, args.vocab, args.vocab_size, SHAPES[args.shape])
+        vocab_size = args.vocab_size or SHAPE_VOCAB.get(args.shape, DEFAULT_VOCAB)
+        path = build_tiny_model(args.out, template, args.seed, args.vocab, vocab_size, SHAPES[args.shape])
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

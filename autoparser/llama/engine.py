@@ -9,7 +9,9 @@ The context holds ``n_parallel`` slots (sequences of one KV cache), each with an
 its tokens. :meth:`Engine.step` runs continuous batching: every running :class:`Generation`
 puts its next token (or a chunk of its prompt) into one ``llama_batch``, one ``llama_decode``
 computes them all, and each samples with its own sampler chain and grammar. Generations join
-and leave between steps. :meth:`Engine.generate` runs one generation alone; a second one while
+and leave between steps. With layers on a GPU, a generation without grammar, penalties or
+log-probabilities is sampled inside ``llama_decode`` by a chain attached to its slot
+(:mod:`autoparser.llama.device_sampling`), and only its token comes back. :meth:`Engine.generate` runs one generation alone; a second one while
 the first is still running raises ``RuntimeError`` instead of deadlocking.
 
 Each slot keeps its tokens' keys and values after its generation ends. A new prompt takes the
@@ -34,11 +36,18 @@ import llama_cpp
 import numpy as np
 
 from autoparser.llama import _native
+from autoparser.llama.device_sampling import (
+    ChainKey,
+    DeviceSampler,
+    build_chain,
+    chain_key,
+    samples_on_device,
+)
 from autoparser.llama.grammar_check import create_grammar_sampler, find_token_refs
 from autoparser.llama.lazy_guard import LazyTriggerGuard
 from autoparser.llama.logprobs import TokenLogprob, token_logprobs
 from autoparser.llama.long_runs import tokenizer_pieces
-from autoparser.llama.sampling import GrammarSpec, SamplingParams, TokenSampler, draw_tokens
+from autoparser.llama.sampling import CandidateBuffers, GrammarSpec, SamplingParams, TokenSampler, draw_tokens
 from autoparser.llama.token_trie import TokenTrie
 from autoparser.llama.utf8 import continuation_state, incomplete_tail
 
@@ -125,7 +134,12 @@ class Engine:
         n_batch: int = 512,
         reuse_prefix: bool = True,
         n_parallel: int = 1,
+        device_sampling: bool | None = None,
     ) -> None:
+        """``device_sampling``: sample inside ``llama_decode`` where the request allows it
+        (:mod:`autoparser.llama.device_sampling`); off, every token is sampled on the host. The
+        default (None) turns it on when layers are offloaded to a GPU: on a CPU the graph's
+        passes over the vocabulary cost more than the host's single one."""
         if not 1 <= n_parallel <= min(n_batch, MAX_PARALLEL):
             raise ValueError(f"n_parallel must be between 1 and {min(n_batch, MAX_PARALLEL)}, got {n_parallel}")
         _native.ensure_backend(verbose)
@@ -143,6 +157,10 @@ class Engine:
         self.n_parallel = n_parallel
         self.n_batch: int = llama_cpp.llama_n_batch(self._ctx)
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
+        # the batch's arrays, read out of the struct once: each attribute read makes a new pointer
+        batch = self._batch
+        self._batch_arrays = (batch.token, batch.pos, batch.n_seq_id, batch.logits)
+        self._batch_seq_ids = [batch.seq_id[i] for i in range(self.n_batch)]
         self._slots = [Slot(seq_id) for seq_id in range(n_parallel)]
         self._uses = 0
         self._read_vocabulary()
@@ -150,7 +168,9 @@ class Engine:
         self.n_ctx: int = self.n_ctx_total // n_parallel
         """What one generation may use, prompt included: the context split between the slots."""
         self.gpu_offload: bool = bool(llama_cpp.llama_supports_gpu_offload()) and n_gpu_layers != 0
+        self.device_sampling: bool = self.gpu_offload if device_sampling is None else device_sampling
         self._utf8_breaking: dict[tuple[int, int, int], np.ndarray] = {}
+        self._candidate_buffers = CandidateBuffers(self.n_vocab)
         self._step_rows = np.empty((0, self.n_vocab), dtype=np.float32)
         self._step_base = 0
         self._logits_views: dict[tuple[int, int], np.ndarray] = {}
@@ -167,6 +187,9 @@ class Engine:
         # caches make llama.cpp split batches into equal per-sequence parts). Each slot's share
         # of the context is enforced here, by the prompt check and the token budget.
         params.kv_unified = True
+        # A sequence never asks for more than one row of logits a step. Saying so lets a device
+        # chain draw its random number as it samples, rather than when the pick is accepted.
+        params.n_outputs_max_per_seq = 1
         cores = multiprocessing.cpu_count()
         # Same defaults as llama_cpp.Llama, so benchmarks against it compare like with like.
         params.n_threads = n_threads or max(cores // 2, 1)
@@ -207,6 +230,8 @@ class Engine:
             raise RuntimeError("the engine is still generating")
         try:
             if self._ctx:
+                for slot in self._slots:
+                    self._set_slot_chain(slot, None, None)
                 llama_cpp.llama_batch_free(self._batch)
                 llama_cpp.llama_free(self._ctx)
                 self._ctx = None
@@ -275,6 +300,9 @@ class Engine:
         self._eog_set = frozenset(self._eog_ids)
         # every token's bytes, looked up once: the generation loop needs them for each token
         self._pieces: list[bytes] = [self.token_to_piece(t) for t in range(self.n_vocab)]
+        # and their text where the bytes are whole characters: after complete text such a token
+        # needs no UTF-8 check and no incremental decoder
+        self._texts: list[str | None] = [_whole_text(piece) for piece in self._pieces]
         self._trie: TokenTrie | None = None
 
     def token_to_piece(self, token: int, special: bool = True) -> bytes:
@@ -374,7 +402,14 @@ class Engine:
 
     def _make_sampler(
         self, sampling: SamplingParams, grammar: GrammarSpec | None, ignore_eos: bool, max_tokens: int
-    ) -> TokenSampler:
+    ) -> TokenSampler | DeviceSampler:
+        banned = self._eog_ids if ignore_eos else ()
+        if self.device_sampling and samples_on_device(sampling, grammar is not None):
+            return DeviceSampler(chain_key(sampling, banned), sampling.seed, sampling, max_tokens)
+        return self._host_sampler(sampling, grammar, banned, max_tokens)
+
+    def _host_sampler(self, sampling: SamplingParams, grammar: GrammarSpec | None, banned: Sequence[int],
+                      max_tokens: int) -> TokenSampler:
         grammar_sampler = None
         referenced: list[int] | None = None
         if grammar is not None:
@@ -387,7 +422,6 @@ class Engine:
                 grammar.trigger_patterns,
                 grammar.trigger_tokens,
             )
-        banned = self._eog_ids if ignore_eos else ()
         return TokenSampler(
             self.n_vocab,
             sampling,
@@ -396,6 +430,7 @@ class Engine:
             penalty_window=max(64, max_tokens),
             trie=self._token_trie() if grammar_sampler is not None else None,
             direct_tokens=None if referenced is None else [*self._special_ids, *referenced],
+            buffers=self._candidate_buffers,
         )
 
     def _lazy_guard(self, grammar: GrammarSpec) -> LazyTriggerGuard:
@@ -461,16 +496,22 @@ class Engine:
             if generation.slot is None:
                 self._attach(generation)
             live.append(index)
+        self._detach_idle_chains()
         # the plan reorders generations and leaves out those with no room in this batch
         plan = self._plan([generations[i] for i in live])
         rows = self._decode_plan(plan)
         position = {id(generations[i]): i for i in live}
-        self._load_step_logits(sum(row >= 0 for row in rows))
-        sampling = [(generation, self._logits(row))
-                    for (generation, _chunk, _wants), row in zip(plan, rows, strict=True) if row >= 0]
-        firsts = self._draw_together(sampling)
-        for (generation, logits), first in zip(sampling, firsts, strict=True):
-            results[position[id(generation)]] = generation.sample(logits, first)
+        outputs = [(generation, row) for (generation, _chunk, _wants), row in zip(plan, rows, strict=True) if row >= 0]
+        on_host = [(generation, row) for generation, row in outputs if not generation.on_device]
+        if on_host:  # llama.cpp copies the raw logits only for a batch with host-sampled rows
+            self._load_step_logits(len(outputs))
+            sampling = [(generation, self._logits(row)) for generation, row in on_host]
+            firsts = self._draw_together(sampling)
+            for (generation, logits), first in zip(sampling, firsts, strict=True):
+                results[position[id(generation)]] = generation.sample(logits, first)
+        for generation, row in outputs:
+            if generation.on_device:
+                results[position[id(generation)]] = generation.sample_on_device(row)
         return results
 
     def _draw_together(self, sampling: list[tuple[Generation, np.ndarray]]) -> list[int | None]:
@@ -507,7 +548,45 @@ class Engine:
                 keep = 0
             del slot.cached[keep:]
         slot.owner = generation
+        self._bind_chain(slot, generation)
         generation.begin(slot, keep)
+
+    def _bind_chain(self, slot: Slot, generation: Generation) -> None:
+        """Give the slot the generation's device chain: reseed the one it has when the settings
+        match (llama.cpp then keeps its graph plan), else attach a new one. A host-sampled
+        generation takes the chain off (llama.cpp would sample its rows and not copy their logits)."""
+        sampler = generation.sampler
+        if not isinstance(sampler, DeviceSampler):
+            self._set_slot_chain(slot, None, None)
+            return
+        fresh = build_chain(sampler.key, self.n_vocab, sampler.seed)
+        if slot.chain is not None and slot.chain_key == sampler.key:
+            llama_cpp.llama_sampler_copy(fresh, slot.chain)
+            llama_cpp.llama_sampler_free(fresh)
+        elif not self._set_slot_chain(slot, fresh, sampler.key):
+            llama_cpp.llama_sampler_free(fresh)
+            self.device_sampling = False  # this backend cannot run the samplers: sample on the host
+            generation.sampler = self._host_sampler(sampler.params, None, sampler.key.banned, sampler.max_tokens)
+            return
+        sampler.chain = slot.chain
+
+    def _detach_idle_chains(self) -> None:
+        """Take the chains off slots nobody took this step: llama.cpp runs an attached chain at
+        every step, on a dummy row when its sequence has none."""
+        for slot in self._slots:
+            if slot.owner is None and slot.chain is not None:
+                self._set_slot_chain(slot, None, None)
+
+    def _set_slot_chain(self, slot: Slot, chain: Any, key: ChainKey | None) -> bool:
+        """Attach ``chain`` (None: none) to the slot's sequence and free the one it replaces;
+        False when llama.cpp cannot run it (the slot then has none)."""
+        if chain is None and slot.chain is None:
+            return True
+        attached = bool(llama_cpp.llama_set_sampler(self._ctx, slot.seq_id, chain))
+        old, slot.chain, slot.chain_key = slot.chain, (chain if attached else None), (key if attached else None)
+        if old is not None:
+            llama_cpp.llama_sampler_free(old)
+        return attached or chain is None
 
     def _release(self, slot: Slot) -> None:
         self._uses += 1
@@ -542,21 +621,24 @@ class Engine:
         if not plan:
             return []
         batch = self._batch
+        tokens, positions, n_seq_ids, logits = self._batch_arrays
+        seq_ids = self._batch_seq_ids
         n = 0
         rows = []
         for generation, chunk, wants_logits in plan:
             slot = generation.slot
             assert slot is not None
             first = len(slot.cached)
+            seq_id = slot.seq_id
             for offset, token in enumerate(chunk):
-                batch.token[n] = token
-                batch.pos[n] = first + offset
-                batch.n_seq_id[n] = 1
-                batch.seq_id[n][0] = slot.seq_id
-                batch.logits[n] = 0
+                tokens[n] = token
+                positions[n] = first + offset
+                n_seq_ids[n] = 1
+                seq_ids[n][0] = seq_id
+                logits[n] = 0
                 n += 1
             if wants_logits:
-                batch.logits[n - 1] = 1
+                logits[n - 1] = 1
             rows.append(n - 1 if wants_logits else -1)
         batch.n_tokens = n
         self._use_threads(generating_only=n == len(plan))
@@ -582,6 +664,13 @@ class Engine:
         if wanted != self._threads_set:
             llama_cpp.llama_set_n_threads(self._ctx, *wanted)
             self._threads_set = wanted
+
+    def prepare_utf8_tables(self) -> None:
+        """Build now the tables :meth:`_tokens_breaking_utf8` would build on first use, for every
+        kind of unfinished character (a pass over the vocabulary each)."""
+        leads = (b"\xc3", b"\xe0", b"\xe1", b"\xed", b"\xf0", b"\xf1", b"\xf4")
+        for tail in (b"", *leads, b"\xe1\x80", b"\xf1\x80", b"\xf1\x80\x80"):
+            self._tokens_breaking_utf8(tail)
 
     def _tokens_breaking_utf8(self, tail: bytes) -> np.ndarray:
         """The tokens whose bytes cannot follow ``tail``: a lone continuation byte after complete
@@ -665,6 +754,13 @@ class Engine:
         return token
 
 
+def _whole_text(piece: bytes) -> str | None:
+    try:
+        return piece.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
 @dataclass
 class Slot:
     """One sequence of the shared KV cache, and the tokens it holds (positions 0, 1, ...)."""
@@ -673,6 +769,9 @@ class Slot:
     cached: list[int] = field(default_factory=list)
     owner: Generation | None = None
     last_used: int = 0
+    chain: Any = None
+    """The device sampler chain attached to this sequence (``llama_set_sampler``), if any."""
+    chain_key: ChainKey | None = None
 
 
 class Generation:
@@ -683,7 +782,7 @@ class Generation:
     token in turn.
     """
 
-    def __init__(self, engine: Engine, prompt: list[int], budget: int, sampler: TokenSampler,
+    def __init__(self, engine: Engine, prompt: list[int], budget: int, sampler: TokenSampler | DeviceSampler,
                  guard: LazyTriggerGuard | None, stop_ids: frozenset[int], ignore_eos: bool,
                  should_stop: Callable[[], bool] | None, stats: GenerationStats) -> None:
         self.engine = engine
@@ -700,7 +799,9 @@ class Generation:
         self.utf8_tail = b""
         self.finished = False
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._decoder_empty = True  # the decoder holds no bytes of an unfinished character
         self._breaking: dict[tuple[int, int, int], np.ndarray | None] = {}
+        self._breaking_masks: dict[tuple[int, int, int], np.ndarray] = {}
         self._started = 0.0
         self._mark: float | None = None
         self._closed = False
@@ -717,6 +818,22 @@ class Generation:
             self._breaking[state] = found if found.size else None
         return self._breaking[state]
 
+    def utf8_breaking_mask(self) -> np.ndarray:
+        """:meth:`utf8_breaking` as one boolean per vocabulary entry."""
+        state = continuation_state(self.utf8_tail)
+        mask = self._breaking_masks.get(state)
+        if mask is None:
+            mask = self._breaking_masks[state] = np.zeros(self.engine.n_vocab, dtype=bool)
+            breaking = self.utf8_breaking()
+            if breaking is not None:
+                mask[breaking] = True
+        return mask
+
+    @property
+    def on_device(self) -> bool:
+        """Is this generation's token sampled inside ``llama_decode``?"""
+        return isinstance(self.sampler, DeviceSampler)
+
     def begin(self, slot: Slot, cached: int) -> None:
         self.slot = slot
         self.stats.cached_tokens = cached
@@ -732,14 +849,63 @@ class Generation:
         """The next token from the logits after ``pending`` was decoded; None when the generation ends.
 
         ``first``: the first pick, when the engine drew it for the whole batch (else ``NOT_DRAWN``)."""
-        now = time.perf_counter()
+        if not self._budget_left():
+            return None
+        return self._take(self.engine._next_token(self, logits, first), logits)
+
+    def sample_on_device(self, row: int) -> GeneratedToken | None:
+        """:meth:`sample` for a generation whose chain sampled batch position ``row`` in the step.
+
+        The pick is checked as the host checks its own: one that would break UTF-8 is drawn
+        again without such tokens from what the chain kept; when nothing else is left, it stays
+        (better than stopping, as on the host)."""
+        if not self._budget_left():
+            return None
+        engine = self.engine
+        token = llama_cpp.llama_get_sampled_token_ith(engine._ctx, row)
+        if token < 0:
+            raise RuntimeError("llama.cpp sampled no token for a generation with a device chain")
+        if token in self.stop_ids or token in engine._eog_set:
+            if self.utf8_tail:  # the output would end inside a character
+                redrawn = self.sampler.redraw(engine._ctx, row, self._keeps_utf8, self.utf8_breaking_mask)
+                token = token if redrawn is None else self._follow_utf8(redrawn)
+            return self._take(token, None)
+        if not self.utf8_tail and engine._texts[token] is not None:  # whole characters after whole ones
+            return self._take(token, None)
+        tail = incomplete_tail(self.utf8_tail + engine._pieces[token])
+        if tail is None:
+            redrawn = self.sampler.redraw(engine._ctx, row, self._keeps_utf8, self.utf8_breaking_mask)
+            token = token if redrawn is None else redrawn
+            self._follow_utf8(token)
+        else:
+            self.utf8_tail = tail
+        return self._take(token, None)
+
+    def _follow_utf8(self, token: int) -> int:
+        """Move the unfinished-character state past ``token`` (reset where it breaks UTF-8)."""
+        if token not in self.stop_ids and token not in self.engine._eog_set:
+            tail = incomplete_tail(self.utf8_tail + self.engine._pieces[token])
+            self.utf8_tail = tail if tail is not None else b""
+        return token
+
+    def _keeps_utf8(self, token: int) -> bool:
+        if token in self.stop_ids or token in self.engine._eog_set:
+            return not self.utf8_tail
+        return incomplete_tail(self.utf8_tail + self.engine._pieces[token]) is not None
+
+    def _budget_left(self) -> bool:
+        """Record the end of the prefill; False (and finished) when the token budget is spent."""
         if self._mark is None:
+            now = time.perf_counter()
             self.stats.prefill_ms = (now - self._started) * 1000.0
             self._mark = now
         if self.stats.completion_tokens >= self.budget:
             self.finish("length")
-            return None
-        token = self.engine._next_token(self, logits, first)
+            return False
+        return True
+
+    def _take(self, token: int | None, logits: np.ndarray | None) -> GeneratedToken | None:
+        """Count and record the sampled token; None when it ends the generation."""
         if token is None:  # the grammar allows nothing more (complete, and end-of-generation is banned)
             self.finish("stop")
             return None
@@ -751,9 +917,12 @@ class Generation:
         self.sampler.accept(token)
         if self.guard is not None:
             self.guard.accept(token)
-        text = self._decoder.decode(self.engine._pieces[token])
-        info = None if self.logprobs is None else token_logprobs(logits, token, self.logprobs,
-                                                                 self.engine.token_to_piece)
+        text = self.engine._texts[token] if self._decoder_empty else None
+        if text is None:
+            text = self._decoder.decode(self.engine._pieces[token])
+            self._decoder_empty = not self._decoder.getstate()[0]
+        info = None if self.logprobs is None or logits is None else token_logprobs(
+            logits, token, self.logprobs, self.engine.token_to_piece)
         now = time.perf_counter()
         elapsed = (now - self._mark) * 1000.0
         self._mark = now

@@ -16,11 +16,10 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from pydantic import ValidationError
-from sse_starlette.sse import EventSourceResponse
 
 from autoparser.server.errors import APIError, bad_request
 from autoparser.server.protocol import ChatCompletionRequest, parse_json_body, parse_request, validation_error
-from autoparser.server.runner import prepare_and_start
+from autoparser.server.runner import StreamResponse, prepare_and_start
 from autoparser.server.segments import Segment, Segmenter, Step
 from autoparser.server.service import ChatService
 from autoparser.server.worker import GenerationWorker
@@ -184,5 +183,5 @@ def add_routes(app: FastAPI, service: ChatService, worker: GenerationWorker) -> 
                         out += builder.finished()
                 yield encode(out)
 
-        return EventSourceResponse(events(), ping=15, sep="\n", media_type=encoder.get_content_type(),
+        return StreamResponse(events(), ping=15, sep="\n", media_type=encoder.get_content_type(),
                                    client_close_handler_callable=run.on_close)

@@ -12,13 +12,13 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
+from json.encoder import encode_basestring as _encode_string  # type: ignore[attr-defined]
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
-from sse_starlette.sse import EventSourceResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.responses import Response
@@ -29,7 +29,7 @@ from autoparser.server.guards import GuardSettings, RequestGuardMiddleware, clea
 from autoparser.server.logprobs import chat_logprobs
 from autoparser.server.metrics import CONTENT_TYPE, RequestTracker, ServerMetrics
 from autoparser.server.protocol import parse_request
-from autoparser.server.runner import Run, prepare_and_start, public
+from autoparser.server.runner import Run, StreamResponse, prepare_and_start, public
 from autoparser.server.service import ChatService, PreparedChat
 from autoparser.server.worker import GenerationResult, GenerationWorker
 
@@ -87,7 +87,7 @@ def create_app(service: ChatService, worker: GenerationWorker) -> FastAPI:
         prepared = run.prepared
         meta = ResponseMeta(model_name)
         if chat.stream:
-            return EventSourceResponse(stream_chunks(run, meta), ping=15, sep="\n",
+            return StreamResponse(stream_chunks(run, meta), ping=15, sep="\n",
                                        client_close_handler_callable=run.on_close)
         result = await run.result(request)
         return JSONResponse(completion_body(prepared, result, meta))
@@ -159,11 +159,13 @@ async def stream_chunks(run: Run, meta: ResponseMeta) -> AsyncIterator[bytes]:
         first["full_text"] = ""
     add_debug_fields(first, prepared)
     yield sse(first)
+    plain = PlainChunks(head)
     async for batch in run.batches():
         out: list[bytes] = []
         for kind, payload in batch:
             if kind == "deltas":
-                out.extend(sse(_chunk(head, delta, top=top)) for delta in payload)
+                out.extend(plain.encode(delta) if top is None and plain.fits(delta) else sse(_chunk(head, delta, top=top))
+                           for delta in payload)
             elif kind == "error":
                 out.append(sse({**_chunk(head, {}, "error"),
                                 "error": event_error(payload)}))
@@ -171,6 +173,30 @@ async def stream_chunks(run: Run, meta: ResponseMeta) -> AsyncIterator[bytes]:
                 out.extend(_final_chunks(prepared, payload, head, top))
         yield b"".join(out)
     yield b"data: [DONE]\n\n"
+
+
+class PlainChunks:
+    """SSE events of the deltas that carry nothing but public fields and no log-probabilities,
+    the bulk of a stream: the chunk around the delta is the same for all of them, so it is
+    serialised once and only the delta per token (byte for byte what :func:`sse` writes)."""
+
+    def __init__(self, head: dict[str, Any]):
+        around = sse({**head, "choices": [{"index": 0, "delta": None, "logprobs": None, "finish_reason": None}]})
+        self._before, self._after = around.split(b'"delta":null', 1)
+        self._before += b'"delta":'
+
+    @staticmethod
+    def fits(delta: dict[str, Any]) -> bool:
+        return not any(key.startswith("_") for key in delta)
+
+    def encode(self, delta: dict[str, Any]) -> bytes:
+        if len(delta) == 1:
+            ((key, value),) = delta.items()
+            if type(value) is str:  # a text delta: the string alone goes through the encoder
+                text = '{"' + key + '":' + _encode_string(value) + "}" if key.isidentifier() else None
+                if text is not None:
+                    return self._before + text.encode() + self._after
+        return self._before + json.dumps(delta, ensure_ascii=False, separators=(",", ":")).encode() + self._after
 
 
 def _final_chunks(prepared: PreparedChat, result: GenerationResult, head: dict[str, Any],

@@ -12,7 +12,6 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import Field, ValidationError, field_validator
-from sse_starlette.sse import EventSourceResponse
 
 from autoparser.server.completion import Completion
 from autoparser.server.errors import bad_request, event_error
@@ -23,7 +22,7 @@ from autoparser.server.protocol import (
     requested_max_tokens,
     validation_error,
 )
-from autoparser.server.runner import prepare_and_start
+from autoparser.server.runner import StreamResponse, prepare_and_start
 from autoparser.server.service import ChatService, PreparedChat
 from autoparser.server.validation import PromptTooLong, check_fits
 from autoparser.server.worker import GenerationWorker
@@ -152,7 +151,7 @@ def add_routes(app: FastAPI, service: ChatService, worker: GenerationWorker) -> 
                 yield b"".join(out)
             yield b"data: [DONE]\n\n"
 
-        return EventSourceResponse(chunks(), ping=15, sep="\n", client_close_handler_callable=run.on_close)
+        return StreamResponse(chunks(), ping=15, sep="\n", client_close_handler_callable=run.on_close)
 
 
 def _choice(text: str, logprobs: dict[str, Any] | None, finish_reason: str | None) -> dict[str, Any]:

@@ -18,12 +18,11 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from sse_starlette.sse import EventSourceResponse
 
 from autoparser.server.errors import APIError, bad_request
 from autoparser.server.logprobs import chat_entry
 from autoparser.server.protocol import ChatCompletionRequest, parse_json_body, parse_request, validation_error
-from autoparser.server.runner import prepare_and_start
+from autoparser.server.runner import StreamResponse, prepare_and_start
 from autoparser.server.segments import Segment, Segmenter, Step, segments_of
 from autoparser.server.service import ChatService, PreparedChat
 from autoparser.server.worker import GenerationResult, GenerationWorker
@@ -387,7 +386,7 @@ def add_routes(app: FastAPI, service: ChatService, worker: GenerationWorker) -> 
                 yield b"".join(sse(data, kind) for kind, data in out)
             yield b"data: [DONE]\n\n"
 
-        return EventSourceResponse(events(), ping=15, sep="\n", client_close_handler_callable=run.on_close)
+        return StreamResponse(events(), ping=15, sep="\n", client_close_handler_callable=run.on_close)
 
 
 def _attach_logprobs(segments: list[Segment], entries: list[Any]) -> None:

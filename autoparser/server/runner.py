@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fastapi import Request
+from sse_starlette.sse import EventSourceResponse
 from starlette.concurrency import run_in_threadpool
+from starlette.types import Message, Send
 
 from autoparser.server.errors import APIError, event_api_error
 from autoparser.server.service import PreparedChat
@@ -130,6 +132,17 @@ def start(worker: GenerationWorker, prepared: PreparedChat, stream: bool, reserv
         tracker.on_submit(prepared)
     worker.submit(job, reserved=reserved)
     return Run(prepared, job, channel, tracker)
+
+
+class StreamResponse(EventSourceResponse):
+    """sse-starlette's response, without a cancel scope around each write when no send timeout
+    is set: entering and leaving one cost about 15 µs, once per piece of a stream."""
+
+    async def _send_with_timeout(self, send: Send, message: Message) -> None:
+        if self.send_timeout is None:
+            await send(message)
+        else:
+            await super()._send_with_timeout(send, message)
 
 
 def public(delta: dict[str, Any]) -> dict[str, Any]:

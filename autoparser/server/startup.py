@@ -54,6 +54,9 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                              f"(default: one slot per {SLOT_TOKENS} tokens of context, at most "
                              f"{MAX_DEFAULT_PARALLEL}, at least 1)")
     parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: half the cores)")
+    parser.add_argument("--device-sampling", choices=("auto", "on", "off"), default="auto",
+                        help="sample inside llama_decode where a request allows it (default auto: "
+                             "with layers on a GPU; on a CPU the host's sampling costs less)")
     parser.add_argument("--no-prefix-cache", action="store_true",
                         help="decode every prompt from scratch instead of reusing a slot's cached prefix")
     parser.add_argument("--host", default="127.0.0.1",
@@ -202,6 +205,7 @@ def start_model_worker(args: argparse.Namespace, vocabulary: Any, max_queue: int
         model_path=args.model, n_ctx=args.n_ctx, n_parallel=parallel_slots(args),
         n_gpu_layers=args.n_gpu_layers, n_threads=args.threads,
         reuse_prefix=not getattr(args, "no_prefix_cache", False),
+        device_sampling={"on": True, "off": False}.get(getattr(args, "device_sampling", "auto")),
         log_level=getattr(args, "log_level", "info")), max_queue=max_queue)
     try:
         facts = worker.start()
@@ -216,6 +220,7 @@ def start_model_worker(args: argparse.Namespace, vocabulary: Any, max_queue: int
         say("GPU: not used (this llama-cpp-python build has no GPU support; running on the CPU)")
     else:
         say("GPU: not used (--n-gpu-layers 0; running on the CPU)")
+    say("sampling: " + ("inside llama_decode where a request allows it" if facts.device_sampling else "on the host"))
     return worker
 
 

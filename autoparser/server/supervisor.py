@@ -78,6 +78,8 @@ class EngineSettings:
     n_threads: int | None = None
     reuse_prefix: bool = True
     log_level: str = "info"
+    device_sampling: bool | None = None
+    """Sample inside `llama_decode` (None: where the model is on a GPU)."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,7 @@ class EngineFacts:
     n_ctx: int
     n_parallel: int
     gpu_offload: bool
+    device_sampling: bool = False
 
 
 @dataclass
@@ -499,11 +502,13 @@ def worker_main(settings: EngineSettings, conn: Connection, busy_since: Any) -> 
 
         engine = Engine(settings.model_path, n_ctx=settings.n_ctx,
                         n_gpu_layers=settings.n_gpu_layers, n_threads=settings.n_threads,
-                        n_parallel=settings.n_parallel, reuse_prefix=settings.reuse_prefix)
+                        n_parallel=settings.n_parallel, reuse_prefix=settings.reuse_prefix,
+                        device_sampling=settings.device_sampling)
     except Exception as exc:  # noqa: BLE001 - reported to the front end as one line
         conn.send(("failed", f"cannot load the model {settings.model_path}: {exc}"))
         return
-    conn.send(("ready", EngineFacts(os.getpid(), engine.n_ctx, engine.n_parallel, engine.gpu_offload)))
+    conn.send(("ready", EngineFacts(os.getpid(), engine.n_ctx, engine.n_parallel, engine.gpu_offload,
+                                    engine.device_sampling)))
     _time_steps(engine, busy_since)
     _serve_jobs(engine, conn)
 
@@ -589,13 +594,24 @@ class _Outbox:
         self._conn = conn
         self._lock = threading.Lock()
         self._events: list[tuple[int, tuple[str, Any]]] = []
+        self._open: dict[int, list[Any]] = {}
+        """Each job's deltas not yet sent, when its last event is deltas: later ones join them,
+        so the front end handles one event per job and send, not one per token."""
         self._urgent = False
         self._sent = time.monotonic()
 
     def add(self, job_id: int, event: tuple[str, Any], urgent: bool) -> None:
         """`urgent`: send with this round (a job's first text, its end), not after `FLUSH_S`."""
+        kind, payload = event
         with self._lock:
-            self._events.append((job_id, event))
+            if kind != "deltas":
+                self._open.pop(job_id, None)
+                self._events.append((job_id, event))
+            elif job_id in self._open:
+                self._open[job_id].extend(payload)
+            else:
+                deltas = self._open[job_id] = list(payload)
+                self._events.append((job_id, ("deltas", deltas)))
             self._urgent = self._urgent or urgent
 
     def flush_when_due(self) -> None:
@@ -605,6 +621,7 @@ class _Outbox:
     def flush(self) -> None:
         with self._lock:
             events, self._events, self._urgent = self._events, [], False
+            self._open.clear()
             self._sent = time.monotonic()
             if events:
                 self._conn.send(events)
