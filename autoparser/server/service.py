@@ -5,7 +5,8 @@ server's defaults) and turns each request into a `PreparedChat`. Everything that
 request (a template that raises, a prompt that does not fit, an unknown tool) happens here,
 before the request takes a place in the queue, so a refusal costs no generation time.
 Grammars and parsers are cached by their inputs: building them is the slow part, and clients
-send the same tool set again and again. Both start where the rendered prompt leaves the model
+send the same tool set again and again. The caches are bounded in estimated bytes as well as in
+entries, since the client chooses how large the tools are. Both start where the rendered prompt leaves the model
 (`start_state`: inside reasoning the prompt opened, in the answer after a tool result, ...), so
 they are keyed by that state rather than by the prompt text, which differs on every turn.
 """
@@ -15,13 +16,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from autoparser.analysis import Analysis, ReasoningAnalysis
+from autoparser.caching import BoundedCache
 from autoparser.language.request import OPEN, start_state
 from autoparser.server import protocol
 from autoparser.server.completion import Completion, OutputOptions
@@ -77,24 +77,24 @@ class PreparedChat:
     warnings: list[str] = field(default_factory=list)
 
 
-class LRU:
-    """A small least-recently-used cache for grammars and parsers."""
+# What a cached entry holds, estimated from its key (the tools as JSON) and what was built: a
+# reading parser takes about 50 bytes per byte of tools JSON (1.5 MB for 31 KB of tools,
+# measured with tracemalloc), a grammar result a few times its GBNF text.
+PARSER_BYTES_PER_KEY_BYTE = 64
+CACHE_BYTES = 128 << 20
+"""The most each of the grammar, parser and preamble caches holds (estimated bytes)."""
 
-    def __init__(self, size: int = 64):
-        self._size = size
-        self._items: OrderedDict[str, Any] = OrderedDict()
-        self._lock = threading.Lock()  # requests are prepared on a thread pool
 
-    def get(self, key: str, make: Callable[[], Any]) -> Any:
-        with self._lock:
-            if key in self._items:
-                self._items.move_to_end(key)
-                return self._items[key]
-            value = make()
-            self._items[key] = value
-            if len(self._items) > self._size:
-                self._items.popitem(last=False)
-            return value
+def _grammar_weight(key: Any, result: Any) -> int:
+    return len(key) + 4 * len(getattr(result, "gbnf", "") or "")
+
+
+def _parser_weight(key: Any, parser: Any) -> int:
+    return PARSER_BYTES_PER_KEY_BYTE * len(key)
+
+
+def _preamble_weight(key: Any, text: Any) -> int:
+    return len(key) + len(text or "")
 
 
 class ChatService:
@@ -111,9 +111,9 @@ class ChatService:
         self._end_of_turn_ids, self._end_of_turn_texts = self._end_of_turn()
         self._unused_specials = self.special_tokens - self._marker_tokens()
         self._analysis_dict = analysis.to_dict()
-        self._grammars = LRU()
-        self._parsers = LRU()
-        self._preambles = LRU()
+        self._grammars = BoundedCache(max_bytes=CACHE_BYTES, weigh=_grammar_weight)
+        self._parsers = BoundedCache(max_bytes=CACHE_BYTES, weigh=_parser_weight)
+        self._preambles = BoundedCache(max_bytes=CACHE_BYTES, weigh=_preamble_weight)
         self.tools_hidden = settings.tool_preamble != "off" and template_hides_tools(analysis)
         self._log_preamble()
 
