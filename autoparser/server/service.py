@@ -156,7 +156,7 @@ class ChatService:
             request=request, prompt=prompt, prompt_tokens=prompt_tokens, max_tokens=max_tokens,
             sampling=self.sampling(request, request.top_logprobs_wanted()), grammar=grammar, reasoning=phase,
             stop_token_ids=self.stop_token_ids(request),
-            completion=Completion(stream, self.output_options(request)), warnings=warnings)
+            completion=Completion(stream, self.output_options(request), warnings), warnings=warnings)
 
     def wants_preamble(self, request: ChatCompletionRequest, tools: list[dict[str, Any]] | None,
                        tool_choice: Any) -> bool:
