@@ -258,7 +258,7 @@ def _as_json_arguments(arguments: Any) -> Any:
     if isinstance(arguments, str):
         try:
             parsed = json.loads(arguments)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested too deep to read: kept as text
             return arguments
         return JsonArguments(parsed, arguments) if isinstance(parsed, dict) else arguments
     if isinstance(arguments, Mapping) and not isinstance(arguments, JsonArguments):
@@ -1138,14 +1138,16 @@ def render_template(source: str, messages: list[dict[str, Any]], tools: list[dic
         _budget.allow_mutation, _budget.inputs = False, frozenset()
 
 
-def _container_ids(value: Any, seen: set[int] | None = None) -> set[int]:
-    """Ids of every list, dict and set reachable from the inputs: those stay immutable."""
-    seen = set() if seen is None else seen
-    if isinstance(value, list | dict | set) and id(value) not in seen:
-        seen.add(id(value))
-        items = value.values() if isinstance(value, dict) else value
-        for item in items:
-            _container_ids(item, seen)
+def _container_ids(value: Any) -> set[int]:
+    """Ids of every list, dict and set reachable from the inputs: those stay immutable.
+    Walked without recursion: inputs may nest thousands deep."""
+    seen: set[int] = set()
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list | dict | set) and id(node) not in seen:
+            seen.add(id(node))
+            stack.extend(node.values() if isinstance(node, dict) else node)
     return seen
 
 

@@ -80,3 +80,12 @@ def test_isolated_analysis_equals_the_in_process_one() -> None:
 
     source = CONVERSATION + "{% if add_generation_prompt %}<|assistant|>{% endif %}"
     assert analyze_isolated(source, eos_token="<|end|>").to_dict() == analyze(source, eos_token="<|end|>").to_dict()
+
+
+def test_arguments_nested_too_deep_to_read_are_kept_as_text() -> None:
+    """A client may send back arguments nested thousands deep as JSON text: the template gets the
+    text as it came, rather than a RecursionError or a misleading "recursed too deeply"."""
+    text = '{"a": ' + "[" * 5000 + "]" * 5000 + "}"
+    calls = [{"type": "function", "function": {"name": "f", "arguments": text}}]
+    source = "{% for m in messages %}{% for c in m.tool_calls %}{{ c.function.arguments }}{% endfor %}{% endfor %}"
+    assert render_template(source, [{"role": "assistant", "content": "", "tool_calls": calls}]) == text
