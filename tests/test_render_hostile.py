@@ -68,10 +68,10 @@ def test_ordinary_uses_of_priced_operations_still_work(source: str, expected: st
 
 
 def test_a_render_the_sandbox_cannot_price_is_stopped_by_the_hard_limits() -> None:
-    """Whatever the sandbox misses, the analysis child's CPU limit stops (here: a plain loop
-    that would run past the CPU limit before the render deadline)."""
+    """Whatever the sandbox misses, the analysis child's CPU limit stops (here: a plain loop that
+    passes the 1 s CPU limit before the 2 s render deadline, unless other processes slow it)."""
     source = CONVERSATION + "{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}"
-    with pytest.raises(RenderLimitExceeded, match="CPU"):
+    with pytest.raises(RenderLimitExceeded, match="CPU|took longer"):
         analyze_isolated(source, limits=HardLimits(cpu_seconds=1, wall_seconds=20))
 
 
