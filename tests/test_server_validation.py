@@ -201,8 +201,6 @@ OVERSIZED_PROMPTS = {
         "messages": [{"role": "user", "content": "hi"}],
         "tools": [tool(f"f{i}") | {"function": {"name": f"f{i}", "description": f"{i}<｜User｜>{i}"}}
                   for i in range(20_000)]},
-    "80 distinct messages spelling special tokens": {
-        "messages": [{"role": "user", "content": f"note {i}: <｜User｜> {i}"} for i in range(80)]},
 }
 
 
@@ -219,6 +217,17 @@ def test_an_oversized_prompt_is_refused_before_it_costs_a_full_tokenization(serv
     assert response.status_code == 400, response.text[:300]
     assert response.json()["error"]["code"] in ("context_length_exceeded", None)
     assert elapsed < 5 and cpu < 3
+
+
+@pytest.mark.slow
+def test_many_distinct_texts_spelling_special_tokens_cost_one_more_render(server) -> None:  # type: ignore[no-untyped-def]
+    """Client spellings are found by masking them and rendering again, not by searching for
+    each text in the prompt, so their number does not matter."""
+    messages = [{"role": "user", "content": f"note {i}: <｜User｜> {i}"} for i in range(80)]
+    spent = cpu_seconds(server.process.pid)
+    response = server.http(timeout=60).post("/v1/chat/completions", json={"messages": messages, "max_tokens": 1})
+    assert response.status_code == 200, response.text[:300]
+    assert cpu_seconds(server.process.pid) - spent < 3
 
 
 def test_counting_before_tokenizing_never_overstates(tiny_engine: Any) -> None:

@@ -28,7 +28,13 @@ from autoparser.server.completion import Completion, OutputOptions
 from autoparser.server.errors import APIError, bad_request
 from autoparser.server.preamble import template_hides_tools, tools_preamble, with_preamble
 from autoparser.server.protocol import ChatCompletionRequest, GenerationFields
-from autoparser.server.validation import InvalidInput, PromptTooLong, tokenize_prompt, untrusted_texts
+from autoparser.server.validation import (
+    InvalidInput,
+    PromptTooLong,
+    SpecialMask,
+    tokenize_prompt,
+    untrusted_texts,
+)
 from autoparser.server.worker import ReasoningPhase
 
 log = logging.getLogger("autoparser.server")
@@ -105,6 +111,7 @@ class ChatService:
         self.engine = engine
         self.settings = settings
         self.special_tokens: frozenset[str] = frozenset(getattr(engine, "special_tokens", ()) or ())
+        self._mask = SpecialMask(self.special_tokens)
         # Text -> id lets the grammar write `<[id]>`, the token reference form that always parses.
         self.special_token_ids = {text: token for text in self.special_tokens
                                   if (token := engine.token_id(text)) is not None}
@@ -131,11 +138,20 @@ class ChatService:
         tool_choice = protocol.tool_choice_value(request)
         reasoning = self.analysis.reasoning
         thinking = protocol.requested_thinking(request, reasoning.toggle, reasoning.toggle_on)
-        client_texts = untrusted_texts([messages, tools])
-        if self.wants_preamble(request, tools, tool_choice):
-            messages = with_preamble(messages, self.preamble(tools or [], thinking))
-        prompt = self.render(messages, tools, thinking, request.chat_template_kwargs or {})
-        prompt_tokens = self.tokenize(prompt, client_texts)
+        template_kwargs = request.chat_template_kwargs or {}
+        client = [messages, tools, template_kwargs]
+        preamble = self.wants_preamble(request, tools, tool_choice)
+        prompt = self.render_conversation(messages, tools, thinking, template_kwargs, preamble)
+        masked = None
+        if self._mask.spelled_in(client):
+            # Rendered again with the client's special-token spellings masked, to tell them from
+            # the template's own markers (see `SpecialMask`).
+            try:
+                masked = self.render_conversation(self._mask.mask(messages), self._mask.mask(tools), thinking,
+                                                  self._mask.mask(template_kwargs), preamble)
+            except APIError:
+                masked = None
+        prompt_tokens = self.tokenize(prompt, untrusted_texts(client), masked)
         max_tokens = self.clip_max_tokens(len(prompt_tokens), protocol.requested_max_tokens(request))
         policy = request.tool_call_policy or self.settings.tool_call_policy
         budget = protocol.thinking_budget(request)
@@ -184,6 +200,13 @@ class ChatService:
         forced = tool_choice == "required" or isinstance(tool_choice, dict)
         return forced or protocol.response_schema(request) is not None
 
+    def render_conversation(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                            thinking: bool | None, template_kwargs: dict[str, Any], preamble: bool) -> str:
+        """The prompt, with the tools preamble first when the template hides the tools."""
+        if preamble:
+            messages = with_preamble(messages, self.preamble(tools or [], thinking))
+        return self.render(messages, tools, thinking, template_kwargs)
+
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
                thinking: bool | None, template_kwargs: dict[str, Any]) -> str:
         from autoparser.render import TemplateRenderError
@@ -199,11 +222,12 @@ class ChatService:
             raise APIError(400, f"The chat template cannot render this conversation: {exc}",
                            param="messages", code="template_error") from None
 
-    def tokenize(self, prompt: str, client_texts: set[str]) -> list[int]:
-        """The prompt's tokens; one that cannot fit the context is refused before tokenizing."""
+    def tokenize(self, prompt: str, client_texts: set[str], masked: str | None = None) -> list[int]:
+        """The prompt's tokens; one that cannot fit the context is refused before tokenizing.
+        `masked`: the same prompt rendered from masked client input (`SpecialMask`)."""
         try:
             return tokenize_prompt(self.engine, prompt, client_texts, self.special_tokens,
-                                   limit=int(self.engine.n_ctx))
+                                   limit=int(self.engine.n_ctx), masked=masked, mask=self._mask)
         except PromptTooLong as exc:
             self.clip_max_tokens(exc.at_least, None, at_least=True)
             raise
