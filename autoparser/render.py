@@ -28,11 +28,18 @@ A template is untrusted input, so rendering is fenced in:
   raises at once instead of quietly yielding an undefined value;
 * a compiled-in check runs at the top of every loop iteration and macro call, so runaway loops
   and recursion stop at a wall-clock deadline (no signals: it works in any thread);
+* a template over `MAX_TEMPLATE_CHARS` is refused before it is parsed;
 * output and intermediate strings are capped in size, and the operations that multiply size
-  (`*` and `**` on integers and sequences, `%` and `format` with their widths, padding,
-  `replace`, `translate`, `join`, `tojson`, printing containers, growing a list) are checked
-  before they run. A single C-level operation cannot be interrupted once started, which is why
-  the multiplying ones are checked beforehand rather than afterwards;
+  (`*` and `**` on integers, strings, bytes and sequences, `%` and `format` with their widths as
+  each field's spec resolves, padding and every integer size argument such as `int.to_bytes`,
+  `replace`, `translate`, `join`, `tojson`, `escape`, `xmlattr`, `urlencode`, `urlize`,
+  `strftime_now` widths, `encode`, printing containers, growing a list) are checked before they
+  run. A single C-level operation cannot be interrupted once started, which is why the
+  multiplying ones are checked beforehand rather than afterwards;
+* for the same reason, the operations that walk a whole container in one call are priced by
+  its printed size first: every comparison operand, dict-literal key, lookup key and test
+  argument, and `count`/`index`/`remove` (two lists doubled sixty times compare for ever), as
+  are the quadratic codecs (punycode, idna) by the time they would take;
 * the filters that consume a lazy sequence (`map()` results into `join`, `list`, `sort`...)
   collect it item by item, pricing as they go, so a generator of large strings is refused before
   it fills memory; every filter call (including the ones `map` and `select` make per item)
@@ -845,6 +852,10 @@ class _SizedBuffer(list):
 
 
 _SEQUENCES = (str, bytes, bytearray, list, tuple)
+_COMPARING_METHODS = frozenset({
+    "count", "index", "remove", "get", "pop", "setdefault", "update", "fromkeys", "add", "discard",
+    "union", "intersection", "difference", "symmetric_difference", "issubset", "issuperset", "isdisjoint",
+})
 _TEXTS = (str, bytes, bytearray)
 
 
@@ -959,9 +970,9 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
             for arg in (*args, *kwargs.values()):
                 _check_int_arg(arg, f"{type(owner).__name__}.{name}")
         elif isinstance(owner, list | tuple | Mapping | set | frozenset):
-            # lookups hash their argument, `count`/`index`/`remove` compare it with every item
-            for arg in (*args, *kwargs.values()):
-                _check_compared(arg)
+            if name in _COMPARING_METHODS:  # they hash their argument or compare it with every item
+                for arg in (*args, *kwargs.values()):
+                    _check_compared(arg)
             if name in ("count", "index", "remove"):
                 _check_compared(owner)
             if isinstance(owner, list):

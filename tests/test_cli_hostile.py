@@ -145,3 +145,15 @@ def test_template_over_the_output_bound_fails_fast(tmp_path: Path) -> None:
     template = tmp_path / "t.jinja"
     template.write_text(TEMPLATE + "{% for i in range(100000) %}{% for j in range(100) %}xxxxxxxxxx{% endfor %}{% endfor %}")
     assert_one_line_exit_2(run("analyze", str(template)), "4,000,000 characters")
+
+
+def test_a_template_over_the_size_limit_is_refused_before_compiling(tmp_path: Path) -> None:
+    """2.7 MB of template took 89 s to compile; over the limit it is not compiled at all."""
+    import time
+
+    path = tmp_path / "huge.jinja"
+    path.write_text(TEMPLATE + "{{ x }}" * 400_000, encoding="utf-8")
+    started = time.monotonic()
+    done = run("analyze", str(path))
+    assert time.monotonic() - started < 10
+    assert_one_line_exit_2(done, "over the 128,000-character limit")
