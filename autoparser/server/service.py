@@ -23,6 +23,7 @@ from typing import Any
 from autoparser.analysis import Analysis, ReasoningAnalysis
 from autoparser.caching import BoundedCache
 from autoparser.language.request import OPEN, start_state
+from autoparser.render_process import RenderPool
 from autoparser.server import protocol
 from autoparser.server.completion import Completion, OutputOptions
 from autoparser.server.errors import APIError, bad_request
@@ -118,11 +119,19 @@ class ChatService:
         self._end_of_turn_ids, self._end_of_turn_texts = self._end_of_turn()
         self._unused_specials = self.special_tokens - self._marker_tokens()
         self._analysis_dict = analysis.to_dict()
+        # Requests are rendered in child processes that are killed when a render outruns its
+        # deadline (see `autoparser.render_process`).
+        self.renderer = RenderPool(analysis.source, analysis.bos_token, analysis.eos_token)
+        self.renderer.start()
         self._grammars = BoundedCache(max_bytes=CACHE_BYTES, weigh=_grammar_weight)
         self._parsers = BoundedCache(max_bytes=CACHE_BYTES, weigh=_parser_weight)
         self._preambles = BoundedCache(max_bytes=CACHE_BYTES, weigh=_preamble_weight)
         self.tools_hidden = settings.tool_preamble != "off" and template_hides_tools(analysis)
         self._log_preamble()
+
+    def close(self) -> None:
+        """Stop the render processes."""
+        self.renderer.close()
 
     # -- per request ---------------------------------------------------------------------------
 
@@ -181,7 +190,8 @@ class ChatService:
     def preamble(self, tools: list[dict[str, Any]], thinking: bool | None) -> str:
         """The tools preamble for `tools` (cached: clients send the same tools every turn)."""
         kwargs = self.analysis.thinking_kwargs(thinking)
-        return self._preambles.get(_key(tools, kwargs), lambda: tools_preamble(self.analysis, tools, kwargs))
+        return self._preambles.get(_key(tools, kwargs), lambda: tools_preamble(self.analysis, tools, kwargs,
+                                                                               self.renderer.render))
 
     def start_state(self, thinking: bool | None, prompt: str | None) -> tuple[str, bool]:
         """Where the output starts after `prompt`, as the parser and the grammar both see it:
@@ -217,7 +227,7 @@ class ChatService:
                               param="chat_template_kwargs")
         kwargs = {**self.analysis.thinking_kwargs(thinking), **template_kwargs}
         try:
-            return self.analysis.render(messages, tools=tools, add_generation_prompt=True, **kwargs)
+            return self.renderer.render(messages, tools=tools, add_generation_prompt=True, **kwargs)
         except TemplateRenderError as exc:
             raise APIError(400, f"The chat template cannot render this conversation: {exc}",
                            param="messages", code="template_error") from None
