@@ -54,6 +54,8 @@ REFUSED = {
     "allOf $ref chain of 1,500": ref_chain(1500, through_all_of=True),
 }
 CONVERTED = {
+    "3,000-character property name beside extra keys": {
+        "type": "object", "properties": {"k" * 3000: {"type": "string"}}, "additionalProperties": True},
     "$ref cycle": {"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"},
     "$ref to the root": {"type": "object", "properties": {"next": {"$ref": "#"}}},
     "recursive tree": TREE,

@@ -982,20 +982,50 @@ def key_not_in(b: GrammarBuilder, hint: str, names: list[str]) -> str:
             node = node.setdefault(c, {})
         node[""] = {}
 
-    def state(node: dict, depth: int) -> str:
+    # One rule per trie node, named in pre-order and defined in post-order, walked without
+    # recursion: a declared name thousands of characters long is a trie that deep.
+    @dataclass
+    class State:
+        node: dict
+        depth: int
+        via: str  # the character leading here from the parent
+        name: str = ""
+        children: list[str] = field(default_factory=list)
+        options: list[str] = field(default_factory=list)
+
+    def enter(node: dict, depth: int, via: str) -> State | str:
         children = sorted(c for c in node if c)
         if not children:  # a declared name ends here and nothing extends it: one more char needed
             return b.fixed("key-more", f"{plain}+")
-        name = b.reserve(f"{hint}-{depth}")
-        options = [seq(literal(c), state(node[c], depth + 1)) for c in children]
-        leave = "".join(class_char(c) for c in children)
-        options.append(seq(f'[^"\\\\\\x7F\\x00-\\x1F{leave}]', f"{plain}*"))
-        body = " | ".join(options)
-        if "" not in node:  # no declared name ends here, so the key may stop
-            body = f"( {body} )?"
-        return b.set(name, body)
+        return State(node, depth, via, b.reserve(f"{hint}-{depth}"), children)
 
-    root = state(trie, 0)
+    def finish(state: State) -> str:
+        leave = "".join(class_char(c) for c in state.children)
+        state.options.append(seq(f'[^"\\\\\\x7F\\x00-\\x1F{leave}]', f"{plain}*"))
+        body = " | ".join(state.options)
+        if "" not in state.node:  # no declared name ends here, so the key may stop
+            body = f"( {body} )?"
+        return b.set(state.name, body)
+
+    first = enter(trie, 0, "")
+    root = first if isinstance(first, str) else ""
+    stack = [] if isinstance(first, str) else [first]
+    while stack:
+        state = stack[-1]
+        if len(state.options) < len(state.children):
+            c = state.children[len(state.options)]
+            child = enter(state.node[c], state.depth + 1, c)
+            if isinstance(child, str):
+                state.options.append(seq(literal(c), child))
+            else:
+                stack.append(child)
+            continue
+        stack.pop()
+        rule = finish(state)
+        if stack:
+            stack[-1].options.append(seq(literal(state.via), rule))
+        else:
+            root = rule
     return b.define(hint, f'"\\"" {root} "\\""')
 
 
