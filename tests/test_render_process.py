@@ -64,3 +64,11 @@ def test_memory_past_the_child_cap_is_an_error_not_the_parents_problem() -> None
             pool.render(USER)
         with pytest.raises(RenderLimitExceeded, match="memory"):
             pool.render(USER)  # the child (or its replacement) still answers
+
+
+def test_a_json_py_in_the_working_directory_is_never_imported(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Users run the server from a downloaded model folder; its files are not code to run."""
+    (tmp_path / "json.py").write_text("raise SystemExit('json.py from the working directory ran')\n")
+    monkeypatch.chdir(tmp_path)
+    with RenderPool(TURNS) as pool:
+        assert pool.render(USER) == "<|user|>hi<|end|><|assistant|>"
