@@ -70,7 +70,7 @@ from jinja2 import nodes
 from jinja2.compiler import CodeGenerator, Frame, operators
 from jinja2.exceptions import SecurityError, TemplateError, TemplateSyntaxError
 from jinja2.ext import Extension
-from jinja2.runtime import Context
+from jinja2.runtime import Context, LoopContext
 from jinja2.sandbox import (
     ImmutableSandboxedEnvironment,
     SandboxedEnvironment,
@@ -96,6 +96,8 @@ __all__ = [
     "make_environment",
     "prepare_messages",
     "render_template",
+    "shifted_clock",
+    "used_randomness",
 ]
 
 
@@ -151,6 +153,7 @@ class _Budget(threading.local):
     allow_mutation: bool = False
     inputs: frozenset[int] = frozenset()
     clock_offset: float = 0.0
+    used_randomness: bool = False
 
 
 _budget = _Budget()
@@ -852,6 +855,10 @@ class _SizedBuffer(list):
 
 
 _SEQUENCES = (str, bytes, bytearray, list, tuple)
+# tests that compare their operands (the others, `defined`, `mapping`..., only look at the type)
+_COMPARING_TESTS = frozenset({
+    "eq", "equalto", "==", "ne", "!=", "lt", "lessthan", "<", "le", "<=", "gt", "greaterthan", ">", "ge", ">=", "in",
+})
 _COMPARING_METHODS = frozenset({
     "count", "index", "remove", "get", "pop", "setdefault", "update", "fromkeys", "add", "discard",
     "union", "intersection", "difference", "symmetric_difference", "issubset", "issuperset", "isdisjoint",
@@ -966,6 +973,9 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
             if name == "join" and args and _is_lazy(args[0]):
                 args = (_collect(args[0], "str.join"), *args[1:])
             __self._check_text_method(owner, name, args, kwargs)
+        elif isinstance(owner, LoopContext) and name == "changed":  # compares with the last value
+            for arg in args:
+                _check_compared(arg)
         elif isinstance(owner, int | float):  # `(1).to_bytes(10 ** 9, 'big')`
             for arg in (*args, *kwargs.values()):
                 _check_int_arg(arg, f"{type(owner).__name__}.{name}")
@@ -990,8 +1000,6 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
     def call_test(self, name: str, value: Any, args: Any = None, kwargs: Any = None,
                   context: Any = None, eval_ctx: Any = None) -> Any:
         self.autoparser_tick()
-        for operand in (value, *(args or ()), *(kwargs or {}).values()):
-            _check_compared(operand)
         return super().call_test(name, value, args, kwargs, context, eval_ctx)
 
     @staticmethod
@@ -1039,12 +1047,45 @@ def make_environment() -> BoundedSandbox:
     env.filters["join"] = _bounded_join(env.filters["join"])
     env.filters["wordwrap"] = _bounded_wordwrap(env.filters["wordwrap"])
     env.filters["tojson"] = tojson
+    for name in _COMPARING_TESTS & set(env.tests):
+        env.tests[name] = _compared_operands(env.tests[name])
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now
     env.globals["dict"] = _DictBuilder()
     env.globals["namespace"] = _SafeNamespace
     env.globals["lipsum"] = _bounded_lipsum(env.globals["lipsum"])
+    env.filters["random"] = _noted_random(env.filters["random"])
     return env
+
+
+def _compared_operands(test: Any) -> Any:
+    """A comparing test (`is eq(x)`, `select('in', xs)`), its operands priced first; compiled
+    templates call tests directly, not through `call_test`."""
+
+    @wraps(test)
+    def priced(*args: Any, **kwargs: Any) -> Any:
+        for operand in (*args, *kwargs.values()):
+            _check_compared(operand)
+        return test(*args, **kwargs)
+
+    return priced
+
+
+def _noted_random(original: Any) -> Any:
+    """The `random` filter, noting that the render drew a random value (`used_randomness`)."""
+
+    @wraps(original)
+    def noted(*args: Any, **kwargs: Any) -> Any:
+        _budget.used_randomness = True
+        return original(*args, **kwargs)
+
+    return noted
+
+
+def used_randomness() -> bool:
+    """Whether the last render on this thread drew a random value (`lipsum()`, `| random`): its
+    output may differ from one render to the next even where two renders happened to agree."""
+    return _budget.used_randomness
 
 
 def _bounded_lipsum(lipsum: Any) -> Any:
@@ -1053,6 +1094,7 @@ def _bounded_lipsum(lipsum: Any) -> Any:
     @wraps(lipsum)
     def bounded(n: int = 5, html: bool = True, min: int = 20, max: int = 100) -> Any:
         _check_chars(abs(n) * abs(max) * 12, "lipsum")
+        _budget.used_randomness = True
         return lipsum(n, html, min, max)
 
     return bounded
@@ -1128,6 +1170,7 @@ def render_template(source: str, messages: list[dict[str, Any]], tools: list[dic
     variables.update(messages=prepare_messages(messages), tools=tools,
                      add_generation_prompt=add_generation_prompt, bos_token=bos_token, eos_token=eos_token)
     limits = render_limits or DEFAULT_LIMITS
+    _budget.used_randomness = False
     previous = (_budget.deadline, _budget.seconds, _budget.max_chars)
     _budget.deadline = time.monotonic() + limits.seconds
     _budget.seconds, _budget.max_chars = limits.seconds, limits.max_chars

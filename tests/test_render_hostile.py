@@ -62,6 +62,9 @@ def test_hostile_template_is_refused_quickly_in_bounded_memory(outcomes: dict, n
     ("{{ [1, 2, 1].count(1) }}", "2"),
     ("{{ (3).to_bytes(2, 'big') | length }}", "2"),
     ("{{ ('ab'.encode() * 2) | length }}", "4"),
+    ("{{ [1, 2] is eq([1, 2]) }}|{{ [1, 2, 3] | select('gt', 1) | list }}", "True|[2, 3]"),
+    ("{% for x in [1, 1, 2] %}{{ loop.changed(x) }}{% endfor %}", "TrueFalseTrue"),
+    ("{{ messages is defined }}", "True"),
 ])
 def test_ordinary_uses_of_priced_operations_still_work(source: str, expected: str) -> None:
     assert render_template(source, [{"role": "user", "content": "hi"}]) == expected

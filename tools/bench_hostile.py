@@ -65,6 +65,12 @@ HOSTILE = {
     "count doubled lists": "{% set ns = namespace(a=[1], b=[1]) %}{% for i in range(60) %}"
                            "{% set ns.a = [ns.a, ns.a] %}{% set ns.b = [ns.b, ns.b] %}{% endfor %}"
                            "{{ [ns.a, ns.a].count(ns.b) }}",
+    "is eq doubled lists": "{% set ns = namespace(a=[1], b=[1]) %}{% for i in range(60) %}"
+                           "{% set ns.a = [ns.a, ns.a] %}{% set ns.b = [ns.b, ns.b] %}{% endfor %}"
+                           "{{ ns.a is eq(ns.b) }}",
+    "loop.changed doubled lists": "{% set ns = namespace(a=[1], b=[1]) %}{% for i in range(60) %}"
+                                  "{% set ns.a = [ns.a, ns.a] %}{% set ns.b = [ns.b, ns.b] %}{% endfor %}"
+                                  "{% for x in [ns.a, ns.b] %}{{ loop.changed(x) }}{% endfor %}",
     "template size": "{{ x }}" * 400_000,
 }
 

@@ -16,7 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autoparser.analyzers.diff import common_prefix, matched_ignoring_space
-from autoparser.render import RenderLimitExceeded, TemplateRenderError, render_template, shifted_clock
+from autoparser.render import (
+    RenderLimitExceeded,
+    TemplateRenderError,
+    render_template,
+    shifted_clock,
+    used_randomness,
+)
 
 USER_TEXT = "Probe question from the user."
 SYSTEM_TEXT = "Probe system instructions."
@@ -179,8 +185,9 @@ class Prober:
 
     def renders_the_same(self) -> bool:
         """Whether a conversation renders twice alike, the second time with `strftime_now` a
-        second later. Templates that call `lipsum()`, `random` or print the seconds do not: the
-        differences between probe renders are then partly noise. Renders bypass the cache."""
+        second later, and without drawing a random value. Templates that call `lipsum()`,
+        `random` or print the seconds do not: the differences between probe renders are then
+        partly noise. Renders bypass the cache."""
         conversation = self.history() + [self.assistant(CONTENT_TEXT)]
         renders = []
         for shift in (0.0, self.CLOCK_SHIFT_SECONDS):
@@ -191,6 +198,8 @@ class Prober:
                                                    eos_token=self.eos_token, **self.base_kwargs))
                 except TemplateRenderError:
                     return True  # nothing to compare: the probes that render tell the rest
+            if used_randomness():  # two random draws may agree by chance; drawing at all is enough
+                return False
         return renders[0] == renders[1]
 
     # -- choosing a shape -----------------------------------------------------------------------
