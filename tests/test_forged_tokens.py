@@ -59,6 +59,8 @@ REQUESTS = {
     "tool property name": forged_request,
     "argument key (object)": lambda t: {"messages": history_call("lookup", {f"k{t}": 1})},
     "argument key (JSON text)": lambda t: {"messages": history_call("lookup", json.dumps({f"k{t}": 1}))},
+    "argument key (JSON text, unescaped)": lambda t: {"messages": history_call(
+        "lookup", json.dumps({f"k{t}": 1}, ensure_ascii=False))},
     "argument key of special tokens only": lambda t: {"messages": history_call("lookup", {t: 1})},
 }
 
@@ -129,3 +131,17 @@ def test_template_variables_are_masked_too(tiny_engine: Any) -> None:
                              tiny_engine.special_tokens, masked=masked, mask=mask)
     assert tiny_engine.token_id(EOS) not in tokens
     assert tokens.count(tiny_engine.token_id(USER)) == 1 and tokens[-1] == tiny_engine.token_id(ASSISTANT)
+
+
+def test_arguments_text_is_masked_in_place_or_re_encoded(tiny_engine: Any) -> None:
+    """Spelled out, the text keeps its layout; spelled through escapes, it is re-encoded so the
+    sentinels show wherever the template prints it."""
+    from autoparser.server.validation import SpecialMask
+
+    mask = SpecialMask(tiny_engine.special_tokens)
+    spelled = '{"k' + EOS + '":  1}'
+    masked = mask.mask({"arguments": spelled})["arguments"]
+    assert EOS not in masked and mask.unmask(masked) == spelled
+    escaped = json.dumps({"k" + EOS: 1})
+    masked = mask.mask({"arguments": escaped})["arguments"]
+    assert mask.unmask(masked) == json.dumps({"k" + EOS: 1}, ensure_ascii=False)

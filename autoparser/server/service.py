@@ -5,10 +5,11 @@ server's defaults) and turns each request into a `PreparedChat`. Everything that
 request (a template that raises, a prompt that does not fit, an unknown tool) happens here,
 before the request takes a place in the queue, so a refusal costs no generation time.
 Grammars and parsers are cached by their inputs: building them is the slow part, and clients
-send the same tool set again and again. The caches are bounded in estimated bytes as well as in
-entries, since the client chooses how large the tools are. Both start where the rendered prompt leaves the model
+send the same tool set again and again. Both start where the rendered prompt leaves the model
 (`start_state`: inside reasoning the prompt opened, in the answer after a tool result, ...), so
-they are keyed by that state rather than by the prompt text, which differs on every turn.
+they are keyed by that state rather than by the prompt text, which differs on every turn. The
+caches are bounded in estimated bytes as well as in entries: the client chooses the tools.
+The template runs in child processes (`RenderPool`), never in the server's own.
 """
 
 from __future__ import annotations

@@ -270,15 +270,22 @@ class SpecialMask:
         excepted) replaced by its sentinel."""
         if self._tokens is None:
             return value
-        return _map_texts(value, lambda text: self._tokens.sub(lambda m: self._sentinel[m.group()], text),
-                          self._masked_arguments)
+        return _map_texts(value, self._masked_text, self._masked_arguments)
+
+    def _masked_text(self, text: str) -> str:
+        assert self._tokens is not None
+        return self._tokens.sub(lambda m: self._sentinel[m.group()], text)
 
     def _masked_arguments(self, node: dict[str, Any]) -> str | None:
-        """Arguments JSON text whose decoded form spells special tokens, masked and re-encoded
-        (as text, so the template prints the sentinels wherever it prints the arguments)."""
+        """Arguments JSON text whose decoded form spells special tokens (through `\\u` escapes),
+        masked and re-encoded without escapes, so that the template prints the sentinels
+        wherever it prints the arguments; None when masking the text itself is enough."""
         decoded = _decoded_arguments(node)
         if decoded is None or not self.spelled_in(decoded):
             return None
+        masked = _decoded_arguments({"arguments": self._masked_text(node["arguments"])})
+        if masked is not None and not self.spelled_in(masked):
+            return None  # spelled out in the text: masked in place, its layout kept
         return json.dumps(self.mask(decoded), ensure_ascii=False)
 
     def unmask(self, text: str) -> str:
