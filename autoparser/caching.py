@@ -55,6 +55,28 @@ class BoundedCache:
                     self._bytes -= self._items.popitem(last=False)[1][1]
             return value
 
+    def lookup(self, key: Hashable) -> Any:
+        """The cached value for `key` (marked recently used), or None; with `store`, for callers
+        that build the value outside the cache's lock."""
+        with self._lock:
+            if key not in self._items:
+                return None
+            self._items.move_to_end(key)
+            return self._items[key][0]
+
+    def store(self, key: Hashable, value: Any) -> None:
+        """Keep `value` under `key` when it fits, evicting the least recently used."""
+        weight = max(int(self._weigh(key, value)), 1)
+        if weight > self.max_bytes:
+            return
+        with self._lock:
+            if key in self._items:
+                self._bytes -= self._items.pop(key)[1]
+            self._items[key] = (value, weight)
+            self._bytes += weight
+            while len(self._items) > self.max_items or self._bytes > self.max_bytes:
+                self._bytes -= self._items.popitem(last=False)[1][1]
+
     def clear(self) -> None:
         with self._lock:
             self._items.clear()

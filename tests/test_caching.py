@@ -47,3 +47,22 @@ def test_many_large_tool_sets_pin_a_bounded_amount_of_parsers() -> None:
         cache.get(f"{n}" + "t" * 100_000, object)
     assert cache.weight <= 32 << 20
     assert len(cache) == (32 << 20) // (PARSER_BYTES_PER_KEY_BYTE * 100_002)
+
+
+def test_lookup_and_store_for_values_built_outside_the_lock() -> None:
+    cache = BoundedCache(max_bytes=1000, weigh=lambda key, value: len(value))
+    assert cache.lookup("a") is None
+    cache.store("a", "x" * 600)
+    cache.store("b", "y" * 600)  # evicts "a"
+    cache.store("huge", "z" * 2000)  # never stored
+    assert cache.lookup("a") is None and cache.lookup("b") == "y" * 600 and cache.lookup("huge") is None
+    assert cache.weight == 600
+
+
+def test_the_plugins_parser_cache_is_bounded_in_bytes() -> None:
+    from autoparser.plugins.common import ServedModel
+
+    model = ServedModel("k", analysis=None)
+    for n in range(100):
+        model._parsers.store(f"{n}" + "t" * 100_000, object())
+    assert model._parsers.weight <= model._parsers.max_bytes < 1 << 30
