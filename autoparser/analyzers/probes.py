@@ -180,7 +180,7 @@ class Prober:
     # -- determinism ----------------------------------------------------------------------------
 
     # A second and a microsecond: what changes while an analysis runs. A date printed in the
-    # system prompt (Llama 3.1's) stays put, as it does between the renders of one analysis.
+    # system prompt stays put, as it does between the renders of one analysis.
     CLOCK_SHIFT_SECONDS = 1.000001
 
     def renders_the_same(self) -> bool:
