@@ -166,10 +166,17 @@ class RenderPool:
 
     def start(self) -> None:
         """Start every child now rather than on first use (a server's first requests then wait
-        for no start-up)."""
-        children = [self._idle.get() for _ in range(self._idle.qsize())]
-        for child in children:
-            self._idle.put(child if child is not None else self._start())
+        for no start-up). A child that fails to start is left to start on first use, where its
+        failure is that render's error."""
+        for _ in range(self._idle.qsize()):
+            child = self._idle.get()
+            try:
+                if child is None:
+                    child = self._start()
+            except TemplateRenderError:
+                pass
+            finally:
+                self._idle.put(child)
 
     def close(self) -> None:
         atexit.unregister(self.close)
