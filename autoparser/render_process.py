@@ -195,7 +195,10 @@ class RenderPool:
     def _start(self) -> _Child:
         if self._closed:
             raise TemplateRenderError("the template renderer is shut down")
-        child = _Child(self._setup, self._start_seconds)
+        try:
+            child = _Child(self._setup, self._start_seconds)
+        except OSError as exc:  # no process or pipe to be had (descriptors or memory exhausted)
+            raise TemplateRenderError(f"cannot start the template renderer: {exc}") from None
         with self._lock:
             if self._closed:
                 child.kill()
