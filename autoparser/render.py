@@ -28,11 +28,18 @@ A template is untrusted input, so rendering is fenced in:
   raises at once instead of quietly yielding an undefined value;
 * a compiled-in check runs at the top of every loop iteration and macro call, so runaway loops
   and recursion stop at a wall-clock deadline (no signals: it works in any thread);
+* a template over `MAX_TEMPLATE_CHARS` is refused before it is parsed;
 * output and intermediate strings are capped in size, and the operations that multiply size
-  (`*` and `**` on integers and sequences, `%` and `format` with their widths, padding,
-  `replace`, `translate`, `join`, `tojson`, printing containers, growing a list) are checked
-  before they run. A single C-level operation cannot be interrupted once started, which is why
-  the multiplying ones are checked beforehand rather than afterwards;
+  (`*` and `**` on integers, strings, bytes and sequences, `%` and `format` with their widths as
+  each field's spec resolves, padding and every integer size argument such as `int.to_bytes`,
+  `replace`, `translate`, `join`, `tojson`, `escape`, `xmlattr`, `urlencode`, `urlize`,
+  `strftime_now` widths, `encode`, printing containers, growing a list) are checked before they
+  run. A single C-level operation cannot be interrupted once started, which is why the
+  multiplying ones are checked beforehand rather than afterwards;
+* for the same reason, the operations that walk a whole container in one call are priced by
+  its printed size first: every comparison operand, dict-literal key, lookup key and test
+  argument, and `count`/`index`/`remove` (two lists doubled sixty times compare for ever), as
+  are the quadratic codecs (punycode, idna) by the time they would take;
 * the filters that consume a lazy sequence (`map()` results into `join`, `list`, `sort`...)
   collect it item by item, pricing as they go, so a generator of large strings is refused before
   it fills memory; every filter call (including the ones `map` and `select` make per item)
@@ -44,28 +51,38 @@ Every failure surfaces as a `TemplateRenderError` subclass with a one-line messa
 
 from __future__ import annotations
 
+import codecs
 import json
 import math
 import re
 import threading
 import time
+import types
 from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
+from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
-from functools import wraps
+from datetime import datetime, timedelta
+from functools import update_wrapper, wraps
 from types import TracebackType
 from typing import Any
 
 from jinja2 import nodes
-from jinja2.compiler import CodeGenerator, Frame
+from jinja2.compiler import CodeGenerator, Frame, operators
 from jinja2.exceptions import SecurityError, TemplateError, TemplateSyntaxError
 from jinja2.ext import Extension
-from jinja2.runtime import Context
-from jinja2.sandbox import ImmutableSandboxedEnvironment, SandboxedEnvironment, modifies_known_mutable
+from jinja2.runtime import Context, LoopContext
+from jinja2.sandbox import (
+    ImmutableSandboxedEnvironment,
+    SandboxedEnvironment,
+    SandboxedFormatter,
+    modifies_known_mutable,
+)
 from jinja2.utils import Namespace, pass_eval_context
+from markupsafe import EscapeFormatter, Markup
 
 __all__ = [
     "DEFAULT_LIMITS",
+    "MAX_TEMPLATE_CHARS",
     "JsonArguments",
     "RenderLimitExceeded",
     "RenderLimits",
@@ -73,11 +90,14 @@ __all__ = [
     "TemplateCompileError",
     "TemplateRaisedError",
     "TemplateRenderError",
+    "check_template_size",
     "compile_template",
     "get_environment",
     "make_environment",
     "prepare_messages",
     "render_template",
+    "shifted_clock",
+    "used_randomness",
 ]
 
 
@@ -132,6 +152,8 @@ class _Budget(threading.local):
     max_chars: int = DEFAULT_LIMITS.max_chars
     allow_mutation: bool = False
     inputs: frozenset[int] = frozenset()
+    clock_offset: float = 0.0
+    used_randomness: bool = False
 
 
 _budget = _Budget()
@@ -160,8 +182,8 @@ def _estimated_chars(value: Any, budget: int) -> int:
 
     def enter(item: Any) -> int | None:
         """The size of `item` when known at once; otherwise opens a frame for it."""
-        if isinstance(item, str):
-            return len(item) + 2
+        if isinstance(item, str | bytes | bytearray):
+            return len(item) + 3
         is_mapping = isinstance(item, Mapping)
         if not is_mapping and not isinstance(item, list | tuple | set | frozenset):
             return 8
@@ -246,7 +268,7 @@ def _as_json_arguments(arguments: Any) -> Any:
     if isinstance(arguments, str):
         try:
             parsed = json.loads(arguments)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested too deep to read: kept as text
             return arguments
         return JsonArguments(parsed, arguments) if isinstance(parsed, dict) else arguments
     if isinstance(arguments, Mapping) and not isinstance(arguments, JsonArguments):
@@ -326,8 +348,29 @@ def raise_exception(message: Any) -> None:
     raise _ExplicitRaise(str(message))
 
 
+_STRFTIME_WIDTH = re.compile(r"%[-_0^#]*(\d+)")
+
+
 def strftime_now(format: str) -> str:  # the name templates call it with
-    return datetime.now().strftime(format)
+    """The current time, formatted; each directive may be padded to a width of its own
+    (`%999999Y`), so the output is priced by the widest before formatting."""
+    text = str(format)
+    widest = max((_as_width(digits) for digits in _STRFTIME_WIDTH.findall(text)), default=0)
+    _check_int_arg(widest, "strftime_now")
+    _check_chars(len(text) + text.count("%") * (widest + 64), "strftime_now")
+    return (datetime.now() + timedelta(seconds=_budget.clock_offset)).strftime(text)
+
+
+@contextmanager
+def shifted_clock(seconds: float) -> Iterator[None]:
+    """Renders in this block see `strftime_now` `seconds` later (how time-dependent templates
+    are told apart from deterministic ones)."""
+    previous = _budget.clock_offset
+    _budget.clock_offset = seconds
+    try:
+        yield
+    finally:
+        _budget.clock_offset = previous
 
 
 class _DictBuilder:
@@ -335,9 +378,13 @@ class _DictBuilder:
     reach no class machinery through it."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> dict[Any, Any]:
+        for arg in args:
+            _check_compared(arg)
         return dict(*args, **kwargs)
 
     def fromkeys(self, *args: Any, **kwargs: Any) -> dict[Any, Any]:
+        for arg in args:
+            _check_compared(arg)
         return dict.fromkeys(*args, **kwargs)
 
 
@@ -388,6 +435,21 @@ MAX_INT_BITS = 100_000
 """The largest integer (in bits) a template may compute: about 30,000 decimal digits."""
 
 
+def _as_width(digits: str) -> int:
+    """A width written in a format, without converting an endless digit string."""
+    return int(digits) if len(digits) <= 12 else 10 ** 12
+
+
+def _check_compared(value: Any) -> None:
+    """Comparing or hashing a container walks all of it: `a == b` of two lists built by doubling
+    (`a = [a, a]` sixty times) visits 2**60 items in one C call that no deadline can interrupt,
+    so containers are priced by their printed size before they are compared or hashed."""
+    if isinstance(value, list | tuple | Mapping | set | frozenset):
+        if _estimated_chars(value, _budget.max_chars) > _budget.max_chars:
+            raise _LimitHit(f"template compared or hashed a value too large to compare in time "
+                            f"(over {_budget.max_chars:,} characters printed)")
+
+
 def _check_int_arg(value: Any, what: str) -> None:
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > _budget.max_chars:
         raise _LimitHit(f"template asked for a size of {value:,} in {what}, over the "
@@ -401,7 +463,7 @@ def _check_format_string(fmt: str, args: Any, what: str) -> None:
     Every field may be as wide as the widest value, the largest width written in the format, and
     (when widths can come from the arguments: nested `{}` or `*`) the largest integer argument.
     """
-    widths = [int(number) for number in _WIDTH_NUMBER.findall(fmt)]
+    widths = [_as_width(number) for number in _WIDTH_NUMBER.findall(fmt)]
     for width in widths:
         _check_int_arg(width, what)
     values = list(args.values()) if isinstance(args, Mapping) else list(args)
@@ -477,7 +539,7 @@ _WRAP_SECONDS_PER_CHAR = 1e-6
 _WRAP_SECONDS_PER_SLICED_CHAR = 1e-9
 
 
-def _check_replace(text: str, old: str, new: str, count: Any = -1) -> None:
+def _check_replace(text: Any, old: Any, new: Any, count: Any = -1) -> None:
     if len(new) > len(old):
         hits = text.count(old)
         if isinstance(count, int) and count >= 0:
@@ -490,6 +552,62 @@ def _check_join(pieces: list[Any], separator: str) -> None:
     for piece in pieces:
         total += _estimated_chars(piece, _budget.max_chars)
         _check_chars(total, "join")
+
+
+# Codecs whose running time grows with the square of the text (punycode's encoder rescans the
+# whole text once per distinct character: 8,000 characters take 12 s on CPython 3.11), and the
+# most bytes any codec writes per character (`\U0001f600` for the escape codecs, 4 otherwise).
+_QUADRATIC_CODECS = frozenset({"punycode", "idna"})
+_PUNYCODE_SECONDS_PER_CHAR_SQUARED = 2e-7
+_ESCAPE_CODECS = frozenset({"unicode-escape", "raw-unicode-escape"})
+
+
+def _check_codec(text: str | bytes | bytearray, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """`str.encode` / `bytes.decode`: priced by the bytes written and, for the quadratic codecs,
+    by the time they would take."""
+    encoding = args[0] if args else kwargs.get("encoding", "utf-8")
+    try:
+        codec = codecs.lookup(str(encoding)).name
+    except LookupError:
+        return  # the call itself raises a clear error
+    if codec in _QUADRATIC_CODECS:
+        seconds = len(text) ** 2 * _PUNYCODE_SECONDS_PER_CHAR_SQUARED
+        if time.monotonic() + seconds > _budget.deadline:
+            raise _LimitHit(f"template rendering would take longer than {_budget.seconds:g} s "
+                            f"({name} of {len(text):,} characters with {codec})")
+    if name == "encode":
+        _check_chars(len(text) * (10 if codec in _ESCAPE_CODECS else 4), f"{codec} encoding")
+
+
+_ESCAPED = "<>&\"'"
+
+
+def _escape_check(value: Any, *args: Any, **kwargs: Any) -> None:
+    """HTML escaping writes up to five characters for one (`&#34;`)."""
+    if isinstance(value, str):
+        _check_chars(len(value) + 4 * sum(map(value.count, _ESCAPED)), "escape")
+    else:
+        _check_chars(5 * _estimated_chars(value, _budget.max_chars), "escape")
+
+
+def _xmlattr_check(value: Any, *args: Any, **kwargs: Any) -> None:
+    """Every attribute value is escaped (five characters for one) and quoted."""
+    _check_chars(5 * _estimated_chars(value, _budget.max_chars), "xmlattr")
+
+
+def _urlencode_check(value: Any, *args: Any, **kwargs: Any) -> None:
+    """Percent-encoding writes three characters per UTF-8 byte, up to four bytes a character."""
+    size = len(value) if isinstance(value, str) else _estimated_chars(value, _budget.max_chars)
+    _check_chars(12 * size, "urlencode")
+
+
+def _urlize_check(value: Any, trim_url_limit: Any = None, nofollow: Any = False, target: Any = None,
+                  rel: Any = None, extra_schemes: Any = None) -> None:
+    """Each link repeats `target` and `rel`; a text of short URLs with a long `target` multiplies."""
+    text = str(value)
+    words = len(text.split()) if len(text) <= _budget.max_chars else len(text)
+    per_link = 80 + len(str(target or "")) + len(str(rel or ""))
+    _check_chars(5 * len(text) + words * per_link, "urlize")
 
 
 def _guard_filter(filters: dict[str, Any], name: str, check: Any) -> None:
@@ -540,6 +658,8 @@ _FILTER_GUARDS = {
     "center": _ints_only, "batch": _ints_only, "slice": _ints_only, "truncate": _ints_only,
     "indent": _indent_check, "replace": _replace_check,
     "format": _format_check, "sum": _sum_check, "string": _print_check, "pprint": _print_check,
+    "escape": _escape_check, "e": _escape_check, "forceescape": _escape_check,
+    "xmlattr": _xmlattr_check, "urlencode": _urlencode_check, "urlize": _urlize_check,
 }
 
 # Filters that consume their whole input: a lazy one is collected with pricing first. The ones
@@ -618,7 +738,8 @@ class _BoundedCodeGenerator(CodeGenerator):
     * a call to `environment.autoparser_tick()` at the top of every loop body and macro body, the
       only places where a template can spend unbounded time;
     * output buffers (macros, call blocks, `{% set %}` blocks) that count what is appended;
-    * a size check on the result of every `~` concatenation.
+    * a size check on the result of every `~` concatenation;
+    * a price check on every operand of a comparison and every dict-literal key.
     """
 
     _tick_next_block = False
@@ -652,6 +773,66 @@ class _BoundedCodeGenerator(CodeGenerator):
         super().visit_Concat(node, frame)
         self.write(")")
 
+    def visit_Compare(self, node: nodes.Compare, frame: Frame) -> None:
+        self.write("(")
+        self._compared(node.expr, frame)
+        for operand in node.ops:
+            self.write(f" {operators[operand.op]} ")
+            self._compared(operand.expr, frame)
+        self.write(")")
+
+    def visit_Dict(self, node: nodes.Dict, frame: Frame) -> None:
+        self.write("{")
+        for index, item in enumerate(node.items):
+            if index:
+                self.write(", ")
+            self._compared(item.key, frame)
+            self.write(": ")
+            self.visit(item.value, frame)
+        self.write("}")
+
+    def _compared(self, node: nodes.Expr, frame: Frame) -> None:
+        """An operand that is compared or hashed, priced first (`autoparser_compared`)."""
+        self.write("environment.autoparser_compared(")
+        self.visit(node, frame)
+        self.write(")")
+
+
+_SPEC_NUMBER = re.compile(r"\d+")
+
+
+class _PricedFormatter(SandboxedFormatter):
+    """The sandbox's `str.format`, pricing each field before it is formatted.
+
+    A field's width and precision are read from its format spec as resolved, so widths given
+    by nested fields (`{0:{1}}`), as text (`'{:{}}'.format(x, '999999999')`) or pieced together
+    from several (`{0:{1}{2}}`) all count; the characters written so far are counted too.
+    """
+
+    def __init__(self, env: Any, **kwargs: Any) -> None:
+        super().__init__(env, **kwargs)
+        self._written = 0
+
+    def vformat(self, format_string: str, args: Any, kwargs: Any) -> str:
+        self._written = len(format_string)
+        return super().vformat(format_string, args, kwargs)
+
+    def convert_field(self, value: Any, conversion: str | None) -> Any:
+        if conversion is not None:
+            _check_estimate(value, "format")
+        return super().convert_field(value, conversion)
+
+    def format_field(self, value: Any, format_spec: str) -> Any:
+        spec = sum(_as_width(digits) for digits in _SPEC_NUMBER.findall(format_spec))
+        _check_int_arg(spec, "a format spec")
+        self._written += spec + (len(value) if isinstance(value, str) else _estimated_chars(value, _budget.max_chars))
+        _check_chars(self._written, "format")
+        return super().format_field(value, format_spec)
+
+
+class _PricedEscapeFormatter(_PricedFormatter, EscapeFormatter):
+    pass
+
 
 class _SizedBuffer(list):
     """A macro's or set-block's output buffer that refuses to grow past the size limit."""
@@ -673,7 +854,16 @@ class _SizedBuffer(list):
             self.append(item)
 
 
-_SEQUENCES = (str, list, tuple)
+_SEQUENCES = (str, bytes, bytearray, list, tuple)
+# tests that compare their operands (the others, `defined`, `mapping`..., only look at the type)
+_COMPARING_TESTS = frozenset({
+    "eq", "equalto", "==", "ne", "!=", "lt", "lessthan", "<", "le", "<=", "gt", "greaterthan", ">", "ge", ">=", "in",
+})
+_COMPARING_METHODS = frozenset({
+    "count", "index", "remove", "get", "pop", "setdefault", "update", "fromkeys", "add", "discard",
+    "union", "intersection", "difference", "symmetric_difference", "issubset", "issuperset", "isdisjoint",
+})
+_TEXTS = (str, bytes, bytearray)
 
 
 class BoundedSandbox(ImmutableSandboxedEnvironment):
@@ -698,6 +888,34 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
             raise _too_big("a concatenation")
         return value
 
+    def autoparser_compared(self, value: Any) -> Any:
+        _check_compared(value)
+        return value
+
+    def getitem(self, obj: Any, argument: Any) -> Any:
+        _check_compared(argument)  # a tuple key is hashed
+        return super().getitem(obj, argument)
+
+    def wrap_str_format(self, value: Any) -> Any:
+        """`str.format` and `format_map` run through `_PricedFormatter`, which prices each field
+        as the format resolves it."""
+        if (not isinstance(value, types.BuiltinMethodType) or value.__name__ not in ("format", "format_map")
+                or not isinstance(value.__self__, str)):
+            return None
+        text: str = value.__self__
+        formatter = (_PricedEscapeFormatter(self, escape=text.escape) if isinstance(text, Markup)
+                     else _PricedFormatter(self))
+        is_map = value.__name__ == "format_map"
+
+        def wrapper(*args: Any, **kwargs: Any) -> str:
+            if is_map:
+                if kwargs or len(args) != 1:
+                    raise TypeError("format_map() takes exactly one mapping argument")
+                args, kwargs = (), args[0]
+            return type(text)(formatter.vformat(text, args, kwargs))
+
+        return update_wrapper(wrapper, value)
+
     # sandbox policy
 
     def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
@@ -716,15 +934,16 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
             _check_int_product(left, right)
         elif operator == "**":
             self._check_power(left, right)
-        elif operator == "%" and isinstance(left, str):
-            _check_format_string(left, right if isinstance(right, tuple | Mapping) else (right,), "%")
+        elif operator == "%" and isinstance(left, _TEXTS):
+            fmt = left if isinstance(left, str) else left.decode("latin-1")
+            _check_format_string(fmt, right if isinstance(right, tuple | Mapping) else (right,), "%")
         elif operator == "+":
             self._check_sum(left, right)
         return self.binop_table[operator](left, right)
 
     @staticmethod
     def _check_sum(left: Any, right: Any) -> None:
-        if isinstance(left, str) and isinstance(right, str):
+        if isinstance(left, _TEXTS) and isinstance(right, _TEXTS):
             _check_chars(len(left) + len(right), "+")
         elif isinstance(left, list | tuple) and isinstance(right, list | tuple):
             # shared references make lists print far larger than they occupy
@@ -737,7 +956,7 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
     def _check_repeat(left: Any, right: Any) -> None:
         sequence, count = (left, right) if isinstance(right, int) else (right, left)
         if isinstance(sequence, _SEQUENCES) and isinstance(count, int) and count > 1:
-            size = len(sequence) if isinstance(sequence, str) else _estimated_chars(sequence, _budget.max_chars)
+            size = len(sequence) if isinstance(sequence, _TEXTS) else _estimated_chars(sequence, _budget.max_chars)
             _check_chars(size * count, "*")
 
     @staticmethod
@@ -750,14 +969,26 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
         method = getattr(__obj, "__wrapped__", __obj)  # the sandbox wraps str.format
         owner = getattr(method, "__self__", None)
         name = getattr(method, "__name__", "")
-        if isinstance(owner, str):
+        if isinstance(owner, str | bytes | bytearray):
             if name == "join" and args and _is_lazy(args[0]):
                 args = (_collect(args[0], "str.join"), *args[1:])
-            __self._check_str_method(owner, name, args, kwargs)
-        elif isinstance(owner, list):
-            if name == "extend" and args and _is_lazy(args[0]):
-                args = (_collect(args[0], "list.extend"), *args[1:])
-            __self._check_list_growth(owner, name, args)
+            __self._check_text_method(owner, name, args, kwargs)
+        elif isinstance(owner, LoopContext) and name == "changed":  # compares with the last value
+            for arg in args:
+                _check_compared(arg)
+        elif isinstance(owner, int | float):  # `(1).to_bytes(10 ** 9, 'big')`
+            for arg in (*args, *kwargs.values()):
+                _check_int_arg(arg, f"{type(owner).__name__}.{name}")
+        elif isinstance(owner, list | tuple | Mapping | set | frozenset):
+            if name in _COMPARING_METHODS:  # they hash their argument or compare it with every item
+                for arg in (*args, *kwargs.values()):
+                    _check_compared(arg)
+            if name in ("count", "index", "remove"):
+                _check_compared(owner)
+            if isinstance(owner, list):
+                if name == "extend" and args and _is_lazy(args[0]):
+                    args = (_collect(args[0], "list.extend"), *args[1:])
+                __self._check_list_growth(owner, name, args)
         return super().call(__context, __obj, *args, **kwargs)
 
     def call_filter(self, name: str, value: Any, args: Any = None, kwargs: Any = None,
@@ -781,20 +1012,28 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
             _check_chars(2 * (len(items) + 1), f"list.{name}")
 
     @staticmethod
-    def _check_str_method(text: str, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """String methods whose result can dwarf their inputs: padding, tabs, replace, join, format."""
+    def _check_text_method(text: str | bytes | bytearray, name: str, args: tuple[Any, ...],
+                           kwargs: dict[str, Any]) -> None:
+        """String and bytes methods whose result can dwarf their inputs or run long: padding,
+        tabs, replace, join, format, hex, encode and decode."""
+        kind = type(text).__name__
         for arg in (*args, *kwargs.values()):
-            _check_int_arg(arg, f"str.{name}")
-        if name == "expandtabs" and args and isinstance(args[0], int):
-            _check_chars(len(text) * max(args[0], 1), "expandtabs")
-        elif name == "replace" and len(args) >= 2:
-            _check_replace(text, str(args[0]), str(args[1]), args[2] if len(args) > 2 else -1)
+            _check_int_arg(arg, f"{kind}.{name}")
+        if name == "expandtabs":
+            size = args[0] if args else kwargs.get("tabsize", 8)
+            _check_chars(len(text) * max(size if isinstance(size, int) else 8, 1), "expandtabs")
+        elif name == "replace" and len(args) >= 2 and all(hasattr(a, "__len__") for a in args[:2]):
+            _check_replace(text, args[0], args[1], args[2] if len(args) > 2 else -1)
         elif name == "join" and args and isinstance(args[0], list | tuple):
             _check_join(list(args[0]), text)
         elif name == "translate" and args:
             _check_translate(text, args[0])
-        elif name in ("format", "format_map"):
+        elif name in ("format", "format_map") and isinstance(text, str):
             _check_format_string(text, kwargs or (args[0] if name == "format_map" and args else args), name)
+        elif name in ("encode", "decode"):
+            _check_codec(text, name, args, kwargs)
+        elif name == "hex":
+            _check_chars(3 * len(text), f"{kind}.hex")
 
 
 def make_environment() -> BoundedSandbox:
@@ -808,12 +1047,45 @@ def make_environment() -> BoundedSandbox:
     env.filters["join"] = _bounded_join(env.filters["join"])
     env.filters["wordwrap"] = _bounded_wordwrap(env.filters["wordwrap"])
     env.filters["tojson"] = tojson
+    for name in _COMPARING_TESTS & set(env.tests):
+        env.tests[name] = _compared_operands(env.tests[name])
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now
     env.globals["dict"] = _DictBuilder()
     env.globals["namespace"] = _SafeNamespace
     env.globals["lipsum"] = _bounded_lipsum(env.globals["lipsum"])
+    env.filters["random"] = _noted_random(env.filters["random"])
     return env
+
+
+def _compared_operands(test: Any) -> Any:
+    """A comparing test (`is eq(x)`, `select('in', xs)`), its operands priced first; compiled
+    templates call tests directly, not through `call_test`."""
+
+    @wraps(test)
+    def priced(*args: Any, **kwargs: Any) -> Any:
+        for operand in (*args, *kwargs.values()):
+            _check_compared(operand)
+        return test(*args, **kwargs)
+
+    return priced
+
+
+def _noted_random(original: Any) -> Any:
+    """The `random` filter, noting that the render drew a random value (`used_randomness`)."""
+
+    @wraps(original)
+    def noted(*args: Any, **kwargs: Any) -> Any:
+        _budget.used_randomness = True
+        return original(*args, **kwargs)
+
+    return noted
+
+
+def used_randomness() -> bool:
+    """Whether the last render on this thread drew a random value (`lipsum()`, `| random`): its
+    output may differ from one render to the next even where two renders happened to agree."""
+    return _budget.used_randomness
 
 
 def _bounded_lipsum(lipsum: Any) -> Any:
@@ -822,6 +1094,7 @@ def _bounded_lipsum(lipsum: Any) -> Any:
     @wraps(lipsum)
     def bounded(n: int = 5, html: bool = True, min: int = 20, max: int = 100) -> Any:
         _check_chars(abs(n) * abs(max) * 12, "lipsum")
+        _budget.used_randomness = True
         return lipsum(n, html, min, max)
 
     return bounded
@@ -830,7 +1103,20 @@ def _bounded_lipsum(lipsum: Any) -> Any:
 _ENV = make_environment()
 _COMPILED: dict[str, Any] = {}
 _COMPILE_CACHE_SIZE = 512
+_COMPILE_CACHE_CHARS = 4_000_000
+_compiled_chars = 0
 _COMPILE_LOCK = threading.Lock()
+
+MAX_TEMPLATE_CHARS = 128_000
+"""The longest template accepted, checked before parsing: compiling takes about 5 us a
+character and more for some shapes (2.7 MB took 89 s); real chat templates stay under 20 KB."""
+
+
+def check_template_size(source: str) -> None:
+    """Refuse a template over `MAX_TEMPLATE_CHARS` before any work is spent on it."""
+    if len(source) > MAX_TEMPLATE_CHARS:
+        raise RenderLimitExceeded(f"the template is {len(source):,} characters long, over the "
+                                  f"{MAX_TEMPLATE_CHARS:,}-character limit; it was not compiled")
 
 
 def get_environment() -> BoundedSandbox:
@@ -840,7 +1126,10 @@ def get_environment() -> BoundedSandbox:
 
 def compile_template(source: str, ast: Any = None):  # type: ignore[no-untyped-def]
     """The compiled template for `source`, cached; failures are cached too, as the analyzer
-    renders the same template dozens of times. `ast`: the source already parsed, to compile."""
+    renders the same template dozens of times. `ast`: the source already parsed, to compile.
+    The cache holds at most `_COMPILE_CACHE_SIZE` templates and `_COMPILE_CACHE_CHARS` of text."""
+    global _compiled_chars
+    check_template_size(source)
     entry = _COMPILED.get(source)
     if entry is None:
         try:
@@ -852,8 +1141,11 @@ def compile_template(source: str, ast: Any = None):  # type: ignore[no-untyped-d
             message = f"template does not compile: {type(exc).__name__}: {exc}"
             entry = TemplateCompileError(" ".join(message.split()))
         with _COMPILE_LOCK:
-            if len(_COMPILED) >= _COMPILE_CACHE_SIZE:
-                _COMPILED.pop(next(iter(_COMPILED)))
+            while _COMPILED and (len(_COMPILED) >= _COMPILE_CACHE_SIZE
+                                 or _compiled_chars + len(source) > _COMPILE_CACHE_CHARS):
+                _compiled_chars -= len(_COMPILED.pop(next(iter(_COMPILED))))
+            if source not in _COMPILED:
+                _compiled_chars += len(source)
             _COMPILED[source] = entry
     if isinstance(entry, TemplateCompileError):
         raise TemplateCompileError(str(entry))
@@ -878,6 +1170,7 @@ def render_template(source: str, messages: list[dict[str, Any]], tools: list[dic
     variables.update(messages=prepare_messages(messages), tools=tools,
                      add_generation_prompt=add_generation_prompt, bos_token=bos_token, eos_token=eos_token)
     limits = render_limits or DEFAULT_LIMITS
+    _budget.used_randomness = False
     previous = (_budget.deadline, _budget.seconds, _budget.max_chars)
     _budget.deadline = time.monotonic() + limits.seconds
     _budget.seconds, _budget.max_chars = limits.seconds, limits.max_chars
@@ -899,14 +1192,16 @@ def render_template(source: str, messages: list[dict[str, Any]], tools: list[dic
         _budget.allow_mutation, _budget.inputs = False, frozenset()
 
 
-def _container_ids(value: Any, seen: set[int] | None = None) -> set[int]:
-    """Ids of every list, dict and set reachable from the inputs: those stay immutable."""
-    seen = set() if seen is None else seen
-    if isinstance(value, list | dict | set) and id(value) not in seen:
-        seen.add(id(value))
-        items = value.values() if isinstance(value, dict) else value
-        for item in items:
-            _container_ids(item, seen)
+def _container_ids(value: Any) -> set[int]:
+    """Ids of every list, dict and set reachable from the inputs: those stay immutable.
+    Walked without recursion: inputs may nest thousands deep."""
+    seen: set[int] = set()
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list | dict | set) and id(node) not in seen:
+            seen.add(id(node))
+            stack.extend(node.values() if isinstance(node, dict) else node)
     return seen
 
 

@@ -172,3 +172,15 @@ def test_head_reads_the_first_line_quietly(tmp_path: Path) -> None:
     done = subprocess.run(f"{sys.executable} -m autoparser.cli analyze {template} --json | head -1", shell=True,
                           capture_output=True, text=True, timeout=120)
     assert done.stdout == "{\n" and "Traceback" not in done.stderr and "Error" not in done.stderr, done.stderr
+
+
+def test_a_template_over_the_size_limit_is_refused_before_compiling(tmp_path: Path) -> None:
+    """2.7 MB of template took 89 s to compile; over the limit it is not compiled at all."""
+    import time
+
+    path = tmp_path / "huge.jinja"
+    path.write_text(TEMPLATE + "{{ x }}" * 400_000, encoding="utf-8")
+    started = time.monotonic()
+    done = run("analyze", str(path))
+    assert time.monotonic() - started < 10
+    assert_one_line_exit_2(done, "over the 128,000-character limit")

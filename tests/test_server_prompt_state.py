@@ -89,3 +89,9 @@ def test_grammar_and_parser_are_cached_by_start_state_not_by_prompt() -> None:
         assert all(chat.grammar.gbnf == after_tool[0].grammar.gbnf for chat in after_tool)
         prepare(ASKED)  # opens reasoning: another state
         assert len(service._parsers._items) == 2
+
+        # bounded in bytes: with no room left, a larger tool set evicts the oldest parsers
+        service._parsers.max_bytes = service._parsers.weight
+        big = [{"type": "function", "function": {**TOOLS[0]["function"], "description": "d" * 300}}]
+        service.prepare(parse_request({"messages": ASKED, "tools": big, **THINKING_ON}))
+        assert len(service._parsers) < 3 and service._parsers.weight <= service._parsers.max_bytes

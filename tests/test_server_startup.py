@@ -75,3 +75,16 @@ def test_default_parallel_follows_the_context() -> None:
     from autoparser.server.startup import default_parallel
 
     assert [default_parallel(n) for n in (2048, 4096, 8192, 16384, 131072)] == [1, 1, 2, 4, 4]
+
+
+def test_template_over_the_size_limit(model: Path, tmp_path: Path) -> None:
+    """A 2.8 MB template is refused before compiling (it compiled for minutes): one line, quickly."""
+    import time
+
+    huge = tmp_path / "huge.jinja"
+    huge.write_text("{% for m in messages %}{{ m.content }}{% endfor %}" + "{{ x }}" * 400_000, encoding="utf-8")
+    started = time.monotonic()
+    result = run_serve("--model", str(model), "--port", "0", "--chat-template-file", str(huge))
+    assert time.monotonic() - started < 30
+    assert_one_clear_line(result, "over the 128,000-character limit")
+    assert result.returncode == 2

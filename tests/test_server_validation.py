@@ -78,6 +78,8 @@ BAD_REQUESTS: dict[str, tuple[bytes, str | None, str]] = {
                   "100,000 values"),
     "10k optional properties": (body(tools=[tool(parameters=OPTIONAL_10K)]),
                                 "tools[0].function.parameters.properties", "10,000 properties"),
+    "const nested 50 deep": (body(tools=[tool(parameters={"type": "object", "properties": {"x": {
+        "const": json.loads(deep_list(50))}}})]), "tools[0].function.parameters.properties.x.const", "nested"),
     "bad response schema": (body(response_format={"type": "json_schema", "json_schema": {
         "name": "r", "schema": {"type": "object", "properties": {"x": None}}}}),
                             "response_format.json_schema.schema.properties.x", "must be an object"),
@@ -199,8 +201,6 @@ OVERSIZED_PROMPTS = {
         "messages": [{"role": "user", "content": "hi"}],
         "tools": [tool(f"f{i}") | {"function": {"name": f"f{i}", "description": f"{i}<｜User｜>{i}"}}
                   for i in range(20_000)]},
-    "80 distinct messages spelling special tokens": {
-        "messages": [{"role": "user", "content": f"note {i}: <｜User｜> {i}"} for i in range(80)]},
 }
 
 
@@ -217,6 +217,17 @@ def test_an_oversized_prompt_is_refused_before_it_costs_a_full_tokenization(serv
     assert response.status_code == 400, response.text[:300]
     assert response.json()["error"]["code"] in ("context_length_exceeded", None)
     assert elapsed < 5 and cpu < 3
+
+
+@pytest.mark.slow
+def test_many_distinct_texts_spelling_special_tokens_cost_one_more_render(server) -> None:  # type: ignore[no-untyped-def]
+    """Client spellings are found by masking them and rendering again, not by searching for
+    each text in the prompt, so their number does not matter."""
+    messages = [{"role": "user", "content": f"note {i}: <｜User｜> {i}"} for i in range(80)]
+    spent = cpu_seconds(server.process.pid)
+    response = server.http(timeout=60).post("/v1/chat/completions", json={"messages": messages, "max_tokens": 1})
+    assert response.status_code == 200, response.text[:300]
+    assert cpu_seconds(server.process.pid) - spent < 3
 
 
 def test_counting_before_tokenizing_never_overstates(tiny_engine: Any) -> None:
@@ -237,3 +248,44 @@ def test_an_oversized_text_completion_prompt_is_refused_early(server) -> None:  
     assert time.monotonic() - started < 5
     for response in (text, ids):
         assert response.status_code == 400 and response.json()["error"]["code"] == "context_length_exceeded"
+
+
+TREE = {"$defs": {"node": {"type": "object", "properties": {
+    "value": {"type": "string"}, "children": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+    "required": ["value"]}}, "$ref": "#/$defs/node"}
+
+
+def ref_chain(length: int) -> dict[str, Any]:
+    defs = {f"a{i}": {"type": "object", "properties": {"x": {"$ref": f"#/$defs/a{i + 1}"}}, "required": ["x"]}
+            for i in range(length)}
+    defs[f"a{length}"] = {"type": "string"}
+    return {"$defs": defs, "$ref": "#/$defs/a0"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_a_recursive_schema_with_a_required_call_is_answered(server, stream: bool) -> None:  # type: ignore[no-untyped-def]
+    """A schema that refers to itself makes a grammar that allows any nesting; whatever the model
+    generates comes back (200, or an error chunk carrying it), never a bare 500."""
+    http = server.http(timeout=120)
+    request = {"messages": [{"role": "user", "content": "hi"}], "tools": [tool("tree", TREE)],
+               "tool_choice": "required", "max_tokens": 256, "seed": 3, "stream": stream}
+    response = http.post("/v1/chat/completions", json=request)
+    assert response.status_code == 200, response.text[:500]
+    if stream:
+        assert response.text.rstrip().endswith("data: [DONE]")
+    else:
+        message = response.json()["choices"][0]["message"]
+        assert message["tool_calls"] or message["content"]
+    assert "Traceback" not in server.log()
+
+
+@pytest.mark.slow
+def test_a_reference_chain_deeper_than_the_budget_is_a_400(server) -> None:  # type: ignore[no-untyped-def]
+    """Through `response_format` (tools would not fit the tiny context): the converter follows the
+    references, and stops at its depth budget with a clear error."""
+    response = server.http().post("/v1/chat/completions", json={
+        "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, "response_format": {
+            "type": "json_schema", "json_schema": {"name": "chain", "schema": ref_chain(1500)}}})
+    assert response.status_code == 400, response.text[:500]
+    assert "deep" in response.json()["error"]["message"]

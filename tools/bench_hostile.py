@@ -47,6 +47,31 @@ HOSTILE = {
                                 "{% set ns.a = [ns.a, ns.a] %}{% set ns.b = [ns.b, ns.b] %}{% endfor %}"
                                 "{{ [ns.a, ns.b] | unique | list | length }}",
     "output bound": "{% for i in range(100000) %}{% for j in range(100) %}xxxxxxxxxx{% endfor %}{% endfor %}",
+    "bytes repetition": "{{ (('x'.encode() * 3000000) * 3000000) | length }}",
+    "int to_bytes": "{{ (1).to_bytes(1500000000, 'big') | length }}",
+    "xmlattr escapes": "{{ {'a': '<' * 3000000} | xmlattr | length }}",
+    "urlencode": "{{ ('\u00ff' * 3000000) | urlencode | length }}",
+    "escape": "{{ ('\"' * 3000000) | e | length }}",
+    "format width as text": "{{ ('{:{}}' * 1000).format(*(['a', '3999999'] * 1000)) | length }}",
+    "format spec pieces": "{{ ('{0:{1}{1}{1}}' * 1000).format('a', '999') | length }}",
+    "strftime_now widths": "{{ strftime_now('%1000Y' * 600000) | length }}",
+    "punycode": "{% set ns = namespace(s='') %}{% for i in range(256, 8256) %}{% set ns.s = ns.s ~ '%c' % i %}"
+                "{% endfor %}{{ ns.s.encode('punycode') | length }}",
+    "compare doubled lists": "{% set ns = namespace(a=[1], b=[1]) %}{% for i in range(60) %}"
+                             "{% set ns.a = [ns.a, ns.a] %}{% set ns.b = [ns.b, ns.b] %}{% endfor %}"
+                             "{{ ns.a == ns.b }}",
+    "hash doubled tuples": "{% set ns = namespace(a=(1,)) %}{% for i in range(60) %}"
+                           "{% set ns.a = (ns.a, ns.a) %}{% endfor %}{{ {ns.a: 1} | length }}",
+    "count doubled lists": "{% set ns = namespace(a=[1], b=[1]) %}{% for i in range(60) %}"
+                           "{% set ns.a = [ns.a, ns.a] %}{% set ns.b = [ns.b, ns.b] %}{% endfor %}"
+                           "{{ [ns.a, ns.a].count(ns.b) }}",
+    "is eq doubled lists": "{% set ns = namespace(a=[1], b=[1]) %}{% for i in range(60) %}"
+                           "{% set ns.a = [ns.a, ns.a] %}{% set ns.b = [ns.b, ns.b] %}{% endfor %}"
+                           "{{ ns.a is eq(ns.b) }}",
+    "loop.changed doubled lists": "{% set ns = namespace(a=[1], b=[1]) %}{% for i in range(60) %}"
+                                  "{% set ns.a = [ns.a, ns.a] %}{% set ns.b = [ns.b, ns.b] %}{% endfor %}"
+                                  "{% for x in [ns.a, ns.b] %}{{ loop.changed(x) }}{% endfor %}",
+    "template size": "{{ x }}" * 400_000,
 }
 
 CHILD = textwrap.dedent("""

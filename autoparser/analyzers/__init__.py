@@ -24,6 +24,10 @@ from autoparser.analyzers.reasoning import analyze_reasoning, template_facts
 from autoparser.analyzers.tools import analyze_tools, tool_markers, tool_triggers
 from autoparser.render import TemplateRenderError
 
+NOT_DETERMINISTIC = ("the template renders differently each time (it uses randomness such as lipsum() or "
+                     "random, or the current time through strftime_now): the analysis compares renders, "
+                     "so its markers may be wrong, and prompts will differ from run to run")
+
 
 def analyze(source: str, bos_token: str = "", eos_token: str = "", **template_kwargs: Any) -> Analysis:
     """Infer the output format of the chat template `source` by rendering it differentially.
@@ -38,6 +42,8 @@ def analyze(source: str, bos_token: str = "", eos_token: str = "", **template_kw
         reason = prober.errors[-1] if prober.errors else "it renders nothing for a user message"
         raise TemplateRenderError(f"the template cannot render a basic conversation: {reason}")
 
+    if not prober.renders_the_same():
+        warnings.append(NOT_DETERMINISTIC)
     prompt = generation_prompt(prober) or ""
     reasoning = analyze_reasoning(prober, facts, warnings)
     quiet = reasoning.toggle_kwargs(False)

@@ -16,7 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autoparser.analyzers.diff import common_prefix, matched_ignoring_space
-from autoparser.render import RenderLimitExceeded, TemplateRenderError, render_template
+from autoparser.render import (
+    RenderLimitExceeded,
+    TemplateRenderError,
+    render_template,
+    shifted_clock,
+    used_randomness,
+)
 
 USER_TEXT = "Probe question from the user."
 SYSTEM_TEXT = "Probe system instructions."
@@ -170,6 +176,31 @@ class Prober:
     def calls_message(self, calls: list[tuple[str, dict[str, Any], str]], as_text: bool,
                       content: str | None = None) -> dict[str, Any]:
         return self.assistant(content, tool_calls=[tool_call(n, a, i, as_text) for n, a, i in calls])
+
+    # -- determinism ----------------------------------------------------------------------------
+
+    # A second and a microsecond: what changes while an analysis runs. A date printed in the
+    # system prompt stays put, as it does between the renders of one analysis.
+    CLOCK_SHIFT_SECONDS = 1.000001
+
+    def renders_the_same(self) -> bool:
+        """Whether a conversation renders twice alike, the second time with `strftime_now` a
+        second later, and without drawing a random value. Templates that call `lipsum()`,
+        `random` or print the seconds do not: the differences between probe renders are then
+        partly noise. Renders bypass the cache."""
+        conversation = self.history() + [self.assistant(CONTENT_TEXT)]
+        renders = []
+        for shift in (0.0, self.CLOCK_SHIFT_SECONDS):
+            with shifted_clock(shift):
+                try:
+                    renders.append(render_template(self.source, conversation, tools=PROBE_TOOLS,
+                                                   add_generation_prompt=False, bos_token=self.bos_token,
+                                                   eos_token=self.eos_token, **self.base_kwargs))
+                except TemplateRenderError:
+                    return True  # nothing to compare: the probes that render tell the rest
+            if used_randomness():  # two random draws may agree by chance; drawing at all is enough
+                return False
+        return renders[0] == renders[1]
 
     # -- choosing a shape -----------------------------------------------------------------------
 

@@ -45,7 +45,7 @@ from autoparser.analyzers.probes import (
     Prober,
 )
 from autoparser.analyzers.prompt import generation_prompt
-from autoparser.render import compile_template, get_environment
+from autoparser.render import check_template_size, compile_template, get_environment
 
 STANDARD_VARIABLES = {
     "messages", "tools", "add_generation_prompt", "bos_token", "eos_token", "raise_exception",
@@ -64,6 +64,7 @@ class TemplateFacts:
 
 
 def template_facts(source: str) -> TemplateFacts:
+    check_template_size(source)
     try:
         ast = get_environment().parse(source)
     except Exception:

@@ -155,7 +155,11 @@ class GrammarBudget:
     """
 
     max_depth: int = 32
-    """Subschemas nested inside each other (`properties`, `items`, `anyOf`...)."""
+    """Subschemas nested inside each other (`properties`, `items`, `anyOf`...), and JSON values
+    nested inside each other in `enum` and `const`."""
+    max_expanded_depth: int = 64
+    """Subschemas nested inside each other once `$ref` and `allOf` are followed (a reference to a
+    reference to ... counts a level each): the converter recurses this deep at most."""
     max_subschemas: int = 5_000
     """Subschemas in the whole schema, and subschemas visited while converting it (`$ref` and
     `allOf` expansions included)."""
@@ -224,6 +228,9 @@ def check_schema(schema: Any, owner: str, param: str = "$", strict: bool = True,
                     isinstance(value, float) and math.isfinite(value) or
                     isinstance(value, int) and abs(value) <= _LARGEST_NUMBER):
                 raise fail((*parts, key), "the number is out of range")
+        for key in ("const", "enum"):
+            if key in node and _nested_deeper(node[key], budget.max_depth + (key == "enum")):
+                raise fail((*parts, key), f"the value is nested more than {budget.max_depth} deep")
         _check_enum(node, parts, budget, fail)
         repetition += sum(v for k in ("maxLength", "maxItems") if isinstance(v := node.get(k), int)
                           and not isinstance(v, bool) and 0 < v <= MAX_REPETITION)
@@ -250,6 +257,19 @@ def check_schema(schema: Any, owner: str, param: str = "$", strict: bool = True,
                 stack.extend((sub, (*parts, key, i), depth + 1) for i, sub in enumerate(value))
             elif value is not None and strict:
                 raise fail((*parts, key), f"must be a list of schemas, not {_json_type(value)}")
+
+
+def _nested_deeper(value: Any, limit: int) -> bool:
+    """Whether the JSON value `value` nests lists and objects more than `limit` deep (walked
+    without recursion, so any depth is answered)."""
+    stack = [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict | list):
+            if depth >= limit:
+                return True
+            stack.extend((item, depth + 1) for item in (node.values() if isinstance(node, dict) else node))
+    return False
 
 
 def _check_enum(node: dict, parts: tuple[Any, ...], budget: GrammarBudget, fail: Any) -> None:
@@ -351,6 +371,7 @@ class SchemaConverter:
         self.root = root_schema
         self.w = warnings
         self._visits = 0  # subschemas visited, `$ref`/`allOf` expansions included
+        self._depth = 0  # subschemas being visited inside each other, expansions included
         self._ref_rules: dict[str, str] = {}
         self._unguarded: list[str] = []  # refs being expanded with no "{" or "[" consumed yet
         self._inlining: list[str] = []  # refs whose target is being merged into a parent schema
@@ -375,11 +396,28 @@ class SchemaConverter:
 
     # -- dispatch --------------------------------------------------------------------------
 
+    @contextmanager
+    def _deeper(self, path: str) -> Iterator[None]:
+        """One level down; a chain of references (each a few Python frames) stops at the
+        budget's expanded depth with a `SchemaError` rather than a `RecursionError`."""
+        self._depth += 1
+        try:
+            if self._depth > DEFAULT_BUDGET.max_expanded_depth:
+                raise SchemaError(f"{self.w.owner}: {path}: subschemas nest more than "
+                                  f"{DEFAULT_BUDGET.max_expanded_depth} deep once $ref and allOf are followed")
+            yield
+        finally:
+            self._depth -= 1
+
     def visit(self, schema: Any, path: str, hint: str) -> str:
         self._visits += 1
         if self._visits > DEFAULT_BUDGET.max_subschemas:  # references that expand exponentially
             raise SchemaError(f"{self.w.owner}: {path}: expands to more than "
                               f"{DEFAULT_BUDGET.max_subschemas:,} subschemas, over the grammar budget")
+        with self._deeper(path):
+            return self._visit(schema, path, hint)
+
+    def _visit(self, schema: Any, path: str, hint: str) -> str:
         if schema is True or schema == {} or schema is None:
             return json_value(self.b)
         if schema is False:
@@ -589,7 +627,8 @@ class SchemaConverter:
             if not isinstance(part, dict):
                 self.w.add(here, "allOf", "part is not an object; ignored")
                 continue
-            part = self.merge_all_of(part, here, inlined)
+            with self._deeper(here):
+                part = self.merge_all_of(part, here, inlined)
             conflicts: list[str] = []
             merged = _merge(merged, part, conflicts)
             for key in conflicts:
@@ -943,20 +982,50 @@ def key_not_in(b: GrammarBuilder, hint: str, names: list[str]) -> str:
             node = node.setdefault(c, {})
         node[""] = {}
 
-    def state(node: dict, depth: int) -> str:
+    # One rule per trie node, named in pre-order and defined in post-order, walked without
+    # recursion: a declared name thousands of characters long is a trie that deep.
+    @dataclass
+    class State:
+        node: dict
+        depth: int
+        via: str  # the character leading here from the parent
+        name: str = ""
+        children: list[str] = field(default_factory=list)
+        options: list[str] = field(default_factory=list)
+
+    def enter(node: dict, depth: int, via: str) -> State | str:
         children = sorted(c for c in node if c)
         if not children:  # a declared name ends here and nothing extends it: one more char needed
             return b.fixed("key-more", f"{plain}+")
-        name = b.reserve(f"{hint}-{depth}")
-        options = [seq(literal(c), state(node[c], depth + 1)) for c in children]
-        leave = "".join(class_char(c) for c in children)
-        options.append(seq(f'[^"\\\\\\x7F\\x00-\\x1F{leave}]', f"{plain}*"))
-        body = " | ".join(options)
-        if "" not in node:  # no declared name ends here, so the key may stop
-            body = f"( {body} )?"
-        return b.set(name, body)
+        return State(node, depth, via, b.reserve(f"{hint}-{depth}"), children)
 
-    root = state(trie, 0)
+    def finish(state: State) -> str:
+        leave = "".join(class_char(c) for c in state.children)
+        state.options.append(seq(f'[^"\\\\\\x7F\\x00-\\x1F{leave}]', f"{plain}*"))
+        body = " | ".join(state.options)
+        if "" not in state.node:  # no declared name ends here, so the key may stop
+            body = f"( {body} )?"
+        return b.set(state.name, body)
+
+    first = enter(trie, 0, "")
+    root = first if isinstance(first, str) else ""
+    stack = [] if isinstance(first, str) else [first]
+    while stack:
+        state = stack[-1]
+        if len(state.options) < len(state.children):
+            c = state.children[len(state.options)]
+            child = enter(state.node[c], state.depth + 1, c)
+            if isinstance(child, str):
+                state.options.append(seq(literal(c), child))
+            else:
+                stack.append(child)
+            continue
+        stack.pop()
+        rule = finish(state)
+        if stack:
+            stack[-1].options.append(seq(literal(state.via), rule))
+        else:
+            root = rule
     return b.define(hint, f'"\\"" {root} "\\""')
 
 

@@ -23,13 +23,22 @@ import hashlib
 import json
 import secrets
 import threading
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from autoparser.caching import BoundedCache
+
 PLUGIN_NAME = "autoparser"
 _PARSER_CACHE_SIZE = 128
+_PARSER_CACHE_BYTES = 128 << 20
+"""Parsers are cached by the request's tools, which the client chooses: bounded in estimated
+bytes too (about 64 bytes of parser per byte of tools JSON, as the server's cache counts)."""
+
+
+def _parser_weight(key: str, parser: Any) -> int:
+    return 64 * len(key)
 _ID_WINDOW = 4096
 
 # the keys of the analysis' `tools` object that hold marker texts
@@ -71,8 +80,8 @@ class ServedModel:
 
     key: str
     analysis: Any
-    _parsers: OrderedDict[str, Any] = field(default_factory=OrderedDict, repr=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _parsers: BoundedCache = field(default_factory=lambda: BoundedCache(
+        max_items=_PARSER_CACHE_SIZE, max_bytes=_PARSER_CACHE_BYTES, weigh=_parser_weight), repr=False)
     _data: dict[str, Any] | None = field(default=None, repr=False)
 
     def markers(self) -> list[str]:
@@ -154,11 +163,9 @@ class ServedModel:
         `reasoning_as_text`: the reasoning markers are ordinary text (no reasoning is read)."""
         key = json.dumps([tools, tool_choice, parallel_tool_calls, thinking, reasoning_as_text],
                          sort_keys=True, default=str)
-        with self._lock:
-            parser = self._parsers.get(key)
-            if parser is not None:
-                self._parsers.move_to_end(key)
-                return parser
+        parser = self._parsers.lookup(key)
+        if parser is not None:
+            return parser
         analysis = self.analysis
         if reasoning_as_text:
             from autoparser import ReasoningAnalysis
@@ -166,10 +173,7 @@ class ServedModel:
             analysis = dataclasses.replace(analysis, reasoning=ReasoningAnalysis())
         parser = analysis.parser(tools=tools or None, thinking=thinking,
                                  parallel_tool_calls=parallel_tool_calls, tool_choice=tool_choice)
-        with self._lock:
-            self._parsers[key] = parser
-            while len(self._parsers) > _PARSER_CACHE_SIZE:
-                self._parsers.popitem(last=False)
+        self._parsers.store(key, parser)
         return parser
 
 

@@ -18,12 +18,17 @@ therefore agree by construction. The steps, in order:
    kept back and sent as one delta when the answer begins;
 6. the `extensions` record (reasoning chunks, tool-call start/args/end events) is collected.
 
+The parser cannot lose the output: should it raise (output nested deeper than it can read, a
+bug), the rest of the output passes through as `content`, the message holds the whole raw text,
+and the request's warnings say why (`FailSafeStream`), never a 500 that discards the tokens.
+
 Per-token extras ride on the deltas as private keys the HTTP layer takes off again: `_logprobs`
 (the log-probabilities of the tokens since the last delta) and `_full_text` (the text so far).
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -32,6 +37,8 @@ if TYPE_CHECKING:
 
 from autoparser.server.stops import StopMatcher
 
+log = logging.getLogger("autoparser.server")
+
 
 class DeltaStream(Protocol):
     """The part of the parser runtime's stream the server uses."""
@@ -39,6 +46,53 @@ class DeltaStream(Protocol):
     def feed(self, text: str) -> list[dict[str, Any]]: ...
     def finish(self) -> list[dict[str, Any]]: ...
     def message(self) -> dict[str, Any]: ...
+
+
+class FailSafeStream:
+    """A parser stream that hands its output over raw once the parser fails.
+
+    After the first exception from the parser, every later text is a `content` delta and
+    `message()` is the whole raw text as content; `error` says what failed (also appended to
+    `warnings`, which the reply carries)."""
+
+    def __init__(self, stream: DeltaStream, warnings: list[str]):
+        self._stream = stream
+        self._warnings = warnings
+        self._raw: list[str] = []
+        self.error: str | None = None
+
+    def feed(self, text: str) -> list[dict[str, Any]]:
+        self._raw.append(text)
+        if self.error is None:
+            try:
+                return self._stream.feed(text)
+            except Exception as exc:  # noqa: BLE001 - any parser failure keeps the output
+                self._fail(exc)
+        return [{"content": text}] if text else []
+
+    def finish(self) -> list[dict[str, Any]]:
+        if self.error is None:
+            try:
+                return self._stream.finish()
+            except Exception as exc:  # noqa: BLE001
+                self._fail(exc)
+        return []
+
+    def message(self) -> dict[str, Any]:
+        if self.error is None:
+            try:
+                return self._stream.message()
+            except Exception as exc:  # noqa: BLE001
+                self._fail(exc)
+        return {"role": "assistant", "content": "".join(self._raw) or None, "reasoning_content": None,
+                "tool_calls": None}
+
+    def _fail(self, exc: Exception) -> None:
+        detail = " ".join(str(exc).split())[:200]
+        self.error = f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
+        log.warning("the output could not be parsed (%s); it is returned as raw content", self.error)
+        self._warnings.append(f"the output could not be parsed ({self.error}); it is returned as raw "
+                              "text in content")
 
 
 @dataclass
@@ -160,8 +214,9 @@ class ExtensionsRecorder:
 class Completion:
     """Feed token texts, get deltas; then `finish`, `message` and `finish_reason`."""
 
-    def __init__(self, stream: DeltaStream, options: OutputOptions):
-        self._stream = stream
+    def __init__(self, stream: DeltaStream, options: OutputOptions, warnings: list[str] | None = None):
+        self.warnings: list[str] = [] if warnings is None else warnings
+        self._stream = FailSafeStream(stream, self.warnings)
         self._options = options
         self._stops = StopMatcher(options.stops, kept=options.kept_stops)
         self._inliner = (None if options.separate_reasoning

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from typing import Any
 
 from autoparser.analysis import Analysis
@@ -62,8 +63,11 @@ def _example_value(schema: Any) -> Any:
     return values.get(kind, "...") if isinstance(kind, str) else "..."
 
 
-def call_layout(analysis: Analysis, tool: dict[str, Any], template_kwargs: dict[str, Any] | None = None) -> str | None:
-    """The text the model writes to call `tool`, rendered through the template; None if it cannot be cut out."""
+def call_layout(analysis: Analysis, tool: dict[str, Any], template_kwargs: dict[str, Any] | None = None,
+                render: Callable[..., str] | None = None) -> str | None:
+    """The text the model writes to call `tool`, rendered through the template (by `render`,
+    default `analysis.render`); None if it cannot be cut out."""
+    render = render or analysis.render
     function = tool["function"]
     arguments = example_arguments(function.get("parameters"))
     kwargs = template_kwargs or {}
@@ -72,8 +76,8 @@ def call_layout(analysis: Analysis, tool: dict[str, Any], template_kwargs: dict[
             "name": function["name"], "arguments": json.dumps(arguments) if as_text else arguments}}
         message = {"role": "assistant", "content": "", "tool_calls": [call]}
         try:
-            base = analysis.render(_HISTORY, tools=[tool], add_generation_prompt=True, **kwargs)
-            full = analysis.render([*_HISTORY, message], tools=[tool], add_generation_prompt=False, **kwargs)
+            base = render(_HISTORY, tools=[tool], add_generation_prompt=True, **kwargs)
+            full = render([*_HISTORY, message], tools=[tool], add_generation_prompt=False, **kwargs)
         except Exception:  # some templates want arguments as text: try that next
             continue
         if full.startswith(base):
@@ -84,8 +88,8 @@ def call_layout(analysis: Analysis, tool: dict[str, Any], template_kwargs: dict[
 
 
 def tools_preamble(analysis: Analysis, tools: list[dict[str, Any]],
-                   template_kwargs: dict[str, Any] | None = None) -> str:
-    """The system text that lists `tools` and shows how to call them."""
+                   template_kwargs: dict[str, Any] | None = None, render: Callable[..., str] | None = None) -> str:
+    """The system text that lists `tools` and shows how to call them (`render`: as in `call_layout`)."""
     lines = ["You can call the following tools. Each one is given with its name, what it does, and the "
              "JSON schema of its arguments.", ""]
     for tool in tools:
@@ -96,7 +100,7 @@ def tools_preamble(analysis: Analysis, tools: list[dict[str, Any]],
         schema = function.get("parameters") or {"type": "object", "properties": {}}
         lines.append("Arguments (JSON schema): " + json.dumps(schema, ensure_ascii=False))
         lines.append("")
-    layout = next((text for tool in tools if (text := call_layout(analysis, tool, template_kwargs))), None)
+    layout = next((text for tool in tools if (text := call_layout(analysis, tool, template_kwargs, render))), None)
     if layout is not None:
         lines += ["To call a tool, write the call exactly in this layout, with the tool's name and a JSON "
                   "object of its arguments (this example calls one of the tools above):", layout, ""]

@@ -7,7 +7,9 @@ before the request takes a place in the queue, so a refusal costs no generation 
 Grammars and parsers are cached by their inputs: building them is the slow part, and clients
 send the same tool set again and again. Both start where the rendered prompt leaves the model
 (`start_state`: inside reasoning the prompt opened, in the answer after a tool result, ...), so
-they are keyed by that state rather than by the prompt text, which differs on every turn.
+they are keyed by that state rather than by the prompt text, which differs on every turn. The
+caches are bounded in estimated bytes as well as in entries: the client chooses the tools.
+The template runs in child processes (`RenderPool`), never in the server's own.
 """
 
 from __future__ import annotations
@@ -15,22 +17,28 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from autoparser.analysis import Analysis, ReasoningAnalysis
+from autoparser.caching import BoundedCache
 from autoparser.language.build import Request, build_language
 from autoparser.language.request import OPEN, start_state
+from autoparser.render_process import RenderPool
 from autoparser.server import protocol
 from autoparser.server.anomalies import AnomalyFinder
 from autoparser.server.completion import Completion, OutputOptions
 from autoparser.server.errors import APIError, bad_request
 from autoparser.server.preamble import template_hides_tools, tools_preamble, with_preamble
 from autoparser.server.protocol import ChatCompletionRequest, GenerationFields
-from autoparser.server.validation import InvalidInput, PromptTooLong, tokenize_prompt, untrusted_texts
+from autoparser.server.validation import (
+    InvalidInput,
+    PromptTooLong,
+    SpecialMask,
+    tokenize_prompt,
+    untrusted_texts,
+)
 from autoparser.server.worker import ReasoningPhase
 
 log = logging.getLogger("autoparser.server")
@@ -89,24 +97,24 @@ class PreparedChat:
     tool_call_policy: str = "lenient"
 
 
-class LRU:
-    """A small least-recently-used cache for grammars and parsers."""
+# What a cached entry holds, estimated from its key (the tools as JSON) and what was built: a
+# reading parser takes about 50 bytes per byte of tools JSON (1.5 MB for 31 KB of tools,
+# measured with tracemalloc), a grammar result a few times its GBNF text.
+PARSER_BYTES_PER_KEY_BYTE = 64
+CACHE_BYTES = 128 << 20
+"""The most each of the grammar, parser and preamble caches holds (estimated bytes)."""
 
-    def __init__(self, size: int = 64):
-        self._size = size
-        self._items: OrderedDict[str, Any] = OrderedDict()
-        self._lock = threading.Lock()  # requests are prepared on a thread pool
 
-    def get(self, key: str, make: Callable[[], Any]) -> Any:
-        with self._lock:
-            if key in self._items:
-                self._items.move_to_end(key)
-                return self._items[key]
-            value = make()
-            self._items[key] = value
-            if len(self._items) > self._size:
-                self._items.popitem(last=False)
-            return value
+def _grammar_weight(key: Any, result: Any) -> int:
+    return len(key) + 4 * len(getattr(result, "gbnf", "") or "")
+
+
+def _parser_weight(key: Any, parser: Any) -> int:
+    return PARSER_BYTES_PER_KEY_BYTE * len(key)
+
+
+def _preamble_weight(key: Any, text: Any) -> int:
+    return len(key) + len(text or "")
 
 
 class ChatService:
@@ -117,19 +125,28 @@ class ChatService:
         self.engine = engine
         self.settings = settings
         self.special_tokens: frozenset[str] = frozenset(getattr(engine, "special_tokens", ()) or ())
+        self._mask = SpecialMask(self.special_tokens)
         # Text -> id lets the grammar write `<[id]>`, the token reference form that always parses.
         self.special_token_ids = {text: token for text in self.special_tokens
                                   if (token := engine.token_id(text)) is not None}
         self._end_of_turn_ids, self._end_of_turn_texts = self._end_of_turn()
         self._analysis_dict = analysis.to_dict()
         self._unused_specials = self.special_tokens - self._marker_tokens()
-        self._grammars = LRU()
-        self._parsers = LRU()
-        self._preambles = LRU()
+        # Requests are rendered in child processes that are killed when a render outruns its
+        # deadline (see `autoparser.render_process`).
+        self.renderer = RenderPool(analysis.source, analysis.bos_token, analysis.eos_token)
+        self.renderer.start()
+        self._grammars = BoundedCache(max_bytes=CACHE_BYTES, weigh=_grammar_weight)
+        self._parsers = BoundedCache(max_bytes=CACHE_BYTES, weigh=_parser_weight)
+        self._preambles = BoundedCache(max_bytes=CACHE_BYTES, weigh=_preamble_weight)
         self.tools_hidden = settings.tool_preamble != "off" and template_hides_tools(analysis)
         self.anomalies = AnomalyFinder(analysis)
         self.model_names = tuple(dict.fromkeys([settings.model_name, *settings.model_aliases]))
         self._log_preamble()
+
+    def close(self) -> None:
+        """Stop the render processes."""
+        self.renderer.close()
 
     # -- per request ---------------------------------------------------------------------------
 
@@ -150,11 +167,20 @@ class ChatService:
         tool_choice = protocol.tool_choice_value(request)
         reasoning = self.analysis.reasoning
         thinking = protocol.requested_thinking(request, reasoning.toggle, reasoning.toggle_on)
-        client_texts = untrusted_texts([messages, tools])
-        if self.wants_preamble(request, tools, tool_choice):
-            messages = with_preamble(messages, self.preamble(tools or [], thinking))
-        prompt = self.render(messages, tools, thinking, request.chat_template_kwargs or {})
-        prompt_tokens = self.tokenize(prompt, client_texts)
+        template_kwargs = request.chat_template_kwargs or {}
+        client = [messages, tools, template_kwargs]
+        preamble = self.wants_preamble(request, tools, tool_choice)
+        prompt = self.render_conversation(messages, tools, thinking, template_kwargs, preamble)
+        masked = None
+        if self._mask.spelled_in(client):
+            # Rendered again with the client's special-token spellings masked, to tell them from
+            # the template's own markers (see `SpecialMask`).
+            try:
+                masked = self.render_conversation(self._mask.mask(messages), self._mask.mask(tools), thinking,
+                                                  self._mask.mask(template_kwargs), preamble)
+            except APIError:
+                masked = None
+        prompt_tokens = self.tokenize(prompt, untrusted_texts(client), masked)
         max_tokens = self.clip_max_tokens(len(prompt_tokens), protocol.requested_max_tokens(request))
         policy = request.tool_call_policy or self.settings.tool_call_policy
         budget = protocol.thinking_budget(request)
@@ -176,7 +202,7 @@ class ChatService:
             request=request, prompt=prompt, prompt_tokens=prompt_tokens, max_tokens=max_tokens,
             sampling=self.sampling(request, request.top_logprobs_wanted()), grammar=grammar, reasoning=phase,
             stop_token_ids=self.stop_token_ids(request),
-            completion=Completion(stream, self.output_options(request)), warnings=warnings,
+            completion=Completion(stream, self.output_options(request), warnings), warnings=warnings,
             start_state=start[0], tool_call_policy=policy)
 
     def thinking_warnings(self, thinking: bool | None) -> list[str]:
@@ -200,7 +226,8 @@ class ChatService:
     def preamble(self, tools: list[dict[str, Any]], thinking: bool | None) -> str:
         """The tools preamble for `tools` (cached: clients send the same tools every turn)."""
         kwargs = self.analysis.thinking_kwargs(thinking)
-        return self._preambles.get(_key(tools, kwargs), lambda: tools_preamble(self.analysis, tools, kwargs))
+        return self._preambles.get(_key(tools, kwargs), lambda: tools_preamble(self.analysis, tools, kwargs,
+                                                                               self.renderer.render))
 
     def start_state(self, thinking: bool | None, prompt: str | None) -> tuple[str, bool]:
         """Where the output starts after `prompt`, as the parser and the grammar both see it:
@@ -219,6 +246,13 @@ class ChatService:
         forced = tool_choice == "required" or isinstance(tool_choice, dict)
         return forced or protocol.response_schema(request) is not None
 
+    def render_conversation(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                            thinking: bool | None, template_kwargs: dict[str, Any], preamble: bool) -> str:
+        """The prompt, with the tools preamble first when the template hides the tools."""
+        if preamble:
+            messages = with_preamble(messages, self.preamble(tools or [], thinking))
+        return self.render(messages, tools, thinking, template_kwargs)
+
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
                thinking: bool | None, template_kwargs: dict[str, Any]) -> str:
         from autoparser.render import TemplateRenderError
@@ -229,16 +263,17 @@ class ChatService:
                               param="chat_template_kwargs")
         kwargs = {**self.analysis.thinking_kwargs(thinking), **template_kwargs}
         try:
-            return self.analysis.render(messages, tools=tools, add_generation_prompt=True, **kwargs)
+            return self.renderer.render(messages, tools=tools, add_generation_prompt=True, **kwargs)
         except TemplateRenderError as exc:
             raise APIError(400, f"The chat template cannot render this conversation: {exc}",
                            param="messages", code="template_error") from None
 
-    def tokenize(self, prompt: str, client_texts: set[str]) -> list[int]:
-        """The prompt's tokens; one that cannot fit the context is refused before tokenizing."""
+    def tokenize(self, prompt: str, client_texts: set[str], masked: str | None = None) -> list[int]:
+        """The prompt's tokens; one that cannot fit the context is refused before tokenizing.
+        `masked`: the same prompt rendered from masked client input (`SpecialMask`)."""
         try:
             return tokenize_prompt(self.engine, prompt, client_texts, self.special_tokens,
-                                   limit=int(self.engine.n_ctx))
+                                   limit=int(self.engine.n_ctx), masked=masked, mask=self._mask)
         except PromptTooLong as exc:
             self.clip_max_tokens(exc.at_least, None, at_least=True)
             raise

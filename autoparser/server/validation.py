@@ -31,6 +31,7 @@ __all__ = [
     "TOOL_NAME",
     "InvalidInput",
     "PromptTooLong",
+    "SpecialMask",
     "check_json_value",
     "check_template_kwargs",
     "check_tools",
@@ -206,8 +207,9 @@ def _response_schema(data: dict[str, Any]) -> Any:
 
 
 def untrusted_texts(value: Any) -> set[str]:
-    """Every string inside the client's messages or tools (except role names): text that must
-    never become a control token, however much it looks like one."""
+    """Every string inside the client's messages, tools or template variables, object keys
+    included (tool property names, argument keys), except role names: text that must never
+    become a control token, however much it looks like one."""
     found: set[str] = set()
     stack = [value]
     while stack:
@@ -215,10 +217,113 @@ def untrusted_texts(value: Any) -> set[str]:
         if isinstance(node, str):
             found.add(node)
         elif isinstance(node, dict):
+            found.update(k for k in node if isinstance(k, str))
             stack.extend(v for k, v in node.items() if k != "role")
+            decoded = _decoded_arguments(node)
+            if decoded is not None:  # the template sees the decoded keys and values too
+                stack.append(decoded)
         elif isinstance(node, list | tuple):
             stack.extend(node)
     return found
+
+
+def _decoded_arguments(node: dict[str, Any]) -> Any:
+    """Tool-call arguments sent as JSON text, decoded, as the renderer decodes them (`\\u`
+    escapes spell a special token only once decoded); None when there are none."""
+    text = node.get("arguments")
+    if not isinstance(text, str) or not text.lstrip().startswith(("{", "[")):
+        return None
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+
+
+_SENTINEL_LEAD = "\U000fff00"
+_SENTINEL_BASE = 0x100000  # plane 16, private use: one character per special token after the lead
+
+
+class SpecialMask:
+    """Special-token spellings in client text, swapped for private-use sentinels and back.
+
+    The server renders the conversation twice when a client text spells a special token: as
+    sent, and masked. Where the masked prompt, unmasked, equals the real one, the sentinels say
+    exactly which spellings came from the client, wherever the template put them and however
+    short the text (a message that is nothing but `<|im_end|>`), and those are tokenized as
+    text. A template that transforms the text (so the two disagree) falls back to searching
+    for the client's texts in the prompt.
+    """
+
+    def __init__(self, special_tokens: Any):
+        tokens = sorted({token for token in special_tokens if token}, key=len, reverse=True)[:0xFFFE]
+        self._spelling = {_SENTINEL_LEAD + chr(_SENTINEL_BASE + i): token for i, token in enumerate(tokens)}
+        self._sentinel = {token: sentinel for sentinel, token in self._spelling.items()}
+        self._tokens = re.compile("|".join(re.escape(token) for token in tokens)) if tokens else None
+        self.runs = re.compile(f"(?:{re.escape(_SENTINEL_LEAD)}[\U00100000-\U0010fffd])+")
+
+    def spelled_in(self, value: Any) -> bool:
+        """Whether any text in `value` (keys included) spells a special token."""
+        return self._tokens is not None and any(self._tokens.search(text) for text in untrusted_texts(value))
+
+    def mask(self, value: Any) -> Any:
+        """A copy of `value` with every special-token spelling in its texts and keys (roles
+        excepted) replaced by its sentinel."""
+        if self._tokens is None:
+            return value
+        return _map_texts(value, self._masked_text, self._masked_arguments)
+
+    def _masked_text(self, text: str) -> str:
+        assert self._tokens is not None
+        return self._tokens.sub(lambda m: self._sentinel[m.group()], text)
+
+    def _masked_arguments(self, node: dict[str, Any]) -> str | None:
+        """Arguments JSON text whose decoded form spells special tokens (through `\\u` escapes),
+        masked and re-encoded without escapes, so that the template prints the sentinels
+        wherever it prints the arguments; None when masking the text itself is enough."""
+        decoded = _decoded_arguments(node)
+        if decoded is None or not self.spelled_in(decoded):
+            return None
+        masked = _decoded_arguments({"arguments": self._masked_text(node["arguments"])})
+        if masked is not None and not self.spelled_in(masked):
+            return None  # spelled out in the text: masked in place, its layout kept
+        return json.dumps(self.mask(decoded), ensure_ascii=False)
+
+    def unmask(self, text: str) -> str:
+        return self.runs.sub(lambda m: self.spelling(m.group()), text)
+
+    def spelling(self, run: str) -> str:
+        """The special-token text a run of sentinels stands for."""
+        return "".join(self._spelling.get(run[i:i + 2], "") for i in range(0, len(run), 2))
+
+
+def _map_texts(value: Any, change: Any, arguments: Any) -> Any:
+    """`value` with `change` applied to every string and object key, except role names, and
+    `arguments(node)` (when not None) replacing a node's `arguments`; walked without recursion
+    (requests are nested at most `MAX_JSON_DEPTH`, but nothing here relies on it)."""
+    root: list[Any] = [None]
+    stack: list[tuple[Any, Any, Any]] = [(value, root, 0)]
+    while stack:
+        node, parent, slot = stack.pop()
+        if isinstance(node, str):
+            parent[slot] = change(node)
+        elif isinstance(node, dict):
+            copy: dict[Any, Any] = {}
+            replaced = arguments(node)
+            for key, item in node.items():
+                new_key = change(key) if isinstance(key, str) else key
+                copy[new_key] = item if key == "role" else None
+                if key == "arguments" and replaced is not None:
+                    copy[new_key] = replaced
+                elif key != "role":
+                    stack.append((item, copy, new_key))
+            parent[slot] = copy
+        elif isinstance(node, list | tuple):
+            items: list[Any] = [None] * len(node)
+            stack.extend((item, items, i) for i, item in enumerate(node))
+            parent[slot] = items
+        else:
+            parent[slot] = node
+    return root[0]
 
 
 MAX_SPECIAL_TEXTS = 64
@@ -235,7 +340,8 @@ class PromptTooLong(ValueError):
 
 
 def tokenize_prompt(engine: Any, prompt: str, untrusted: set[str], special_tokens: Any,
-                    limit: int | None = None) -> list[int]:
+                    limit: int | None = None, masked: str | None = None,
+                    mask: SpecialMask | None = None) -> list[int]:
     """The prompt's tokens, with special-token text that came from the client read as text.
 
     The template's own markers are special tokens (`parse_special=True`); a client's text that
@@ -243,16 +349,27 @@ def tokenize_prompt(engine: Any, prompt: str, untrusted: set[str], special_token
     text, so a user cannot forge a turn boundary or a tool call. Prompts whose client texts hold
     no special-token spelling are tokenized in one call, exactly as before.
 
+    With `masked` (the same conversation rendered with `mask.mask` applied to the client's
+    input), the client's spellings are found by their sentinels (see `SpecialMask`); otherwise,
+    or when the two renders disagree, by searching for the client's texts in the prompt, and a
+    text made of nothing but special tokens (which that search cannot tell apart from the
+    template's own markers) is refused.
+
     With `limit`, a prompt that has more tokens raises `PromptTooLong` early: before any
     tokenizing when its bytes alone say so (`fewest_tokens`), else after counting only as many
     tokens as the limit, so an oversized prompt never costs a full tokenization.
     """
     if limit is not None:
         check_fits(engine, prompt, limit)
+    if masked is not None and mask is not None and mask.unmask(masked) == prompt:
+        return _tokenize_masked(engine, masked, mask)
     spelled = _special_pattern(frozenset(token for token in special_tokens if token))
-    risky = [] if spelled is None else sorted(
-        (text for text in untrusted if spelled.search(text) and spelled.sub("", text).strip()),
-        key=len, reverse=True)
+    forged = [] if spelled is None else [text for text in untrusted if spelled.search(text)]
+    if any(not spelled.sub("", text).strip() for text in forged):  # type: ignore[union-attr]
+        raise InvalidInput("A text in the request is made only of the model's special tokens, and the "
+                           "chat template changes the text so that it cannot be kept apart from the "
+                           "template's own markers.", param="messages")
+    risky = sorted(forged, key=len, reverse=True)
     if not risky:
         return engine.tokenize(prompt, parse_special=True, add_bos=False)
     if len(risky) > MAX_SPECIAL_TEXTS:
@@ -268,6 +385,21 @@ def tokenize_prompt(engine: Any, prompt: str, untrusted: set[str], special_token
         at = found.end()
     if at < len(prompt):
         tokens += engine.tokenize(prompt[at:], parse_special=True, add_bos=False)
+    return tokens
+
+
+def _tokenize_masked(engine: Any, masked: str, mask: SpecialMask) -> list[int]:
+    """The masked prompt's tokens: its own text read with special tokens, each run of sentinels
+    read as the plain text of the spellings it stands for."""
+    tokens: list[int] = []
+    at = 0
+    for run in mask.runs.finditer(masked):
+        if run.start() > at:
+            tokens += engine.tokenize(masked[at:run.start()], parse_special=True, add_bos=False)
+        tokens += engine.tokenize(mask.spelling(run.group()), parse_special=False, add_bos=False)
+        at = run.end()
+    if at < len(masked):
+        tokens += engine.tokenize(masked[at:], parse_special=True, add_bos=False)
     return tokens
 
 
