@@ -136,7 +136,9 @@ class AsyncChannel:
 
     The buffer is bounded with backpressure: once `bound` events wait (the reader, a slow
     client's socket, is behind), `pressure` is set, which pauses the job's generation; the next
-    `take` clears it. The tokens already on their way still arrive, so the bound is approximate.
+    `take` clears it. A `deltas` event counts as many as the deltas it carries (the model worker
+    joins a job's deltas into one event per send). The tokens already on their way still arrive,
+    so the bound is approximate.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop, bound: int | None = None,
@@ -149,13 +151,17 @@ class AsyncChannel:
         self._waiter: asyncio.Future[None] | None = None
         self._bound = bound if pressure is not None else None
         self._pressure = pressure
+        self._waiting = 0  # the weight of the events waiting
 
     def post(self, event: tuple[str, Any]) -> None:
         """From any thread."""
         with self._lock:
             self._events.append(event)
-            if self._bound is not None and len(self._events) >= self._bound:
-                self._pressure.set()  # type: ignore[union-attr]
+            if self._bound is not None:
+                payload = event[1]
+                self._waiting += len(payload) if event[0] == "deltas" and isinstance(payload, list) else 1
+                if self._waiting >= self._bound:
+                    self._pressure.set()  # type: ignore[union-attr]
             if self._wake_pending:
                 return
             self._wake_pending = True
@@ -173,7 +179,7 @@ class AsyncChannel:
         while True:
             with self._lock:
                 if self._events:
-                    events, self._events = self._events, []
+                    events, self._events, self._waiting = self._events, [], 0
                     if self._pressure is not None:
                         self._pressure.clear()
                     return events
