@@ -126,15 +126,17 @@ class ServerProcess:
         return self.process.returncode
 
 
-def start_server(model: Path, *args: str, log_dir: Path, api_key: str | None = None,
+def start_server(model: Path | None, *args: str, log_dir: Path, api_key: str | None = None,
                  timeout: float = 120.0) -> ServerProcess:
-    """Start `serve --model MODEL --port 0 ARGS`; return once `/health` answers.
+    """Start `serve --model MODEL --port 0 ARGS`; return once `/health` answers. Without a model,
+    ARGS say where generation happens (`--upstream URL`).
 
     The model is served as `tiny` (the name tests send) unless ARGS name it otherwise."""
     log_path = log_dir / "server.log"
     if "--served-model-name" not in args:
         args = (*args, "--served-model-name", MODEL_NAME)
-    command = [*serve_command(), "--model", str(model), "--host", "127.0.0.1", "--port", "0", *args]
+    model_args = ["--model", str(model)] if model is not None else []
+    command = [*serve_command(), *model_args, "--host", "127.0.0.1", "--port", "0", *args]
     if api_key:
         command += ["--api-key", api_key]
     with log_path.open("wb") as log_file:

@@ -36,7 +36,11 @@ class StartupError(Exception):
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     """The `serve` options, for `autoparser serve` and `python -m autoparser.server`."""
-    parser.add_argument("--model", required=True, help="the GGUF model file")
+    parser.add_argument("--model", default=None, help="the GGUF model file (or --upstream)")
+    parser.add_argument("--upstream", default=None, metavar="URL",
+                        help="generate with the llama-server at URL (http://HOST:PORT) through its "
+                             "/completion endpoint instead of loading a model; the template, the "
+                             "context size and the slots are read from it")
     parser.add_argument("--chat-template-file", default=None,
                         help="use this chat template instead of the GGUF's tokenizer.chat_template")
     parser.add_argument("--n-gpu-layers", type=int, default=0,
@@ -83,6 +87,10 @@ def run_server(args: argparse.Namespace) -> int:
         return exc.exit_code
     engine = None
     try:
+        if args.upstream:
+            engine = connect_upstream(args)
+            analysis = analyze_template(args, engine)
+            return _serve(args, sock, engine, analysis, start_worker=start_upstream_worker(analysis))
         engine = load_vocabulary(args)
         analysis = analyze_template(args, engine)
         return _serve(args, sock, engine, analysis)
@@ -102,8 +110,11 @@ def _check_arguments(args: argparse.Namespace) -> None:
     if not is_loopback(args.host) and not args.api_key:
         raise StartupError(f"refusing to listen on {args.host} without --api-key; "
                            "without a key the server only binds to a loopback address")
-    model = Path(args.model)
-    if not model.is_file():
+    if args.upstream:
+        _check_upstream_arguments(args)
+    elif not args.model:
+        raise StartupError("give the model: --model MODEL.gguf, or --upstream URL of a llama-server")
+    elif not Path(args.model).is_file():
         raise StartupError(f"model file not found: {args.model}")
     if args.chat_template_file and not Path(args.chat_template_file).exists():
         raise StartupError(f"chat template file not found: {args.chat_template_file}")
@@ -121,6 +132,16 @@ def _check_arguments(args: argparse.Namespace) -> None:
         raise StartupError(f"--max-queue must not be negative, got {args.max_queue}")
     if not 0 <= args.port <= 65535:
         raise StartupError(f"--port must be between 0 and 65535, got {args.port}")
+
+
+def _check_upstream_arguments(args: argparse.Namespace) -> None:
+    from urllib.parse import urlparse
+
+    if args.model:
+        raise StartupError("--model and --upstream exclude each other: the upstream holds the model")
+    url = urlparse(args.upstream)
+    if url.scheme not in ("http", "https") or not url.netloc:
+        raise StartupError(f"--upstream must be an http(s)://HOST:PORT address, got {args.upstream!r}")
 
 
 def default_parallel(n_ctx: int) -> int:
@@ -193,6 +214,40 @@ def start_model_worker(args: argparse.Namespace, vocabulary: Any, max_queue: int
     return worker
 
 
+def connect_upstream(args: argparse.Namespace) -> Any:
+    """The upstream llama-server's vocabulary and facts (it must answer, its model loaded)."""
+    from autoparser.server.upstream import UpstreamError, UpstreamVocabulary
+
+    vocabulary = UpstreamVocabulary(args.upstream)
+    try:
+        vocabulary.connect()
+    except UpstreamError as exc:
+        vocabulary.close()
+        raise StartupError(f"--upstream: {exc}", exit_code=1) from None
+    say(f"upstream: {vocabulary.base_url} ({vocabulary.n_parallel} slot(s) of {vocabulary.n_ctx} tokens)")
+    return vocabulary
+
+
+def start_upstream_worker(analysis: Any) -> Any:
+    """The worker that streams generations from the upstream, once the special tokens the
+    analysis' markers hold are known (they are what the upstream must write out as text)."""
+    from autoparser.server.upstream import UpstreamError, UpstreamWorker, marker_texts
+
+    def start(args: argparse.Namespace, vocabulary: Any, max_queue: int) -> Any:
+        try:
+            vocabulary.learn_special_tokens(marker_texts(analysis, vocabulary.bos_token, vocabulary.eos_token))
+        except UpstreamError as exc:
+            raise StartupError(f"--upstream: {exc}", exit_code=1) from None
+        log.info("upstream: special tokens written out as text: %s", sorted(vocabulary.special_tokens))
+        return UpstreamWorker(vocabulary, max_queue)
+
+    return start
+
+
+def _model_label(args: argparse.Namespace, engine: Any) -> str:
+    return f"{getattr(engine, 'base_url', args.upstream)}/props"
+
+
 def template_source(args: argparse.Namespace, engine: Any) -> tuple[str, str]:
     """(Jinja text, where it came from): the --chat-template-file, else the GGUF's metadata."""
     if args.chat_template_file:
@@ -206,6 +261,10 @@ def template_source(args: argparse.Namespace, engine: Any) -> tuple[str, str]:
             return Path(args.chat_template_file).read_text(encoding="utf-8"), args.chat_template_file
         except Exception as exc:  # the loader's errors carry a one-line reason
             raise StartupError(f"cannot read the chat template {args.chat_template_file}: {exc}") from None
+    if not args.model:
+        if not engine.chat_template:
+            raise StartupError(f"{_model_label(args, engine)} reports no chat_template; pass --chat-template-file")
+        return engine.chat_template, f"{_model_label(args, engine)} (chat_template)"
     if not engine.chat_template:
         raise StartupError(f"{args.model} has no tokenizer.chat_template; pass --chat-template-file")
     return engine.chat_template, f"{Path(args.model).name} (tokenizer.chat_template)"
@@ -227,19 +286,20 @@ def analyze_template(args: argparse.Namespace, engine: Any) -> Any:
     return analysis
 
 
-def _serve(args: argparse.Namespace, sock: socket.socket, engine: Any, analysis: Any) -> int:
+def _serve(args: argparse.Namespace, sock: socket.socket, engine: Any, analysis: Any,
+           start_worker: Any = None) -> int:
     import uvicorn
 
     from autoparser.server.app import create_app
     from autoparser.server.service import ChatService, ServerSettings
 
     settings = ServerSettings(
-        model_name=args.served_model_name or Path(args.model).stem,
+        model_name=args.served_model_name or served_name(args, engine),
         tool_call_policy=args.tool_call_policy, max_queue=args.max_queue,
         max_body_bytes=args.max_body_bytes, api_key=args.api_key,
         reasoning_budget=getattr(args, "reasoning_budget", None),
         tool_preamble=getattr(args, "tool_preamble", "auto"))
-    worker = start_model_worker(args, engine, settings.max_queue)
+    worker = (start_worker or start_model_worker)(args, engine, settings.max_queue)
     try:
         service = ChatService(analysis, engine, settings)
         app = create_app(service, worker)
@@ -257,6 +317,12 @@ def _serve(args: argparse.Namespace, sock: socket.socket, engine: Any, analysis:
     finally:
         worker.stop()
     return 0
+
+
+def served_name(args: argparse.Namespace, engine: Any) -> str:
+    """The model id clients see by default: the GGUF's file name without its extension."""
+    name = args.model or getattr(engine, "model_id", "") or "model"
+    return Path(name).stem or name
 
 
 def say(line: str) -> None:
