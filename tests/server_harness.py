@@ -95,6 +95,8 @@ class ServerProcess:
     base_url: str
     log_path: Path
     api_key: str | None = None
+    upstream: str | None = None
+    """The llama-server this one is in front of (`serve --upstream`), if any."""
 
     def client(self, **kwargs: Any):  # type: ignore[no-untyped-def]
         """The official OpenAI client pointed at this server (no retries: tests see every status)."""
