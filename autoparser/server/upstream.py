@@ -41,6 +41,9 @@ log = logging.getLogger("autoparser.server")
 
 CANCEL_POLL_S = 0.05
 """How often a running job looks whether its client went away."""
+FLUSH_S = 0.01
+"""Longest a job holds streamed deltas to hand them on with later ones: one wake-up of the
+response and one socket write for several tokens (the own engine's worker does the same)."""
 CONNECT_TIMEOUT_S = 10.0
 STARTUP_WAIT_S = 60.0
 """How long start-up waits for an upstream that is still loading its model (503 on `/health`)."""
@@ -285,6 +288,9 @@ class UpstreamJob:
         self.job = job
         self.totals = _Totals()
         self._tail = ""
+        self._pending: list[dict[str, Any]] = []
+        self._sent_any = False
+        self._flush_timer: asyncio.TimerHandle | None = None
 
     async def run(self) -> GenerationResult:
         job = self.job
@@ -413,10 +419,27 @@ class UpstreamJob:
         result.finish_reason = "length" if limited else "stop"
 
     def _emit(self, deltas: list[dict[str, Any]]) -> None:
-        if deltas and self.job.stream_deltas:
-            self.job.post(("deltas", deltas))
+        """Hand deltas on: the first at once (time to first token), later ones together, at
+        most `FLUSH_S` after the oldest of them arrived."""
+        if not deltas or not self.job.stream_deltas:
+            return
+        self._pending += deltas
+        if not self._sent_any:
+            self._flush()
+        elif self._flush_timer is None:
+            self._flush_timer = asyncio.get_running_loop().call_later(FLUSH_S, self._flush)
+
+    def _flush(self) -> None:
+        if self._flush_timer is not None:
+            self._flush_timer.cancel()
+            self._flush_timer = None
+        if self._pending:
+            self._sent_any = True
+            pending, self._pending = self._pending, []
+            self.job.post(("deltas", pending))
 
     def _result(self) -> GenerationResult:
+        self._flush()
         completion, totals = self.job.completion, self.totals
         final = completion.finish()
         return GenerationResult(
@@ -573,22 +596,26 @@ class UpstreamWorker:
                 if response.status_code != 200:
                     await response.aread()
                     raise UpstreamError(f"the upstream answered {_error_message(response)}")
-                async for line in response.aiter_lines():
-                    if not line.startswith("data: "):
-                        if line.startswith("error: "):
-                            raise UpstreamError(f"the upstream failed: {line[7:]}")
-                        continue
-                    event = json.loads(line[6:])
-                    if "error" in event:
-                        raise UpstreamError(f"the upstream failed: {event['error'].get('message', event['error'])}")
+                async for event in _sse_events(response):
                     yield event
         except httpx.HTTPError as exc:
             raise UpstreamError(f"the upstream {self.base_url} failed: {type(exc).__name__}: {exc}") from None
 
 
-async def close_client(worker: UpstreamWorker) -> None:
-    """Close the pooled connections (on the serving loop, at shutdown)."""
-    client = worker._client
-    if client is not None:
-        with contextlib.suppress(Exception):
-            await client.aclose()
+async def _sse_events(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
+    """The JSON of each `data:` line of an SSE stream, read from the raw bytes: one event per
+    token arrives, and the text layers of `aiter_lines` cost more than the split."""
+    buffer = b""
+    async for data in response.aiter_raw():
+        buffer += data
+        *events, buffer = buffer.split(b"\n\n")
+        for event in events:
+            for line in event.split(b"\n"):
+                if line.startswith(b"data: "):
+                    payload = json.loads(line[6:])
+                    if "error" in payload:
+                        error = payload["error"]
+                        raise UpstreamError(f"the upstream failed: {error.get('message', error)}")
+                    yield payload
+                elif line.startswith(b"error: "):
+                    raise UpstreamError(f"the upstream failed: {line[7:].decode(errors='replace')}")
