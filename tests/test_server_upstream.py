@@ -182,6 +182,53 @@ def test_errors_the_front_end_gives(front: ServerProcess) -> None:
         assert unknown.status_code == 404
 
 
+def test_what_llama_server_cannot_do_is_a_400(front: ServerProcess) -> None:
+    with front.http() as http:
+        for seed in (-1, 2**32):
+            response = http.post("/v1/chat/completions", json={
+                "model": MODEL_NAME, "messages": [{"role": "user", "content": "Hi"}], "seed": seed, "max_tokens": 2})
+            assert response.status_code == 400 and response.json()["error"]["param"] == "seed"
+        assert front.health()["queue"]["waiting"] == 0  # the refused requests gave their places back
+        fine = http.post("/v1/chat/completions", json={
+            "model": MODEL_NAME, "messages": [{"role": "user", "content": "Hi"}], "seed": 2**32 - 2, "max_tokens": 2})
+        assert fine.status_code == 200
+
+
+def test_an_upstream_that_goes_away(tmp_path: Path) -> None:
+    """A stream it was feeding ends with an error chunk and `[DONE]`; then `/health` says so and
+    requests get a 502 that says why; the front end stays up."""
+    model = tiny_model(find_template("deepseek-ai-DeepSeek-V3.1.jinja"))
+    upstream = start_llama_server(model, log_dir=tmp_path, parallel=1, n_ctx=8192)
+    try:
+        front = start_server(None, "--upstream", upstream.base_url, log_dir=tmp_path)
+    except BaseException:
+        upstream.stop()
+        raise
+    try:
+        body = {"model": MODEL_NAME, "messages": [{"role": "user", "content": "Hi"}], "stream": True,
+                "max_tokens": 8000, "ignore_eos": True, "thinking": False}
+        lines: list[str] = []
+        with front.http() as http, http.stream("POST", "/v1/chat/completions", json=body) as response:
+            for line in response.iter_lines():
+                if upstream.process.poll() is None and '"content":"' in line and '"content":""' not in line:
+                    upstream.process.kill()
+                lines.append(line)
+        lines = [line for line in lines if line]
+        assert any('"finish_reason":"error"' in line for line in lines) and lines[-1] == "data: [DONE]"
+        upstream.stop()
+        assert front.health()["worker"] == "unreachable"
+        with front.http() as http:
+            for stream in (True, False):
+                response = http.post("/v1/chat/completions", json={**body, "stream": stream, "max_tokens": 2})
+                error = response.json()["error"]
+                assert response.status_code == 502 and error["code"] == "upstream_error"
+                assert error["message"].startswith(f"cannot reach {upstream.base_url}/tokenize")
+        assert front.process.poll() is None
+    finally:
+        front.stop()
+        upstream.stop()
+
+
 def test_an_unreachable_upstream_is_one_line_and_exit_code_1() -> None:
     from llama_server import free_port
 

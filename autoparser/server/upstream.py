@@ -35,6 +35,7 @@ from typing import Any
 import httpx
 
 from autoparser.llama.logprobs import TokenLogprob
+from autoparser.server.errors import APIError, bad_request
 from autoparser.server.worker import GenerationJob, GenerationResult, QueueBound
 
 log = logging.getLogger("autoparser.server")
@@ -54,8 +55,12 @@ TRIGGER_TOKEN = 0
 TRIGGER_PATTERN = 2
 
 
-class UpstreamError(RuntimeError):
-    """The upstream could not be reached or refused a request; the message says why in one line."""
+class UpstreamError(APIError):
+    """The upstream could not be reached or refused a request: a 502 whose message says why in
+    one line (a request that meets it while being prepared gets it as its answer)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(502, message, code="upstream_error")
 
 
 def _error_message(response: httpx.Response) -> str:
@@ -248,6 +253,18 @@ class _Totals:
         self.completion_tokens += phase.count
         self.decode_ms.extend(phase.decode_ms)
         self.finish_reason = phase.finish_reason
+
+
+SEED_LIMIT = 2**32 - 1
+"""llama-server's seeds are unsigned 32-bit numbers, and this one means "random"."""
+
+
+def refuse_unsupported(job: GenerationJob) -> None:
+    """A 400 for a request llama-server would fail in the middle of its stream."""
+    seed = job.sampling.seed
+    if seed is not None and not 0 <= seed < SEED_LIMIT:
+        raise bad_request(f"seed must be between 0 and {SEED_LIMIT - 1} when llama-server generates; "
+                          f"got {seed}.", param="seed")
 
 
 def sampling_fields(sampling: Any, max_tokens: int) -> dict[str, Any]:
@@ -483,6 +500,13 @@ class UpstreamWorker:
         """Nothing to start: the client and the slot count are made on the serving event loop."""
 
     def submit(self, job: GenerationJob, reserved: bool = False) -> None:
+        """Queue a job (503 when the queue is full); 400 for what llama-server cannot do."""
+        try:
+            refuse_unsupported(job)
+        except APIError:
+            if reserved:
+                self.release()
+            raise
         if not reserved:
             self.reserve()
         task = asyncio.get_running_loop().create_task(self._run(job))
@@ -500,7 +524,8 @@ class UpstreamWorker:
 
     def stop(self, timeout: float = 5.0) -> None:
         for task in list(self._tasks):
-            task.cancel()
+            with contextlib.suppress(RuntimeError):  # its loop has closed already
+                task.cancel()
         self.vocabulary.close()
 
     @property
