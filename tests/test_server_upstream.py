@@ -105,6 +105,22 @@ def test_multi_turn_tool_loop(front: ServerProcess) -> None:
     assert prompt_tokens[1] > prompt_tokens[0]  # the second turn's prompt holds the first turn
 
 
+def test_auto_tool_choice_runs_the_lazy_grammar_upstream(front: ServerProcess) -> None:
+    """`auto`: the grammar waits for the analysis' trigger (here a special token); whatever the
+    model writes, the answer is text or valid calls, and llama-server stays up."""
+    client = front.client()
+    for seed in range(8):
+        response = client.chat.completions.create(
+            model=MODEL_NAME, messages=[{"role": "user", "content": "Weather in Paris?"}], tools=[WEATHER],
+            tool_choice="auto", max_tokens=64, seed=seed, temperature=1.5, extra_body={"thinking": False})
+        choice = response.choices[0]
+        assert choice.finish_reason in ("stop", "length", "tool_calls")
+        for call in choice.message.tool_calls or []:
+            assert call.function.name == "get_weather"
+            assert json.loads(call.function.arguments)["city"] in ("Paris", "Lima")
+    assert front.health()["worker"] == "ok"
+
+
 def test_reasoning_with_a_budget_then_a_forced_call(front: ServerProcess) -> None:
     """The prompt opens reasoning: it runs free for 8 tokens, the front end closes it, and the
     answer runs under the grammar in a second upstream request."""
@@ -258,6 +274,22 @@ def invented(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LlamaSe
     yield upstream, front
     front.stop()
     upstream.stop()
+
+
+def test_chat_template_file_overrides_the_upstream_template(upstream: LlamaServer, tmp_path: Path) -> None:
+    """The front end renders and parses with the template it is given, whatever the upstream's
+    model carries: the grammar makes the random model write that template's calls."""
+    front = start_server(None, "--upstream", upstream.base_url, "--chat-template-file", str(INVENTED_TEMPLATE),
+                         log_dir=tmp_path)
+    try:
+        response = front.client().chat.completions.create(
+            model=MODEL_NAME, messages=[{"role": "user", "content": "Weather in Lima?"}], tools=[WEATHER],
+            tool_choice="required", max_tokens=TURN_TOKENS, seed=5, extra_body={"return_prompt": True})
+        assert response.model_extra["prompt"].endswith("«assistant»")
+        calls = response.choices[0].message.tool_calls
+        assert calls and json.loads(calls[0].function.arguments)["city"] in ("Paris", "Lima")
+    finally:
+        front.stop()
 
 
 def test_invented_template_streams_correct_tool_calls(invented: tuple[LlamaServer, ServerProcess]) -> None:
