@@ -660,7 +660,9 @@ async def stream_events(base_url: str, path: str, body: dict[str, Any], read_tim
                 if started and (wait := read_at + pace_s - loop.time()) > 0:
                     await asyncio.sleep(wait)
                 read_at = loop.time()
-                connection.receive_data(await asyncio.wait_for(reader.read(1 << 16), read_timeout_s))
+                async with asyncio.timeout(read_timeout_s):  # no task per read, unlike wait_for
+                    data = await reader.read(1 << 16)
+                connection.receive_data(data)
             elif isinstance(event, h11.Response):
                 status = event.status_code
             elif isinstance(event, h11.Data) and status != 200:
