@@ -21,7 +21,8 @@ With ``--upstream``, the first measurement compares the two ways to serve instea
 is started on the model with that many slots, and ``autoparser serve --upstream`` in front of it;
 each round runs twice, against llama-server's own ``/v1/chat/completions`` and against the front
 end, with the same requests (explicit sampling: temperature 1, top-p 1, no top-k or min-p), and
-the front end's share of llama-server's tokens/s is printed (goal with 8 clients: 95 % or more).
+the front end's share of llama-server's tokens/s is printed, the median over the rounds of each
+front-end round against the llama-server round just before it (goal with 8 clients: 95 % or more).
 The CPU time is the front end's and llama-server's.
 
 The clients run in this process, on the same machine as the server. ``--client lean`` (the
@@ -270,8 +271,10 @@ def upstream_comparison(model: Path, tmp: Path, parallel: int, args: argparse.Na
             pair = [r[0] if len(r) == 1 else combined(r) for r in (direct, fronted)]
             for target, row in zip(("llama-server", "front end"), pair, strict=True):
                 rows.append({"parallel": parallel, "clients": clients, "target": target, **row})
-            share = pair[1]["tokens_per_s"] / pair[0]["tokens_per_s"]
-            rows[-1]["share"] = share
+            # each round against the one run just before it: a swing of the machine's load
+            # moves both, where the ratio of the two medians would take rounds far apart
+            rows[-1]["share"] = statistics.median(
+                f["tokens_per_s"] / d["tokens_per_s"] for d, f in zip(direct, fronted, strict=True))
             print(_upstream_row_text(rows[-2]), flush=True)
             print(_upstream_row_text(rows[-1]), flush=True)
     finally:
@@ -314,7 +317,7 @@ def start_llama_server(binary: str | None, model: Path, log_path: Path, parallel
 
 
 def _upstream_row_text(row: dict) -> str:
-    share = f"  = {100 * row['share']:.1f} % of llama-server alone" if "share" in row else ""
+    share = f"  = {100 * row['share']:.1f} % of llama-server alone (median of paired rounds)" if "share" in row else ""
     return (f"--parallel {row['parallel']}  {row['clients']} client(s)  {row['target']:>12}: "
             f"{row['tokens_per_s']:7.1f} tokens/s{_spread(row)}  TTFT p50 {row['ttft_p50_ms']:6.1f} ms  "
             f"p95 {row['ttft_p95_ms']:6.1f} ms  {'all tokens' if row['complete'] else 'TOKENS MISSING'}; "
