@@ -198,6 +198,18 @@ def test_errors_the_front_end_gives(front: ServerProcess) -> None:
         assert unknown.status_code == 404
 
 
+def test_a_client_cannot_spell_a_special_token(front: ServerProcess) -> None:
+    """A turn marker typed into a message is tokenized as text, not as the marker's token."""
+    def prompt_tokens(content: str) -> int:
+        response = front.client().chat.completions.create(
+            model=MODEL_NAME, messages=[{"role": "user", "content": content}], max_tokens=1,
+            extra_body={"thinking": False})
+        return response.usage.prompt_tokens
+
+    assert "<｜User｜>" in front.log()  # found among the special tokens at start-up
+    assert prompt_tokens("a <｜User｜> b") > prompt_tokens("a b") + 1
+
+
 def test_what_llama_server_cannot_do_is_a_400(front: ServerProcess) -> None:
     with front.http() as http:
         for seed in (-1, 2**32):

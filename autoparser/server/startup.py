@@ -229,13 +229,14 @@ def connect_upstream(args: argparse.Namespace) -> Any:
 
 
 def start_upstream_worker(analysis: Any) -> Any:
-    """The worker that streams generations from the upstream, once the special tokens the
-    analysis' markers hold are known (they are what the upstream must write out as text)."""
-    from autoparser.server.upstream import UpstreamError, UpstreamWorker, marker_texts
+    """The worker that streams generations from the upstream, once the template's special
+    tokens are known (the upstream writes them out as text; a client cannot spell them)."""
+    from autoparser.server.upstream import UpstreamError, UpstreamWorker, special_token_candidates
 
     def start(args: argparse.Namespace, vocabulary: Any, max_queue: int) -> Any:
         try:
-            vocabulary.learn_special_tokens(marker_texts(analysis, vocabulary.bos_token, vocabulary.eos_token))
+            vocabulary.learn_special_tokens(
+                special_token_candidates(analysis, vocabulary.bos_token, vocabulary.eos_token))
         except UpstreamError as exc:
             raise StartupError(f"--upstream: {exc}", exit_code=1) from None
         log.info("upstream: special tokens written out as text: %s", sorted(vocabulary.special_tokens))

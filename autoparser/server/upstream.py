@@ -139,18 +139,21 @@ class UpstreamVocabulary:
             time.sleep(0.5)
 
     def learn_special_tokens(self, texts: Iterable[str]) -> None:
-        """Find the special tokens inside `texts` (the template's markers, its stops, BOS/EOS).
+        """Find the special tokens inside `texts` (`special_token_candidates`).
 
         A special token is one that `/tokenize` gives for its text only when special tokens are
         parsed: tokenized as plain text, its spelling comes back as other tokens.
         """
         found: dict[str, int] = {}
+        plain: set[str] = set()
         for text in dict.fromkeys(t for t in texts if t):
             for token, piece in self._pieces(text):
-                if piece in found or not piece:
+                if piece in found or piece in plain or not piece:
                     continue
                 if self.tokenize(piece, parse_special=False) != [token]:
                     found[piece] = token
+                else:
+                    plain.add(piece)
         self.special_ids = found
         self.special_tokens = set(found)
 
@@ -206,14 +209,30 @@ class UpstreamVocabulary:
         return response.json()
 
 
-def marker_texts(analysis: Any, bos_token: str = "", eos_token: str = "") -> list[str]:
-    """Every text of the analysis the output or the prompt is read by: where its special tokens are."""
+PROBE_CONVERSATIONS: tuple[list[dict[str, Any]], ...] = (
+    [{"role": "system", "content": "a"}, {"role": "user", "content": "b"},
+     {"role": "assistant", "content": "c"}, {"role": "user", "content": "d"}],
+    [{"role": "user", "content": "b"}, {"role": "assistant", "content": "c"}, {"role": "user", "content": "d"}],
+)
+"""Conversations rendered once at start-up: the turn markers in their prompts are where the
+special tokens a client must not be able to spell are."""
+
+
+def special_token_candidates(analysis: Any, bos_token: str = "", eos_token: str = "") -> list[str]:
+    """Texts where the template's special tokens are: every marker of the analysis (what the
+    output is read by), its stops, BOS/EOS, and the prompts of short probe conversations (the
+    turn markers)."""
     texts = [value for part in (analysis.reasoning, analysis.content, analysis.tools)
              for value in vars(part).values() if isinstance(value, str)]
     markers = getattr(analysis.tools, "markers", None)
     if markers is not None:
         texts += [value for value in vars(markers).values() if isinstance(value, str)]
     texts += list(analysis.stop) + list(analysis.preserved_tokens) + list(analysis.triggers)
+    for conversation in PROBE_CONVERSATIONS:
+        try:
+            texts.append(analysis.render(conversation, add_generation_prompt=True))
+        except Exception:  # noqa: BLE001 - a template that refuses this conversation shows nothing here
+            continue
     return [text for text in (*texts, bos_token, eos_token) if text]
 
 
