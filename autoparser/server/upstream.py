@@ -182,12 +182,12 @@ class UpstreamVocabulary:
     # -- HTTP ----------------------------------------------------------------------------------
 
     def _pieces(self, text: str) -> list[tuple[int, str]]:
+        """(id, text) of each token of `text`; the text is empty for part of a character."""
         body = {"content": text, "add_special": False, "parse_special": True, "with_pieces": True}
         out = []
         for entry in self._post("/tokenize", body).get("tokens", []):
-            piece = entry.get("piece")
-            text_piece = piece if isinstance(piece, str) else bytes(piece).decode("utf-8", errors="replace")
-            out.append((int(entry["id"]), text_piece))
+            piece = entry.get("piece")  # a list of bytes for a piece of a UTF-8 character: no text
+            out.append((int(entry["id"]), piece if isinstance(piece, str) else ""))
         return out
 
     def _get(self, path: str) -> dict[str, Any]:
