@@ -42,7 +42,7 @@ def _binary_or_reason() -> tuple[Path | None, str]:
         return None, f"llama-server is not built and {BUILD_ENV}=0 forbids building it"
     missing = builder.missing_tools()
     if missing:
-        return None, f"cannot build llama-server: no {' and no '.join(missing)}"
+        return None, f"cannot build llama-server: missing {' and '.join(missing)}"
     try:
         return builder.build(jobs=max(1, (os.cpu_count() or 2))), ""
     except builder.BuildError as exc:
