@@ -257,6 +257,26 @@ def test_an_upstream_that_goes_away(tmp_path: Path) -> None:
         upstream.stop()
 
 
+def test_an_upstream_with_an_api_key(tmp_path: Path) -> None:
+    model = tiny_model(find_template("deepseek-ai-DeepSeek-V3.1.jinja"))
+    upstream = start_llama_server(model, "--api-key", "upstream-secret", log_dir=tmp_path, parallel=1, n_ctx=1024)
+    try:
+        refused = run_serve("--upstream", upstream.base_url, "--port", "0", timeout=60)
+        assert refused.returncode == 1 and "--upstream:" in refused.stderr and "401" in refused.stderr
+        front = start_server(None, "--upstream", upstream.base_url, "--upstream-api-key", "upstream-secret",
+                             log_dir=tmp_path)
+        try:
+            chunks = list(front.client().chat.completions.create(
+                model=MODEL_NAME, messages=[{"role": "user", "content": "Weather in Lima?"}], tools=[WEATHER],
+                tool_choice="required", max_tokens=TURN_TOKENS, stream=True, extra_body={"thinking": False}))
+            assert _tool_calls_of_stream(chunks)
+            assert front.health()["upstream"]["slots"]["total"] == 1
+        finally:
+            front.stop()
+    finally:
+        upstream.stop()
+
+
 def test_an_unreachable_upstream_is_one_line_and_exit_code_1() -> None:
     from llama_server import free_port
 

@@ -41,6 +41,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                         help="generate with the llama-server at URL (http://HOST:PORT) through its "
                              "/completion endpoint instead of loading a model; the template, the "
                              "context size and the slots are read from it")
+    parser.add_argument("--upstream-api-key", default=os.environ.get("AUTOPARSER_UPSTREAM_API_KEY"),
+                        help="the --upstream server's API key (default: $AUTOPARSER_UPSTREAM_API_KEY)")
     parser.add_argument("--chat-template-file", default=None,
                         help="use this chat template instead of the GGUF's tokenizer.chat_template")
     parser.add_argument("--n-gpu-layers", type=int, default=0,
@@ -218,7 +220,7 @@ def connect_upstream(args: argparse.Namespace) -> Any:
     """The upstream llama-server's vocabulary and facts (it must answer, its model loaded)."""
     from autoparser.server.upstream import UpstreamError, UpstreamVocabulary
 
-    vocabulary = UpstreamVocabulary(args.upstream)
+    vocabulary = UpstreamVocabulary(args.upstream, api_key=getattr(args, "upstream_api_key", None))
     try:
         vocabulary.connect()
     except UpstreamError as exc:

@@ -89,9 +89,12 @@ class UpstreamVocabulary:
     """Unknown here: prompt lengths are counted by tokenizing, never estimated from bytes."""
     gpu_offload = False
 
-    def __init__(self, base_url: str, timeout: float = 60.0) -> None:
+    def __init__(self, base_url: str, timeout: float = 60.0, api_key: str | None = None) -> None:
         self.base_url = base_url.rstrip("/")
-        self._http = httpx.Client(base_url=self.base_url, timeout=httpx.Timeout(timeout, connect=CONNECT_TIMEOUT_S))
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        """What every request to the upstream carries (its API key)."""
+        self._http = httpx.Client(base_url=self.base_url, headers=self.headers,
+                                  timeout=httpx.Timeout(timeout, connect=CONNECT_TIMEOUT_S))
         self.model_id = ""
         self.chat_template: str | None = None
         self.bos_token = ""
@@ -597,7 +600,7 @@ class UpstreamWorker:
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
-            self._client = httpx.AsyncClient(base_url=self.base_url, timeout=10.0)
+            self._client = httpx.AsyncClient(base_url=self.base_url, headers=self.vocabulary.headers, timeout=10.0)
         return self._client
 
     async def _run(self, job: GenerationJob) -> None:
@@ -638,12 +641,13 @@ class UpstreamWorker:
     async def stream_completion(self, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         """The upstream's streamed `/completion` events; leaving the loop early closes the
         connection, which ends the upstream's generation."""
-        async for event in stream_events(self.base_url, "/completion", body, self._read_timeout_s, pace_s=FLUSH_S):
+        async for event in stream_events(self.base_url, "/completion", body, self._read_timeout_s,
+                                         pace_s=FLUSH_S, headers=self.vocabulary.headers):
             yield event
 
 
 async def stream_events(base_url: str, path: str, body: dict[str, Any], read_timeout_s: float,
-                        pace_s: float = 0.0) -> AsyncIterator[dict[str, Any]]:
+                        pace_s: float = 0.0, headers: dict[str, str] | None = None) -> AsyncIterator[dict[str, Any]]:
     """POST `body` as JSON and yield the JSON of each `data:` line of the SSE answer.
 
     With `pace_s`, once the first event has come, the socket is read at most every `pace_s`:
@@ -665,10 +669,10 @@ async def stream_events(base_url: str, path: str, body: dict[str, Any], read_tim
     except (OSError, TimeoutError) as exc:
         raise UpstreamError(f"cannot reach {base_url}{path}: {exc or type(exc).__name__}") from None
     connection = h11.Connection(h11.CLIENT)
-    headers = [("Host", url.netloc), ("Content-Type", "application/json"), ("Content-Length", str(len(payload))),
-               ("Accept", "text/event-stream"), ("Connection", "close")]
+    fields = [("Host", url.netloc), ("Content-Type", "application/json"), ("Content-Length", str(len(payload))),
+              ("Accept", "text/event-stream"), ("Connection", "close"), *(headers or {}).items()]
     try:
-        writer.write(connection.send(h11.Request(method="POST", target=target, headers=headers))
+        writer.write(connection.send(h11.Request(method="POST", target=target, headers=fields))
                      + connection.send(h11.Data(data=payload)) + connection.send(h11.EndOfMessage()))
         status, buffer, refusal = 0, b"", b""
         loop = asyncio.get_running_loop()
