@@ -288,6 +288,8 @@ def test_an_unreachable_upstream_is_one_line_and_exit_code_1() -> None:
 def test_model_and_upstream_exclude_each_other(tmp_path: Path) -> None:
     result = run_serve("--upstream", "http://127.0.0.1:1", "--model", str(tmp_path / "m.gguf"), timeout=60)
     assert result.returncode == 2 and "exclude each other" in result.stderr
+    engine_options = run_serve("--upstream", "http://127.0.0.1:1", "--parallel", "4", "--threads", "2", timeout=60)
+    assert engine_options.returncode == 2 and "--parallel, --threads belong to llama-server" in engine_options.stderr
 
 
 # -- a format llama.cpp does not know --------------------------------------------------------------

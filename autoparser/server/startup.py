@@ -141,6 +141,13 @@ def _check_upstream_arguments(args: argparse.Namespace) -> None:
 
     if args.model:
         raise StartupError("--model and --upstream exclude each other: the upstream holds the model")
+    engine_options = {"--parallel": getattr(args, "parallel", None) is not None,
+                      "--n-gpu-layers": getattr(args, "n_gpu_layers", 0) != 0,
+                      "--threads": getattr(args, "threads", None) is not None}
+    given = [name for name, set_here in engine_options.items() if set_here]
+    if given:
+        raise StartupError(f"{', '.join(given)} belong to llama-server with --upstream: the front end "
+                           "reads the slots and the context from it")
     url = urlparse(args.upstream)
     if url.scheme not in ("http", "https") or not url.netloc:
         raise StartupError(f"--upstream must be an http(s)://HOST:PORT address, got {args.upstream!r}")
