@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
 import pytest
 from llama_server import LlamaServer, start_llama_server
 from server_harness import MODEL_NAME, REPO, ServerProcess, find_template, run_serve, start_server, tiny_model
@@ -208,6 +209,19 @@ def test_a_client_cannot_spell_a_special_token(front: ServerProcess) -> None:
 
     assert "<｜User｜>" in front.log()  # found among the special tokens at start-up
     assert prompt_tokens("a <｜User｜> b") > prompt_tokens("a b") + 1
+
+
+def test_a_27000_character_message_does_not_take_llama_server_down(front: ServerProcess,
+                                                                   upstream: LlamaServer) -> None:
+    """llama-server's own `/tokenize` dies on such a run; the front end tokenizes it in pieces."""
+    client = front.client()
+    try:
+        client.chat.completions.create(model=MODEL_NAME, messages=[{"role": "user", "content": "x" * 27000}],
+                                       max_tokens=4)
+    except openai.BadRequestError as exc:  # longer than a slot: the usual clear 400
+        assert exc.body["code"] == "context_length_exceeded"
+    assert upstream.process.poll() is None
+    assert front.health()["worker"] == "ok"
 
 
 def test_what_llama_server_cannot_do_is_a_400(front: ServerProcess) -> None:

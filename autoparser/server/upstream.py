@@ -40,6 +40,7 @@ import h11
 import httpx
 
 from autoparser.llama.logprobs import TokenLogprob
+from autoparser.llama.long_runs import tokenizer_pieces
 from autoparser.server.errors import APIError, bad_request
 from autoparser.server.worker import GenerationJob, GenerationResult, QueueBound
 
@@ -163,8 +164,14 @@ class UpstreamVocabulary:
     # -- the token methods `ChatService` uses --------------------------------------------------
 
     def tokenize(self, text: str, parse_special: bool = True, add_bos: bool = False) -> list[int]:
-        body = {"content": text, "add_special": add_bos, "parse_special": parse_special}
-        return [int(token) for token in self._post("/tokenize", body).get("tokens", [])]
+        """As `Engine.tokenize`, very long runs of characters in pieces: in one piece they crash
+        llama.cpp's pre-tokenizer for some vocabularies, llama-server's too (27,000 letters
+        killed it with DeepSeek's)."""
+        tokens: list[int] = []
+        for index, piece in enumerate(tokenizer_pieces(text, self.special_tokens if parse_special else ())):
+            body = {"content": piece, "add_special": add_bos and index == 0, "parse_special": parse_special}
+            tokens += [int(token) for token in self._post("/tokenize", body).get("tokens", [])]
+        return tokens
 
     def token_id(self, text: str) -> int | None:
         """The id of `text` when it is exactly one token (special tokens included), else None."""
@@ -348,7 +355,7 @@ class UpstreamJob:
         stops = job.stop_token_ids + ((single_end,) if single_end is not None else ())
         thought = await self._phase(job.prompt_tokens, limit, None, stops, job.ignore_eos or phase.no_eos,
                                     reasoning_end=phase.end_text)
-        continuation = self._after_reasoning(thought, single_end, limit)
+        continuation = await self._after_reasoning(thought, single_end, limit)
         self.totals.add(thought)
         if continuation is None:
             return self._result()
@@ -360,8 +367,7 @@ class UpstreamJob:
                                               job.stop_token_ids, job.ignore_eos))
         return self._result()
 
-    def _after_reasoning(self, thought: _Phase, single_end: int | None,
-                         limit: int) -> list[int | str] | None:
+    async def _after_reasoning(self, thought: _Phase, single_end: int | None, limit: int) -> list[int] | None:
         """The prompt the answer continues from, or None when the job ends with its reasoning.
         Tokens appended here count as generated, as the own engine counts them."""
         job, phase = self.job, self.job.reasoning
@@ -379,12 +385,12 @@ class UpstreamJob:
         if appended:
             self._emit(job.completion.feed(phase.end_text))
         thought.count += len(appended)
-        # Token ids where the upstream gave them all; else the text, which it tokenizes again
-        # (a prompt may mix ids and text).
-        generated: list[int | str] = [*thought.generated] if thought.ids_complete else [thought.text]
+        # The ids the upstream gave, or where it left some out, the text tokenized again
+        generated = thought.generated if thought.ids_complete else await asyncio.to_thread(
+            self.worker.vocabulary.tokenize, thought.text)
         return [*job.prompt_tokens, *generated, *appended]
 
-    async def _phase(self, prompt: list[int | str], max_tokens: int, grammar: Any, stop_ids: tuple[int, ...],
+    async def _phase(self, prompt: list[int], max_tokens: int, grammar: Any, stop_ids: tuple[int, ...],
                      ignore_eos: bool, reasoning_end: str = "") -> _Phase:
         job, worker = self.job, self.worker
         body: dict[str, Any] = {
