@@ -7,7 +7,7 @@ or compiler, no source package), or when `AUTOPARSER_BUILD_LLAMA_SERVER=0` forbi
 that is not there yet.
 
 `start_llama_server` runs it on a free loopback port with a model and returns once its model has
-loaded.
+loaded; `front_end_on_llama_server` puts `serve --upstream` in front of one.
 """
 
 from __future__ import annotations
@@ -17,12 +17,15 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
 import httpx
 import pytest
+from server_harness import ServerProcess
 
 BUILD_ENV = "AUTOPARSER_BUILD_LLAMA_SERVER"
 
@@ -109,6 +112,24 @@ def start_llama_server(model: Path, *args: str, log_dir: Path, parallel: int = 4
     except BaseException:
         server.stop()
         raise
+
+
+@contextmanager
+def front_end_on_llama_server(model: Path, *front_args: str, log_dir: Path, parallel: int = 1,
+                              n_ctx: int = 4096) -> Iterator[ServerProcess]:
+    """`serve --upstream` in front of a llama-server on `model`; both stopped at the end."""
+    from server_harness import start_server
+
+    upstream = start_llama_server(model, log_dir=log_dir, parallel=parallel, n_ctx=n_ctx)
+    try:
+        front = start_server(None, "--upstream", upstream.base_url, *front_args, log_dir=log_dir)
+        front.upstream = upstream.base_url
+        try:
+            yield front
+        finally:
+            front.stop()
+    finally:
+        upstream.stop()
 
 
 def _tail(path: Path, lines: int = 30) -> str:

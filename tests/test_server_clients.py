@@ -63,18 +63,10 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
         yield process
         process.stop()
         return
-    from llama_server import start_llama_server
+    from llama_server import front_end_on_llama_server
 
-    upstream = start_llama_server(model, log_dir=tmp_path_factory.mktemp("llama-server"), parallel=1, n_ctx=4096)
-    try:
-        process = start_server(None, "--upstream", upstream.base_url, log_dir=tmp_path_factory.mktemp("front"))
-    except BaseException:
-        upstream.stop()
-        raise
-    process.upstream = upstream.base_url
-    yield process
-    process.stop()
-    upstream.stop()
+    with front_end_on_llama_server(model, log_dir=tmp_path_factory.mktemp("upstream"), n_ctx=4096) as process:
+        yield process
 
 
 @pytest.fixture(scope="module")

@@ -103,23 +103,15 @@ def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     template = find_template(family.serve_template or family.model_template)
     args = ["--chat-template-file", str(template)] if family.serve_template else []
     log_dir = tmp_path_factory.mktemp(f"{family.id}-{backend}")
-    upstream = None
     if backend == "upstream":
-        from llama_server import start_llama_server
+        from llama_server import front_end_on_llama_server
 
-        upstream = start_llama_server(model, log_dir=log_dir, parallel=1, n_ctx=2048)
-        args += ["--upstream", upstream.base_url]
-    try:
-        server = start_server(None if upstream else model, *args, *([] if upstream else ["--n-ctx", "2048"]),
-                              log_dir=log_dir)
-    except BaseException:
-        if upstream is not None:
-            upstream.stop()
-        raise
+        with front_end_on_llama_server(model, *args, log_dir=log_dir, n_ctx=2048) as server:
+            yield Served(family, server, template.read_text(encoding="utf-8"))
+        return
+    server = start_server(model, *args, "--n-ctx", "2048", log_dir=log_dir)
     yield Served(family, server, template.read_text(encoding="utf-8"))
     server.stop()
-    if upstream is not None:
-        upstream.stop()
 
 
 def extra(obj: Any, name: str) -> Any:

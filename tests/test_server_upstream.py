@@ -45,6 +45,7 @@ def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
 @pytest.fixture(scope="module")
 def front(upstream: LlamaServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     process = start_server(None, "--upstream", upstream.base_url, log_dir=tmp_path_factory.mktemp("front"))
+    process.upstream = upstream.base_url
     yield process
     process.stop()
 
