@@ -15,6 +15,7 @@ import logging
 import os
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -297,7 +298,9 @@ def analyze_template(args: argparse.Namespace, engine: Any) -> Any:
 
 
 def _serve(args: argparse.Namespace, sock: socket.socket, engine: Any, analysis: Any,
-           start_worker: Any = None) -> int:
+           start_worker: Callable[[argparse.Namespace, Any, int], Any] | None = None) -> int:
+    """Serve until interrupted; `start_worker(args, engine, max_queue)` gives the generation
+    worker (default: the supervised model worker process)."""
     import uvicorn
 
     from autoparser.server.app import create_app
@@ -330,7 +333,8 @@ def _serve(args: argparse.Namespace, sock: socket.socket, engine: Any, analysis:
 
 
 def served_name(args: argparse.Namespace, engine: Any) -> str:
-    """The model id clients see by default: the GGUF's file name without its extension."""
+    """The model id clients see by default: the GGUF's file name without its extension (with
+    --upstream, the upstream's model id, which is its model's path unless it has an alias)."""
     name = args.model or getattr(engine, "model_id", "") or "model"
     return Path(name).stem or name
 
