@@ -464,7 +464,8 @@ class UpstreamJob:
         timings = chunk.get("timings") or {}
         if "prompt_ms" in timings:
             result.prefill_ms = float(timings["prompt_ms"])
-        result.cached_tokens = int(timings.get("cache_n") or chunk.get("tokens_cached") or 0)
+        # `cache_n`: the prompt tokens reused (`tokens_cached` counts the whole cache after it)
+        result.cached_tokens = int(timings.get("cache_n") or 0)
         limited = chunk.get("stop_type") == "limit" or chunk.get("truncated")
         result.finish_reason = "length" if limited else "stop"
 
