@@ -95,6 +95,8 @@ class ServerProcess:
     base_url: str
     log_path: Path
     api_key: str | None = None
+    upstream: str | None = None
+    """The llama-server this one is in front of (`serve --upstream`), if any."""
 
     def client(self, **kwargs: Any):  # type: ignore[no-untyped-def]
         """The official OpenAI client pointed at this server (no retries: tests see every status)."""
@@ -126,16 +128,18 @@ class ServerProcess:
         return self.process.returncode
 
 
-def start_server(model: Path, *args: str, log_dir: Path, api_key: str | None = None,
+def start_server(model: Path | None, *args: str, log_dir: Path, api_key: str | None = None,
                  timeout: float = 120.0, cwd: Path = REPO, serve: list[str] | None = None) -> ServerProcess:
     """Start `serve --model MODEL --port 0 ARGS` (`serve`: the command, default `serve_command()`)
-    in `cwd`; return once `/health` answers.
+    in `cwd`; return once `/health` answers. Without a model, ARGS say where generation happens
+    (`--upstream URL`).
 
     The model is served as `tiny` (the name tests send) unless ARGS name it otherwise."""
     log_path = log_dir / "server.log"
     if "--served-model-name" not in args:
         args = (*args, "--served-model-name", MODEL_NAME)
-    command = [*(serve or serve_command()), "--model", str(model), "--host", "127.0.0.1", "--port", "0", *args]
+    model_args = ["--model", str(model)] if model is not None else []
+    command = [*(serve or serve_command()), *model_args, "--host", "127.0.0.1", "--port", "0", *args]
     if api_key:
         command += ["--api-key", api_key]
     with log_path.open("wb") as log_file:

@@ -10,6 +10,8 @@ Each family is the tiny random-weight deepseek2 model carrying that family's cha
 
 The model's text is noise; what is checked is everything around it: the request fields, the
 prompt, the grammar keeping tool calls well-formed, the parser, streaming, and the response.
+Every family runs twice: on the server's own engine, and with `serve --upstream` in front of a
+llama-server on the same model.
 """
 
 from __future__ import annotations
@@ -88,15 +90,26 @@ class Served:
         return self.server.client()
 
 
-@pytest.fixture(scope="module", params=FAMILIES, ids=[f.id for f in FAMILIES])
+BACKENDS = ["engine", "upstream"]
+"""The own engine, and `serve --upstream` in front of a llama-server on the same model
+(`tests/llama_server.py`; skipped where llama-server cannot be built)."""
+
+
+@pytest.fixture(scope="module", params=[(f, b) for f in FAMILIES for b in BACKENDS],
+                ids=[f"{f.id}-{b}" for f in FAMILIES for b in BACKENDS])
 def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    family: Family = request.param
+    family, backend = request.param
     model = tiny_model(find_template(family.model_template))
-    args = ["--n-ctx", "2048"]
     template = find_template(family.serve_template or family.model_template)
-    if family.serve_template:
-        args += ["--chat-template-file", str(template)]
-    server = start_server(model, *args, log_dir=tmp_path_factory.mktemp(family.id))
+    args = ["--chat-template-file", str(template)] if family.serve_template else []
+    log_dir = tmp_path_factory.mktemp(f"{family.id}-{backend}")
+    if backend == "upstream":
+        from llama_server import front_end_on_llama_server
+
+        with front_end_on_llama_server(model, *args, log_dir=log_dir, n_ctx=2048) as server:
+            yield Served(family, server, template.read_text(encoding="utf-8"))
+        return
+    server = start_server(model, *args, "--n-ctx", "2048", log_dir=log_dir)
     yield Served(family, server, template.read_text(encoding="utf-8"))
     server.stop()
 

@@ -1,7 +1,8 @@
 """Parallel slots in a real `serve --parallel 4` process: concurrent requests all answered in full
 or refused with 503, streamed and non-streamed answers agreeing under load, a client that leaves
 freeing its slot, prefix reuse on a conversation's second turn, and the 27,000-character message
-that used to crash llama.cpp's tokenizer."""
+that used to crash llama.cpp's tokenizer. Each runs on the own engine and through `serve
+--upstream` in front of a llama-server."""
 
 from __future__ import annotations
 
@@ -18,13 +19,22 @@ PARALLEL = 4
 MAX_QUEUE = 4
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+@pytest.fixture(scope="module", params=["engine", "upstream"])
+def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """The own engine with 4 slots, and `serve --upstream` in front of a llama-server with 4."""
     model = tiny_model(find_template("deepseek-ai-DeepSeek-V3.1.jinja"))
-    process = start_server(model, "--n-ctx", "8192", "--parallel", str(PARALLEL), "--max-queue", str(MAX_QUEUE),
-                           log_dir=tmp_path_factory.mktemp("parallel"))
-    yield process
-    process.stop()
+    log_dir = tmp_path_factory.mktemp(f"parallel-{request.param}")
+    if request.param == "engine":
+        process = start_server(model, "--n-ctx", "8192", "--parallel", str(PARALLEL), "--max-queue", str(MAX_QUEUE),
+                               log_dir=log_dir)
+        yield process
+        process.stop()
+        return
+    from llama_server import front_end_on_llama_server
+
+    with front_end_on_llama_server(model, "--max-queue", str(MAX_QUEUE), log_dir=log_dir, parallel=PARALLEL,
+                                   n_ctx=8192 // PARALLEL) as process:
+        yield process
 
 
 def ask(index: int) -> list[dict[str, str]]:

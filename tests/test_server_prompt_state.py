@@ -22,12 +22,20 @@ AFTER_TOOL = ASKED + [
 THINKING_ON = {"chat_template_kwargs": {"thinking": True}, "ignore_eos": True}
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+@pytest.fixture(scope="module", params=["engine", "upstream"])
+def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """The own engine, and `serve --upstream` in front of a llama-server on the same model."""
     model = tiny_model(find_template("deepseek-ai-DeepSeek-V3.1.jinja"))
-    process = start_server(model, "--n-ctx", "4096", log_dir=tmp_path_factory.mktemp("prompt-state"))
-    yield process
-    process.stop()
+    log_dir = tmp_path_factory.mktemp(f"prompt-state-{request.param}")
+    if request.param == "engine":
+        process = start_server(model, "--n-ctx", "4096", log_dir=log_dir)
+        yield process
+        process.stop()
+        return
+    from llama_server import front_end_on_llama_server
+
+    with front_end_on_llama_server(model, log_dir=log_dir, n_ctx=4096) as process:
+        yield process
 
 
 def ask(server: ServerProcess, messages: list[dict[str, Any]], seed: int, stream: bool = False) -> dict[str, Any]:

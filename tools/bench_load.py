@@ -16,6 +16,15 @@
    (``--no-prefix-cache``). Printed: ``prompt_tokens``, ``cached_tokens`` and ``prefill_time``
    of both turns.
 
+With ``--upstream``, the first measurement compares the two ways to serve instead: for each
+``--parallel`` value a llama-server (``tools/build_llama_server.py``, or ``--llama-server PATH``)
+is started on the model with that many slots, and ``autoparser serve --upstream`` in front of it;
+each round runs twice, against llama-server's own ``/v1/chat/completions`` and against the front
+end, with the same requests (explicit sampling: temperature 1, top-p 1, no top-k or min-p), and
+the front end's share of llama-server's tokens/s is printed, the median over the rounds of each
+front-end round against the llama-server round just before it (goal with 8 clients: 95 % or more).
+The CPU time is the front end's and llama-server's.
+
 The clients run in this process, on the same machine as the server. ``--client lean`` (the
 default) reads the SSE stream with the standard library's ``http.client``, takes the token
 count from the final ``usage`` chunk and parses no other chunk, so that the clients take as
@@ -31,6 +40,7 @@ Usage::
 
     python tools/bench_load.py [--model M.gguf | --shape tiny|aligned|medium [--vocab-size N]] [--parallel 1,4] [--clients 1,2,4,8] [--tokens 96]
                                [--threads N] [--n-gpu-layers N] [--client lean|httpx|openai] [--rounds N]
+    python tools/bench_load.py --upstream [--llama-server PATH] [--parallel 4] [--clients 8] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -40,6 +50,7 @@ import http.client
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -50,11 +61,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_server import server_cpu_seconds, start_server, stop_server, tiny_model  # noqa: E402
+from bench_server import cpu_seconds, server_cpu_seconds, start_server, stop_server, tiny_model  # noqa: E402
 from make_tiny_model import SHAPES  # noqa: E402
 
 TOPICS = ["rain", "snow", "the sea", "mountains", "cities", "trains", "birds", "clocks"]
 MODEL_NAME = "bench"
+SAMPLING: dict = {}
+"""Sampling fields every request carries (set with --upstream: llama-server's defaults differ)."""
+EXPLICIT_SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0}
 
 
 @dataclass
@@ -66,7 +80,7 @@ class Outcome:
 
 def request_body(n_tokens: int, seed: int) -> dict:
     return {"model": MODEL_NAME, "stream": True, "max_tokens": n_tokens, "seed": seed, "ignore_eos": True,
-            "stream_options": {"include_usage": True},
+            "stream_options": {"include_usage": True}, **SAMPLING,
             "messages": [{"role": "user", "content": f"Request {seed}: say something about "
                                                      f"{TOPICS[seed % len(TOPICS)]}."}]}
 
@@ -207,10 +221,19 @@ def throughput(model: Path, tmp: Path, parallel: int, args: argparse.Namespace) 
 
 
 def measured_round(request: Callable[[str, int, int], Outcome], url: str, pid: int, clients: int,
-                   args: argparse.Namespace) -> dict:
-    server_before, own_before = server_cpu_seconds(pid), time.process_time()
+                   args: argparse.Namespace, worker_pid: int | None = None) -> dict:
+    """One round; the CPU time of `pid` and its children, or with `worker_pid`, of `pid` as the
+    front end and of `worker_pid` as the model's process. llama-server alone counts as the worker."""
+    def cpu() -> dict[str, float]:
+        if worker_pid is not None:
+            return {"front": cpu_seconds(pid), "worker": cpu_seconds(worker_pid)}
+        if args.upstream:
+            return {"front": 0.0, "worker": cpu_seconds(pid)}
+        return server_cpu_seconds(pid)
+
+    server_before, own_before = cpu(), time.process_time()
     wall, outcomes = load_round(request, url, clients, args.requests, args.tokens, seed0=1000 * clients)
-    server_after, own_cpu = server_cpu_seconds(pid), time.process_time() - own_before
+    server_after, own_cpu = cpu(), time.process_time() - own_before
     done = [o for o in outcomes if not o.refused]
     n_tokens = sum(o.tokens for o in done)
     per_token = 1e6 / max(1, n_tokens)
@@ -222,6 +245,89 @@ def measured_round(request: Callable[[str, int, int], Outcome], url: str, pid: i
             "front_cpu_us": per_token * (server_after["front"] - server_before["front"]),
             "worker_cpu_us": per_token * (server_after["worker"] - server_before["worker"]),
             "client_cpu_us": per_token * own_cpu}
+
+
+def upstream_comparison(model: Path, tmp: Path, parallel: int, args: argparse.Namespace) -> list[dict]:
+    """llama-server alone against the front end in front of it, round by round in turn."""
+    llama, llama_url = start_llama_server(args.llama_server, model, tmp / f"llama-server-p{parallel}.log",
+                                          parallel, args.n_ctx, args.threads)
+    try:
+        front, front_url = start_server(None, tmp / f"front-p{parallel}.log", "--upstream", llama_url,
+                                        "--max-queue", "64", "--served-model-name", MODEL_NAME)
+    except BaseException:
+        stop_server(llama)
+        raise
+    request = CLIENTS[args.client]
+    rows = []
+    try:
+        request(llama_url, 8, 0)  # warm-up
+        request(front_url, 8, 0)
+        for clients in args.clients:
+            direct, fronted = [], []
+            for _ in range(args.rounds):  # alternated, so that both see the same drift of the machine
+                direct.append(measured_round(request, llama_url, llama.pid, clients, args))
+                fronted.append(measured_round(request, front_url, front.pid, clients, args,
+                                              worker_pid=llama.pid))
+            pair = [r[0] if len(r) == 1 else combined(r) for r in (direct, fronted)]
+            for target, row in zip(("llama-server", "front end"), pair, strict=True):
+                rows.append({"parallel": parallel, "clients": clients, "target": target, **row})
+            # each round against the one run just before it: a swing of the machine's load
+            # moves both, where the ratio of the two medians would take rounds far apart
+            rows[-1]["share"] = statistics.median(
+                f["tokens_per_s"] / d["tokens_per_s"] for d, f in zip(direct, fronted, strict=True))
+            print(_upstream_row_text(rows[-2]), flush=True)
+            print(_upstream_row_text(rows[-1]), flush=True)
+    finally:
+        stop_server(front)
+        stop_server(llama)
+    return rows
+
+
+def start_llama_server(binary: str | None, model: Path, log_path: Path, parallel: int, n_ctx: int,
+                       threads: int | None, timeout_s: float = 120.0) -> tuple[subprocess.Popen, str]:
+    """llama-server on a free loopback port, `parallel` slots sharing `n_ctx` tokens."""
+    import socket
+
+    import httpx
+
+    if binary is None:
+        import build_llama_server
+
+        binary = str(build_llama_server.build())
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    command = [binary, "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "--parallel", str(parallel),
+               "--ctx-size", str(n_ctx), "--no-webui"] + (["--threads", str(threads)] if threads else [])
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            sys.exit(f"llama-server exited:\n{log_path.read_text(errors='replace')[-3000:]}")
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return process, url
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    process.kill()
+    sys.exit("llama-server did not start")
+
+
+def _upstream_row_text(row: dict) -> str:
+    share = f"  = {100 * row['share']:.1f} % of llama-server alone (median of paired rounds)" if "share" in row else ""
+    return (f"--parallel {row['parallel']}  {row['clients']} client(s)  {row['target']:>12}: "
+            f"{row['tokens_per_s']:7.1f} tokens/s{_spread(row)}  TTFT p50 {row['ttft_p50_ms']:6.1f} ms  "
+            f"p95 {row['ttft_p95_ms']:6.1f} ms  {'all tokens' if row['complete'] else 'TOKENS MISSING'}; "
+            f"CPU per token: front end {row['front_cpu_us']:.0f} us, llama-server {row['worker_cpu_us']:.0f} us"
+            f"{share}")
+
+
+def _spread(row: dict) -> str:
+    rates = row.get("all_tokens_per_s")
+    return f" (rounds: {', '.join(f'{r:.0f}' for r in rates)})" if rates else ""
 
 
 def combined(rounds: list[dict]) -> dict:
@@ -307,6 +413,15 @@ def print_summary(rows: list[dict], turns: list[dict], args: argparse.Namespace)
               "80 % cached or more, 30 % or less)")
 
 
+def print_upstream_summary(rows: list[dict], args: argparse.Namespace) -> None:
+    print(f"summary ({args.client} clients, {args.rounds} round(s), {args.tokens} tokens per request):")
+    for row in rows:
+        if row["target"] == "front end":
+            print(f"  {row['clients']} client(s), --parallel {row['parallel']}: the front end delivers "
+                  f"{100 * row['share']:.1f} % of llama-server's tokens/s (goal with 8 clients: 95 % or more), "
+                  f"at {row['front_cpu_us']:.0f} us of front-end CPU per token")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", help="GGUF model (default: the tiny deepseek2 model)")
@@ -327,6 +442,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--client", choices=sorted(CLIENTS), default="lean",
                         help="how the clients read the stream (default lean: see above)")
     parser.add_argument("--rounds", type=int, default=1, help="runs of every round; medians printed (default 1)")
+    parser.add_argument("--upstream", action="store_true",
+                        help="compare llama-server alone with autoparser serve --upstream in front of it")
+    parser.add_argument("--llama-server", help="the llama-server binary (default: tools/build_llama_server.py's)")
     args = parser.parse_args(argv)
     args.clients = [int(c) for c in args.clients.split(",")]
     args.server_args = (["--threads", str(args.threads)] if args.threads else []) + (
@@ -341,6 +459,13 @@ def main(argv: list[str] | None = None) -> int:
               f"{args.client} clients, {args.rounds} round(s) each, server flags: "
               f"{' '.join(args.server_args) or '(defaults)'}")
         rows: list[dict] = []
+        if args.upstream:
+            SAMPLING.update(EXPLICIT_SAMPLING)
+            for parallel in parallels:
+                rows += upstream_comparison(model, tmp, parallel, args)
+            print_upstream_summary(rows, args)
+            print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+            return 0
         if not args.skip_load:
             for parallel in parallels:
                 rows += throughput(model, tmp, parallel, args)

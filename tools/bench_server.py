@@ -32,12 +32,14 @@ def tiny_model(out_dir: Path, shape: str = "tiny", vocab_size: int | None = None
                                             n_regular_tokens=vocab_size, dims=make_tiny_model.SHAPES[shape])
 
 
-def start_server(model: Path, log_path: Path, *args: str, timeout_s: float = 120.0) -> tuple[subprocess.Popen, str]:
-    """``autoparser serve`` on a free port, logging to ``log_path``; returns once ``/health`` answers."""
+def start_server(model: Path | None, log_path: Path, *args: str, timeout_s: float = 120.0) -> tuple[subprocess.Popen, str]:
+    """``autoparser serve`` on a free port, logging to ``log_path``; returns once ``/health`` answers.
+    Without a model, ``args`` name the upstream (``--upstream URL``)."""
     import httpx
 
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-    command = [sys.executable, "-m", "autoparser.server", "--model", str(model), "--port", "0",
+    model_args = ["--model", str(model)] if model is not None else []
+    command = [sys.executable, "-m", "autoparser.server", *model_args, "--port", "0",
                "--log-level", "warning", *args]
     with log_path.open("wb") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)

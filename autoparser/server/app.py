@@ -7,6 +7,7 @@ Everything that decides what to answer lives in `service` (request -> job), `com
 from __future__ import annotations
 
 import hmac
+import inspect
 import json
 import logging
 import time
@@ -58,9 +59,12 @@ def create_app(service: ChatService, worker: GenerationWorker) -> FastAPI:
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
+        state = worker.health()
+        if inspect.isawaitable(state):  # a worker in front of another server asks it
+            state = await state
         return {"status": "ok", "busy": worker.busy, "waiting": worker.waiting,
                 "slots": {"total": worker.n_parallel, "busy": worker.running},
-                "queue": {"waiting": worker.waiting, "max": worker.max_queue}, **worker.health()}
+                "queue": {"waiting": worker.waiting, "max": worker.max_queue}, **state}
 
     @app.get("/metrics")
     async def metrics_text() -> Response:

@@ -18,7 +18,7 @@ import signal
 import socket
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,13 @@ class StartupError(Exception):
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     """The `serve` options, for `autoparser serve` and `python -m autoparser.server`."""
-    parser.add_argument("--model", required=True, help="the GGUF model file")
+    parser.add_argument("--model", default=None, help="the GGUF model file (or --upstream)")
+    parser.add_argument("--upstream", default=None, metavar="URL",
+                        help="generate with the llama-server at URL (http://HOST:PORT) through its "
+                             "/completion endpoint instead of loading a model; the template, the "
+                             "context size and the slots are read from it")
+    parser.add_argument("--upstream-api-key", default=os.environ.get("AUTOPARSER_UPSTREAM_API_KEY"),
+                        help="the --upstream server's API key (default: $AUTOPARSER_UPSTREAM_API_KEY)")
     parser.add_argument("--chat-template-file", default=None,
                         help="use this chat template instead of the GGUF's tokenizer.chat_template")
     parser.add_argument("--n-gpu-layers", type=int, default=0,
@@ -107,6 +113,10 @@ def run_server(args: argparse.Namespace) -> int:
         return exc.exit_code
     engine = None
     try:
+        if args.upstream:
+            engine = connect_upstream(args)
+            analysis = analyze_template(args, engine)
+            return _serve(args, sock, engine, analysis, start_worker=start_upstream_worker(analysis))
         engine = load_vocabulary(args)
         analysis = analyze_template(args, engine)
         return _serve(args, sock, engine, analysis)
@@ -126,8 +136,11 @@ def _check_arguments(args: argparse.Namespace) -> None:
     if not is_loopback(args.host) and not args.api_key:
         raise StartupError(f"refusing to listen on {args.host} without --api-key; "
                            "without a key the server only binds to a loopback address")
-    model = Path(args.model)
-    if not model.is_file():
+    if args.upstream:
+        _check_upstream_arguments(args)
+    elif not args.model:
+        raise StartupError("give the model: --model MODEL.gguf, or --upstream URL of a llama-server")
+    elif not Path(args.model).is_file():
         raise StartupError(f"model file not found: {args.model}")
     if args.chat_template_file and not Path(args.chat_template_file).exists():
         raise StartupError(f"chat template file not found: {args.chat_template_file}")
@@ -150,6 +163,23 @@ def _check_arguments(args: argparse.Namespace) -> None:
     for option in ("header_timeout", "body_timeout"):
         if not getattr(args, option, 1.0) > 0:
             raise StartupError(f"--{option.replace('_', '-')} must be positive, got {getattr(args, option)}")
+
+
+def _check_upstream_arguments(args: argparse.Namespace) -> None:
+    from urllib.parse import urlparse
+
+    if args.model:
+        raise StartupError("--model and --upstream exclude each other: the upstream holds the model")
+    engine_options = {"--parallel": getattr(args, "parallel", None) is not None,
+                      "--n-gpu-layers": getattr(args, "n_gpu_layers", 0) != 0,
+                      "--threads": getattr(args, "threads", None) is not None}
+    given = [name for name, set_here in engine_options.items() if set_here]
+    if given:
+        raise StartupError(f"{', '.join(given)} belong to llama-server with --upstream: the front end "
+                           "reads the slots and the context from it")
+    url = urlparse(args.upstream)
+    if url.scheme not in ("http", "https") or not url.netloc:
+        raise StartupError(f"--upstream must be an http(s)://HOST:PORT address, got {args.upstream!r}")
 
 
 def default_parallel(n_ctx: int) -> int:
@@ -224,6 +254,41 @@ def start_model_worker(args: argparse.Namespace, vocabulary: Any, max_queue: int
     return worker
 
 
+def connect_upstream(args: argparse.Namespace) -> Any:
+    """The upstream llama-server's vocabulary and facts (it must answer, its model loaded)."""
+    from autoparser.server.upstream import UpstreamError, UpstreamVocabulary
+
+    vocabulary = UpstreamVocabulary(args.upstream, api_key=getattr(args, "upstream_api_key", None))
+    try:
+        vocabulary.connect()
+    except UpstreamError as exc:
+        vocabulary.close()
+        raise StartupError(f"--upstream: {exc}", exit_code=1) from None
+    say(f"upstream: {vocabulary.base_url} ({vocabulary.n_parallel} slot(s) of {vocabulary.n_ctx} tokens)")
+    return vocabulary
+
+
+def start_upstream_worker(analysis: Any) -> Any:
+    """The worker that streams generations from the upstream, once the template's special
+    tokens are known (the upstream writes them out as text; a client cannot spell them)."""
+    from autoparser.server.upstream import UpstreamError, UpstreamWorker, special_token_candidates
+
+    def start(args: argparse.Namespace, vocabulary: Any, max_queue: int) -> Any:
+        try:
+            vocabulary.learn_special_tokens(
+                special_token_candidates(analysis, vocabulary.bos_token, vocabulary.eos_token))
+        except UpstreamError as exc:
+            raise StartupError(f"--upstream: {exc}", exit_code=1) from None
+        log.info("upstream: special tokens written out as text: %s", sorted(vocabulary.special_tokens))
+        return UpstreamWorker(vocabulary, max_queue)
+
+    return start
+
+
+def _model_label(args: argparse.Namespace, engine: Any) -> str:
+    return f"{getattr(engine, 'base_url', args.upstream)}/props"
+
+
 def template_source(args: argparse.Namespace, engine: Any) -> tuple[str, str]:
     """(Jinja text, where it came from): the --chat-template-file, else the GGUF's metadata."""
     if args.chat_template_file:
@@ -237,6 +302,10 @@ def template_source(args: argparse.Namespace, engine: Any) -> tuple[str, str]:
             return Path(args.chat_template_file).read_text(encoding="utf-8"), args.chat_template_file
         except Exception as exc:  # the loader's errors carry a one-line reason
             raise StartupError(f"cannot read the chat template {args.chat_template_file}: {exc}") from None
+    if not args.model:
+        if not engine.chat_template:
+            raise StartupError(f"{_model_label(args, engine)} reports no chat_template; pass --chat-template-file")
+        return engine.chat_template, f"{_model_label(args, engine)} (chat_template)"
     if not engine.chat_template:
         raise StartupError(f"{args.model} has no tokenizer.chat_template; pass --chat-template-file")
     return engine.chat_template, f"{Path(args.model).name} (tokenizer.chat_template)"
@@ -258,7 +327,10 @@ def analyze_template(args: argparse.Namespace, engine: Any) -> Any:
     return analysis
 
 
-def _serve(args: argparse.Namespace, sock: socket.socket, engine: Any, analysis: Any) -> int:
+def _serve(args: argparse.Namespace, sock: socket.socket, engine: Any, analysis: Any,
+           start_worker: Callable[[argparse.Namespace, Any, int], Any] | None = None) -> int:
+    """Serve until interrupted; `start_worker(args, engine, max_queue)` gives the generation
+    worker (default: the supervised model worker process)."""
     import uvicorn
     from sse_starlette.sse import AppStatus
 
@@ -283,7 +355,7 @@ def _serve(args: argparse.Namespace, sock: socket.socket, engine: Any, analysis:
     limits = ConnectionLimits(header_timeout_s=getattr(args, "header_timeout", 10.0),
                               body_timeout_s=getattr(args, "body_timeout", 60.0),
                               max_connections=connection_cap(getattr(args, "max_connections", 512)))
-    worker = start_model_worker(args, engine, settings.max_queue)
+    worker = (start_worker or start_model_worker)(args, engine, settings.max_queue)
     try:
         service = ChatService(analysis, engine, settings)
         app = create_app(service, worker)
@@ -315,7 +387,7 @@ def model_names(args: argparse.Namespace, engine: Any) -> list[str]:
     given = args.served_model_name or []
     if isinstance(given, str):
         given = [given]
-    stem = Path(args.model).stem
+    stem = served_name(args, engine)
     names = [*given, gguf_name(engine) or "", stem] if given else [stem, gguf_name(engine) or ""]
     return list(dict.fromkeys(name for name in names if name))
 
@@ -399,6 +471,13 @@ def connection_cap(wanted: int) -> int:
     if wanted > room:
         log.warning("--max-connections %d lowered to %d to fit the open-file limit %d", wanted, room, soft)
     return min(wanted, room)
+
+
+def served_name(args: argparse.Namespace, engine: Any) -> str:
+    """The model id clients see by default: the GGUF's file name without its extension (with
+    --upstream, the upstream's model id, which is its model's path unless it has an alias)."""
+    name = args.model or getattr(engine, "model_id", "") or "model"
+    return Path(name).stem or name
 
 
 def say(line: str) -> None:

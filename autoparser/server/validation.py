@@ -444,6 +444,9 @@ _LONGEST: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 
 
 def _longest_token_bytes(engine: Any) -> int:
+    known = getattr(engine, "longest_token_bytes", None)
+    if isinstance(known, int):  # a vocabulary that knows it (0: unknown) without reading every token
+        return known
     if engine not in _LONGEST:
         n_vocab = getattr(engine, "n_vocab", None)
         pieces = (len(engine.token_to_piece(token)) for token in range(n_vocab)) if isinstance(n_vocab, int) else ()

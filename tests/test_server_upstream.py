@@ -1,0 +1,357 @@
+"""`autoparser serve --upstream`: the front end in front of a real llama-server.
+
+llama-server is built from the llama.cpp of the pinned llama-cpp-python source package
+(`tests/llama_server.py`, skipped with the reason where it cannot be built) and run on the tiny
+random-weight DeepSeek model. The random model writes tool calls only under a grammar, so the
+tool calls here are forced (`tool_choice` required or named): what is proven is that the
+front end's prompt, grammar, special tokens and parser work through llama-server's `/completion`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from llama_server import LlamaServer, start_llama_server
+from server_harness import MODEL_NAME, REPO, ServerProcess, find_template, run_serve, start_server, tiny_model
+
+pytestmark = pytest.mark.slow
+
+TURN_TOKENS = 96
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Lima"]}},
+                   "required": ["city"], "additionalProperties": False}}}
+ANSWER_SCHEMA = {"type": "object", "properties": {"done": {"type": "boolean"}}, "required": ["done"],
+                 "additionalProperties": False}
+INVENTED_TEMPLATE = REPO / "fixtures" / "templates" / "guillemet_json.jinja"
+"""A format of the project's own invention: llama.cpp has no handler for it."""
+
+
+@pytest.fixture(scope="module")
+def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
+    model = tiny_model(find_template("deepseek-ai-DeepSeek-V3.1.jinja"))
+    server = start_llama_server(model, log_dir=tmp_path_factory.mktemp("llama-server"), parallel=4, n_ctx=2048)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def front(upstream: LlamaServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    process = start_server(None, "--upstream", upstream.base_url, log_dir=tmp_path_factory.mktemp("front"))
+    process.upstream = upstream.base_url
+    yield process
+    process.stop()
+
+
+def _tool_calls_of_stream(chunks: list[Any]) -> list[dict[str, str]]:
+    calls: dict[int, dict[str, str]] = {}
+    for chunk in chunks:
+        for call in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
+            entry = calls.setdefault(call.index, {"id": "", "name": "", "arguments": ""})
+            entry["id"] += call.id or ""
+            entry["name"] += (call.function.name or "") if call.function else ""
+            entry["arguments"] += (call.function.arguments or "") if call.function else ""
+    return [calls[index] for index in sorted(calls)]
+
+
+def test_streamed_chat_with_tools_through_llama_server(front: ServerProcess) -> None:
+    client = front.client()
+    chunks = list(client.chat.completions.create(
+        model=MODEL_NAME, messages=[{"role": "user", "content": "Weather in Paris?"}], tools=[WEATHER],
+        tool_choice="required", max_tokens=TURN_TOKENS, seed=1, stream=True,
+        stream_options={"include_usage": True}, extra_body={"thinking": False}))
+    calls = _tool_calls_of_stream(chunks)
+    assert calls and all(call["name"] == "get_weather" for call in calls)
+    assert all(json.loads(call["arguments"])["city"] in ("Paris", "Lima") for call in calls)
+    assert all(call["id"] for call in calls)
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finishes == ["tool_calls"]
+    usage = chunks[-1].usage
+    assert usage is not None and usage.prompt_tokens > 0 and usage.completion_tokens > 0
+
+
+def test_multi_turn_tool_loop(front: ServerProcess) -> None:
+    """Two forced calls with their results fed back, then a JSON answer that ends the loop."""
+    client = front.client()
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Weather in Paris, then in Lima?"}]
+    seen_ids: set[str] = set()
+    prompt_tokens = []
+    for turn in range(2):
+        chunks = list(client.chat.completions.create(
+            model=MODEL_NAME, messages=messages, tools=[WEATHER], tool_choice="required", max_tokens=TURN_TOKENS,
+            parallel_tool_calls=False, seed=turn, stream=True, stream_options={"include_usage": True},
+            extra_body={"thinking": False}))
+        prompt_tokens.append(chunks[-1].usage.prompt_tokens)
+        calls = _tool_calls_of_stream(chunks)
+        assert len(calls) == 1 and calls[0]["name"] == "get_weather"
+        city = json.loads(calls[0]["arguments"])["city"]
+        assert calls[0]["id"] not in seen_ids
+        seen_ids.add(calls[0]["id"])
+        messages.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": calls[0]["id"], "type": "function",
+             "function": {"name": "get_weather", "arguments": calls[0]["arguments"]}}]})
+        messages.append({"role": "tool", "tool_call_id": calls[0]["id"], "content": f"Sunny in {city}."})
+    answer = client.chat.completions.create(
+        model=MODEL_NAME, messages=messages, tools=[WEATHER], tool_choice="none", max_tokens=TURN_TOKENS,
+        extra_body={"thinking": False},
+        response_format={"type": "json_schema", "json_schema": {"name": "answer", "schema": ANSWER_SCHEMA}})
+    choice = answer.choices[0]
+    assert choice.finish_reason == "stop" and "done" in json.loads(choice.message.content)
+    assert prompt_tokens[1] > prompt_tokens[0]  # the second turn's prompt holds the first turn
+
+
+def test_auto_tool_choice_runs_the_lazy_grammar_upstream(front: ServerProcess) -> None:
+    """`auto`: the grammar waits for the analysis' trigger (here a special token); whatever the
+    model writes, the answer is text or valid calls, and llama-server stays up."""
+    client = front.client()
+    for seed in range(8):
+        response = client.chat.completions.create(
+            model=MODEL_NAME, messages=[{"role": "user", "content": "Weather in Paris?"}], tools=[WEATHER],
+            tool_choice="auto", max_tokens=64, seed=seed, temperature=1.5, extra_body={"thinking": False})
+        choice = response.choices[0]
+        assert choice.finish_reason in ("stop", "length", "tool_calls")
+        for call in choice.message.tool_calls or []:
+            assert call.function.name == "get_weather"
+            assert json.loads(call.function.arguments)["city"] in ("Paris", "Lima")
+    assert front.health()["worker"] == "ok"
+
+
+def test_reasoning_with_a_budget_then_a_forced_call(front: ServerProcess) -> None:
+    """The prompt opens reasoning: it runs free for 8 tokens, the front end closes it, and the
+    answer runs under the grammar in a second upstream request."""
+    response = front.client().chat.completions.create(
+        model=MODEL_NAME, messages=[{"role": "user", "content": "Weather in Lima?"}], tools=[WEATHER],
+        tool_choice={"type": "function", "function": {"name": "get_weather"}}, max_tokens=TURN_TOKENS, seed=2,
+        extra_body={"thinking": True, "thinking_budget": 8})
+    message = response.choices[0].message
+    assert message.model_extra["reasoning_content"]
+    assert [call.function.name for call in message.tool_calls] == ["get_weather"]
+    assert response.usage.completion_tokens > 8
+
+
+def test_seed_logprobs_stop_and_usage_pass_through(front: ServerProcess) -> None:
+    client = front.client()
+    fields: dict[str, Any] = {"model": MODEL_NAME, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 6,
+                              "logprobs": True, "top_logprobs": 3, "seed": 3, "extra_body": {"thinking": False}}
+    first, second = client.chat.completions.create(**fields), client.chat.completions.create(**fields)
+    assert first.choices[0].message.content == second.choices[0].message.content
+    entries = first.choices[0].logprobs.content
+    # llama-server's stream leaves out the entry of a token that ends inside a UTF-8 character
+    # (the next token's entry carries its bytes), which a random model writes readily
+    assert 1 <= len(entries) <= 6 and all(len(e.top_logprobs) == 3 and e.logprob <= 0 for e in entries)
+    assert "".join(e.token for e in entries) == first.choices[0].message.content
+    assert first.usage.completion_tokens == 6 and first.choices[0].finish_reason == "length"
+    text = first.choices[0].message.content
+    cut = text.strip()[-2:]
+    plain = {key: value for key, value in fields.items() if key not in ("logprobs", "top_logprobs")}
+    stopped = client.chat.completions.create(**plain, stop=[cut])
+    content = stopped.choices[0].message.content or ""
+    assert cut not in content and text.startswith(content.strip())
+    assert stopped.choices[0].finish_reason == "stop"
+
+
+def test_completions_endpoint_and_token_counts(front: ServerProcess) -> None:
+    completion = front.client().completions.create(model=MODEL_NAME, prompt="Once upon a time", max_tokens=5,
+                                                   seed=3, echo=True)
+    choice = completion.choices[0]
+    assert choice.text.startswith("Once upon a time") and choice.finish_reason == "length"
+    assert completion.usage.completion_tokens == 5 and completion.usage.prompt_tokens > 0
+
+
+def test_health_reports_the_upstream_slots(front: ServerProcess, upstream: LlamaServer) -> None:
+    health = front.health()
+    assert health["status"] == "ok" and health["worker"] == "ok"
+    assert health["upstream"]["url"] == upstream.base_url
+    assert health["upstream"]["slots"]["total"] == 4
+    assert health["slots"]["total"] == 4
+
+
+def test_a_closed_stream_frees_the_upstream_slot(front: ServerProcess, upstream: LlamaServer) -> None:
+    body = {"model": MODEL_NAME, "messages": [{"role": "user", "content": "Tell me a story."}],
+            "max_tokens": 1500, "stream": True, "ignore_eos": True, "thinking": False}
+    with front.http() as http, http.stream("POST", "/v1/chat/completions", json=body) as response:
+        assert response.status_code == 200
+        for line in response.iter_lines():
+            if '"content":"' in line and '"content":""' not in line:
+                break  # the generation runs upstream now; leave it
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        slots = httpx.get(upstream.base_url + "/slots", timeout=5).json()
+        if not any(slot["is_processing"] for slot in slots):
+            break
+        time.sleep(0.1)
+    assert not any(slot["is_processing"] for slot in slots), "the upstream kept generating for a gone client"
+
+
+def test_errors_the_front_end_gives(front: ServerProcess) -> None:
+    with front.http() as http:
+        overflow = http.post("/v1/chat/completions", json={
+            "model": MODEL_NAME, "messages": [{"role": "user", "content": "word " * 5000}]})
+        assert overflow.status_code == 400 and overflow.json()["error"]["code"] == "context_length_exceeded"
+        unknown = http.post("/v1/chat/completions", json={"model": "other", "messages": [{"role": "user",
+                                                                                           "content": "Hi"}]})
+        assert unknown.status_code == 404
+
+
+def test_a_client_cannot_spell_a_special_token(front: ServerProcess) -> None:
+    """A turn marker typed into a message is tokenized as text, not as the marker's token."""
+    def prompt_tokens(content: str) -> int:
+        response = front.client().chat.completions.create(
+            model=MODEL_NAME, messages=[{"role": "user", "content": content}], max_tokens=1,
+            extra_body={"thinking": False})
+        return response.usage.prompt_tokens
+
+    assert "<｜User｜>" in front.log()  # found among the special tokens at start-up
+    assert prompt_tokens("a <｜User｜> b") > prompt_tokens("a b") + 1
+
+
+def test_a_27000_character_message_does_not_take_llama_server_down(front: ServerProcess,
+                                                                   upstream: LlamaServer) -> None:
+    """llama-server's own `/tokenize` dies on such a run; the front end tokenizes it in pieces."""
+    client = front.client()
+    try:
+        client.chat.completions.create(model=MODEL_NAME, messages=[{"role": "user", "content": "x" * 27000}],
+                                       max_tokens=4)
+    except openai.BadRequestError as exc:  # longer than a slot: the usual clear 400
+        assert exc.body["code"] == "context_length_exceeded"
+    assert upstream.process.poll() is None
+    assert front.health()["worker"] == "ok"
+
+
+def test_what_llama_server_cannot_do_is_a_400(front: ServerProcess) -> None:
+    with front.http() as http:
+        for seed in (-1, 2**32):
+            response = http.post("/v1/chat/completions", json={
+                "model": MODEL_NAME, "messages": [{"role": "user", "content": "Hi"}], "seed": seed, "max_tokens": 2})
+            assert response.status_code == 400 and response.json()["error"]["param"] == "seed"
+        assert front.health()["queue"]["waiting"] == 0  # the refused requests gave their places back
+        fine = http.post("/v1/chat/completions", json={
+            "model": MODEL_NAME, "messages": [{"role": "user", "content": "Hi"}], "seed": 2**32 - 2, "max_tokens": 2})
+        assert fine.status_code == 200
+
+
+def test_an_upstream_that_goes_away(tmp_path: Path) -> None:
+    """A stream it was feeding ends with an error chunk and `[DONE]`; then `/health` says so and
+    requests get a 502 that says why; the front end stays up."""
+    model = tiny_model(find_template("deepseek-ai-DeepSeek-V3.1.jinja"))
+    upstream = start_llama_server(model, log_dir=tmp_path, parallel=1, n_ctx=8192)
+    try:
+        front = start_server(None, "--upstream", upstream.base_url, log_dir=tmp_path)
+    except BaseException:
+        upstream.stop()
+        raise
+    try:
+        body = {"model": MODEL_NAME, "messages": [{"role": "user", "content": "Hi"}], "stream": True,
+                "max_tokens": 8000, "ignore_eos": True, "thinking": False}
+        lines: list[str] = []
+        with front.http() as http, http.stream("POST", "/v1/chat/completions", json=body) as response:
+            for line in response.iter_lines():
+                if upstream.process.poll() is None and '"content":"' in line and '"content":""' not in line:
+                    upstream.process.kill()
+                lines.append(line)
+        lines = [line for line in lines if line]
+        assert any('"finish_reason":"error"' in line for line in lines) and lines[-1] == "data: [DONE]"
+        upstream.stop()
+        assert front.health()["worker"] == "unreachable"
+        with front.http() as http:
+            for stream in (True, False):
+                response = http.post("/v1/chat/completions", json={**body, "stream": stream, "max_tokens": 2})
+                error = response.json()["error"]
+                assert response.status_code == 502 and error["code"] == "upstream_error"
+                assert error["message"].startswith(f"cannot reach {upstream.base_url}/tokenize")
+        assert front.process.poll() is None
+    finally:
+        front.stop()
+        upstream.stop()
+
+
+def test_an_upstream_with_an_api_key(tmp_path: Path) -> None:
+    model = tiny_model(find_template("deepseek-ai-DeepSeek-V3.1.jinja"))
+    upstream = start_llama_server(model, "--api-key", "upstream-secret", log_dir=tmp_path, parallel=1, n_ctx=1024)
+    try:
+        refused = run_serve("--upstream", upstream.base_url, "--port", "0", timeout=60)
+        assert refused.returncode == 1 and "--upstream:" in refused.stderr and "401" in refused.stderr
+        front = start_server(None, "--upstream", upstream.base_url, "--upstream-api-key", "upstream-secret",
+                             log_dir=tmp_path)
+        try:
+            chunks = list(front.client().chat.completions.create(
+                model=MODEL_NAME, messages=[{"role": "user", "content": "Weather in Lima?"}], tools=[WEATHER],
+                tool_choice="required", max_tokens=TURN_TOKENS, stream=True, extra_body={"thinking": False}))
+            assert _tool_calls_of_stream(chunks)
+            assert front.health()["upstream"]["slots"]["total"] == 1
+        finally:
+            front.stop()
+    finally:
+        upstream.stop()
+
+
+def test_an_unreachable_upstream_is_one_line_and_exit_code_1() -> None:
+    from llama_server import free_port
+
+    result = run_serve("--upstream", f"http://127.0.0.1:{free_port()}", "--port", "0", timeout=60)
+    assert result.returncode == 1
+    assert "--upstream: cannot reach" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_model_and_upstream_exclude_each_other(tmp_path: Path) -> None:
+    result = run_serve("--upstream", "http://127.0.0.1:1", "--model", str(tmp_path / "m.gguf"), timeout=60)
+    assert result.returncode == 2 and "exclude each other" in result.stderr
+    engine_options = run_serve("--upstream", "http://127.0.0.1:1", "--parallel", "4", "--threads", "2", timeout=60)
+    assert engine_options.returncode == 2 and "--parallel, --threads belong to llama-server" in engine_options.stderr
+
+
+# -- a format llama.cpp does not know --------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def invented(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LlamaServer, ServerProcess]]:
+    model = tiny_model(INVENTED_TEMPLATE)
+    upstream = start_llama_server(model, log_dir=tmp_path_factory.mktemp("llama-server-invented"), parallel=2,
+                                  n_ctx=2048)
+    try:
+        front = start_server(None, "--upstream", upstream.base_url, log_dir=tmp_path_factory.mktemp("front-inv"))
+    except BaseException:
+        upstream.stop()
+        raise
+    yield upstream, front
+    front.stop()
+    upstream.stop()
+
+
+def test_chat_template_file_overrides_the_upstream_template(upstream: LlamaServer, tmp_path: Path) -> None:
+    """The front end renders and parses with the template it is given, whatever the upstream's
+    model carries: the grammar makes the random model write that template's calls."""
+    front = start_server(None, "--upstream", upstream.base_url, "--chat-template-file", str(INVENTED_TEMPLATE),
+                         log_dir=tmp_path)
+    try:
+        response = front.client().chat.completions.create(
+            model=MODEL_NAME, messages=[{"role": "user", "content": "Weather in Lima?"}], tools=[WEATHER],
+            tool_choice="required", max_tokens=TURN_TOKENS, seed=5, extra_body={"return_prompt": True})
+        assert response.model_extra["prompt"].endswith("«assistant»")
+        calls = response.choices[0].message.tool_calls
+        assert calls and json.loads(calls[0].function.arguments)["city"] in ("Paris", "Lima")
+    finally:
+        front.stop()
+
+
+def test_invented_template_streams_correct_tool_calls(invented: tuple[LlamaServer, ServerProcess]) -> None:
+    upstream, front = invented
+    request: dict[str, Any] = {
+        "model": MODEL_NAME, "messages": [{"role": "user", "content": "Weather in Paris and Lima?"}],
+        "tools": [WEATHER], "tool_choice": "required", "max_tokens": TURN_TOKENS, "seed": 4}
+    chunks = list(front.client().chat.completions.create(stream=True, **request))
+    calls = _tool_calls_of_stream(chunks)
+    assert calls and all(call["name"] == "get_weather" for call in calls)
+    assert all(json.loads(call["arguments"])["city"] in ("Paris", "Lima") for call in calls)
+    content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert "«call»" not in content  # the markup went into tool calls, not into the text
+    own = httpx.post(upstream.base_url + "/v1/chat/completions", json=request, timeout=60)
+    own_calls = own.json()["choices"][0]["message"].get("tool_calls") if own.status_code == 200 else None
+    assert not own_calls, f"llama-server's own parser read this format after all: {own.text[:300]}"
