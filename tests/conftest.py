@@ -6,8 +6,11 @@ import sys
 from pathlib import Path
 
 _TESTS = Path(__file__).resolve().parent
-if str(_TESTS) not in sys.path:
-    sys.path.insert(0, str(_TESTS))
+# the tests mirror the package (`tests/language/`, `tests/server/`, ...) and share helpers that
+# live here, and a few test modules take cases from another: every folder is importable
+for _folder in [_TESTS, *sorted(p for p in _TESTS.iterdir() if p.is_dir() and not p.name.startswith((".", "_")))]:
+    if str(_folder) not in sys.path:
+        sys.path.insert(0, str(_folder))
 
 # CI runs are reproducible: the same examples every time (set CI=true); local runs explore.
 try:

@@ -8,7 +8,7 @@ sampler we free at once. :func:`validate_gbnf` wraps that call and turns a NULL 
 C ``stderr``, which is captured for the duration of the call).
 
 Token references in GBNF (verified in the ``llama-grammar.cpp`` vendored by llama-cpp-python
-0.3.36, and by ``tests/test_tiny_model.py``):
+0.3.36, and by ``tests/llama/test_tiny_model.py``):
 
 - ``<[123]>`` matches exactly the token with id 123. The parser does not check the id against
   the vocabulary, so :func:`validate_gbnf` does.

@@ -15,7 +15,7 @@ that is all top-k, top-p and min-p will ever look at. Otherwise it finds every a
 walking a prefix tree of the vocabulary (:mod:`autoparser.llama.token_trie`): a grammar that
 rejects ``"`` rejects every token starting with ``"``, so in a restrictive state a few hundred
 checks replace a vocabulary's worth. Either way the candidates are exactly those grammar-first
-sampling would keep (``tests/test_engine.py`` compares with a full check). Accepted tokens go
+sampling would keep (``tests/llama/test_engine.py`` compares with a full check). Accepted tokens go
 into both the grammar and the penalty history.
 
 A token the grammar has not allowed is never passed to ``llama_sampler_accept`` on the grammar:

@@ -14,7 +14,7 @@ with `separate_reasoning` off, what it gives reading reasoning as text. Also `st
 off and `tool_choice="required"`.
 
 Needs SGLang: `bash tools/install_sglang.sh` then
-`.venv-sglang/bin/python -m pytest -q -m sglang tests/test_plugin_sglang.py`.
+`.venv-sglang/bin/python -m pytest -q -m sglang tests/plugins/test_plugin_sglang.py`.
 """
 
 from __future__ import annotations

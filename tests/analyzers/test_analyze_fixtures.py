@@ -8,7 +8,7 @@ import pytest
 
 import autoparser
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "templates"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "templates"
 BOS, EOS = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"
 
 

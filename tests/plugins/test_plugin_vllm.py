@@ -9,7 +9,7 @@ their detokenized text. Reasoning, content, tool names and arguments must equal 
 `autoparser parse` gives for the same output, and call ids must be distinct.
 
 Needs vLLM (about 9 GB): `bash tools/install_vllm.sh` then
-`.venv-vllm/bin/python -m pytest -q -m vllm tests/test_plugin_vllm.py`.
+`.venv-vllm/bin/python -m pytest -q -m vllm tests/plugins/test_plugin_vllm.py`.
 """
 
 from __future__ import annotations

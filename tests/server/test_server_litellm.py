@@ -1,7 +1,7 @@
 """The real server driven by litellm, which needs `openai<3` and so has its own environment.
 
     python3 -m venv .venv-litellm && .venv-litellm/bin/pip install -q litellm mcp pytest httpx gguf jinja2 lark
-    AUTOPARSER_SERVER_PYTHON=.venv/bin/python .venv-litellm/bin/python -m pytest -q tests/test_server_litellm.py
+    AUTOPARSER_SERVER_PYTHON=.venv/bin/python .venv-litellm/bin/python -m pytest -q tests/server/test_server_litellm.py
 
 The server runs in the project's own environment (`AUTOPARSER_SERVER_PYTHON`); only the client
 is litellm's. Without litellm installed these tests skip.

@@ -13,7 +13,7 @@ from corpora import llamacpp_templates
 import autoparser
 from autoparser.roundtrip import TOOLS, run_template
 
-FIXTURES = sorted((Path(__file__).resolve().parents[1] / "fixtures" / "templates").glob("*.jinja"))
+FIXTURES = sorted((Path(__file__).resolve().parents[2] / "fixtures" / "templates").glob("*.jinja"))
 REAL = ["openai-gpt-oss-120b.jinja", "Qwen3-Coder.jinja", "deepseek-ai-DeepSeek-V3.1.jinja", "Kimi-K3.jinja"]
 
 

@@ -16,7 +16,7 @@ from analyses import WEATHER_TOOLS, streamed_in_random_chunks
 
 import autoparser
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "templates" / "paren_python_calls.jinja"
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "templates" / "paren_python_calls.jinja"
 LFM = ("<|tool_call_start|>[", "]<|tool_call_end|>")
 PAREN = ("((calls))[", "]((/calls))")
 FORMATS = {

@@ -23,7 +23,7 @@ from autoparser.llama.long_runs import MAX_RUN, tokenizer_pieces
 
 pytest_plugins = ["tiny_model"]
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SPECIAL = "<｜tool▁calls▁begin｜>"
 
 
