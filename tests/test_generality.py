@@ -73,9 +73,9 @@ def test_no_code_string_names_a_template_or_vendor(path: Path) -> None:
 
 def _rule_names() -> set[str]:
     """The names the builder gives its rules (`Rule("tool-calls", ...)`, `Rule(f"{name}-arg-{key}", ...)`)."""
-    tree = ast.parse((PACKAGE / "language" / "build.py").read_text(encoding="utf-8"))
     names = set()
-    for node in ast.walk(tree):
+    for node in (node for path in sorted((PACKAGE / "language").glob("build*.py"))
+                 for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))):
         if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "Rule" and node.args:
             first = node.args[0]
             if isinstance(first, ast.Constant):

@@ -25,7 +25,7 @@ makes it from an analysis and a request; the GBNF backend writes it as a grammar
   only outside reasoning (`Guard`), except a trigger that is one special token (`anywhere`).
 
 One rule about reasoning is the parser's and therefore the full language's: reasoning that has
-no end marker after it ends where the tool calls begin (`build._Builder.reasoning_then`).
+no end marker after it ends where the tool calls begin (`build_generation._Builder.reasoning_then`).
 """
 
 from __future__ import annotations

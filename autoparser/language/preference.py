@@ -12,9 +12,7 @@ from autoparser.language.readings import (
     ARGS,
     _Thread,
 )
-from autoparser.language.shapes import (
-    _below,
-)
+from autoparser.language.shapes import _below
 from autoparser.language.terminals import (
     _Lit,
     _Text,

@@ -8,6 +8,8 @@ module, which embeds that dict, runs the same code. Standard library only.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 KEY_HOLE = "{key}"  # where an argument's end marker names its key (`</{key}>`)
@@ -158,3 +160,28 @@ def tool_table(tools: list[dict[str, Any]] | None) -> dict[str, dict[str, Any]] 
         properties = parameters.get("properties") if isinstance(parameters, dict) else None
         table[name] = properties if isinstance(properties, dict) else {}
     return table
+
+
+@dataclass(frozen=True)
+class Request:
+    """What one request asks of the output (the OpenAI fields, and where the output starts).
+
+    `special_tokens`: marker texts that are single tokens of the vocabulary. `lazy`: for
+    ``"auto"``, free output until a trigger. `free_text_limit` caps every free text.
+    `end_tokens`: texts of end-of-generation tokens; a closing marker is cut before one.
+    `reading`: the language the parser reads (lenient policy), wider than the one generation
+    writes: any tool name when no tools are given, JSON arguments of any shape, text between
+    and after the calls as content, a reasoning block whatever `thinking` says (`build_reading._Reading`).
+    """
+
+    tools: tuple[Mapping[str, Any], ...] = ()
+    tool_choice: Any = "auto"
+    thinking: bool | None = None
+    parallel_tool_calls: bool = True
+    prompt: str | None = None
+    special_tokens: tuple[str, ...] = ()
+    lazy: bool = True
+    free_text_limit: int | None = None
+    end_tokens: tuple[str, ...] = ()
+    policy: str = "lenient"
+    reading: bool = False

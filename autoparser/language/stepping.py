@@ -31,9 +31,7 @@ from autoparser.language.readings import (
     _Thread,
 )
 from autoparser.language.request import value_kind
-from autoparser.language.shapes import (
-    _first_marker,
-)
+from autoparser.language.shapes import _first_marker
 from autoparser.language.terminals import (
     _Bracketed,
     _Chars,
@@ -44,9 +42,7 @@ from autoparser.language.terminals import (
     _Text,
     _Trailer,
 )
-from autoparser.language.values import (
-    decode_string_body,
-)
+from autoparser.language.values import decode_string_body
 
 
 class _Stepping:

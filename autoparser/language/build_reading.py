@@ -1,0 +1,689 @@
+"""The language the parser reads (`_Reading`): the generation language and what a lenient parser
+accepts beyond it from a model that writes outside the grammar. Standard library only.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from autoparser.language.build_generation import (
+    CALL_FORMATS,
+    CDATA,
+    INDEX_DIGITS,
+    JSON_SPACE,
+    KEY_CHARS,
+    MAX_KEY,
+    _Builder,
+)
+from autoparser.language.build_tools import (
+    chosen_tools,
+    object_shape,
+    tool_function,
+    tool_name,
+)
+from autoparser.language.ir import (
+    ARGUMENTS,
+    CALL,
+    CALL_ID,
+    CONTENT,
+    EMPTY,
+    MEMBER,
+    NEXT_CALL,
+    REASONING,
+    SECTION,
+    TOOL_NAME,
+    Bracketed,
+    Capture,
+    Chars,
+    Gap,
+    Json,
+    Language,
+    Lit,
+    Members,
+    Node,
+    RawString,
+    Repeat,
+    Rule,
+    Seq,
+    Text,
+    Weak,
+    choice,
+    optional,
+    seq,
+)
+from autoparser.language.request import (
+    CLOSED,
+    IMPLIED,
+    KEY_HOLE,
+    NAME_FORBIDDEN,
+    Request,
+    bare_fence,
+    core,
+    is_weak,
+)
+
+# -- the language the parser reads ---------------------------------------------------------------
+
+_NOT_IN_ID = re.compile(r"[\s\"'<>]")  # markup around a call number that makes it no id
+
+# a call of any tool, where the request gives no tools (the parser reads any name)
+ANY_TOOL: Mapping[str, Any] = {"type": "function", "function": {"name": "", "parameters": {"type": "object"}}}
+
+
+def _named_without_tools(request: Request) -> Request:
+    """A request naming a tool in `tool_choice` but giving no tools: the parser reads calls of
+    that name only, with any arguments."""
+    choice = request.tool_choice
+    if request.tools or not isinstance(choice, Mapping):
+        return request
+    fn = choice.get("function", choice)
+    name = fn.get("name") if isinstance(fn, Mapping) else None
+    if not isinstance(name, str) or not name:
+        return request
+    tool = {"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
+    return replace(request, tools=(tool,))
+
+
+class _Reading(_Builder):
+    """The language the parser reads, which holds the generation language and more: what the
+    lenient parser accepts from a model that writes outside the grammar.
+
+    * any tool name when the request gives no tools, and JSON arguments of any shape;
+    * text before, between and after the calls as content; content markers dropped from it;
+    * a reasoning block whatever `thinking` says (templates show closed blocks), its start
+      marker repeated where the prompt opened it, and reasoning with no end marker running to
+      the end of the output, or to the calls when no end marker follows them;
+    * where the prompt opened a call: the call, the recipient that introduces content, or
+      content, then later calls and content in turn;
+    * a code fence opening JSON arguments without its language tag."""
+
+    any_order = True  # the parser reads the arguments in any order
+
+    def __init__(self, analysis: Mapping[str, Any], request: Request):
+        request = _named_without_tools(request)
+        super().__init__(analysis, request)
+        # the parser reads several calls whenever the request allows them, whatever the template shows
+        self.parallel = request.parallel_tool_calls
+        wanted, _ = chosen_tools(list(request.tools or []), request.tool_choice)
+        if wanted != "none" and not request.tools:
+            self.choice, self.tools = wanted, [ANY_TOOL]
+            self.check_call_format()
+
+    def build(self) -> Language:
+        if self.opened:
+            return self.language(self.opened_calls())
+        if self.in_messages() and self.header_leads():
+            return self.language(self.messages())
+        # a reasoning marker first opens reasoning, or is an empty reasoning block: not text
+        lead = (self.r.start, self.r.end) if self.reads_reasoning() else ()
+        # where reasoning is implied, the first end marker ends it: the answer before one holds none;
+        # where the output began as the answer, its first end marker is markup (`stray`)
+        implied = (self.r.end.strip(),) if self.implies_reasoning() or self.stray_end() else ()
+        if self.choice == "none":
+            first = self.text(*implied, calls=False, not_first=lead)
+            return self.language(self.with_reasoning(self.text(calls=False, not_first=lead), None, first, first))
+        section = self.section(lazy_start=True)
+        stray = None
+        if self.req.policy == "strict":
+            body = unended = self.strict_body(section, lead)
+        else:
+            body = seq(self.text(not_first=lead), self.calls_then_text(section))
+            stray = self.text(*implied, not_first=lead)
+            unended = seq(stray, self.calls_then_text(section))
+        return self.language(self.with_reasoning(body, section, unended, stray))
+
+    def strict_body(self, section: Node, lead: tuple[str, ...]) -> Node:
+        """The strict policy: calls only before any content (whitespace aside); from the first
+        text on, call markup is content. A text that breaks off the calls ends them: the reader
+        reads what follows again from here, where it is content."""
+        calls = Repeat(section, 1 if self.choice == "required" else 0, None if self.parallel else 1)
+        return choice(seq(calls, self.text(calls=False)), self.text(calls=False, not_first=lead))
+
+    # -- calls ----------------------------------------------------------------------------
+
+    def calls_then_text(self, section: Node, *also_stop: str) -> Node:
+        """Call sections, each followed by content (several where calls are parallel)."""
+        most = None if self.parallel else 1
+        # right after calls, what closes a call or the section, or (where calls may follow) a
+        # call's opener, is markup
+        t = self.t
+        after = self.text(*also_stop, not_first=(t.section_end, t.call_end, t.args_end,
+                                                 t.call_start if self.parallel else "",
+                                                 t.call_separator if self.parallel else ""))
+        return Repeat(seq(section, after), 1 if self.choice == "required" else 0, most)
+
+    def opened_calls(self) -> Node:
+        """The output starts inside a call header the prompt wrote: the rest of a call, the
+        recipient that introduces content, or content; later calls and content in turn."""
+        t = self.t
+        recipient = seq(self.marker(self.c.start.strip()), self.gap()) if self.c.start.strip() else EMPTY
+        if self.choice == "none":
+            return seq(optional(recipient), self.text(calls=False))
+        call = Rule("call", choice(*[self.call(tool, opened=True) for tool in self.tools]), CALL)
+        called = seq(call, self.call_closing())
+        heads = [called, recipient] if recipient != EMPTY else [called]
+        first = seq(choice(*heads, EMPTY), self.text())
+        sep = self.marker(t.call_separator) if t.call_separator.strip() else EMPTY
+        opener = seq(sep, self.gap(), self.marker(t.call_start), self.marker(t.name_start))
+        later = Rule("call-next", seq(opener, choice(*heads), self.text()), NEXT_CALL)
+        return seq(first, Repeat(later)) if self.parallel else first
+
+    def call_head(self, name: Node, opened: bool) -> Node:
+        """As generated; where the template numbers its calls and writes no id, the header up to
+        the number is the call's own id (`functions.NAME:0`), which the parser returns."""
+        t = self.t
+        indexed = self.indexed_name_end()
+        if opened or indexed is None or t.id_start or t.id_end or _NOT_IN_ID.search(t.name_start + indexed[0]):
+            return super().call_head(name, opened)
+        own = Capture(CALL_ID, seq(self.marker(t.name_start), name, self.marker(indexed[0]), INDEX_DIGITS))
+        return seq(own, self.marker(indexed[1]))
+
+    def name_node(self, name: str, quoted: bool) -> Node:
+        if name:
+            return super().name_node(name, quoted)
+        if quoted:
+            return Json("string")
+        t = self.t
+        indexed = self.indexed_name_end()
+        name_end = indexed[0] if indexed else t.name_end
+        ends = [m.strip() for m in (name_end, t.id_start, t.args_start, t.arg_start, t.call_end) if m.strip()]
+        # a name ends at the first character of what may follow it, as the parser reads it
+        return Chars("^" + NAME_FORBIDDEN + "".join(sorted({re.escape(m[0]) for m in ends})))
+
+    def json_arguments(self, name: str, params: Any) -> Node:
+        return Json("object")  # a call's arguments are an object, whatever the tool
+
+    def call_separator(self) -> Node:
+        """As generated; calls written as bare JSON objects may also be separated by `;` or `,`,
+        as the parser reads them."""
+        separator = super().call_separator()
+        if not self.markerless_opener() or self.t.array:
+            return seq(separator, self.text_between_calls())
+        return choice(separator, Lit(";"), Lit(","))
+
+    def text_in_section(self) -> Node:
+        """As between two calls: text after the section's start marker, before its first call,
+        is content (inside reasoning, such markup stays undecided until the reasoning's end)."""
+        return self.text_between_calls() if self.t.section_start.strip() else EMPTY
+
+    def text_between_calls(self) -> Node:
+        """Under the lenient policy, text between two calls of a section whose calls have their
+        own start marker is content (the strict policy ends the calls there)."""
+        t = self.t
+        opener = t.call_start.strip()
+        if self.req.policy == "strict" or not opener or not t.section_start.strip() or t.array:
+            return EMPTY  # (calls as the elements of one JSON array have no start marker of their own)
+        stops = (opener, t.section_end, *self.stop, self.r.end if self.r.mode != "none" else "")
+        # a call's closing markers are no text of their own: where they may be left out, they end their call
+        not_first = tuple(m for m in (opener, t.args_end.strip(), t.call_end.strip()) if m)
+        text = Text(tuple(s for s in stops if s.strip()), hint="content", nonempty=True, not_first=not_first)
+        return optional(seq(self.gap(), Capture(CONTENT, text)))
+
+    def closing(self, marker: str) -> Node:
+        """As generated, but with no whitespace where the marker is empty: text after the
+        calls is content, its whitespace included."""
+        return super().closing(marker) if self.until_stop(marker).strip() else EMPTY
+
+    def call_closing(self) -> Node:
+        """As generated; after JSON arguments, which end by their own syntax, the call's end
+        marker may be left out (Kimi-K2 writes the next call's opener right after them)."""
+        closing = super().call_closing()
+        return optional(closing) if self.t.format == "tag_json" else closing
+
+    def section_closing(self) -> Node:
+        closing = super().section_closing()
+        core = self.until_stop(self.t.section_end).strip()
+        if core and core[0] in ")]}":
+            return closing  # calls written as a list end with its bracket, which their syntax needs
+        return optional(closing)  # the output may end before it
+
+    def key_chars(self) -> Node:
+        """A key the schema does not name, as the parser reads it: any name up to the marker that
+        ends it, as long as the longest name the parser reads."""
+        t = self.t
+        ends = {m.strip()[0] for m in (t.arg_key_end, t.arg_key_end_json) if m.strip()}
+        # no slash: after a tag's `<`, `/` begins a closing tag (`</invoke>`), not a key
+        return Chars("^/" + NAME_FORBIDDEN + "".join(sorted(re.escape(c) for c in ends)), 1, MAX_KEY)
+
+    def extra_end(self) -> Node:
+        """An end marker that names the key (`</{key}>`) as any key: a value the schema does not
+        name ends at the first such marker."""
+        head, hole, tail = self.t.arg_end.partition(KEY_HOLE)
+        return seq(self.marker(head), self.key_chars(), self.marker(tail)) if hole else super().extra_end()
+
+    def raw_text(self, key: str = "") -> Node:
+        """Raw argument text up to its end marker or an end of turn, as the parser reads it; a
+        value's end marker may be left out before the call's end or the next argument where keys
+        have no marker before them."""
+        t = self.t
+        if self.comma_values():
+            return self.comma_text()
+        end = self.arg_end(key) if key else t.arg_end.partition(KEY_HOLE)[0]
+        enders = (t.call_end, t.arg_separator) if self.bare_keys else ()
+        # a weak end marker (`, `) ends the value only where the next key follows it
+        weak = Weak(end.strip(), t.arg_key_end.strip() or "=") if self.values_between() else None
+        return Text((end, *self.stop, *enders), end, hint="raw-text", weak=weak)
+
+    def cdata_text(self) -> Node:
+        """A raw string wrapped in an XML CDATA section (`<![CDATA[a </b> c]]>`): the section's
+        text is the value, whatever markers it holds."""
+        opening, closing = CDATA
+        return seq(Lit(opening), Text((closing, *self.stop), closing, hint="cdata-text"), Lit(closing))
+
+    def member_end(self, key: str, raw: bool) -> Node:
+        """As generated; after a JSON value, which ends by its own syntax, the end marker may be
+        left out."""
+        end = super().member_end(key, raw)
+        return end if raw else optional(end)
+
+    def tagged_value(self, name: str, params: Any, key: str, sub: Any) -> tuple[Node, bool]:
+        """As generated; a JSON value as raw text, which the parser converts (a Python literal
+        such as `{'a': None}` included)."""
+        value, raw = super().tagged_value(name, params, key, sub)
+        if isinstance(value, RawString) and not self.comma_values():
+            return replace(value, text=choice(self.cdata_text(), value.text)), raw
+        if not isinstance(value, Json):
+            return (replace(value, nested=self.nested()) if isinstance(value, RawString) else value), raw
+        text = self.raw_text(key)
+        if isinstance(text, Text):
+            text = replace(text, nonempty=True)  # no JSON value is written as no text
+        nested = self.nested()
+        if nested[:1] == ("quoted",) and self.bare_keys and isinstance(text, Text):
+            # an object or array in the template's own syntax holds the quote and the separator:
+            # one that opens with a bracket is read to its closing bracket
+            text = choice(Bracketed(nested[1]), replace(text, not_first=(*text.not_first, "{", "[")))
+        return RawString(name, params, sub, value.path, value.hint, self.arg_end(key), text, bounded=False,
+                         nested=nested), raw
+
+    def nested(self) -> tuple[str, ...]:
+        """How the template writes an object or array value (`ir.RawString.nested`)."""
+        t = self.t
+        style = getattr(t, "arg_nested", "") or ""
+        if style == "quoted" and getattr(t, "arg_nested_quote", ""):
+            return ("quoted", t.arg_nested_quote)
+        if style == "tags" and t.arg_start.strip():
+            item = getattr(t, "arg_nested_item", "") or ""
+            return ("tags", t.arg_start.strip(), t.arg_key_end.strip(), t.arg_end.strip(), item)
+        return ()
+
+    def tagged_body(self, name: str, params: Any) -> Node:
+        """As generated; where each argument opens with its own marker, the body may also be one
+        JSON object (`<invoke name="f">{"a": 1}</invoke>`), which the parser reads as the arguments."""
+        body = super().tagged_body(name, params)
+        if self.bare_keys or self.literal or not self.t.arg_start.strip():
+            return body
+        return choice(body, seq(Gap(JSON_SPACE), Capture(ARGUMENTS, Json("object"))))
+
+    def tagged_args(self, name: str, params: Any) -> Node:
+        """As generated; where the marker after a key says how its value is written (raw text, or
+        JSON: `string="true"` / `string="false"`), any key may have either marker, and a value
+        after the JSON one is read as JSON text whatever the schema says."""
+        members = super().tagged_args(name, params)
+        t = self.t
+        json_end = t.arg_key_end_json
+        if not isinstance(members, Members) or self.literal or self.bare_keys or not json_end.strip() \
+                or json_end.strip() == t.arg_key_end.strip():
+            return members
+        schema = object_shape(params)
+        props = schema.get("properties") or {}
+        variants = []
+        for key in props:
+            value, raw = self.tagged_value(name, params, key, props[key])
+            if raw and isinstance(value, RawString):  # a string written as JSON
+                text = replace(value.text, nonempty=True) if isinstance(value.text, Text) else value.text
+                value = replace(value, text=text, bounded=False, as_json=True)
+            member = Rule(f"{name}-arg-{key}", seq(self.marker(t.arg_start), Lit(key),
+                                                    self.marker(json_end if raw else t.arg_key_end), value,
+                                                    self.member_end(key, raw)), MEMBER, key)
+            variants.append((member, False))
+        extra = members.extra
+        if extra is not None:
+            text = self.raw_text()
+            text = replace(text, nonempty=True) if isinstance(text, Text) else text
+            value = RawString(name, params, None, "$", f"{name}-extra", t.arg_end, text, bounded=False, as_json=True)
+            extra = choice(extra, Rule(f"{name}-arg-extra-json", seq(self.marker(t.arg_start), KEY_CHARS,
+                                                                      self.marker(json_end), value, self.extra_end()),
+                                       MEMBER))
+        return replace(members, items=members.items + tuple(variants), extra=extra)
+
+    def args_opener(self) -> Node:
+        """As generated, or the code fence without its language tag, or no fence at all (JSON
+        arguments are read by their own syntax)."""
+        fence = bare_fence(self.t.args_start)
+        opener = self.marker(self.t.args_start)
+        return choice(opener, seq(self.marker(fence), self.gap()), EMPTY) if fence else opener
+
+    def args_closer(self) -> Node:
+        """As generated; a closing code fence may be left out, as its opener may."""
+        closer = super().args_closer()
+        return optional(closer) if bare_fence(self.t.args_start) else closer
+
+    # -- reasoning and content ------------------------------------------------------------
+
+    def with_reasoning(self, body: Node, section: Node | None, unended: Node | None = None,
+                       stray: Node | None = None) -> Node:
+        """An optional reasoning block, then `body`; or reasoning with no end marker, to the
+        end of the output, or to the calls (`section`) when no end marker follows them.
+        `unended`: `body` as read where reasoning is implied and no marker has ended it yet;
+        `stray`: the answer the output began with, up to an end marker of reasoning never opened."""
+        r = self.r
+        if not self.reads_reasoning():
+            return body
+        start, end = r.start.strip(), r.end.strip()
+        inside = self.reasoning_to_answer(body, section, end)
+        if self.forced:
+            if not start:
+                return choice(*inside)
+            # the prompt opened reasoning: a start marker the model writes again first is markup,
+            # and one more after it is the reasoning's text
+            repeated = self.reasoning_to_answer(body, section, end, repeated=True)
+            return choice(seq(self.gap(), self.marker(start), choice(*repeated)), choice(*inside))
+        ends_answer = stray is not None and self.stray_end()
+        options = [unended if unended is not None and (self.implies_reasoning() or ends_answer) else body,
+                   seq(self.gap(), self.marker(end), body)]
+        if start:
+            options.append(seq(self.gap(), self.marker(start), choice(*inside)))
+        if self.implies_reasoning():
+            # reasoning the output did not open ends at its end marker only: call markup before
+            # one makes it the answer
+            stops = () if self.in_messages() else self.call_openers()
+            options.append(seq(self.reasoning_text(*stops), self.marker(end), body))
+        elif ends_answer:
+            options.append(seq(stray, self.marker(end), body))
+        return choice(*options)
+
+    def reasoning_to_answer(self, body: Node, section: Node | None, end: str, repeated: bool = False) -> list[Node]:
+        """Reasoning, then what ends it: its end marker and `body`; an interrupt and the answer;
+        the end of the output; a call whose section opener was left out. `repeated`: the reasoning
+        follows a start marker the model wrote again after the prompt's (one more is its text)."""
+        interrupts = self.interrupts()
+        inside = [seq(self.reasoning_text(repeated=repeated), self.marker(end), body)]
+        if self.forced:
+            inside += self.answer_ends_reasoning(body, repeated)
+        if interrupts:
+            inside.append(seq(self.reasoning_text(*interrupts, repeated=repeated), self.after_interrupt(section, end)))
+        else:
+            inside.append(self.reasoning_text(repeated=repeated))
+        unopened = self.call_opener_alone()
+        if unopened and section is not None and not self.in_messages():
+            # a call whose section opener was left out ends the reasoning only where a call follows
+            inside.append(seq(self.reasoning_text(*interrupts, unopened, repeated=repeated),
+                              self.calls_then_text(section, end)))
+        return inside
+
+    def interrupts(self) -> tuple[str, ...]:
+        """What ends reasoning that no end marker closes: the opener of the tool calls and the
+        content's start marker. Whatever follows is the answer, read as such: calls where the
+        request has them, else text (none where no reasoning is interrupted)."""
+        if self.in_messages():
+            return ()  # a reply written as messages: reasoning is a message, calls do not end it
+        t = self.t
+        found = [self.calls_opener()] if t.supported and t.format in CALL_FORMATS else []
+        found.append(self.c.start.strip())
+        return tuple(m for m in dict.fromkeys(found) if m and m not in (self.r.start.strip(), self.r.end.strip()))
+
+    def after_interrupt(self, section: Node | None, end: str) -> Node:
+        """The answer after reasoning an interrupt ended, from the interrupt on (nothing where
+        the output ended first): the calls where the request has them, else the calls' opener
+        and what follows as content; or the content's start marker and the content. An end
+        marker of reasoning after it would have closed the reasoning instead."""
+        options = [EMPTY]
+        opener, content_start = self.calls_opener(), self.c.start.strip()
+        if section is not None:
+            options.append(self.calls_then_text(section, end))
+        elif opener in self.interrupts():
+            options.append(seq(Capture(CONTENT, self.marker(opener)), self.text(end, calls=False)))
+        if content_start in self.interrupts():
+            options.append(seq(self.marker(content_start), self.text(end, calls=section is not None),
+                               self.calls_then_text(section, end) if section is not None else EMPTY))
+        return choice(*options)
+
+    def answer_ends_reasoning(self, body: Node, repeated: bool = False) -> list[Node]:
+        """Where the prompt opened reasoning, an answer opened by its own start marker ends that
+        reasoning (the reasoning's own end marker, if it follows after all, wins: first option)."""
+        opener, end = self.c.start.strip(), self.r.end.strip()
+        if not opener or opener == end:
+            return []
+        return [seq(self.reasoning_text(opener, repeated=repeated), self.marker(opener), body)]
+
+    def message_markers(self) -> tuple[str, Node, str]:
+        """In a reply written as messages, what the parser drops from the text: the separator
+        between messages, and a call message's header (`to=NAME<|message|>`), with how that
+        header begins ("", EMPTY, "": the reply is not written as messages)."""
+        messages = self.a.get("messages") or {}
+        head, hole, tail = (messages.get("call_header") or "").partition("{name}")
+        if not self.in_messages() or not hole or not head.strip():
+            return "", EMPTY, ""
+        header = seq(self.marker(head.strip()), self.recipient(), self.marker(tail.strip()),
+                     self.marker(core(messages.get("body_start"))))
+        return core(messages.get("separator")), header, head.strip()
+
+    def recipient(self) -> Node:
+        """The tool a call message's header names: one of the tools where they are known (the
+        reasoning and content messages' headers name a recipient too, `to=self`), else any name."""
+        names = [tool_name(tool) for tool in self.tools]
+        if names and all(names) and self.choice != "none":
+            return choice(*[Lit(name) for name in names])
+        return Chars("^" + NAME_FORBIDDEN)
+
+    def implies_reasoning(self) -> bool:
+        """Whether the output may hold reasoning it did not open: an end marker with no start
+        before the answer closes it (the template expects reasoning the model opens itself)."""
+        return self.reads_reasoning() and self.thinking and not self.r.start.strip()
+
+    def stray_end(self) -> bool:
+        """Whether an output that does not open with the reasoning's start marker is the answer,
+        though reasoning is expected (the model writes the start marker itself): the role of
+        its text is decided at once (policy.py), and an end marker in it is markup."""
+        return self.reads_reasoning() and self.start == IMPLIED and bool(self.r.start.strip())
+
+    def reads_reasoning(self) -> bool:
+        return self.r.mode != "none" and bool(self.r.end.strip()) and self.start != CLOSED
+
+    def reasoning_text(self, *also_stop: str, repeated: bool = False) -> Node:
+        """Reasoning up to its end marker or `also_stop`. Where the prompt opened reasoning, a
+        start marker the model repeats first is markup, unless it already did (`repeated`)."""
+        stops = (self.r.end.strip(), *self.stop, *also_stop)
+        first = (self.r.start,) if self.forced and not repeated else ()
+        return Capture(REASONING, Text(stops, hint="reasoning", not_first=first))
+
+    def text(self, *also_stop: str, calls: bool = True, not_first: tuple[str, ...] = ()) -> Node:
+        """Content as the parser reads it: text up to what opens a call, the content markers
+        dropped from it; where calls have no marker (a bare JSON object), a bracket that opens
+        no call is text."""
+        dropped = [m.strip() for m in ([self.c.end] if self.opened else [self.c.start, self.c.end])
+                   if m.strip() and m.strip() != self.r.end.strip()]
+        openers = self.call_openers() if calls else []
+        separator, header, header_start = self.message_markers()
+        empty = self.empty_reasoning()
+        reopen = [self.r.start.strip()] if empty != EMPTY else []
+        stops = tuple(s for s in dict.fromkeys([*self.stop, *also_stop, *openers, *dropped, separator, *reopen]) if s)
+        bracket = self.markerless_opener() if calls else ""
+        # a bracket opens a call only before what a call begins with (a key's quote, an object);
+        # one that opens none is text
+        weak = Weak(bracket, '"' if bracket == "{" else "{", word=False, leads=True) if bracket else None
+        self.bare_calls = self.bare_calls or bool(bracket)
+        text = Text(stops, weak=weak, hint="content", nonempty=True,
+                    not_first=tuple(m for m in (*not_first, header_start) if m))
+        parts = [Capture(CONTENT, text), *[self.marker(m) for m in dropped + [separator] if m]]
+        if header != EMPTY:
+            parts.append(header)  # an empty part would only repeat nothing
+        if calls and self.name_opener():
+            parts.append(Capture(CONTENT, Lit(self.name_opener())))  # a tag that opens no call is text
+        if empty != EMPTY:
+            parts.append(empty)
+        return Repeat(choice(*parts))
+
+    def empty_reasoning(self) -> Node:
+        """An empty reasoning block inside the answer (a model re-opening its thought channel
+        and closing it at once): markup, not text (EMPTY: reasoning has no start marker)."""
+        start, end = self.r.start.strip(), self.r.end.strip()
+        if not self.reads_reasoning() or not start or self.in_messages():
+            return EMPTY
+        return seq(self.marker(start), self.gap(), self.marker(end))
+
+    def call_openers(self) -> list[str]:
+        """What makes the parser read a call in content."""
+        return [m for m in (self.calls_opener(), self.markerless_opener(), self.call_opener_alone(),
+                            self.name_opener()) if m]
+
+    def call_opener_alone(self) -> str:
+        """A call's own opener where the section has an opener of its own: a model that leaves
+        the section's opener out starts its calls with it ("": no such marker)."""
+        t = self.t
+        section, call = t.section_start.strip(), t.call_start.strip()
+        if self.choice == "none" or not self.parallel or not section or not call or (t.format == "json" and t.array):
+            return ""  # (with one call only, a call after the calls is text)
+        # a marker that text may also hold (`:S`, `, `) would make text before the calls ambiguous
+        return "" if is_weak(section) or is_weak(call) else call
+
+    def name_opener(self) -> str:
+        """A name marker that is a tag of its own (`<function=`), which also opens a call whose
+        opener the model left out ("": none)."""
+        t = self.t
+        name = t.name_start.strip()
+        if t.format not in ("tag_json", "tag_tagged") or not t.call_start.strip() or t.section_start.strip():
+            return ""
+        return name if name.startswith("<") and not is_weak(name) else ""
+
+    def section(self, lazy_start: bool = False) -> Node:
+        """As generated; or its calls without the section's opener (`call_opener_alone`); or,
+        where a name marker is a tag of its own, a call without its opener (`name_opener`)."""
+        full = super().section(lazy_start)
+        options = [full]
+        body = full.body if isinstance(full, Rule) else None
+        if self.call_opener_alone() and isinstance(body, Seq) and len(body.items) >= 2:
+            options.append(Rule("tool-calls-unopened", seq(*body.items[1:]), SECTION))
+        if self.name_opener():
+            call = Rule("call", choice(*[self.call(tool) for tool in self.tools]), CALL)
+            options.append(Rule("call-unopened", seq(call, self.call_closing())))
+        return choice(*options)
+
+    def markerless_opener(self) -> str:
+        """The bracket that opens JSON calls written with no marker before them ("": none)."""
+        t = self.t
+        if t.format != "json" or t.section_start.strip() or t.call_start.strip():
+            return ""
+        return "[" if t.array else "{"
+
+
+    # -- a reply written as messages ----------------------------------------------------------
+
+    def messages(self) -> Node:
+        """A reply written as messages (`analysis.messages`), each read by its header, the text
+        before the body marker: a header holding the reasoning header's own words opens
+        reasoning; one naming a tool after the call header's prefix (`to=functions.NAME`), a call;
+        any other header, the answer. Models vary headers (channel and recipient in either order,
+        more words), so only those words decide. Text with no header is content, whatever markup
+        it holds; so is a message whose header is none of these (a tool not asked for). Between
+        messages: the separator, the turn re-opened, a call's or the answer's end marker."""
+        m = self.a.get("messages") or {}
+        enders = self.message_enders()
+        betweens = [core(m.get("separator")), core(m.get("opener")), core(self.until_stop(self.t.call_end)),
+                    core(self.c.end)]
+        betweens = [b for b in dict.fromkeys(betweens) if b and b not in [core(s) for s in self.stop]]
+        messages = [self.reasoning_message(), *self.call_messages(), self.answer_message(),
+                    Capture(CONTENT, Text(enders[1:], hint="content", nonempty=True, not_first=self.header_leads()))]
+        reply = Repeat(choice(*[self.marker(b) for b in betweens], *[m for m in messages if m != EMPTY]))
+        if self.continues == CONTENT or self.forced:  # the prompt opened a message's body
+            role = REASONING if self.forced else CONTENT
+            return seq(Capture(role, Text(enders[1:], hint=role)), reply)
+        return reply
+
+    def message_enders(self) -> tuple[str, ...]:
+        """The body marker, then what ends a message's body: the separator, an end of turn, the
+        answer's end marker."""
+        m = self.a.get("messages") or {}
+        found = [core(m.get("body_start")), core(m.get("separator")), *[core(s) for s in self.stop], core(self.c.end)]
+        return tuple(dict.fromkeys(f for f in found if f))
+
+    def header_leads(self) -> tuple[str, ...]:
+        """How the template's message headers begin: a tag, a word (`to=`), or a symbol."""
+        m = self.a.get("messages") or {}
+        headers = (m.get("reasoning_header"), m.get("content_header"), (m.get("call_header") or "").replace("{name}", ""))
+        leads = [_HEADER_LEAD.match(core(h)) for h in headers if core(h)]
+        return tuple(dict.fromkeys(lead.group() for lead in leads if lead))
+
+    def call_prefix(self) -> str:
+        """What names a call's recipient in a header (`to=functions.`); "" where calls are off."""
+        m = self.a.get("messages") or {}
+        head, hole, _ = (m.get("call_header") or "").partition("{name}")
+        return core(head) if hole and self.choice != "none" else ""
+
+    def header_words(self, which: str, other: str) -> list[str]:
+        """The words of one header (`which`) that the other does not hold, in order."""
+        m = self.a.get("messages") or {}
+        others = set(_HEADER_WORD.findall(m.get(other) or ""))
+        return [w for w in dict.fromkeys(_HEADER_WORD.findall(m.get(which) or "")) if w not in others]
+
+    def header_text(self, *also_stop: str, lead: str = "") -> Node:
+        """Header text up to the body marker (or a word that decides the header); after `lead`,
+        it does not begin with the rest of the call prefix (that header is a call's)."""
+        prefix = self.call_prefix()
+        rest = prefix[len(lead):] if lead and prefix.startswith(lead) and prefix != lead else ""
+        stops = (*self.message_enders(), *also_stop)
+        return Text(tuple(s for s in dict.fromkeys(stops) if s), hint="header", not_first=(rest,) if rest else ())
+
+    def reasoning_message(self) -> Node:
+        if self.r.mode == "none":
+            return EMPTY
+        words = self.header_words("reasoning_header", "content_header")
+        if not words:
+            return EMPTY
+        m = self.a.get("messages") or {}
+        prefix = self.call_prefix()
+        # a call prefix in a header ends the reasoning (that header is a call's), unless the
+        # reasoning header is itself written with it (`to=self`)
+        cut = (prefix,) if prefix and prefix not in core(m.get("reasoning_header")) else ()
+        body = Capture(REASONING, Text(self.message_enders()[1:], hint="reasoning"))
+        options = []
+        for lead in self.header_leads():
+            parts: list[Node] = [self.marker(lead)]
+            for index, word in enumerate(words):
+                parts += [self.header_text(word, *cut, lead=lead if index == 0 else ""), Lit(word)]
+            parts += [self.header_text(*cut), self.marker(self.message_enders()[0]), body]
+            options.append(seq(*parts))
+        return choice(*options)
+
+    def answer_message(self) -> Node:
+        words = self.header_words("reasoning_header", "content_header") if self.r.mode != "none" else []
+        prefix = self.call_prefix()
+        body = Capture(CONTENT, Text(self.message_enders()[1:], hint="content"))
+        stops = (*words, prefix) if prefix else tuple(words)
+        return choice(*[seq(self.marker(lead), self.header_text(*stops, lead=lead),
+                            self.marker(self.message_enders()[0]), body) for lead in self.header_leads()])
+
+    def call_messages(self) -> list[Node]:
+        """A call's message: the header naming the tool, then the call's arguments (or, where
+        the body names the tool itself, the whole call)."""
+        prefix = self.call_prefix()
+        if not prefix:
+            return []
+        m = self.a.get("messages") or {}
+        body_start = self.marker(self.message_enders()[0])
+        others = [lead for lead in self.header_leads() if not prefix.startswith(lead)]
+        before = choice(EMPTY, *[seq(self.marker(lead), self.header_text(prefix)) for lead in others])
+        if m.get("call_body_named"):
+            t = self.t
+            call = Rule("call", choice(*[self.call(tool) for tool in self.tools]), CALL)
+            body = seq(self.gap(), self.marker(t.call_start), call, self.call_closing())
+            return [seq(before, self.marker(prefix), self.recipient(), self.header_text(), body_start, body)]
+        calls = []
+        for tool in self.tools:
+            name = tool_name(tool)
+            params = tool_function(tool).get("parameters") or {"type": "object", "properties": {}}
+            if self.t.format == "tag_tagged":
+                args = seq(Capture(ARGUMENTS, self.tagged_args(name, params)))
+            else:
+                args = seq(self.args_opener(), Capture(ARGUMENTS, self.json_arguments(name, params)),
+                           self.marker(self.t.args_end))
+            head = seq(before, self.marker(prefix), Capture(TOOL_NAME, self.name_node(name, quoted=False)))
+            calls.append(Rule(f"{name}-message", seq(head, self.header_text(), body_start, self.gap(), args)))
+        return calls
+
+
+_HEADER_LEAD = re.compile(r"<[^<>]*>|\w+=?|\S")  # how a header begins: a tag, a word (`to=`), a symbol
+_HEADER_WORD = re.compile(r"[A-Za-z_]\w*")
