@@ -509,13 +509,17 @@ class _Builder:
             members.append((member, key in required))
         extra = None
         if "properties" not in schema and schema.get("additionalProperties", True) is not False:
-            value = PyValue(name, params, None, "$", f"{name}-extra") if self.literal else self.raw_text()
+            value = self.extra_value(name, params)
             extra = Rule(f"{name}-arg-extra",
                          seq(self.marker(t.arg_start), self.key_chars(), self.marker(t.arg_key_end), value,
                              EMPTY if between else self.extra_end()), MEMBER)
         return Members(tuple(members), separator, extra, f"{name}-args", name, params, self.any_order)
 
     any_order = False  # generation writes the arguments in the schema's order
+
+    def extra_value(self, name: str, params: Any) -> Node:
+        """The value of an argument the schema does not name."""
+        return PyValue(name, params, None, "$", f"{name}-extra") if self.literal else self.raw_text()
 
     def key_chars(self) -> Node:
         """A key the schema does not name."""

@@ -279,6 +279,14 @@ class _Reading(_Builder):
         end = super().member_end(key, raw)
         return end if raw else optional(end)
 
+    def extra_value(self, name: str, params: Any) -> Node:
+        """As generated; in `name(key=value)` calls, a value of any key may be a Python literal."""
+        value = super().extra_value(name, params)
+        if self.literal or not self.comma_values():
+            return value
+        return RawString(name, params, None, "$", f"{name}-extra", self.t.arg_end, value, bounded=False,
+                         literals=True)
+
     def tagged_value(self, name: str, params: Any, key: str, sub: Any) -> tuple[Node, bool]:
         """As generated; a JSON value as raw text, which the parser converts (a Python literal
         such as `{'a': None}` included)."""
@@ -286,7 +294,9 @@ class _Reading(_Builder):
         if isinstance(value, RawString) and not self.comma_values():
             return replace(value, text=choice(self.cdata_text(), value.text)), raw
         if not isinstance(value, Json):
-            return (replace(value, nested=self.nested()) if isinstance(value, RawString) else value), raw
+            if isinstance(value, RawString):  # in `name(key=value)` calls a value may be a literal
+                return replace(value, nested=self.nested(), literals=True), raw
+            return value, raw
         text = self.raw_text(key)
         if isinstance(text, Text):
             text = replace(text, nonempty=True)  # no JSON value is written as no text

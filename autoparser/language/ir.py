@@ -140,6 +140,9 @@ class RawString:
     bounded: bool = True
     as_json: bool = False  # the text is a JSON value whatever the schema (the marker before it says so)
     nested: tuple[str, ...] = ()  # the template's own syntax for objects and arrays (`values.nested_to_json`)
+    # a value written as a Python literal (quoted, `None`, `True`, a number, a list or a dict) is
+    # that literal's value; other text is the raw string (`name(key=value)` calls)
+    literals: bool = False
 
 
 @dataclass(frozen=True)

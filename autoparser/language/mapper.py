@@ -41,8 +41,10 @@ def without_section(value: str, section: tuple[str, ...]) -> str:
 def argument_json(raw: str, node: Any, section: tuple[str, ...] = ()) -> str:
     """The JSON text of a tagged argument's value, read from its raw text by its schema."""
     schema = getattr(node, "schema", None)
-    if isinstance(node, ir.PyValue):
+    if isinstance(node, ir.PyValue) or (isinstance(node, ir.RawString) and node.literals):
         kind, text = value_kind(schema), raw.strip()
+        if text == "None" and allows_null(schema):
+            return "null"
         if kind != "json" and len(text) > 1 and text[0] in "'\"" and text[-1] == text[0]:
             return json.dumps(decode_string_body(text[1:-1]), ensure_ascii=False)
         return convert_literal_value(raw, kind, schema)

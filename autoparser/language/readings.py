@@ -288,7 +288,15 @@ class _Thread:
             return
         if (opening is not None and opening.startswith(raw)) or not raw.strip():
             return  # nothing visible yet, or what may still open the value's section
-        if "null".startswith(raw.strip()) and allows_null(getattr(self.member[1], "schema", None)):
+        node = self.member[1]
+        if getattr(node, "literals", False):
+            visible = raw.lstrip()
+            if visible[0] in "'\"[{(":
+                self.streamed = None  # a literal: its value is read whole, at its end
+                return
+            if "None".startswith(visible.rstrip()) and allows_null(getattr(node, "schema", None)):
+                return  # what may still be a nullable string's None
+        if "null".startswith(raw.strip()) and allows_null(getattr(node, "schema", None)):
             return  # what may still be a nullable string's null
         self.streamed = 1
         self.arguments(f"{self.member_key()}\"{json.dumps(raw, ensure_ascii=False)[1:-1]}")

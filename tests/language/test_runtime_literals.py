@@ -213,3 +213,25 @@ def test_mistral_call_cut_off_before_its_id() -> None:
                     tools=TOOLS)
     assert calls(message) == [("get_weather", {"city": "To"})]
     assert message["tool_calls"][0]["incomplete"] is True
+
+
+# -- values a template writes raw, which models write as Python literals ---------------------------
+
+LITERAL_TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {
+    "city": {"type": "string"}, "role": {"type": ["string", "null"]}, "aliases": {"type": "array"},
+    "days": {"type": "integer"}}}}}]
+
+
+@pytest.mark.parametrize("tools", [LITERAL_TOOLS, None], ids=["typed", "no-tools"])
+@pytest.mark.parametrize(("text", "arguments"), [
+    ("[get_weather(city='San Francisco', role=None, aliases=['a'])]",
+     {"city": "San Francisco", "role": None, "aliases": ["a"]}),
+    ("[get_weather(city=\"it's, here\", days=3)]", {"city": "it's, here", "days": 3}),
+    ("[get_weather(city=San Francisco, days=3)]", {"city": "San Francisco", "days": 3}),
+])
+def test_raw_values_written_as_python_literals_are_their_values(text: str, arguments: dict, tools: Any) -> None:
+    """The template writes `city=San Francisco`; a model writes `city='San Francisco'`, `None`,
+    lists: in `name(key=value)` calls a value that is a literal is read as one
+    (`ir.RawString.literals`), streamed or whole."""
+    message = parse(analyses.llama32_pythonic(), text, tools=tools)
+    assert calls(message) == [("get_weather", arguments)]
