@@ -173,10 +173,14 @@ class AutoparserReasoningParser(ReasoningParser):
         return [] if self._can_reason else input_ids
 
     def count_reasoning_tokens(self, token_ids: Sequence[int]) -> int:
-        """Generated tokens inside reasoning, markers left out (the `reasoning_tokens` of usage)."""
+        """Generated tokens inside reasoning, markers left out (the `reasoning_tokens` of usage);
+        none where the prompt closed reasoning, as the text then holds no reasoning either."""
         ids, served = list(token_ids), self._served
+        start_state = self._cut(self._prompt).start_state
+        if start_state == CLOSED:
+            return 0
         begin = 0
-        if not self._starts_inside():
+        if start_state != OPEN:
             while begin < len(ids) and ids[begin] in served.whitespace_ids:
                 begin += 1
             opener = served.start_ids
@@ -185,9 +189,6 @@ class AutoparserReasoningParser(ReasoningParser):
             begin += len(opener)
         ends = [at for at in (find_first(ids, p, begin) for p in (served.end_ids, *served.interrupt_ids)) if at >= 0]
         return (min(ends) if ends else len(ids)) - begin
-
-    def _starts_inside(self) -> bool:
-        return self._cut(self._prompt).start_state == OPEN
 
     # -- text ------------------------------------------------------------------------------
 

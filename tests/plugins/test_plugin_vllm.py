@@ -220,13 +220,29 @@ def _normalized(message: dict[str, Any]) -> dict[str, Any]:
                            for c in message["tool_calls"]]}
 
 
+def assert_reasoning_tokens(parser_cls: Any, tokenizer: Any, kwargs: dict[str, Any], prompt_ids: list[int],
+                            output: str, expected: dict[str, Any], where: str) -> None:
+    """The `reasoning_tokens` vLLM's chat server reports (`count_reasoning_tokens` after
+    `set_prompt_token_ids`): some where autoparser reads reasoning; where it reads none, at most
+    the whitespace of an empty reasoning block."""
+    parser = parser_cls(tokenizer, TOOLS, chat_template_kwargs=kwargs, model_config=None)
+    parser.set_prompt_token_ids(prompt_ids)
+    output_ids = tokenizer.encode(output, add_special_tokens=False)
+    counted = parser.count_reasoning_tokens(output_ids)
+    if expected["reasoning_content"]:
+        assert counted > 0, where
+    else:
+        blank = sum(not tokenizer.decode([i]).strip() for i in output_ids)
+        assert counted <= blank, f"{where}: {counted} reasoning tokens, no reasoning"
+
+
 @pytest.mark.parametrize("path", tool_template_params())
 def test_every_tool_template_matches_autoparser_parse(path: Path, tmp_path: Path) -> None:
     """Every tool-capable corpus template (`plugin_cases`, R1-family ones included), its markers
     special tokens: the composed parser, whole and streamed one and three tokens at a time, with
     `include_reasoning` on and off, with `tool_choice="required"`, and with no reasoning parser
     (the parse reading reasoning as text), equals autoparser's parse of the output after the
-    same prompt."""
+    same prompt; and the reasoning tokens counted for usage agree with that reading."""
     analysis = analysis_of(path)
     folder = write_tokenizer(tmp_path, analysis.source, BOS, EOS, specials=markers_of(analysis))
     tokenizer = get_tokenizer(str(folder))
@@ -243,6 +259,7 @@ def test_every_tool_template_matches_autoparser_parse(path: Path, tmp_path: Path
         expected = _normalized(analysis.parser(tools=TOOLS, thinking=case.thinking, prompt=case.prompt)
                                .parse(case.output))
         plain = _normalized(as_text.parse(case.output))
+        assert_reasoning_tokens(composed, tokenizer, kwargs, prompt_ids, case.output, expected, case.name)
         runs = [(composed, {}, expected), (composed, {"include_reasoning": False},
                                            dict(expected, reasoning_content=None)), (tool_only, {}, plain)]
         if case.has_calls:
