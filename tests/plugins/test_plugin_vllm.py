@@ -214,6 +214,9 @@ def test_plugin_matches_autoparser_parse(name: str, corpus: str, special: bool, 
                     output)
 
 
+STRICT_TOOLS = [{"type": "function", "function": {**tool["function"], "strict": True}} for tool in TOOLS]
+
+
 def _normalized(message: dict[str, Any]) -> dict[str, Any]:
     return {"reasoning_content": message["reasoning_content"] or None, "content": message["content"] or None,
             "tool_calls": [(c["function"]["name"], json.loads(c["function"]["arguments"]))
@@ -240,9 +243,10 @@ def assert_reasoning_tokens(parser_cls: Any, tokenizer: Any, kwargs: dict[str, A
 def test_every_tool_template_matches_autoparser_parse(path: Path, tmp_path: Path) -> None:
     """Every tool-capable corpus template (`plugin_cases`, R1-family ones included), its markers
     special tokens: the composed parser, whole and streamed one and three tokens at a time, with
-    `include_reasoning` on and off, with `tool_choice="required"`, and with no reasoning parser
-    (the parse reading reasoning as text), equals autoparser's parse of the output after the
-    same prompt; and the reasoning tokens counted for usage agree with that reading."""
+    `include_reasoning` on and off, with tools marked `strict`, with `tool_choice="required"`,
+    and with no reasoning parser (the parse reading reasoning as text), equals autoparser's parse
+    of the output after the same prompt; and the reasoning tokens counted for usage agree with
+    that reading."""
     analysis = analysis_of(path)
     folder = write_tokenizer(tmp_path, analysis.source, BOS, EOS, specials=markers_of(analysis))
     tokenizer = get_tokenizer(str(folder))
@@ -261,7 +265,8 @@ def test_every_tool_template_matches_autoparser_parse(path: Path, tmp_path: Path
         plain = _normalized(as_text.parse(case.output))
         assert_reasoning_tokens(composed, tokenizer, kwargs, prompt_ids, case.output, expected, case.name)
         runs = [(composed, {}, expected), (composed, {"include_reasoning": False},
-                                           dict(expected, reasoning_content=None)), (tool_only, {}, plain)]
+                                           dict(expected, reasoning_content=None)), (tool_only, {}, plain),
+                (composed, {"tools": STRICT_TOOLS}, expected)]
         if case.has_calls:
             required = analysis.parser(tools=TOOLS, thinking=case.thinking, prompt=case.prompt, tool_choice="required")
             runs.append((composed, {"tool_choice": "required"}, _normalized(required.parse(case.output))))
