@@ -96,6 +96,7 @@ class AutoparserReasoningParser(ReasoningParser):
         self._can_reason = bool(self._end) and analysis.thinking_enabled(self._thinking)
         self._prompt: str | None = None
         self._prompt_len: int | None = None
+        self._prompt_state = ""
         self._split: ReasoningSplit | None = None
         self._pending = ""
 
@@ -109,23 +110,13 @@ class AutoparserReasoningParser(ReasoningParser):
 
     # -- token ids: the structured-output gate and the prompt check ---------------------------
 
-    def _prompt_ending(self, ids: Sequence[int]) -> str:
-        """"start" or "end" when `ids` end with that marker (trailing whitespace allowed), else ""."""
-        served = self._served
-        stop = len(ids)
-        for _ in range(_TRAILING_WHITESPACE_TOKENS):
-            if stop and ids[stop - 1] in served.whitespace_ids:
-                stop -= 1
-        for state, pattern in (("start", served.start_ids), ("end", served.end_ids)):
-            if pattern and stop >= len(pattern) and tuple(ids[stop - len(pattern):stop]) == pattern:
-                return state
-        return ""
-
     def is_reasoning_end(self, input_ids: Sequence[int]) -> bool:
         """Whether output after these prompt ids starts past reasoning (vLLM passes prompts only).
-        The prompt's length is remembered so the streaming check can tell a skipped reasoning."""
+        The prompt's length and where it leaves the output are remembered so the streaming check
+        can tell a skipped reasoning."""
         self._prompt_len = len(input_ids)
-        return self._cut(self._prompt_text(input_ids)).start_state == CLOSED
+        self._prompt_state = self._cut(self._prompt_text(input_ids)).start_state
+        return self._prompt_state == CLOSED
 
     def _prompt_text(self, ids: Sequence[int]) -> str:
         """The end of the prompt as text: enough to see how its last turn leaves the model."""
@@ -149,13 +140,13 @@ class AutoparserReasoningParser(ReasoningParser):
         return find_last(window, pattern) >= 0
 
     def _skipped_reasoning(self, input_ids: Sequence[int], delta_len: int) -> bool:
-        """The output began without opening reasoning (only judged near the output's start)."""
-        if self._prompt_len is None or not self._served.start_ids:
+        """The output began without opening reasoning (only judged near the output's start, and
+        not where it starts inside reasoning: a prompt that opened it, or a template that never
+        writes the opener, whose reasoning ends only at its end marker)."""
+        if self._prompt_len is None or self._prompt_state == OPEN or not self._served.start_ids:
             return False
         output = input_ids[self._prompt_len:]
         if not output or len(output) > delta_len + len(self._served.start_ids) + _TRAILING_WHITESPACE_TOKENS:
-            return False
-        if self._prompt_ending(input_ids[: self._prompt_len]) == "start":
             return False
         words = [i for i in output if i not in self._served.whitespace_ids]
         start = self._served.start_ids

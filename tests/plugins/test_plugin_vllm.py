@@ -239,14 +239,36 @@ def assert_reasoning_tokens(parser_cls: Any, tokenizer: Any, kwargs: dict[str, A
         assert counted <= blank, f"{where}: {counted} reasoning tokens, no reasoning"
 
 
+def assert_structured_output_gate(parser_cls: Any, tokenizer: Any, kwargs: dict[str, Any], prompt_ids: list[int],
+                                  output: str, expected: dict[str, Any], where: str) -> None:
+    """Where vLLM's engine starts enforcing structured output (`is_reasoning_end` on the prompt,
+    then `is_reasoning_end_streaming` per generated token): not before the reasoning autoparser
+    reads is written, and, where it reads none but an answer or a call, somewhere in the output."""
+    reasoner = parser_cls(tokenizer, None, chat_template_kwargs=kwargs, model_config=None).reasoning_parser
+    output_ids = tokenizer.encode(output, add_special_tokens=False)
+    opened_after: int | None = 0 if reasoner.is_reasoning_end(prompt_ids) else None
+    ids = list(prompt_ids)
+    for count, token in enumerate(output_ids, 1):
+        if opened_after is not None:
+            break
+        ids.append(token)
+        if reasoner.is_reasoning_end_streaming(ids, [token]):
+            opened_after = len(tokenizer.decode(output_ids[:count], skip_special_tokens=False))
+    reasoning = expected["reasoning_content"]
+    if reasoning and opened_after is not None:
+        assert reasoning in output[:opened_after], f"{where}: gate opened after {output[:opened_after]!r}"
+    if not reasoning and (expected["content"] or expected["tool_calls"]):
+        assert opened_after is not None, f"{where}: gate never opened"
+
+
 @pytest.mark.parametrize("path", tool_template_params())
 def test_every_tool_template_matches_autoparser_parse(path: Path, tmp_path: Path) -> None:
     """Every tool-capable corpus template (`plugin_cases`, R1-family ones included), its markers
     special tokens: the composed parser, whole and streamed one and three tokens at a time, with
     `include_reasoning` on and off, with tools marked `strict`, with `tool_choice="required"`,
     and with no reasoning parser (the parse reading reasoning as text), equals autoparser's parse
-    of the output after the same prompt; and the reasoning tokens counted for usage agree with
-    that reading."""
+    of the output after the same prompt; and the reasoning tokens counted for usage and the
+    structured-output gate agree with that reading."""
     analysis = analysis_of(path)
     folder = write_tokenizer(tmp_path, analysis.source, BOS, EOS, specials=markers_of(analysis))
     tokenizer = get_tokenizer(str(folder))
@@ -264,6 +286,7 @@ def test_every_tool_template_matches_autoparser_parse(path: Path, tmp_path: Path
                                .parse(case.output))
         plain = _normalized(as_text.parse(case.output))
         assert_reasoning_tokens(composed, tokenizer, kwargs, prompt_ids, case.output, expected, case.name)
+        assert_structured_output_gate(composed, tokenizer, kwargs, prompt_ids, case.output, expected, case.name)
         runs = [(composed, {}, expected), (composed, {"include_reasoning": False},
                                            dict(expected, reasoning_content=None)), (tool_only, {}, plain),
                 (composed, {"tools": STRICT_TOOLS}, expected)]
