@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from corpora import llamacpp_templates, shared_templates
 from engine_tokenizer import write_tokenizer
-from plugin_cases import analysis_of, cases_of, markers_of, tool_template_params
+from plugin_cases import CHUNK_SIZES, analysis_of, cases_of, markers_of, tool_template_params
 
 import autoparser
 from autoparser import ReasoningAnalysis
@@ -264,11 +264,11 @@ def assert_structured_output_gate(parser_cls: Any, tokenizer: Any, kwargs: dict[
 @pytest.mark.parametrize("path", tool_template_params())
 def test_every_tool_template_matches_autoparser_parse(path: Path, tmp_path: Path) -> None:
     """Every tool-capable corpus template (`plugin_cases`, R1-family ones included), its markers
-    special tokens: the composed parser, whole and streamed one and three tokens at a time, with
-    `include_reasoning` on and off, with tools marked `strict`, with `tool_choice="required"`,
-    and with no reasoning parser (the parse reading reasoning as text), equals autoparser's parse
-    of the output after the same prompt; and the reasoning tokens counted for usage and the
-    structured-output gate agree with that reading."""
+    special tokens: the composed parser, whole and streamed one, three and seven tokens at a
+    time, with `include_reasoning` on and off, with tools marked `strict`, with
+    `tool_choice="required"`, and with no reasoning parser (the parse reading reasoning as text),
+    equals autoparser's parse of the output after the same prompt; and the reasoning tokens
+    counted for usage and the structured-output gate agree with that reading."""
     analysis = analysis_of(path)
     folder = write_tokenizer(tmp_path, analysis.source, BOS, EOS, specials=markers_of(analysis))
     tokenizer = get_tokenizer(str(folder))
@@ -302,7 +302,7 @@ def test_every_tool_template_matches_autoparser_parse(path: Path, tmp_path: Path
             request = rendered_request(parser_cls, tokenizer, request, kwargs, prompt_ids)
             assert _normalized(whole(parser_cls, tokenizer, request, kwargs, prompt_ids, case.output)) == want, where
             stream_request = request.model_copy(update={"stream": True})
-            for size in (1, 3):
+            for size in CHUNK_SIZES:
                 got = streamed(parser_cls, tokenizer, stream_request, kwargs, prompt_ids, case.output, size)
                 assert _normalized(got) == want, f"{where} {size} tokens"
 
