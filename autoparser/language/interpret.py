@@ -468,7 +468,8 @@ class LanguageStream(_Recovery, _Stepping):
         if len(threads) > 1 and not final and self._dead_pending() is None:
             self._commit_common_text()
         if len(threads) > 1 and sum(len(t.events) for t in threads) > UNDECIDED_LIMIT:
-            self.threads = threads[:1]  # readings undecided for too long: the first one wins
+            # readings undecided for too long: the one that began the most calls wins, as at the end
+            self.threads = [max(threads, key=_calls_begun)]
             self._commit(final)
 
     def _before_open_sections(self, events: list[tuple], agreed: int) -> int:

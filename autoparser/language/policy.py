@@ -56,8 +56,8 @@ RULES: tuple[Rule, ...] = (
          "At the end of the output, a call cut off keeps its complete values and is marked "
          "incomplete."),
     Rule("undecided-too-long",
-         f"Readings that still disagree after {UNDECIDED_LIMIT} held events give way to the first in "
-         "the language's order."),
+         f"Readings that still disagree after {UNDECIDED_LIMIT} held events give way to the one that "
+         "began the most calls, then to the first in the language's order."),
 )
 
 

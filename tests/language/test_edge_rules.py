@@ -11,6 +11,8 @@ import json
 import analyses
 from analyses import DS_CALL, DS_EOS, DS_SECTION, DS_SEP, WEATHER_TOOLS, calls, parse
 
+from autoparser.language.reading import Parser
+
 V31_HEAD = DS_SECTION[0] + DS_CALL[0] + "get_weather" + DS_SEP
 
 
@@ -158,3 +160,22 @@ def test_the_grammar_accepts_both_argument_keys_the_parser_reads() -> None:
     assert '"\\"arguments\\""' in grammar and '"\\"parameters\\""' in grammar
     text = '<tool_call>\n{"name": "get_weather", "parameters": {"city": "Paris"}}\n</tool_call>'
     assert calls(parse(analyses.hermes(), text, tools=WEATHER_TOOLS)) == [("get_weather", {"city": "Paris"})]
+
+
+def test_a_long_argument_right_after_the_prompt_opened_reasoning_streams_as_the_whole_reads_it() -> None:
+    """R1: the output starts inside reasoning and opens the calls at once, with a 90 KB argument.
+    Readings that disagree for that long give way to the one with the call, streamed or whole
+    (policy rule `undecided-too-long`); the argument never ends up in the reasoning."""
+    r1 = analyses.deepseek_r1()
+    big = ("lorem ipsum dolor sit amet, " * 4000)[:90000]
+    text = analyses.render_output(r1, None, "", [("get_weather", {"city": big})]) + DS_EOS
+    parser = Parser(r1, tools=WEATHER_TOOLS)
+    whole = parser.parse(text)
+    stream = parser.stream()
+    for at in range(0, len(text), 3):
+        stream.feed(text[at:at + 3])
+    stream.finish()
+    streamed = stream.message()
+    assert _arguments(whole) == _arguments(streamed) == {"city": big}
+    assert (streamed["reasoning_content"], streamed["content"]) == (whole["reasoning_content"], whole["content"])
+    assert not streamed["content"]
