@@ -46,7 +46,7 @@ from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 from autoparser.server.errors import APIError, shutting_down
-from autoparser.server.worker import GenerationJob, GenerationResult, QueueBound, ReasoningPhase
+from autoparser.server.worker import GenerationJob, GenerationResult, QueueBound, QueuedWorker, ReasoningPhase
 
 log = logging.getLogger("autoparser.server")
 
@@ -128,7 +128,7 @@ class _Entry:
     paused_sent: bool = False
 
 
-class SupervisedWorker:
+class SupervisedWorker(QueuedWorker):
     """`GenerationWorker`'s interface, with the generation in a worker process it restarts."""
 
     def __init__(self, settings: EngineSettings, max_queue: int, cancel_grace_s: float = CANCEL_GRACE_S,
@@ -178,17 +178,6 @@ class SupervisedWorker:
             self._next_id += 1
             self._entries[job_id] = _Entry(job, submitted=time.perf_counter())
             self._send_waiting()
-
-    def reserve(self) -> None:
-        """Keep a place in the queue (503 when there is none) for a request still being prepared."""
-        self._bound.reserve()
-
-    def release(self) -> None:
-        """Give back a place `reserve` kept, for a request whose preparation failed."""
-        self._bound.release()
-
-    def retry_after_s(self) -> int:
-        return self._bound.retry_after_s()
 
     def drain(self) -> None:
         """The server is shutting down: new requests get 503, so do the waiting ones, and the

@@ -42,7 +42,7 @@ import httpx
 from autoparser.llama.logprobs import TokenLogprob
 from autoparser.llama.long_runs import tokenizer_pieces
 from autoparser.server.errors import APIError, bad_request
-from autoparser.server.worker import GenerationJob, GenerationResult, QueueBound
+from autoparser.server.worker import GenerationJob, GenerationResult, QueueBound, QueuedWorker
 
 log = logging.getLogger("autoparser.server")
 
@@ -512,7 +512,7 @@ def _logprobs(chunk: dict[str, Any], top: int | None) -> list[TokenLogprob]:
     return out
 
 
-class UpstreamWorker:
+class UpstreamWorker(QueuedWorker):
     """`GenerationWorker`'s interface, with each generation streamed from the upstream llama-server."""
 
     def __init__(self, vocabulary: UpstreamVocabulary, max_queue: int, timeout: float = 600.0):
@@ -546,15 +546,6 @@ class UpstreamWorker:
         task = asyncio.get_running_loop().create_task(self._run(job))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-    def reserve(self) -> None:
-        self._bound.reserve()
-
-    def release(self) -> None:
-        self._bound.release()
-
-    def retry_after_s(self) -> int:
-        return self._bound.retry_after_s()
 
     def stop(self, timeout: float = 5.0) -> None:
         for task in list(self._tasks):

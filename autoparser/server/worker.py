@@ -278,7 +278,25 @@ class QueueBound:
         return max(1, round(self._average_s * (waiting + 1) / (2 * self.n_parallel)))
 
 
-class GenerationWorker:
+class QueuedWorker:
+    """What every generation worker (in process, supervised, upstream) answers from its
+    `QueueBound`, kept in `self._bound`."""
+
+    _bound: QueueBound
+
+    def reserve(self) -> None:
+        """Keep a place in the queue (503 when there is none) for a request still being prepared."""
+        self._bound.reserve()
+
+    def release(self) -> None:
+        """Give back a place `reserve` kept, for a request whose preparation failed."""
+        self._bound.release()
+
+    def retry_after_s(self) -> int:
+        return self._bound.retry_after_s()
+
+
+class GenerationWorker(QueuedWorker):
     """Runs up to `n_parallel` jobs at once on one engine, one decode step for all of them at a time."""
 
     def __init__(self, engine: Any, max_queue: int, n_parallel: int | None = None,
@@ -306,17 +324,6 @@ class GenerationWorker:
         if not reserved:
             self.reserve()
         self._jobs.put(job)
-
-    def reserve(self) -> None:
-        """Keep a place in the queue (503 when there is none) for a request still being prepared."""
-        self._bound.reserve()
-
-    def release(self) -> None:
-        """Give back a place `reserve` kept, for a request whose preparation failed."""
-        self._bound.release()
-
-    def retry_after_s(self) -> int:
-        return self._bound.retry_after_s()
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stopping = True
