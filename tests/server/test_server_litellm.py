@@ -1,5 +1,8 @@
 """The real server driven by litellm, which needs `openai<3` and so has its own environment.
 
+Both ways to serve are driven: the own engine, and the front end in front of a real llama-server
+(`serve --upstream`, skipped with the reason where llama-server cannot be built).
+
     python3 -m venv .venv-litellm && .venv-litellm/bin/pip install -q litellm mcp pytest httpx gguf jinja2 lark
     AUTOPARSER_SERVER_PYTHON=.venv/bin/python .venv-litellm/bin/python -m pytest -q tests/server/test_server_litellm.py
 
@@ -29,12 +32,20 @@ WEATHER = {"type": "function", "function": {
 THINKING = {"thinking": True, "thinking_budget": 8}
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+@pytest.fixture(scope="module", params=["engine", "upstream"])
+def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     model = tiny_model(find_template("deepseek-ai-DeepSeek-V3.1.jinja"))
-    process = start_server(model, "--n-ctx", "2048", log_dir=tmp_path_factory.mktemp("litellm"))
+    if request.param == "engine":
+        process = start_server(model, "--n-ctx", "2048", log_dir=tmp_path_factory.mktemp("litellm"))
+        yield process
+        process.stop()
+        return
+    from llama_server import start_llama_server
+    upstream = start_llama_server(model, log_dir=tmp_path_factory.mktemp("llama-server"), parallel=2, n_ctx=2048)
+    process = start_server(None, "--upstream", upstream.base_url, log_dir=tmp_path_factory.mktemp("litellm-front"))
     yield process
     process.stop()
+    upstream.stop()
 
 
 def target(server: ServerProcess) -> dict[str, Any]:
