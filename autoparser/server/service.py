@@ -189,6 +189,8 @@ class ChatService:
         warnings = self.thinking_warnings(thinking)
         grammar, phase = None, None
         start = self.start_state(thinking, prompt)
+        if start[0] == OPEN and budget is None and self.answer_required(request, tool_choice):
+            budget = max_tokens - answer_reserve(max_tokens)
         if start[0] == OPEN and (budget is not None or self.constrained(request, tools, tool_choice)):
             answer_grammar, grammar_warnings = self.grammar(request, tools, tool_choice, None, after_reasoning=True)
             phase = ReasoningPhase(
@@ -480,6 +482,17 @@ class ChatService:
         language = build_language(self._analysis_dict, Request(reading=True, lazy=False))
         markers = [*language.markers(), *self.analysis.preserved_tokens]
         return {token for token in self.special_tokens if any(token in marker for marker in markers)}
+
+
+ANSWER_RESERVE_SHARE = 2
+"""A required answer (a forced call, JSON) after reasoning keeps 1/ANSWER_RESERVE_SHARE of `max_tokens`..."""
+ANSWER_RESERVE_MAX = 1024
+"""...and at most this many tokens: reasoning that runs into the rest is closed, and the answer follows."""
+
+
+def answer_reserve(max_tokens: int) -> int:
+    """The tokens a required answer keeps from reasoning that has no budget of its own."""
+    return max(1, min(max_tokens // ANSWER_RESERVE_SHARE, ANSWER_RESERVE_MAX))
 
 
 def _key(*parts: Any) -> str:
