@@ -23,7 +23,7 @@ from typing import Any
 
 from autoparser.analysis import Analysis, ReasoningAnalysis
 from autoparser.caching import BoundedCache
-from autoparser.language.build import Request, build_language
+from autoparser.language.build import Request, build_language, reasoning_cut
 from autoparser.language.request import OPEN, start_state
 from autoparser.render_process import RenderPool
 from autoparser.server import protocol
@@ -193,9 +193,12 @@ class ChatService:
             budget = max_tokens - answer_reserve(max_tokens)
         if start[0] == OPEN and (budget is not None or self.constrained(request, tools, tool_choice)):
             answer_grammar, grammar_warnings = self.grammar(request, tools, tool_choice, None, after_reasoning=True)
+            call_tokens = self.call_tokens_in_reasoning(request, tools, tool_choice, thinking, prompt)
             phase = ReasoningPhase(
                 end_text=reasoning.end, end_tokens=self.engine.tokenize(reasoning.end, parse_special=True),
-                answer_grammar=answer_grammar, budget=budget, no_eos=self.answer_required(request, tool_choice))
+                answer_grammar=answer_grammar, budget=budget, no_eos=self.answer_required(request, tool_choice),
+                call_tokens=call_tokens,
+                call_grammar=dataclasses.replace(answer_grammar, lazy=False) if call_tokens else None)
         else:
             grammar, grammar_warnings = self.grammar(request, tools, tool_choice, thinking, prompt=prompt)
         warnings += grammar_warnings
@@ -206,6 +209,19 @@ class ChatService:
             stop_token_ids=self.stop_token_ids(request),
             completion=Completion(stream, self.output_options(request), warnings), warnings=warnings,
             start_state=start[0], tool_call_policy=policy)
+
+    def call_tokens_in_reasoning(self, request: ChatCompletionRequest, tools: list[dict[str, Any]] | None,
+                                 tool_choice: Any, thinking: bool | None, prompt: str) -> tuple[int, ...]:
+        """The calls' openers that end reasoning where the model writes them inside it (the
+        parser's reading), as single tokens; none unless the answer's grammar is the calls'."""
+        calls_grammar = self.constrained(request, tools, tool_choice) and bool(tools) and (
+            self.answer_required(request, tool_choice) or protocol.response_schema(request) is None)
+        if not calls_grammar:
+            return ()
+        cut = reasoning_cut(self._analysis_dict, Request(tools=tuple(tools or ()), thinking=thinking,
+                                                         tool_choice=tool_choice, prompt=prompt, reading=True))
+        tokens = (self._single_token(marker) for marker in cut.interrupts)
+        return tuple(token for token in tokens if token is not None)
 
     def thinking_warnings(self, thinking: bool | None) -> list[str]:
         """What the request asked of thinking that the template cannot do (said, never silent)."""
