@@ -97,20 +97,22 @@ class ReasoningIds:
         ends = [at for at in (find_first(output_ids, p, begin) for p in (self.end, *self.interrupts)) if at >= 0]
         return begin, min(ends) if ends else len(output_ids)
 
-    def ends_within(self, output_ids: Sequence[int], last: int) -> bool:
+    def ends_within(self, output_ids: Sequence[int], last: int, begin: int = 0) -> bool:
         """Whether reasoning ended within the last `last` of these ids (the streaming check):
         a marker that ends in them, or, where the output may open reasoning itself, a first word
-        in them that is not the opener. It looks only at the ids near the end, so checking at
-        each step stays cheap. (An output that implies reasoning without its opener counts as
-        an answer here: an engine can open its gate only once.)"""
+        in them that is not the opener. `begin`: where the output starts in `output_ids`, for an
+        engine that passes the prompt's ids before it. It looks only at the ids near the end, so
+        checking at each step stays cheap. (An output that implies reasoning without its opener
+        counts as an answer here: an engine can open its gate only once.)"""
         for pattern in (self.end, *self.interrupts):
-            if pattern and find_first(output_ids, pattern, len(output_ids) - last - len(pattern) + 1) >= 0:
+            if pattern and find_first(output_ids, pattern, max(begin, len(output_ids) - last - len(pattern) + 1)) >= 0:
                 return True
         if self.start_state in (CLOSED, OPEN) or not self.start:
             return False
-        if len(output_ids) > last + len(self.start) + _LEADING_WHITESPACE_TOKENS:
+        if len(output_ids) - begin > last + len(self.start) + _LEADING_WHITESPACE_TOKENS:
             return False  # the first word came earlier: this was decided before
-        return self._opened(output_ids) is None and not self._undecided(output_ids)
+        output = output_ids[begin:]
+        return self._opened(output) is None and not self._undecided(output)
 
     def _bounds(self, output_ids: Sequence[int]) -> tuple[int, int | None] | None:
         """(where reasoning's text starts, where the answer starts or None while reasoning goes

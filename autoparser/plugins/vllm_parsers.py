@@ -80,6 +80,7 @@ class AutoparserReasoningParser(ReasoningParser):
         self._start, self._end, self._interrupts = self._served.model.reasoning_markers()
         self._prompt: str | None = None
         self._prompt_len: int | None = None
+        self._reasoning_ids: Any = None
         self._split: ReasoningSplit | None = None
         self._pending = ""
 
@@ -97,9 +98,13 @@ class AutoparserReasoningParser(ReasoningParser):
     def is_reasoning_end(self, input_ids: Sequence[int]) -> bool:
         """Whether output after these prompt ids starts past reasoning (vLLM passes prompts only).
         The prompt is remembered: where it leaves the output decides the checks that follow."""
-        self._prompt_len = len(input_ids)
-        self._prompt = self._prompt_text(input_ids)
+        self._remember_prompt(input_ids)
         return self._cut(self._prompt).start_state == CLOSED
+
+    def _remember_prompt(self, ids: Sequence[int]) -> None:
+        self._prompt_len = len(ids)
+        self._prompt = self._prompt_text(ids)
+        self._reasoning_ids = None
 
     def _prompt_text(self, ids: Sequence[int]) -> str:
         """The end of the prompt as text: enough to see how its last turn leaves the model."""
@@ -109,7 +114,10 @@ class AutoparserReasoningParser(ReasoningParser):
         return self._served.model.reasoning_cut(self._thinking, prompt)
 
     def _ids(self) -> Any:
-        return self._served.model.reasoning_ids(self.model_tokenizer, self._cut(self._prompt))
+        """This request's `ReasoningIds`, found once per prompt (the streaming check asks per token)."""
+        if self._reasoning_ids is None:
+            self._reasoning_ids = self._served.model.reasoning_ids(self.model_tokenizer, self._cut(self._prompt))
+        return self._reasoning_ids
 
     def is_reasoning_end_streaming(self, input_ids: Sequence[int], delta_ids: Iterable[int]) -> bool:
         """Whether the newest ids ended reasoning. vLLM passes the prompt's ids too: without a
@@ -118,7 +126,7 @@ class AutoparserReasoningParser(ReasoningParser):
         if self._prompt_len is None:
             opened = self._served.model.reasoning_ids(self.model_tokenizer, self._served.model.opened_cut())
             return opened.ends_within(input_ids, delta)
-        return self._ids().ends_within(input_ids[self._prompt_len:], delta)
+        return self._ids().ends_within(input_ids, delta, begin=self._prompt_len)
 
     def extract_content_ids(self, input_ids: list[int]) -> list[int]:
         return self._ids().extract_content_ids(input_ids)
@@ -131,8 +139,7 @@ class AutoparserReasoningParser(ReasoningParser):
     # -- text ------------------------------------------------------------------------------
 
     def set_prompt_token_ids(self, prompt_token_ids: Sequence[int]) -> None:
-        self._prompt_len = len(prompt_token_ids)
-        self._prompt = self._prompt_text(prompt_token_ids)
+        self._remember_prompt(prompt_token_ids)
 
     def adjust_initial_state_from_prompt(self, prompt_token_ids: Sequence[int]) -> None:
         self.set_prompt_token_ids(prompt_token_ids)

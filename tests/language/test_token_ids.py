@@ -111,6 +111,9 @@ def test_an_output_free_to_open_reasoning_decides_at_its_first_word(v31: Any, en
     assert p.is_reasoning_end(direct[:1], encode) and ids.ends_within(direct[:1], 1)
     assert p.extract_content_ids(direct, encode) == direct
     assert not ids.ends_within(direct, 1)  # decided near the first word, not again later
+    before = encode("a prompt the engine passes too")
+    assert ids.ends_within([*before, *direct[:1]], 1, begin=len(before))
+    assert not ids.ends_within([*before, *opened[:2]], 1, begin=len(before))
     assert_agrees_with_the_text(p, opened, encode, tiny_engine)
 
 
