@@ -43,17 +43,19 @@ def _tiny_model_module() -> Any:
     return corpora.tool_module("make_tiny_model")
 
 
-def tiny_model(template: Path, seed: int = 0) -> Path:
-    """The tiny deepseek2 GGUF carrying `template` as its chat template, built on first use."""
+def tiny_model(template: Path, seed: int = 0, favoured: dict[str, float] | None = None) -> Path:
+    """The tiny deepseek2 GGUF carrying `template` as its chat template, built on first use;
+    `favoured`: tokens it writes more often (`make_tiny_model.favour_tokens`)."""
     import corpora
 
     builder = REPO / "tools" / "make_tiny_model.py"
     source = template.read_text(encoding="utf-8")
-    digest = hashlib.sha256(builder.read_bytes() + source.encode() + str(seed).encode()).hexdigest()[:16]
+    extra = repr(sorted(favoured.items())).encode() if favoured else b""
+    digest = hashlib.sha256(builder.read_bytes() + source.encode() + str(seed).encode() + extra).hexdigest()[:16]
     out = cache_root() / "tiny-models" / f"{template.stem}-{digest}.gguf"
     if not out.is_file():
         vocab = corpora.deepseek_vocab_gguf()
-        _tiny_model_module().build_tiny_model(out, source, seed=seed, vocab_path=vocab)
+        _tiny_model_module().build_tiny_model(out, source, seed=seed, vocab_path=vocab, favoured=favoured)
     return out
 
 

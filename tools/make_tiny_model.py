@@ -35,6 +35,7 @@ import functools
 import os
 import struct
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,6 +47,8 @@ except ImportError:  # pragma: no cover - exercised only without the optional de
     sys.exit("make_tiny_model.py needs the 'gguf' package (pip install gguf)")
 
 ARCH = "deepseek2"
+# the value of the embedding dimension favoured tokens read (`favour_tokens`)
+_FAVOUR_DIMENSION = 4.0
 
 #: Marker tokens of the DeepSeek-V3 chat format, added as CONTROL tokens.
 CONTROL_TOKENS: tuple[str, ...] = (
@@ -357,6 +360,18 @@ def make_tensors(dims: TinyDims, n_vocab: int, seed: int) -> dict[str, np.ndarra
     return out
 
 
+def favour_tokens(tensors: dict[str, np.ndarray], weights: Mapping[int, float]) -> None:
+    """Make the model write the given token ids more often, whatever came before: every token's
+    embedding gets one positive dimension, which the residual stream carries to the output, and
+    each favoured token's output row reads that dimension alone, with its weight."""
+    T = gguf.MODEL_TENSOR
+    embedding, output = tensors[_tensor_name(T.TOKEN_EMBD)], tensors[_tensor_name(T.OUTPUT)]
+    embedding[:, 0] = _FAVOUR_DIMENSION
+    for token, weight in weights.items():
+        output[token, :] = 0.0
+        output[token, 0] = weight
+
+
 # --------------------------------------------------------------------------- writer
 
 
@@ -415,8 +430,11 @@ def build_tiny_model(
     vocab_path: str | os.PathLike[str] | None = None,
     n_regular_tokens: int = 4000,
     dims: TinyDims | None = None,
+    favoured: Mapping[str, float] | None = None,
 ) -> Path:
-    """Write the tiny model to ``out_path`` and return the path. Weights depend only on ``seed``."""
+    """Write the tiny model to ``out_path`` and return the path. Weights depend only on ``seed``
+    (and ``favoured``: tokens, by text, the model writes more often, the more the larger the
+    weight; see `favour_tokens`)."""
     dims = dims or TinyDims()
     source = Path(vocab_path) if vocab_path else default_vocab_path()
     if source is None or not source.is_file():
@@ -431,7 +449,10 @@ def build_tiny_model(
     writer = gguf.GGUFWriter(str(tmp), ARCH)
     _write_hparams(writer, dims, n_vocab)
     _write_tokenizer(writer, vocab, chat_template)
-    for name, array in make_tensors(dims, n_vocab, seed).items():
+    tensors = make_tensors(dims, n_vocab, seed)
+    if favoured:
+        favour_tokens(tensors, {vocab.tokens.index(text): weight for text, weight in favoured.items()})
+    for name, array in tensors.items():
         writer.add_tensor(name, array)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()

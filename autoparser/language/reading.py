@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from autoparser.language.build import Request, build_language
+from autoparser.language.build import Request, build_language, reasoning_cut
 from autoparser.language.interpret import LanguageReader, LanguageStream
+from autoparser.language.token_ids import ReasoningIds, encoder
 
 
 def analysis_data(analysis: Any) -> dict[str, Any]:
@@ -28,11 +29,20 @@ def reader(analysis: Any, tools: list[dict[str, Any]] | None = None, thinking: b
     """The reader of the language a request's output is read by. `eos_token` defaults to the
     analysis's own (an `Analysis` keeps it; its dict form does not)."""
     data = analysis_data(analysis)
-    eos = getattr(analysis, "eos_token", "") if eos_token is None else eos_token
-    request = Request(tools=tuple(tools or ()), thinking=thinking, parallel_tool_calls=parallel_tool_calls,
-                      tool_choice=tool_choice, policy=tool_call_policy, prompt=prompt, lazy=False,
-                      reading=True, end_tokens=(eos,) if eos else ())
+    request = reading_request(analysis, tools, thinking, parallel_tool_calls, tool_choice, tool_call_policy,
+                              prompt, eos_token)
     return LanguageReader(build_language(data, request), end_of_turn=tuple(data.get("stop") or ()))
+
+
+def reading_request(analysis: Any, tools: list[dict[str, Any]] | None = None, thinking: bool | None = None,
+                    parallel_tool_calls: bool = True, tool_choice: Any = "auto",
+                    tool_call_policy: str = "lenient", prompt: str | None = None,
+                    eos_token: str | None = None) -> Request:
+    """The `Request` a parser reads its output by."""
+    eos = getattr(analysis, "eos_token", "") if eos_token is None else eos_token
+    return Request(tools=tuple(tools or ()), thinking=thinking, parallel_tool_calls=parallel_tool_calls,
+                   tool_choice=tool_choice, policy=tool_call_policy, prompt=prompt, lazy=False,
+                   reading=True, end_tokens=(eos,) if eos else ())
 
 
 class Parser:
@@ -64,6 +74,9 @@ class Parser:
         # what a reader knows of the language is the same for every stream: built once
         self._reader = reader(analysis, tools, thinking, parallel_tool_calls, tool_choice, tool_call_policy,
                               prompt, eos_token)
+        self._cut = reasoning_cut(analysis_data(analysis), reading_request(
+            analysis, tools, thinking, parallel_tool_calls, tool_choice, tool_call_policy, prompt, eos_token))
+        self._ids: dict[int, tuple[Any, ReasoningIds]] = {}
 
     def stream(self) -> LanguageStream:
         """A new incremental parser: `feed(chunk)` -> deltas, `finish()` -> deltas, `message()`."""
@@ -72,3 +85,23 @@ class Parser:
     def parse(self, text: str) -> dict[str, Any]:
         """The assistant message for a complete model output."""
         return self._reader.parse(text)
+
+    # -- token ids, for engines that work on them ------------------------------------------------
+
+    def reasoning_ids(self, tokenizer: Any) -> ReasoningIds:
+        """Where this parser's reasoning ends, in `tokenizer`'s ids (`ReasoningIds`): a Hugging
+        Face style tokenizer, or a function `text -> ids` that adds no BOS. Built once per
+        tokenizer."""
+        kept = self._ids.get(id(tokenizer))
+        if kept is None or kept[0] is not tokenizer:
+            kept = self._ids[id(tokenizer)] = (tokenizer, ReasoningIds(self._cut, encoder(tokenizer)))
+        return kept[1]
+
+    def is_reasoning_end(self, token_ids: Any, tokenizer: Any) -> bool:
+        """Whether the ids the model generated after the prompt have ended reasoning (or begun an
+        answer with none): where an engine starts enforcing the answer's grammar."""
+        return self.reasoning_ids(tokenizer).is_reasoning_end(list(token_ids))
+
+    def extract_content_ids(self, token_ids: Any, tokenizer: Any) -> list[int]:
+        """The answer's ids among those generated after the prompt (none while reasoning goes on)."""
+        return self.reasoning_ids(tokenizer).extract_content_ids(list(token_ids))

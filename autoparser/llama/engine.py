@@ -16,7 +16,9 @@ the first is still running raises ``RuntimeError`` instead of deadlocking.
 
 Each slot keeps its tokens' keys and values after its generation ends. A new prompt takes the
 free slot sharing the longest prefix with it and only decodes the rest (``reuse_prefix=True``,
-the default). Results can then differ in the last float bits from a cold run, as they can for a
+the default); where a running generation's slot holds a longer prefix (one prompt's several
+answers), the free slot shares those cells instead, and a generation whose prompt another is
+still reading waits for it to finish, so the prompt is read once. Results can then differ in the last float bits from a cold run, as they can for a
 generation batched with others, since llama.cpp's kernels group the arithmetic by batch; pass
 ``reuse_prefix=False`` and run alone for bit-exact replays.
 """
@@ -494,6 +496,8 @@ class Engine:
                 generation.finish("cancelled")
                 continue
             if generation.slot is None:
+                if self._prefill_to_share(generation):
+                    continue  # another generation is reading the same prompt: it waits to share it
                 self._attach(generation)
             live.append(index)
         self._detach_idle_chains()
@@ -535,21 +539,57 @@ class Engine:
         return firsts
 
     def _attach(self, generation: Generation) -> None:
-        """Give the generation the free slot sharing the longest prefix; drop that slot's other tokens."""
+        """Give the generation the free slot sharing the longest prefix; drop that slot's other
+        tokens. Where a busy slot holds a longer prefix of the prompt (another generation of the
+        same prompt), the free slot shares that one's cells for it instead (`llama_memory_seq_cp`:
+        in the unified cache the cells are not copied, only marked as the slot's too)."""
         free = [slot for slot in self._slots if slot.owner is None]
         if not free:
             raise RuntimeError(f"all {self.n_parallel} slots are in use")
         prompt = generation.prompt
         slot = max(free, key=lambda s: (self._reusable_prefix(s.cached, prompt), -s.last_used))
-        keep = short_tail_reread(self._reusable_prefix(slot.cached, prompt), len(prompt))
-        if keep < len(slot.cached):
-            if keep == 0 or not llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id, keep, -1):
-                llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id, -1, -1)
-                keep = 0
-            del slot.cached[keep:]
+        own = self._reusable_prefix(slot.cached, prompt)
+        source, shared = self._busy_prefix(prompt)
+        if shared > own:
+            keep = short_tail_reread(shared, len(prompt))
+            llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id, -1, -1)
+            llama_cpp.llama_memory_seq_cp(self._memory, source.seq_id, slot.seq_id, 0, keep)
+            slot.cached[:] = source.cached[:keep]
+        else:
+            keep = short_tail_reread(own, len(prompt))
+            if keep < len(slot.cached):
+                if keep == 0 or not llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id, keep, -1):
+                    llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id, -1, -1)
+                    keep = 0
+                del slot.cached[keep:]
         slot.owner = generation
         self._bind_chain(slot, generation)
         generation.begin(slot, keep)
+
+    def _busy_prefix(self, prompt: list[int]) -> tuple[Slot, int]:
+        """The busy slot holding the longest prefix of `prompt`, and that prefix's length (0: none)."""
+        busy = [slot for slot in self._slots if slot.owner is not None]
+        if not busy:
+            return self._slots[0], 0
+        source = max(busy, key=lambda s: self._reusable_prefix(s.cached, prompt))
+        return source, self._reusable_prefix(source.cached, prompt)
+
+    def _prefill_to_share(self, generation: Generation) -> bool:
+        """Whether a generation still reading a prompt that begins as this one's (the choices of
+        one request, say) will hold at least MIN_FAST_ROWS more of it than any slot holds now:
+        this one then waits for it, and shares its cells instead of reading the prompt again."""
+        if not self.reuse_prefix or not any(slot.owner is None for slot in self._slots):
+            return False
+        prompt = generation.prompt
+        now = max([self._reusable_prefix(slot.cached, prompt) for slot in self._slots], default=0)
+        for slot in self._slots:
+            owner = slot.owner
+            if owner is None or owner.stats.completion_tokens or not owner.pending:
+                continue  # free, or past its prompt
+            coming = self._reusable_prefix(owner.prompt, prompt)
+            if coming >= now + MIN_FAST_ROWS and len(slot.cached) < coming:
+                return True
+        return False
 
     def _bind_chain(self, slot: Slot, generation: Generation) -> None:
         """Give the slot the generation's device chain: reseed the one it has when the settings

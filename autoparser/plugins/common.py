@@ -40,6 +40,8 @@ bytes too (about 64 bytes of parser per byte of tools JSON, as the server's cach
 def _parser_weight(key: str, parser: Any) -> int:
     return 64 * len(key)
 _ID_WINDOW = 4096
+# reasoning cuts in token ids kept per model: a few per tokenizer (one per start state)
+_ID_CACHE_SIZE = 64
 
 # the keys of the analysis' `tools` object that hold marker texts
 TOOL_MARKER_KEYS = ("section_start", "section_end", "call_start", "call_end", "call_separator", "name_start",
@@ -83,6 +85,7 @@ class ServedModel:
     _parsers: BoundedCache = field(default_factory=lambda: BoundedCache(
         max_items=_PARSER_CACHE_SIZE, max_bytes=_PARSER_CACHE_BYTES, weigh=_parser_weight), repr=False)
     _data: dict[str, Any] | None = field(default=None, repr=False)
+    _ids: dict[tuple[int, Any], tuple[Any, Any]] = field(default_factory=dict, repr=False)
 
     def markers(self) -> list[str]:
         """Every marker string the analysis names (key-templated ones left out)."""
@@ -117,13 +120,17 @@ class ServedModel:
     def reasoning_markers(self) -> tuple[str, str, list[str]]:
         """Reasoning start, end, and the markers that end reasoning no end marker closed (for
         finding where reasoning ends in token ids)."""
+        cut = self.opened_cut()
+        return cut.start, cut.end, list(cut.interrupts)
+
+    def opened_cut(self) -> Any:
+        """The reasoning cut of an output whose prompt opened reasoning, whatever a request's
+        start: its markers are every request's."""
         from autoparser.language.build import Request, reasoning_cut
 
-        # the markers whatever a request's start: as if the prompt had opened reasoning
         data = self.data()
         opened = {**data, "reasoning": {**(data.get("reasoning") or {}), "forced_open": True}}
-        cut = reasoning_cut(opened, Request(thinking=True))
-        return cut.start, cut.end, list(cut.interrupts)
+        return reasoning_cut(opened, Request(thinking=True))
 
     def reasoning_cut(self, thinking: bool | None, prompt: str | None = None) -> Any:
         """Where autoparser's reading separates reasoning from the answer for one request
@@ -132,6 +139,20 @@ class ServedModel:
         from autoparser.language.build import Request, reasoning_cut
 
         return reasoning_cut(self.data(), Request(thinking=thinking, prompt=prompt))
+
+    def reasoning_ids(self, tokenizer: Any, cut: Any) -> Any:
+        """Where reasoning ends in `tokenizer`'s ids for one cut (`reasoning_cut`), as
+        autoparser's parser finds it (`autoparser.language.token_ids.ReasoningIds`, what
+        `Parser.reasoning_ids` gives); built once per tokenizer and cut."""
+        from autoparser.language.token_ids import ReasoningIds, encoder
+
+        key = (id(tokenizer), cut)
+        kept = self._ids.get(key)
+        if kept is None or kept[0] is not tokenizer:
+            if len(self._ids) >= _ID_CACHE_SIZE:
+                self._ids.clear()
+            kept = self._ids[key] = (tokenizer, ReasoningIds(cut, encoder(tokenizer)))
+        return kept[1]
 
     def reasoning_split(self, thinking: bool | None, prompt: str | None = None,
                         stream_reasoning: bool = True) -> ReasoningSplit:
@@ -225,30 +246,6 @@ def _is_special(tokenizer: Any, token_id: int) -> bool:
     decoder = getattr(tokenizer, "added_tokens_decoder", None)
     token = decoder.get(token_id) if isinstance(decoder, dict) else None
     return bool(getattr(token, "special", False))
-
-
-def find_first(ids: Sequence[int], pattern: Sequence[int], start: int = 0) -> int:
-    """Start of the first occurrence of `pattern` in `ids[start:]`, or -1."""
-    if not pattern:
-        return -1
-    first, width, wanted = pattern[0], len(pattern), tuple(pattern)
-    for at in range(start, len(ids) - width + 1):
-        if ids[at] == first and tuple(ids[at:at + width]) == wanted:
-            return at
-    return -1
-
-
-def find_last(ids: Sequence[int], pattern: Sequence[int], end: int | None = None) -> int:
-    """Start of the last occurrence of `pattern` in `ids[:end]`, or -1."""
-    if not pattern:
-        return -1
-    stop = len(ids) if end is None else end
-    first = pattern[0]
-    width = len(pattern)
-    for start in range(stop - width, -1, -1):
-        if ids[start] == first and tuple(ids[start:start + width]) == tuple(pattern):
-            return start
-    return -1
 
 
 class TrimmedText:

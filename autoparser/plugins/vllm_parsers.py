@@ -24,49 +24,35 @@ from vllm.entrypoints.generate.base.protocol import (
 from vllm.reasoning import ReasoningParser, ReasoningParserManager
 from vllm.tool_parsers import ToolParser, ToolParserManager
 
-from autoparser.language.request import CLOSED, OPEN
+from autoparser.language.request import CLOSED
 from autoparser.plugins.common import (
     PLUGIN_NAME,
     CallIds,
     ReasoningSplit,
     ServedModel,
-    find_first,
-    find_last,
     merge_deltas,
     served_model,
     special_markers,
-    token_ids,
 )
 
-# how many trailing whitespace tokens may follow a marker that ends the prompt (a start marker and a newline)
-_TRAILING_WHITESPACE_TOKENS = 4
 # the prompt's last tokens decoded to see where the output starts: its last turn's opening
 _PROMPT_TAIL_TOKENS = 4096
 
 
 class _ServedTokenizer:
-    """What both parsers know about the served model: its analysis and markers as token ids."""
+    """What both parsers know about the served model: its analysis, and its markers that are
+    special tokens."""
 
     def __init__(self, tokenizer: Any) -> None:
         self.model: ServedModel = served_model(tokenizer)
-        cache = _tokenizer_facts(tokenizer, self.model)
-        self.start_ids, self.end_ids, self.interrupt_ids, self.specials, self.whitespace_ids = cache
+        key = (id(tokenizer), self.model.key)
+        specials = _SPECIALS.get(key)
+        if specials is None:
+            specials = _SPECIALS[key] = special_markers(tokenizer, self.model.markers())
+        self.specials = specials
 
 
-_FACTS: dict[tuple[int, str], tuple] = {}
-
-
-def _tokenizer_facts(tokenizer: Any, model: ServedModel) -> tuple:
-    key = (id(tokenizer), model.key)
-    facts = _FACTS.get(key)
-    if facts is None:
-        start, end, interrupts = model.reasoning_markers()
-        whitespace = frozenset(i for text in (" ", "\n", "\n\n", "\t") for i in token_ids(tokenizer, text)
-                               if not tokenizer.decode([i]).strip())
-        facts = _FACTS[key] = (token_ids(tokenizer, start), token_ids(tokenizer, end),
-                               [token_ids(tokenizer, m) for m in interrupts],
-                               special_markers(tokenizer, model.markers()), whitespace)
-    return facts
+_SPECIALS: dict[tuple[int, str], list[str]] = {}
 
 
 def _adjust_detokenizer(request: Any, served: _ServedTokenizer) -> Any:
@@ -90,13 +76,11 @@ class AutoparserReasoningParser(ReasoningParser):
     def __init__(self, tokenizer: Any, *args: Any, **kwargs: Any) -> None:
         super().__init__(tokenizer, *args, **kwargs)
         self._served = _ServedTokenizer(tokenizer)
-        analysis = self._served.model.analysis
         self._thinking = self._served.model.thinking(kwargs.get("chat_template_kwargs"))
         self._start, self._end, self._interrupts = self._served.model.reasoning_markers()
-        self._can_reason = bool(self._end) and analysis.thinking_enabled(self._thinking)
         self._prompt: str | None = None
         self._prompt_len: int | None = None
-        self._prompt_state = ""
+        self._reasoning_ids: Any = None
         self._split: ReasoningSplit | None = None
         self._pending = ""
 
@@ -109,14 +93,18 @@ class AutoparserReasoningParser(ReasoningParser):
         return self._end or None
 
     # -- token ids: the structured-output gate and the prompt check ---------------------------
+    # (where reasoning ends in ids is the parser's own `ReasoningIds`, for this request's prompt)
 
     def is_reasoning_end(self, input_ids: Sequence[int]) -> bool:
         """Whether output after these prompt ids starts past reasoning (vLLM passes prompts only).
-        The prompt's length and where it leaves the output are remembered so the streaming check
-        can tell a skipped reasoning."""
-        self._prompt_len = len(input_ids)
-        self._prompt_state = self._cut(self._prompt_text(input_ids)).start_state
-        return self._prompt_state == CLOSED
+        The prompt is remembered: where it leaves the output decides the checks that follow."""
+        self._remember_prompt(input_ids)
+        return self._cut(self._prompt).start_state == CLOSED
+
+    def _remember_prompt(self, ids: Sequence[int]) -> None:
+        self._prompt_len = len(ids)
+        self._prompt = self._prompt_text(ids)
+        self._reasoning_ids = None
 
     def _prompt_text(self, ids: Sequence[int]) -> str:
         """The end of the prompt as text: enough to see how its last turn leaves the model."""
@@ -125,66 +113,33 @@ class AutoparserReasoningParser(ReasoningParser):
     def _cut(self, prompt: str | None) -> Any:
         return self._served.model.reasoning_cut(self._thinking, prompt)
 
+    def _ids(self) -> Any:
+        """This request's `ReasoningIds`, found once per prompt (the streaming check asks per token)."""
+        if self._reasoning_ids is None:
+            self._reasoning_ids = self._served.model.reasoning_ids(self.model_tokenizer, self._cut(self._prompt))
+        return self._reasoning_ids
+
     def is_reasoning_end_streaming(self, input_ids: Sequence[int], delta_ids: Iterable[int]) -> bool:
-        delta = list(delta_ids)
-        served = self._served
-        for pattern in (served.end_ids, *served.interrupt_ids):
-            if pattern and self._ends_in_delta(input_ids, len(delta), pattern):
-                return True
-        return self._skipped_reasoning(input_ids, len(delta))
-
-    @staticmethod
-    def _ends_in_delta(input_ids: Sequence[int], delta_len: int, pattern: Sequence[int]) -> bool:
-        window_start = max(0, len(input_ids) - delta_len - len(pattern) + 1)
-        window = input_ids[window_start:]
-        return find_last(window, pattern) >= 0
-
-    def _skipped_reasoning(self, input_ids: Sequence[int], delta_len: int) -> bool:
-        """The output began without opening reasoning (only judged near the output's start, and
-        not where it starts inside reasoning: a prompt that opened it, or a template that never
-        writes the opener, whose reasoning ends only at its end marker)."""
-        if self._prompt_len is None or self._prompt_state == OPEN or not self._served.start_ids:
-            return False
-        output = input_ids[self._prompt_len:]
-        if not output or len(output) > delta_len + len(self._served.start_ids) + _TRAILING_WHITESPACE_TOKENS:
-            return False
-        words = [i for i in output if i not in self._served.whitespace_ids]
-        start = self._served.start_ids
-        return bool(words) and tuple(words[: len(start)]) != tuple(start[: len(words)])
+        """Whether the newest ids ended reasoning. vLLM passes the prompt's ids too: without a
+        prompt seen first, only a marker in them counts, as if the prompt had opened reasoning."""
+        delta = len(list(delta_ids))
+        if self._prompt_len is None:
+            opened = self._served.model.reasoning_ids(self.model_tokenizer, self._served.model.opened_cut())
+            return opened.ends_within(input_ids, delta)
+        return self._ids().ends_within(input_ids, delta, begin=self._prompt_len)
 
     def extract_content_ids(self, input_ids: list[int]) -> list[int]:
-        served = self._served
-        best = -1
-        for pattern, keep in [(served.end_ids, False)] + [(p, True) for p in served.interrupt_ids]:
-            at = find_last(input_ids, pattern)
-            if at >= 0:
-                best = max(best, at if keep else at + len(pattern))
-        if best >= 0:
-            return input_ids[best:]
-        return [] if self._can_reason else input_ids
+        return self._ids().extract_content_ids(input_ids)
 
     def count_reasoning_tokens(self, token_ids: Sequence[int]) -> int:
         """Generated tokens inside reasoning, markers left out (the `reasoning_tokens` of usage);
         none where the prompt closed reasoning, as the text then holds no reasoning either."""
-        ids, served = list(token_ids), self._served
-        start_state = self._cut(self._prompt).start_state
-        if start_state == CLOSED:
-            return 0
-        begin = 0
-        if start_state != OPEN:
-            while begin < len(ids) and ids[begin] in served.whitespace_ids:
-                begin += 1
-            opener = served.start_ids
-            if not (self._can_reason and opener and tuple(ids[begin:begin + len(opener)]) == opener):
-                return 0
-            begin += len(opener)
-        ends = [at for at in (find_first(ids, p, begin) for p in (served.end_ids, *served.interrupt_ids)) if at >= 0]
-        return (min(ends) if ends else len(ids)) - begin
+        return self._ids().reasoning_token_count(list(token_ids))
 
     # -- text ------------------------------------------------------------------------------
 
     def set_prompt_token_ids(self, prompt_token_ids: Sequence[int]) -> None:
-        self._prompt = self._prompt_text(prompt_token_ids)
+        self._remember_prompt(prompt_token_ids)
 
     def adjust_initial_state_from_prompt(self, prompt_token_ids: Sequence[int]) -> None:
         self.set_prompt_token_ids(prompt_token_ids)

@@ -2,9 +2,9 @@
 
 Each choice is prepared and queued as a request of its own (its own `Completion`, so its own
 parser, stop strings and grammar state) and takes its own slot; with a `seed`, choice i samples
-with `seed + i`, so the choices differ and each repeats itself. The prompt is read once per
-choice: choices that start together do not share the prefill, one that finds a slot already
-holding the prompt reuses it as any request does. The answer lists the choices by `index`; a
+with `seed + i`, so the choices differ and each repeats itself. The prompt is read once: the
+engine lets a choice wait for the one reading the prompt, then share its cells in its own slot
+(`Engine._attach`); upstream, llama-server's own cache decides. The answer lists the choices by `index`; a
 stream interleaves their chunks, each chunk naming its choice, and ends when all have ended.
 """
 

@@ -222,8 +222,10 @@ class ResponseBuilder:
     """The response object, and the streamed events that build it, for one request."""
 
     def __init__(self, request: ResponsesRequest, chat: ChatCompletionRequest, model: str,
-                 count_tokens: Any = lambda text: []):
+                 count_tokens: Any = lambda text: [], warnings: list[str] | None = None):
         self.count_tokens = count_tokens
+        # the request's warnings, as a chat reply carries them; the list may grow while it runs
+        self.warnings = warnings if warnings is not None else []
         self.request = request
         self.chat = chat
         self.id = "resp_" + uuid.uuid4().hex
@@ -252,6 +254,8 @@ class ResponseBuilder:
         }
         if status != "in_progress":
             body["completed_at"] = time.time()
+        if self.warnings:
+            body["warnings"] = list(self.warnings)
         return body
 
     def usage(self, result: GenerationResult, segments: list[Segment]) -> dict[str, Any]:
@@ -357,7 +361,7 @@ def add_routes(app: FastAPI, service: ChatService, worker: GenerationWorker) -> 
         run = await prepare_and_start(worker, lambda: service.prepare(chat), body.stream,
                                       tracker(request, "responses"))
         prepared: PreparedChat = run.prepared
-        builder = ResponseBuilder(body, chat, model_name, service.engine.tokenize)
+        builder = ResponseBuilder(body, chat, model_name, service.engine.tokenize, prepared.warnings)
         if not body.stream:
             result = await run.result(request)
             segments = segments_of(result.message)

@@ -23,7 +23,7 @@ from typing import Any
 
 from autoparser.analysis import Analysis, ReasoningAnalysis
 from autoparser.caching import BoundedCache
-from autoparser.language.build import Request, build_language
+from autoparser.language.build import Request, build_language, reasoning_cut
 from autoparser.language.request import OPEN, start_state
 from autoparser.render_process import RenderPool
 from autoparser.server import protocol
@@ -189,11 +189,16 @@ class ChatService:
         warnings = self.thinking_warnings(thinking)
         grammar, phase = None, None
         start = self.start_state(thinking, prompt)
+        if start[0] == OPEN and budget is None and self.answer_required(request, tool_choice):
+            budget = max_tokens - answer_reserve(max_tokens)
         if start[0] == OPEN and (budget is not None or self.constrained(request, tools, tool_choice)):
             answer_grammar, grammar_warnings = self.grammar(request, tools, tool_choice, None, after_reasoning=True)
+            call_tokens = self.call_tokens_in_reasoning(request, tools, tool_choice, thinking, prompt)
             phase = ReasoningPhase(
                 end_text=reasoning.end, end_tokens=self.engine.tokenize(reasoning.end, parse_special=True),
-                answer_grammar=answer_grammar, budget=budget, no_eos=self.answer_required(request, tool_choice))
+                answer_grammar=answer_grammar, budget=budget, no_eos=self.answer_required(request, tool_choice),
+                call_tokens=call_tokens,
+                call_grammar=dataclasses.replace(answer_grammar, lazy=False) if call_tokens else None)
         else:
             grammar, grammar_warnings = self.grammar(request, tools, tool_choice, thinking, prompt=prompt)
         warnings += grammar_warnings
@@ -204,6 +209,19 @@ class ChatService:
             stop_token_ids=self.stop_token_ids(request),
             completion=Completion(stream, self.output_options(request), warnings), warnings=warnings,
             start_state=start[0], tool_call_policy=policy)
+
+    def call_tokens_in_reasoning(self, request: ChatCompletionRequest, tools: list[dict[str, Any]] | None,
+                                 tool_choice: Any, thinking: bool | None, prompt: str) -> tuple[int, ...]:
+        """The calls' openers that end reasoning where the model writes them inside it (the
+        parser's reading), as single tokens; none unless the answer's grammar is the calls'."""
+        calls_grammar = self.constrained(request, tools, tool_choice) and bool(tools) and (
+            self.answer_required(request, tool_choice) or protocol.response_schema(request) is None)
+        if not calls_grammar:
+            return ()
+        cut = reasoning_cut(self._analysis_dict, Request(tools=tuple(tools or ()), thinking=thinking,
+                                                         tool_choice=tool_choice, prompt=prompt, reading=True))
+        tokens = (self._single_token(marker) for marker in cut.interrupts)
+        return tuple(token for token in tokens if token is not None)
 
     def thinking_warnings(self, thinking: bool | None) -> list[str]:
         """What the request asked of thinking that the template cannot do (said, never silent)."""
@@ -480,6 +498,17 @@ class ChatService:
         language = build_language(self._analysis_dict, Request(reading=True, lazy=False))
         markers = [*language.markers(), *self.analysis.preserved_tokens]
         return {token for token in self.special_tokens if any(token in marker for marker in markers)}
+
+
+ANSWER_RESERVE_SHARE = 2
+"""A required answer (a forced call, JSON) after reasoning keeps 1/ANSWER_RESERVE_SHARE of `max_tokens`..."""
+ANSWER_RESERVE_MAX = 1024
+"""...and at most this many tokens: reasoning that runs into the rest is closed, and the answer follows."""
+
+
+def answer_reserve(max_tokens: int) -> int:
+    """The tokens a required answer keeps from reasoning that has no budget of its own."""
+    return max(1, min(max_tokens // ANSWER_RESERVE_SHARE, ANSWER_RESERVE_MAX))
 
 
 def _key(*parts: Any) -> str:

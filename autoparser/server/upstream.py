@@ -352,9 +352,8 @@ class UpstreamJob:
         phase = job.reasoning
         single_end = phase.end_tokens[0] if len(phase.end_tokens) == 1 else None
         limit = job.max_tokens if phase.budget is None else min(phase.budget, job.max_tokens)
-        stops = job.stop_token_ids + ((single_end,) if single_end is not None else ())
-        thought = await self._phase(job.prompt_tokens, limit, None, stops, job.ignore_eos or phase.no_eos,
-                                    reasoning_end=phase.end_text)
+        thought = await self._phase(job.prompt_tokens, limit, None, job.stop_token_ids + phase.stops(),
+                                    job.ignore_eos or phase.no_eos, reasoning_end=phase.end_text)
         continuation = await self._after_reasoning(thought, single_end, limit)
         self.totals.add(thought)
         if continuation is None:
@@ -363,7 +362,7 @@ class UpstreamJob:
         if budget <= 0:
             self.totals.finish_reason = "length"
         elif not (job.completion.stopped or job.cancelled.is_set()):
-            self.totals.add(await self._phase(continuation, budget, phase.answer_grammar,
+            self.totals.add(await self._phase(continuation, budget, phase.answer_grammar_after(thought.stop_token_id),
                                               job.stop_token_ids, job.ignore_eos))
         return self._result()
 
@@ -376,6 +375,8 @@ class UpstreamJob:
             return None
         if single_end is not None and thought.stop_token_id == single_end:
             appended = [single_end]  # the model closed its reasoning; its stop token was held back
+        elif thought.stop_token_id is not None and thought.stop_token_id in phase.call_tokens:
+            appended = []  # a call begun in reasoning: the answer makes it, under the grammar
         elif thought.end_seen:
             appended = []
         elif thought.finish_reason == "length" and limit < job.max_tokens:

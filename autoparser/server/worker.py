@@ -71,6 +71,23 @@ class ReasoningPhase:
     budget: int | None = None
     no_eos: bool = False
     """The answer is required (forced tool call, JSON): the model may not end inside reasoning."""
+    call_tokens: tuple[int, ...] = ()
+    """The calls' openers (single tokens) that end reasoning where the model writes them inside
+    it, as the parser reads them: reasoning stops before the token, and the answer continues from
+    there under `call_grammar`, which begins with it. So a call begun in reasoning is generated
+    under the grammar, as a lazy grammar woken by that token would generate it."""
+    call_grammar: Any = None
+
+    def answer_grammar_after(self, stop_token: int | None) -> Any:
+        """The answer's grammar, after reasoning that stopped at `stop_token` (or not at a token)."""
+        if stop_token is not None and stop_token in self.call_tokens and self.call_grammar is not None:
+            return self.call_grammar
+        return self.answer_grammar
+
+    def stops(self) -> tuple[int, ...]:
+        """The tokens that end the reasoning phase: a one-token end marker, the calls' openers."""
+        single_end = (self.end_tokens[0],) if len(self.end_tokens) == 1 else ()
+        return single_end + self.call_tokens
 
 
 @dataclass
@@ -445,6 +462,7 @@ class JobRun:
         self._generated: list[int] = []
         self._tail = ""
         self._end_seen = False
+        self._answer_grammar = job.reasoning.answer_grammar if job.reasoning else job.grammar
 
     def begin(self) -> None:
         job = self.job
@@ -453,10 +471,9 @@ class JobRun:
             return
         phase = job.reasoning
         self._phase = "reasoning"
-        single_end = phase.end_tokens[0] if len(phase.end_tokens) == 1 else None
         limit = job.max_tokens if phase.budget is None else min(phase.budget, job.max_tokens)
-        stops = job.stop_token_ids + ((single_end,) if single_end is not None else ())
-        self._start(job.prompt_tokens, limit, None, stops, job.ignore_eos or phase.no_eos)
+        self._start(job.prompt_tokens, limit, None, job.stop_token_ids + phase.stops(),
+                    job.ignore_eos or phase.no_eos)
 
     def _start(self, prompt: list[int], max_tokens: int, grammar: Any, stop_ids: tuple[int, ...],
                ignore_eos: bool) -> None:
@@ -506,6 +523,9 @@ class JobRun:
         limit = job.max_tokens if phase.budget is None else min(phase.budget, job.max_tokens)
         if single_end is not None and stats.stop_token_id == single_end:
             appended = [single_end]  # the model closed its reasoning; the stop token was not yielded
+        elif stats.stop_token_id is not None and stats.stop_token_id in phase.call_tokens:
+            self._answer_grammar = phase.call_grammar  # a call begun in reasoning: the answer makes it
+            return list(job.prompt_tokens) + generated
         elif self._end_seen:
             return list(job.prompt_tokens) + generated  # a multi-token end marker, already generated
         elif stats.finish_reason == "length" and limit < job.max_tokens:
@@ -527,8 +547,7 @@ class JobRun:
         elif job.completion.stopped or job.cancelled.is_set():
             self._finish()
         else:
-            self._start(prompt, budget, job.reasoning.answer_grammar if job.reasoning else job.grammar,
-                        job.stop_token_ids, job.ignore_eos)
+            self._start(prompt, budget, self._answer_grammar, job.stop_token_ids, job.ignore_eos)
 
     def abandon(self) -> None:
         """Free the current generation after a failure."""

@@ -268,3 +268,30 @@ def test_prompt_chunks_leave_no_short_last_chunk() -> None:
     assert short_tail_reread(2050, 2054) == 2050  # a few rows cost less than reading a batch again
     assert short_tail_reread(1990, 2054) == 1990  # a fast batch already
     assert short_tail_reread(20, 40) == 20  # the whole prompt is short
+
+
+def test_generations_of_one_prompt_read_it_once(tiny_model_path: Path) -> None:
+    """Two generations of the same prompt started together (a request's `n` choices): the second
+    waits for the first to read the prompt and shares its cells, reading only the last token
+    itself; its tokens are those of a lone run with its seed, as the cells hold the same keys and
+    values a lone run computes."""
+    prompt = "<｜User｜>" + "One prompt for several answers, read only once. " * 12 + "<｜Assistant｜>"
+    with Engine(str(tiny_model_path), n_ctx=2048, n_parallel=2) as engine, \
+            Engine(str(tiny_model_path), n_ctx=2048, n_parallel=1, reuse_prefix=False) as cold:
+        length = len(engine.tokenize(prompt))
+        assert length > MIN_FAST_ROWS
+        out, stats, _ = run_batch(engine, [(prompt, 12, 1), (prompt, 12, 2)])
+        assert stats[0].cached_tokens == 0
+        assert stats[1].cached_tokens == length - 1
+        assert out == [lone(cold, prompt, 12, seed=1), lone(cold, prompt, 12, seed=2)]
+        # once the first has read it, a third finds the prompt in the busy slot and shares it too
+        first = engine.new_generation(engine.tokenize(prompt), 40, SamplingParams(seed=3), ignore_eos=True)
+        for _ in range(3):
+            engine.step([first])
+        later_stats = GenerationStats()
+        later = engine.new_generation(engine.tokenize(prompt), 4, SamplingParams(seed=4), ignore_eos=True,
+                                      stats=later_stats)
+        engine.step([first, later])
+        assert later_stats.cached_tokens == length - 1
+        first.close()
+        later.close()

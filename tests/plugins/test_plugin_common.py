@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from autoparser.language.build import ReasoningCut
 from autoparser.language.request import CLOSED, FREE, IMPLIED, OPEN
+from autoparser.language.token_ids import ReasoningIds
 from autoparser.plugins.common import CallIds, ReasoningSplit, merge_deltas, template_key
 
 START, END, OPENER = "<think>", "</think>", "<tool_call>"
@@ -100,3 +101,43 @@ def test_made_up_ids_are_replaced_and_written_ones_pass_through() -> None:
 
 def test_template_key_depends_on_the_special_tokens() -> None:
     assert template_key("t", "<s>", "</s>") != template_key("t", "", "</s>")
+
+
+# A vocabulary where each marker is one special token and every other character one token, as
+# DeepSeek's markers are: the cut in ids must then be the cut in text, exactly.
+MARKER_IDS = {START: 1_000_001, END: 1_000_002, OPENER: 1_000_003}
+
+
+def encode(text: str) -> list[int]:
+    ids, at = [], 0
+    while at < len(text):
+        marker = next((m for m in MARKER_IDS if text.startswith(m, at)), None)
+        ids.append(MARKER_IDS[marker] if marker else ord(text[at]))
+        at += len(marker) if marker else 1
+    return ids
+
+
+def decode(ids: list[int]) -> str:
+    names = {v: k for k, v in MARKER_IDS.items()}
+    return "".join(names.get(i) or chr(i) for i in ids)
+
+
+@given(pieces, st.sampled_from([OPEN, FREE, IMPLIED, CLOSED]))
+def test_the_cut_in_token_ids_is_the_cut_in_text(parts: list[str], state: str) -> None:
+    """`ReasoningIds` (the parsers' token-id helpers, which the vLLM plugin uses) against
+    `ReasoningSplit` (the plugins' text cut): the answer's ids are the answer's text, and the
+    reasoning's ids its text, up to the whitespace the text cut trims."""
+    implied = state == IMPLIED
+    cut = ReasoningCut(state, START, END, (OPENER,), implied, (OPENER,) if implied else ())
+    text = "".join(parts)
+    reasoning, rest = split_all(text, [], state, implied)
+    ids = ReasoningIds(cut, encode)
+    output = encode(text)
+    if ids.is_reasoning_end(output):
+        assert decode(ids.extract_content_ids(output)).strip() == rest.strip()
+    else:
+        assert not rest.strip()
+        assert ids.extract_content_ids(output) == []
+    span = ids.reasoning_span(output)
+    assert decode(output[span[0]:span[1]] if span else []).strip() == reasoning
+    assert ids.reasoning_token_count(output) == (span[1] - span[0] if span else 0)

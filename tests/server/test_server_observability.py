@@ -255,6 +255,23 @@ def test_thinking_on_a_template_without_reasoning_is_answered(plain_server: Serv
     assert "has no reasoning" in logged(plain_server, "request_id=req-on-plain warning")
 
 
+def test_responses_carry_the_warnings_whole_and_streamed(r1_server: ServerProcess) -> None:
+    """`/v1/responses` says what chat replies say about thinking the template cannot do: on the
+    response object, whole and in every streamed event that carries it (read by the openai client)."""
+    client = r1_server.client()
+    request: dict[str, Any] = dict(model="tiny", input="Hi", max_output_tokens=16, extra_body={"thinking": False})
+    whole = client.responses.create(**request)
+    assert "always reasons" in (whole.model_extra or {})["warnings"][0]
+    events = list(client.responses.create(stream=True, **request))
+    carried = [event for event in events if getattr(event, "response", None) is not None]
+    assert {event.type for event in carried} >= {"response.created", "response.in_progress"}
+    assert carried[-1].type in ("response.completed", "response.incomplete")
+    for event in carried:
+        assert "always reasons" in (event.response.model_extra or {})["warnings"][0], event.type
+    quiet = client.responses.create(model="tiny", input="Hi", max_output_tokens=16)
+    assert "warnings" not in (quiet.model_extra or {})
+
+
 # -- backpressure ------------------------------------------------------------------------------------
 
 

@@ -190,6 +190,29 @@ def test_second_turn_reuses_the_conversation_prefix(server: ServerProcess) -> No
     assert first.usage.prompt_tokens_details.cached_tokens < cached
 
 
+def test_the_choices_of_one_request_read_its_prompt_once(server: ServerProcess) -> None:
+    """`n > 1`: the choices run side by side, and all but one share the prompt's cells instead
+    of reading the prompt again (the cached prompt tokens of `/metrics` count what they shared)."""
+    if server.upstream:
+        pytest.skip("llama-server keeps its own cache")
+    client = server.client()
+    notes = " ".join(f"Entry {i}: choices of one question share one prompt, {time.time_ns()}." for i in range(12))
+    messages = [{"role": "system", "content": notes}, {"role": "user", "content": "Answer three times."}]
+
+    def cached_so_far() -> float:
+        with server.http() as http:
+            text = http.get("/metrics").text
+        return sum(float(line.split()[-1]) for line in text.splitlines()
+                   if line.startswith("autoparser_cached_prompt_tokens_total"))
+
+    before = cached_so_far()
+    answer = client.chat.completions.create(model="tiny", messages=messages, n=3, max_tokens=48, seed=2,
+                                            extra_body={"ignore_eos": True})
+    assert [len(choice.message.content or "") > 0 for choice in answer.choices] == [True] * 3
+    prompt = answer.usage.prompt_tokens
+    assert cached_so_far() - before >= 2 * (prompt - 1), "two choices shared the prompt"
+
+
 def test_a_27000_character_message_does_not_take_the_server_down(server: ServerProcess) -> None:
     client = server.client()
     restarts = server.health()["worker_restarts"]

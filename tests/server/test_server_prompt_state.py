@@ -74,6 +74,33 @@ def test_a_first_turn_with_thinking_on_starts_in_reasoning(server: ServerProcess
     assert message["content"] is None and message["calls"] is None
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_required_call_follows_reasoning_that_never_ends(server: ServerProcess, seed: int, stream: bool) -> None:
+    """`tool_choice: "required"` with thinking on and no reasoning budget: the random model never
+    closes its reasoning, yet a call comes before `max_tokens`, as the server keeps part of them
+    for it (one whose random string runs past them is cut off, and says so); no marker is left in
+    the reasoning."""
+    client = server.client()
+    request: dict[str, Any] = dict(model="tiny", messages=ASKED, tools=TOOLS, tool_choice="required",
+                                   max_tokens=160, seed=seed, extra_body={"thinking": True})
+    if stream:
+        chunks = list(client.chat.completions.create(stream=True, stream_options={"include_usage": True}, **request))
+        finish = next(c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason)
+        reasoning = "".join(getattr(c.choices[0].delta, "reasoning_content", None) or "" for c in chunks if c.choices)
+        calls = [call for c in chunks if c.choices for call in c.choices[0].delta.tool_calls or []]
+        usage = chunks[-1].usage
+    else:
+        response = client.chat.completions.create(**request)
+        finish, message, usage = response.choices[0].finish_reason, response.choices[0].message, response.usage
+        reasoning, calls = getattr(message, "reasoning_content", None) or "", message.tool_calls or []
+    assert calls and finish in ("tool_calls", "length")
+    if finish == "length" and not stream:
+        assert (calls[-1].model_extra or {}).get("incomplete")
+    assert reasoning and "<｜" not in reasoning and "</think>" not in reasoning
+    assert usage.completion_tokens <= 160
+
+
 def test_grammar_and_parser_are_cached_by_start_state_not_by_prompt() -> None:
     """Every turn's prompt differs; the grammar and the parser depend on it only through where
     it leaves the model, so each is built once per state."""
