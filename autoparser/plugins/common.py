@@ -82,7 +82,6 @@ class ServedModel:
     analysis: Any
     _parsers: BoundedCache = field(default_factory=lambda: BoundedCache(
         max_items=_PARSER_CACHE_SIZE, max_bytes=_PARSER_CACHE_BYTES, weigh=_parser_weight), repr=False)
-    _data: dict[str, Any] | None = field(default=None, repr=False)
 
     def markers(self) -> list[str]:
         """Every marker string the analysis names (key-templated ones left out)."""
@@ -108,21 +107,14 @@ class ServedModel:
             return True
         return bool(value)
 
-    def data(self) -> dict[str, Any]:
-        """The analysis in its `to_dict()` form, computed once."""
-        if self._data is None:
-            self._data = self.analysis.to_dict()
-        return self._data
-
     def reasoning_markers(self) -> tuple[str, str, list[str]]:
         """Reasoning start, end, and the markers that end reasoning no end marker closed (for
         finding where reasoning ends in token ids)."""
         from autoparser.language.build import Request, reasoning_cut
 
         # the markers whatever a request's start: as if the prompt had opened reasoning
-        data = self.data()
-        opened = {**data, "reasoning": {**(data.get("reasoning") or {}), "forced_open": True}}
-        cut = reasoning_cut(opened, Request(thinking=True))
+        reasoning = dataclasses.replace(self.analysis.reasoning, forced_open=True)
+        cut = reasoning_cut(dataclasses.replace(self.analysis, reasoning=reasoning), Request(thinking=True))
         return cut.start, cut.end, list(cut.interrupts)
 
     def reasoning_cut(self, thinking: bool | None, prompt: str | None = None) -> Any:
@@ -131,7 +123,7 @@ class ServedModel:
         engine gives it. Cheap: no language is built."""
         from autoparser.language.build import Request, reasoning_cut
 
-        return reasoning_cut(self.data(), Request(thinking=thinking, prompt=prompt))
+        return reasoning_cut(self.analysis, Request(thinking=thinking, prompt=prompt))
 
     def reasoning_split(self, thinking: bool | None, prompt: str | None = None,
                         stream_reasoning: bool = True) -> ReasoningSplit:
