@@ -1,149 +1,28 @@
-"""The analysis of a chat template: plain data describing a model's output language.
+"""The analysis of a chat template (`Analysis`): its data (`autoparser.analysis_data`) and what
+users do with it: render the template, parse output, write grammars.
 
-An `Analysis` is produced by `autoparser.analyzers.analyze` and consumed by the parser
-and the grammar generators. It holds only plain data (strings, booleans, lists and small frozen
-parts), so it serializes to JSON (`to_dict`) and back (`from_dict`) without loss; the standalone
-generated module embeds it.
-
-How a model's output is laid out, in the order the fields below describe it::
-
-    [reasoning.start] REASONING reasoning.end        (start omitted when the prompt opened it)
-    [content.start] CONTENT [content.end]
-    TOOL CALLS                                       (`ToolsAnalysis`, in `autoparser.tool_calls`)
-    stop[0]                                          (end of turn, may be absent)
+An `Analysis` is produced by `autoparser.analyzers.analyze` and consumed by the parser and the
+grammar generators. Its fields, their defaults and its JSON form (`to_dict` / `from_dict`) are
+those of `AnalysisData`, which the builder of the output language and the standalone generated
+module read.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from autoparser.tool_calls import ToolsAnalysis
-
-REASONING_MODES = ("none", "tagged", "tools_only")
-CONTENT_MODES = ("plain", "wrapped", "wrapped_with_reasoning")
-
-
-@dataclass
-class ReasoningAnalysis:
-    """Where the model's hidden reasoning sits.
-
-    `forced_open`: with thinking enabled, the generation prompt already ends inside reasoning
-    (it ends with `start`), so the output begins with reasoning text and only `end` appears.
-    `toggle`: the template variable that switches thinking, `toggle_on`/`toggle_off` the values
-    that were seen to switch it, `default_on` whether thinking is on when the variable is unset.
-    `closed_when_off`: with thinking off, the prompt ends with an empty ``start end`` pair.
-    `start_inferred`: the template never writes the start marker (it only strips reasoning up to
-    the end marker, and `start` is that marker's counterpart): the model's output opens inside
-    reasoning, whether or not it writes the start marker.
-    """
-
-    mode: str = "none"
-    start: str = ""
-    end: str = ""
-    forced_open: bool = False
-    toggle: str | None = None
-    toggle_on: Any = True
-    toggle_off: Any = False
-    default_on: bool = True
-    closed_when_off: bool = False
-    rendered_in_history: bool = False
-    start_inferred: bool = False
-
-    def toggle_kwargs(self, thinking: bool | None) -> dict[str, Any]:
-        """Template variables that switch thinking on or off; none for `None` or without a toggle."""
-        if thinking is None or not self.toggle:
-            return {}
-        return {self.toggle: self.toggle_on if thinking else self.toggle_off}
+# the data's parts, read from here as well
+from autoparser.analysis_data import AnalysisData
+from autoparser.analysis_data import ContentAnalysis as ContentAnalysis
+from autoparser.analysis_data import MessagesAnalysis as MessagesAnalysis
+from autoparser.analysis_data import ReasoningAnalysis as ReasoningAnalysis
+from autoparser.tool_calls import ToolsAnalysis as ToolsAnalysis
 
 
 @dataclass
-class ContentAnalysis:
-    """Markers around the visible answer; `mode` says when they are present."""
-
-    mode: str = "plain"
-    start: str = ""
-    end: str = ""
-
-
-@dataclass
-class MessagesAnalysis:
-    """A reply written as several messages, each opened by a header naming what it holds.
-
-    ``HEADER body_start BODY separator HEADER body_start BODY ...``: `separator` ends one message
-    and re-opens the turn; a header is the reasoning's (`reasoning_header`), the answer's
-    (`content_header`) or a call's (`call_header`, the tool name written `{name}`). When
-    `call_body_named`, a call's body names the call again and is parsed as a call by itself;
-    otherwise the body holds only the arguments. Empty `body_start`: not a message format.
-    """
-
-    body_start: str = ""
-    separator: str = ""
-    opener: str = ""  # what re-opens the turn, the end of `separator` (`<|start|>assistant`)
-    reasoning_header: str = ""
-    content_header: str = ""
-    call_header: str = ""
-    call_body_named: bool = False
-
-
-@dataclass
-class Analysis:
+class Analysis(AnalysisData):
     """Everything autoparser inferred about one chat template."""
-
-    generation_prompt: str = ""
-    reasoning: ReasoningAnalysis = field(default_factory=ReasoningAnalysis)
-    content: ContentAnalysis = field(default_factory=ContentAnalysis)
-    tools: ToolsAnalysis = field(default_factory=ToolsAnalysis)
-    messages: MessagesAnalysis = field(default_factory=MessagesAnalysis)
-    stop: list[str] = field(default_factory=list)
-    preserved_tokens: list[str] = field(default_factory=list)
-    triggers: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    template_vars: dict[str, Any] = field(default_factory=dict)
-    source: str = field(default="", repr=False, compare=False)
-    bos_token: str = field(default="", repr=False, compare=False)
-    eos_token: str = field(default="", repr=False, compare=False)
-
-    # -- serialization -------------------------------------------------------------------------
-
-    def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        data["tools"] = self.tools.to_dict()
-        for private in ("source", "bos_token", "eos_token"):
-            data.pop(private)
-        return data
-
-    def to_json(self, **kwargs: Any) -> str:
-        return json.dumps(self.to_dict(), ensure_ascii=False, **kwargs)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any], *, source: str = "", bos_token: str = "",
-                  eos_token: str = "") -> Analysis:
-        data = dict(data)
-        reasoning = ReasoningAnalysis(**_known(ReasoningAnalysis, data.pop("reasoning", {})))
-        content = ContentAnalysis(**_known(ContentAnalysis, data.pop("content", {})))
-        tools = ToolsAnalysis.from_dict(data.pop("tools", {}) or {})
-        messages = MessagesAnalysis(**_known(MessagesAnalysis, data.pop("messages", {}) or {}))
-        rest = _known(cls, data)
-        for private in ("source", "bos_token", "eos_token"):
-            rest.pop(private, None)
-        return cls(reasoning=reasoning, content=content, tools=tools, messages=messages, source=source,
-                   bos_token=bos_token, eos_token=eos_token, **rest)
-
-    # -- what users do with an analysis --------------------------------------------------------
-
-    def thinking_kwargs(self, thinking: bool | None) -> dict[str, Any]:
-        """Template variables that put the template in the requested thinking mode."""
-        return self.reasoning.toggle_kwargs(thinking)
-
-    def thinking_enabled(self, thinking: bool | None) -> bool:
-        if self.reasoning.mode == "none":
-            return False
-        if thinking is None or not self.reasoning.toggle:
-            return self.reasoning.default_on
-        return bool(thinking)
 
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
                add_generation_prompt: bool = True, **template_kwargs: Any) -> str:
@@ -177,7 +56,3 @@ class Analysis:
 
         return generate_lark(self, tools=tools, thinking=thinking)
 
-
-def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
-    names = {f.name for f in dataclasses.fields(cls)}
-    return {k: v for k, v in data.items() if k in names}

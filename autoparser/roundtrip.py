@@ -124,7 +124,7 @@ def _answer_without_its_reasoning(analysis: Analysis, prompt: str, thinking: boo
     opens inside reasoning (the prompt opened it, or the template never writes its start marker):
     read as the model's output, its text is reasoning, so it cannot give the message back."""
     end = analysis.reasoning.end.strip()
-    return bool(end) and end not in output and start_state(analysis.to_dict(), thinking, prompt)[0] == OPEN
+    return bool(end) and end not in output and start_state(analysis, thinking, prompt)[0] == OPEN
 
 
 def _shaped(prober: Prober, message: dict[str, Any]) -> dict[str, Any]:

@@ -248,7 +248,9 @@ class ToolsAnalysis:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ToolsAnalysis:
-        flat = {**FLAT_DEFAULTS, **{k: v for k, v in data.items() if k in FLAT_DEFAULTS}}
+        # a null marker is no marker: only the keys whose default is None may hold None
+        flat = {**FLAT_DEFAULTS, **{k: v for k, v in data.items()
+                                    if k in FLAT_DEFAULTS and (v is not None or FLAT_DEFAULTS[k] is None)}}
         calls: JsonCalls | TagCalls | None = (
             JsonCalls.from_flat(flat) if flat["format"] == "json"
             else TagCalls.from_flat(flat) if flat["format"] in ("tag_json", "tag_tagged") else None)
@@ -257,8 +259,9 @@ class ToolsAnalysis:
 
     def __getattr__(self, name: str) -> Any:
         # Only reached for names that are not fields: the serialized keys read as attributes
-        # (`a.tools.name_end`), read-only, for code written against the flat form. The package
-        # itself reads the typed parts or `to_dict()`.
+        # (`a.tools.name_end`), read-only, with the values and defaults of the typed parts. The
+        # builder reads the markers so (`language.build_generation`); what is typed beyond a
+        # marker's text (`CallIndex`, `NestedValues`) it reads from the parts.
         if name in FLAT_DEFAULTS:
             return self.to_dict()[name]
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")

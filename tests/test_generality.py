@@ -18,7 +18,7 @@ from corpora import llamacpp_templates
 from autoparser.analyzers.diff import is_marker
 
 ANALYSIS_CODE = sorted((Path(__file__).resolve().parents[1] / "autoparser" / "analyzers").glob("*.py")) + [
-    Path(__file__).resolve().parents[1] / "autoparser" / "analysis.py"]
+    Path(__file__).resolve().parents[1] / "autoparser" / name for name in ("analysis.py", "analysis_data.py")]
 ORDINARY = {"instruct", "chat", "tool", "template", "templates", "fixed", "flash", "base", "thinking",
             "reasoning", "model", "models", "small", "medium", "large", "mini", "nano", "turbo", "preview",
             "function", "calling", "jinja", "edge", "coder", "vision", "think", "plus", "open", "world",

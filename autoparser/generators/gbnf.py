@@ -534,7 +534,7 @@ def build_grammar(analysis: Analysis, tools: list[Mapping[str, Any]] | None = No
                       parallel_tool_calls=parallel_tool_calls, prompt=prompt, special_tokens=tuple(specials),
                       lazy=lazy, free_text_limit=free_text_limit,
                       end_tokens=(analysis.eos_token, *[t for t in end_tokens if t]))
-    language = build_language(analysis.to_dict(), request)
+    language = build_language(analysis, request)
     return write_gbnf(language, special_tokens, free_text_limit)
 
 

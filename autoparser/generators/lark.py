@@ -33,7 +33,7 @@ def reading_grammar(analysis: Analysis, tools: list[dict[str, Any]] | None = Non
     is the only name allowed."""
     request = Request(tools=tuple(tools or ()), tool_choice=tool_choice, thinking=thinking,
                       parallel_tool_calls=parallel_tool_calls, lazy=False, reading=True)
-    return write_lark(build_language(analysis.to_dict(), request), end_of_turn=tuple(analysis.stop))
+    return write_lark(build_language(analysis, request), end_of_turn=tuple(analysis.stop))
 
 
 def generate_lark(analysis: Analysis, tools: list[dict[str, Any]] | None = None, thinking: bool | None = None,

@@ -5,7 +5,8 @@ The file embeds the output language and its reader: the source of `autoparser.la
 builder, the IR, the reader and its support modules). Each is embedded as text and run as a
 module of a private package when the file is imported, so the file's `parse` and `stream` run the
 very code `Analysis.parser()` runs, and behave exactly alike. The analysis is embedded as a dict
-literal, with the end-of-generation token's text, which its dict form leaves out.
+literal, with the end-of-generation token's text, which its dict form leaves out; the parser reads
+it back with `AnalysisData.from_dict` (`autoparser.analysis_data`, embedded with the builder).
 
 The embedded modules may import only the standard library and each other: both are checked here,
 so a module that does not qualify fails generation rather than the generated file.

@@ -17,17 +17,17 @@ Free text stops at the first marker the parser would react to (`ir.Text`). Tagge
 typed by the tool's schema; where keys have no marker before them (`name(key=value)`), a comma
 ends a raw value only before the next `key=` (`ir.Weak`).
 
-The analysis is read in its `to_dict()` form. Standard library only. The builder's parts:
+The analysis is read as `AnalysisData` (an `Analysis`, or its dict form read back with
+`from_dict`). Standard library only. The builder's parts:
 `build_tools.py` (tools, `tool_choice`, schemas), `build_generation.py` (the language generation
 writes) and `build_reading.py` (the wider one the parser reads); `request.py` holds the request.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
 
+from autoparser.analysis_data import AnalysisData
 from autoparser.language.build_generation import _Builder
 from autoparser.language.build_reading import _Reading
 from autoparser.language.build_tools import (
@@ -45,7 +45,7 @@ from autoparser.language.request import (
 )
 
 
-def build_language(analysis: Mapping[str, Any], request: Request) -> Language:
+def build_language(analysis: AnalysisData, request: Request) -> Language:
     """The output language of `request` for the format `analysis` describes.
 
     Raises ValueError for a `tool_choice` naming a tool not in `tools`."""
@@ -71,7 +71,7 @@ class ReasoningCut:
     answer_openers: tuple[str, ...] = ()
 
 
-def reasoning_cut(analysis: Mapping[str, Any], request: Request) -> ReasoningCut:
+def reasoning_cut(analysis: AnalysisData, request: Request) -> ReasoningCut:
     """How the parser reading `request`'s output separates its reasoning from the answer."""
     reading = _Reading(analysis, replace(request, reading=True))
     start, end = reading.r.start.strip(), reading.r.end.strip()

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from types import SimpleNamespace
 from typing import Any
 
+from autoparser.analysis_data import AnalysisData
 from autoparser.language.build_tools import (
     chosen_tools,
     is_plain_string,
@@ -59,8 +59,7 @@ from autoparser.language.request import (
     is_weak,
     start_state,
 )
-from autoparser.language.request import thinking_enabled as _thinking_enabled
-from autoparser.tool_calls import INDEX_HOLE
+from autoparser.tool_calls import INDEX_HOLE, TagCalls
 
 GAP_MAX = 4  # whitespace allowed around structural markers (the parser ignores it)
 JSON_SPACE = 20  # whitespace inside JSON; bounded, as a small model could pad forever
@@ -70,12 +69,6 @@ MAX_KEY = 256  # the longest key or name the parser reads
 INDEX_DIGITS = Chars("0-9", 1, 4)
 CALL_FORMATS = ("json", "tag_json", "tag_tagged")
 
-_TOOL_DEFAULTS: dict[str, Any] = {
-    "supported": False, "format": "none", "parallel": False, "name_field": "name", "args_field": "arguments",
-    "id_field": None, "function_field": None, "array": False, "args_as_string": False, "arg_string_raw": True,
-    "arg_end_keyed": False, "arg_python": False, "id_before_name": False, "content_allowed": True,
-    "opened_by_prompt": False, "call_index": "",
-}
 CDATA = ("<![CDATA[", "]]>")  # the section a raw value may be wrapped in (`ir.Language.value_section`)
 
 
@@ -83,21 +76,22 @@ CDATA = ("<![CDATA[", "]]>")  # the section a raw value may be wrapped in (`ir.L
 
 
 class _Builder:
-    def __init__(self, analysis: Mapping[str, Any], request: Request):
+    def __init__(self, analysis: AnalysisData, request: Request):
         self.a = analysis
-        self.r = SimpleNamespace(**{"mode": "none", "start": "", "end": "", "forced_open": False,
-                                    **(analysis.get("reasoning") or {})})
-        self.c = SimpleNamespace(**{"mode": "plain", "start": "", "end": "", **(analysis.get("content") or {})})
-        tools = {k: v for k, v in (analysis.get("tools") or {}).items() if v is not None or k not in _STRING_FIELDS}
-        self.t = SimpleNamespace(**{**_TOOL_DEFAULTS, **dict.fromkeys(_STRING_FIELDS, ""), **tools})
-        self.stop = [s for s in analysis.get("stop") or []]
+        self.r = analysis.reasoning
+        self.c = analysis.content
+        self.m = analysis.messages
+        # the call layout read by its serialized names (`tools.section_start`, `tools.arg_end`),
+        # which `ToolsAnalysis` gives with the values and defaults of its typed parts
+        self.t = analysis.tools
+        self.stop = list(analysis.stop)
         self.req = request
         self.warnings: list[str] = []
         self.bare_calls = False  # set where the language reads a call's bracket as content too
         self.specials = sorted({s for s in request.special_tokens if s}, key=len, reverse=True)
         self.choice, self.tools = chosen_tools(list(request.tools or []), request.tool_choice)
-        self.thinking = _thinking_enabled(dict(analysis), request.thinking)
-        self.start, continued = start_state(dict(analysis), request.thinking, request.prompt)
+        self.thinking = analysis.thinking_enabled(request.thinking)
+        self.start, continued = start_state(analysis, request.thinking, request.prompt)
         self.forced = self.start == OPEN
         self.continues = (REASONING if self.forced else CONTENT) if continued else ""
         self.parallel = request.parallel_tool_calls and bool(self.t.parallel)
@@ -144,7 +138,7 @@ class _Builder:
         lead = self.section_lead() or None
         before = self.content(lead)
         if self.named_call_messages():  # the answer is a message of its own, ended by the separator
-            before = optional(seq(before, self.marker(core((self.a.get("messages") or {}).get("separator")))))
+            before = optional(seq(before, self.marker(core(self.m.separator))))
         calls = seq(before, section) if self.t.content_allowed else section
         return self.language(self.reasoning_then(choice(self.content(None), calls), section))
 
@@ -249,7 +243,7 @@ class _Builder:
         """Whether the reply is written as messages with headers (`analysis.messages`): each
         message, reasoning included, ends with its own end marker, and a call header inside the
         reasoning message is its text."""
-        return bool(core((self.a.get("messages") or {}).get("body_start"))) and not self.opened
+        return bool(core(self.m.body_start)) and not self.opened
 
     def reasoning_then(self, rest: Node, section: Node) -> Node:
         """Reasoning, then `rest`; or reasoning with no end marker, then the call `section`.
@@ -273,7 +267,7 @@ class _Builder:
     def call_markers(self) -> list[str]:
         """Texts content may not contain: what opens a tool call, and every other marker the
         parser reacts to in content (reasoning and content markers, end-of-turn strings)."""
-        found = [self.t.section_start or self.t.call_start, *(self.a.get("triggers") or []), *self.stop]
+        found = [self.t.section_start or self.t.call_start, *self.a.triggers, *self.stop]
         if self.r.mode != "none":
             found += [self.r.start, self.r.end]
         # a recipient (`all`, the content start of a prompt-opened call) is no marker inside content
@@ -304,7 +298,7 @@ class _Builder:
         # calls with no marker before them (a bare JSON object) start at the object itself
         bare_json = self.t.format == "json" and not lead
         kept = []
-        for trig in self.a.get("triggers") or []:
+        for trig in self.a.triggers:
             if trig and (lead.startswith(trig) or (lead and trig.startswith(lead))
                          or (bare_json and trig.lstrip()[:1] in ("{", "["))):
                 kept.append(trig)
@@ -357,24 +351,23 @@ class _Builder:
     def named_call_messages(self) -> bool:
         """Whether each call is a message of its own whose header names the tool and whose body
         holds the whole call (`messages.call_body_named`)."""
-        m = self.a.get("messages") or {}
-        return self.in_messages() and bool(m.get("call_body_named")) and "{name}" in (m.get("call_header") or "") \
-            and bool(core(m.get("body_start")))
+        m = self.m
+        return self.in_messages() and m.call_body_named and "{name}" in m.call_header and bool(core(m.body_start))
 
     def call_messages_section(self, lazy_start: bool) -> Node:
         """Calls written as messages: `HEADER(name) body_start call`, the messages separated by the
         message separator. A lazy language begins at the first call's own start marker (the
         trigger): the model wrote that call's header as free text."""
         t = self.t
-        m = self.a.get("messages") or {}
-        head, _, tail = (m.get("call_header") or "").partition("{name}")
+        m = self.m
+        head, _, tail = m.call_header.partition("{name}")
 
         def message(tool: Mapping[str, Any], header: bool, start: Node) -> Node:
             call = seq(start, self.call(tool), self.call_closing())
             if not header:
                 return call
             return seq(self.gap(), self.marker(head.strip()), Lit(tool_name(tool)), self.marker(tail.strip()),
-                       self.marker(core(m.get("body_start"))), call)
+                       self.marker(core(m.body_start)), call)
 
         start = self.marker(t.call_start)
         first_start = self.marker(t.call_start.lstrip(), spelled=True) if lazy_start else start
@@ -382,7 +375,7 @@ class _Builder:
         calls = first
         if self.parallel:
             nxt = choice(*[message(tool, True, start) for tool in self.tools])
-            calls = seq(first, Repeat(Rule("call-next", seq(self.marker(core(m.get("separator"))), nxt), NEXT_CALL)))
+            calls = seq(first, Repeat(Rule("call-next", seq(self.marker(core(m.separator)), nxt), NEXT_CALL)))
         return Rule("tool-calls", seq(self.marker(t.section_start), calls, self.section_closing()), SECTION)
 
     def call_separator(self) -> Node:
@@ -442,9 +435,11 @@ class _Builder:
 
     def indexed_name_end(self) -> tuple[str, str] | None:
         """`name_end` cut around the call index the template numbers (``:0`` then ``:1``), as the
-        analysis confirmed it (`tools.call_index`), or None: a number it did not confirm is part
-        of the marker, written as it is."""
-        head, hole, tail = (self.t.call_index or "").partition(INDEX_HOLE)
+        analysis confirmed it (`tool_calls.CallIndex`), or None: a number it did not confirm is
+        part of the marker, written as it is."""
+        calls = self.t.calls
+        index = calls.name.index if isinstance(calls, TagCalls) else None
+        head, hole, tail = index.marker.partition(INDEX_HOLE) if index else ("", "", "")
         return (head, tail) if hole else None
 
     def name_end(self) -> Node:
@@ -580,7 +575,3 @@ class _Builder:
         stops = (t.call_end, t.section_end, *self.stop)
         return Text(stops, weak=Weak(",", t.arg_key_end.strip() or "="), hint="comma-text")
 
-
-_STRING_FIELDS = ("section_start", "section_end", "call_start", "call_end", "call_separator", "name_start",
-                  "name_end", "args_start", "args_end", "arg_start", "arg_key_end", "arg_end", "arg_separator",
-                  "arg_key_end_json", "id_start", "id_end")

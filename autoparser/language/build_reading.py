@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from autoparser.analysis_data import AnalysisData
 from autoparser.language.build_generation import (
     CALL_FORMATS,
     CDATA,
@@ -64,6 +65,7 @@ from autoparser.language.request import (
     core,
     is_weak,
 )
+from autoparser.tool_calls import TagCalls, TaggedArguments
 
 # -- the language the parser reads ---------------------------------------------------------------
 
@@ -102,7 +104,7 @@ class _Reading(_Builder):
 
     any_order = True  # the parser reads the arguments in any order
 
-    def __init__(self, analysis: Mapping[str, Any], request: Request):
+    def __init__(self, analysis: AnalysisData, request: Request):
         request = _named_without_tools(request)
         super().__init__(analysis, request)
         # the parser reads several calls whenever the request allows them, whatever the template shows
@@ -311,12 +313,14 @@ class _Reading(_Builder):
     def nested(self) -> tuple[str, ...]:
         """How the template writes an object or array value (`ir.RawString.nested`)."""
         t = self.t
-        style = getattr(t, "arg_nested", "") or ""
-        if style == "quoted" and getattr(t, "arg_nested_quote", ""):
-            return ("quoted", t.arg_nested_quote)
-        if style == "tags" and t.arg_start.strip():
-            item = getattr(t, "arg_nested_item", "") or ""
-            return ("tags", t.arg_start.strip(), t.arg_key_end.strip(), t.arg_end.strip(), item)
+        arguments = t.calls.arguments if isinstance(t.calls, TagCalls) else None
+        nested = arguments.nested if isinstance(arguments, TaggedArguments) else None
+        if nested is None:
+            return ()
+        if nested.style == "quoted" and nested.quote:
+            return ("quoted", nested.quote)
+        if nested.style == "tags" and t.arg_start.strip():
+            return ("tags", t.arg_start.strip(), t.arg_key_end.strip(), t.arg_end.strip(), nested.item)
         return ()
 
     def tagged_body(self, name: str, params: Any) -> Node:
@@ -463,13 +467,13 @@ class _Reading(_Builder):
         """In a reply written as messages, what the parser drops from the text: the separator
         between messages, and a call message's header (`to=NAME<|message|>`), with how that
         header begins ("", EMPTY, "": the reply is not written as messages)."""
-        messages = self.a.get("messages") or {}
-        head, hole, tail = (messages.get("call_header") or "").partition("{name}")
+        messages = self.m
+        head, hole, tail = messages.call_header.partition("{name}")
         if not self.in_messages() or not hole or not head.strip():
             return "", EMPTY, ""
         header = seq(self.marker(head.strip()), self.recipient(), self.marker(tail.strip()),
-                     self.marker(core(messages.get("body_start"))))
-        return core(messages.get("separator")), header, head.strip()
+                     self.marker(core(messages.body_start)))
+        return core(messages.separator), header, head.strip()
 
     def recipient(self) -> Node:
         """The tool a call message's header names: one of the tools where they are known (the
@@ -590,9 +594,9 @@ class _Reading(_Builder):
         more words), so only those words decide. Text with no header is content, whatever markup
         it holds; so is a message whose header is none of these (a tool not asked for). Between
         messages: the separator, the turn re-opened, a call's or the answer's end marker."""
-        m = self.a.get("messages") or {}
+        m = self.m
         enders = self.message_enders()
-        betweens = [core(m.get("separator")), core(m.get("opener")), core(self.until_stop(self.t.call_end)),
+        betweens = [core(m.separator), core(m.opener), core(self.until_stop(self.t.call_end)),
                     core(self.c.end)]
         betweens = [b for b in dict.fromkeys(betweens) if b and b not in [core(s) for s in self.stop]]
         messages = [self.reasoning_message(), *self.call_messages(), self.answer_message(),
@@ -606,28 +610,26 @@ class _Reading(_Builder):
     def message_enders(self) -> tuple[str, ...]:
         """The body marker, then what ends a message's body: the separator, an end of turn, the
         answer's end marker."""
-        m = self.a.get("messages") or {}
-        found = [core(m.get("body_start")), core(m.get("separator")), *[core(s) for s in self.stop], core(self.c.end)]
+        m = self.m
+        found = [core(m.body_start), core(m.separator), *[core(s) for s in self.stop], core(self.c.end)]
         return tuple(dict.fromkeys(f for f in found if f))
 
     def header_leads(self) -> tuple[str, ...]:
         """How the template's message headers begin: a tag, a word (`to=`), or a symbol."""
-        m = self.a.get("messages") or {}
-        headers = (m.get("reasoning_header"), m.get("content_header"), (m.get("call_header") or "").replace("{name}", ""))
+        m = self.m
+        headers = (m.reasoning_header, m.content_header, m.call_header.replace("{name}", ""))
         leads = [_HEADER_LEAD.match(core(h)) for h in headers if core(h)]
         return tuple(dict.fromkeys(lead.group() for lead in leads if lead))
 
     def call_prefix(self) -> str:
         """What names a call's recipient in a header (`to=functions.`); "" where calls are off."""
-        m = self.a.get("messages") or {}
-        head, hole, _ = (m.get("call_header") or "").partition("{name}")
+        head, hole, _ = self.m.call_header.partition("{name}")
         return core(head) if hole and self.choice != "none" else ""
 
     def header_words(self, which: str, other: str) -> list[str]:
         """The words of one header (`which`) that the other does not hold, in order."""
-        m = self.a.get("messages") or {}
-        others = set(_HEADER_WORD.findall(m.get(other) or ""))
-        return [w for w in dict.fromkeys(_HEADER_WORD.findall(m.get(which) or "")) if w not in others]
+        others = set(_HEADER_WORD.findall(getattr(self.m, other)))
+        return [w for w in dict.fromkeys(_HEADER_WORD.findall(getattr(self.m, which))) if w not in others]
 
     def header_text(self, *also_stop: str, lead: str = "") -> Node:
         """Header text up to the body marker (or a word that decides the header); after `lead`,
@@ -643,11 +645,10 @@ class _Reading(_Builder):
         words = self.header_words("reasoning_header", "content_header")
         if not words:
             return EMPTY
-        m = self.a.get("messages") or {}
         prefix = self.call_prefix()
         # a call prefix in a header ends the reasoning (that header is a call's), unless the
         # reasoning header is itself written with it (`to=self`)
-        cut = (prefix,) if prefix and prefix not in core(m.get("reasoning_header")) else ()
+        cut = (prefix,) if prefix and prefix not in core(self.m.reasoning_header) else ()
         body = Capture(REASONING, Text(self.message_enders()[1:], hint="reasoning"))
         options = []
         for lead in self.header_leads():
@@ -672,11 +673,10 @@ class _Reading(_Builder):
         prefix = self.call_prefix()
         if not prefix:
             return []
-        m = self.a.get("messages") or {}
         body_start = self.marker(self.message_enders()[0])
         others = [lead for lead in self.header_leads() if not prefix.startswith(lead)]
         before = choice(EMPTY, *[seq(self.marker(lead), self.header_text(prefix)) for lead in others])
-        if m.get("call_body_named"):
+        if self.m.call_body_named:
             t = self.t
             call = Rule("call", choice(*[self.call(tool) for tool in self.tools]), CALL)
             body = seq(self.gap(), self.marker(t.call_start), call, self.call_closing())

@@ -13,14 +13,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from autoparser.analysis_data import AnalysisData
 from autoparser.language.build import Request, build_language, reasoning_cut
 from autoparser.language.interpret import LanguageReader, LanguageStream
 from autoparser.language.token_ids import ReasoningIds, encoder
 
 
-def analysis_data(analysis: Any) -> dict[str, Any]:
-    """The analysis in its `to_dict()` form (an `Analysis`, or that dict already)."""
-    return analysis.to_dict() if hasattr(analysis, "to_dict") else dict(analysis)
+def analysis_data(analysis: Any) -> AnalysisData:
+    """The analysis as data: an `Analysis` as it is; its `to_dict()` form read back."""
+    if isinstance(analysis, AnalysisData):
+        return analysis
+    # (an analysis of another copy of the package, as beside a standalone module, by its dict form)
+    return AnalysisData.from_dict(analysis.to_dict() if hasattr(analysis, "to_dict") else analysis)
 
 
 def reader(analysis: Any, tools: list[dict[str, Any]] | None = None, thinking: bool | None = None,
@@ -31,7 +35,7 @@ def reader(analysis: Any, tools: list[dict[str, Any]] | None = None, thinking: b
     data = analysis_data(analysis)
     request = reading_request(analysis, tools, thinking, parallel_tool_calls, tool_choice, tool_call_policy,
                               prompt, eos_token)
-    return LanguageReader(build_language(data, request), end_of_turn=tuple(data.get("stop") or ()))
+    return LanguageReader(build_language(data, request), end_of_turn=tuple(data.stop))
 
 
 def reading_request(analysis: Any, tools: list[dict[str, Any]] | None = None, thinking: bool | None = None,

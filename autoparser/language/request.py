@@ -1,8 +1,8 @@
 """The request side of the output language: where the output starts, what the request allows,
 and the format rules every backend must read the same way.
 
-Everything here reads the analysis as a plain dict (`Analysis.to_dict()` form), so the standalone
-module, which embeds that dict, runs the same code. Standard library only.
+The analysis is read as `AnalysisData` (the standalone module reads its embedded dict back with
+`AnalysisData.from_dict`, and runs the same code). Standard library only.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from autoparser.analysis_data import AnalysisData
 
 KEY_HOLE = "{key}"  # where an argument's end marker names its key (`</{key}>`)
 # the keys that hold a JSON call's arguments: the template's own, and the other common spelling
@@ -51,16 +53,6 @@ def bare_fence(args_start: str) -> str:
 OPEN, CLOSED, FREE, IMPLIED = "open", "closed", "free", "implied"
 
 
-def thinking_enabled(analysis: dict[str, Any], thinking: bool | None) -> bool:
-    """Whether reasoning is on for this request (mirrors `Analysis.thinking_enabled`)."""
-    reasoning = analysis.get("reasoning") or {}
-    if reasoning.get("mode", "none") == "none":
-        return False
-    if thinking is None or not reasoning.get("toggle"):
-        return bool(reasoning.get("default_on", True))
-    return bool(thinking)
-
-
 def _after_last(text: str, markers: list[str]) -> int:
     """The position right after the last occurrence of any of `markers` in text (0: none)."""
     best = 0
@@ -72,17 +64,16 @@ def _after_last(text: str, markers: list[str]) -> int:
     return best
 
 
-def _assistant_header(analysis: dict[str, Any]) -> str:
+def _assistant_header(analysis: AnalysisData) -> str:
     """The generation prompt without its reasoning markers: what opens an assistant turn."""
-    header = core(analysis.get("generation_prompt"))
-    reasoning = analysis.get("reasoning") or {}
-    for marker in (core(reasoning.get("start")), core(reasoning.get("end"))):
+    header = core(analysis.generation_prompt)
+    for marker in (core(analysis.reasoning.start), core(analysis.reasoning.end)):
         if marker and marker in header:
             header = header[: header.index(marker)]
     return core(header)
 
 
-def start_state(analysis: dict[str, Any], thinking: bool | None, prompt: str | None) -> tuple[str, bool]:
+def start_state(analysis: AnalysisData, thinking: bool | None, prompt: str | None) -> tuple[str, bool]:
     """Where the model's output starts, and whether it continues text the prompt began (prefill).
 
     With a prompt, reasoning is open only when the prompt's last turn opened it and did not
@@ -90,19 +81,19 @@ def start_state(analysis: dict[str, Any], thinking: bool | None, prompt: str | N
     message, or when the template opens reasoning itself (`forced_open`) and did not here (a
     turn after a tool result). `thinking` decides only when there is no prompt.
     """
-    reasoning = analysis.get("reasoning") or {}
-    mode = reasoning.get("mode", "none")
-    start, end = core(reasoning.get("start")), core(reasoning.get("end"))
+    reasoning = analysis.reasoning
+    mode = reasoning.mode
+    start, end = core(reasoning.start), core(reasoning.end)
     has_reasoning = mode != "none" and bool(end)
-    expected = has_reasoning and thinking_enabled(analysis, thinking)
+    expected = has_reasoning and analysis.thinking_enabled(thinking)
     free = IMPLIED if expected and mode == "tagged" and start else FREE
-    if expected and reasoning.get("start_inferred"):
+    if expected and reasoning.start_inferred:
         free = OPEN  # the template never opens reasoning: the output starts inside it (policy.py)
     if prompt is None:
-        if expected and reasoning.get("forced_open"):
+        if expected and reasoning.forced_open:
             return OPEN, False
         return free, False
-    stops = [core(s) for s in analysis.get("stop") or []]
+    stops = [core(s) for s in analysis.stop]
     turn = _after_last(prompt, stops)  # the last turn starts after the last end-of-turn marker
     if has_reasoning and start:
         opened = prompt.rfind(start)
@@ -110,12 +101,12 @@ def start_state(analysis: dict[str, Any], thinking: bool | None, prompt: str | N
             return OPEN, bool(prompt[opened + len(start):].strip())
     header = _assistant_header(analysis)
     anchor = _after_last(prompt, [header, end if has_reasoning else ""])
-    tools = analysis.get("tools") or {}
-    tool_markers = [core(tools.get(k)) for k in ("section_start", "call_start", "section_end", "call_end")]
+    markers = analysis.tools.markers
+    tool_markers = [core(m) for m in (markers.section_start, markers.call_start, markers.section_end, markers.call_end)]
     tail = prompt[anchor:]
     if anchor > turn and tail.strip() and header and not any(m and m in tail for m in tool_markers):
         return CLOSED, True  # the prompt ends inside the assistant's own partial answer
-    if has_reasoning and ((end and prompt.rstrip().endswith(end)) or reasoning.get("forced_open")):
+    if has_reasoning and ((end and prompt.rstrip().endswith(end)) or reasoning.forced_open):
         return CLOSED, False
     return free, False
 

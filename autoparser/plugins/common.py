@@ -84,7 +84,6 @@ class ServedModel:
     analysis: Any
     _parsers: BoundedCache = field(default_factory=lambda: BoundedCache(
         max_items=_PARSER_CACHE_SIZE, max_bytes=_PARSER_CACHE_BYTES, weigh=_parser_weight), repr=False)
-    _data: dict[str, Any] | None = field(default=None, repr=False)
     _ids: dict[tuple[int, Any], tuple[Any, Any]] = field(default_factory=dict, repr=False)
 
     def markers(self) -> list[str]:
@@ -111,12 +110,6 @@ class ServedModel:
             return True
         return bool(value)
 
-    def data(self) -> dict[str, Any]:
-        """The analysis in its `to_dict()` form, computed once."""
-        if self._data is None:
-            self._data = self.analysis.to_dict()
-        return self._data
-
     def reasoning_markers(self) -> tuple[str, str, list[str]]:
         """Reasoning start, end, and the markers that end reasoning no end marker closed (for
         finding where reasoning ends in token ids)."""
@@ -128,9 +121,8 @@ class ServedModel:
         start: its markers are every request's."""
         from autoparser.language.build import Request, reasoning_cut
 
-        data = self.data()
-        opened = {**data, "reasoning": {**(data.get("reasoning") or {}), "forced_open": True}}
-        return reasoning_cut(opened, Request(thinking=True))
+        reasoning = dataclasses.replace(self.analysis.reasoning, forced_open=True)
+        return reasoning_cut(dataclasses.replace(self.analysis, reasoning=reasoning), Request(thinking=True))
 
     def reasoning_cut(self, thinking: bool | None, prompt: str | None = None) -> Any:
         """Where autoparser's reading separates reasoning from the answer for one request
@@ -138,7 +130,7 @@ class ServedModel:
         engine gives it. Cheap: no language is built."""
         from autoparser.language.build import Request, reasoning_cut
 
-        return reasoning_cut(self.data(), Request(thinking=thinking, prompt=prompt))
+        return reasoning_cut(self.analysis, Request(thinking=thinking, prompt=prompt))
 
     def reasoning_ids(self, tokenizer: Any, cut: Any) -> Any:
         """Where reasoning ends in `tokenizer`'s ids for one cut (`reasoning_cut`), as

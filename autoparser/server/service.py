@@ -130,7 +130,6 @@ class ChatService:
         self.special_token_ids = {text: token for text in self.special_tokens
                                   if (token := engine.token_id(text)) is not None}
         self._end_of_turn_ids, self._end_of_turn_texts = self._end_of_turn()
-        self._analysis_dict = analysis.to_dict()
         self._unused_specials = self.special_tokens - self._marker_tokens()
         # Requests are rendered in child processes that are killed when a render outruns its
         # deadline (see `autoparser.render_process`).
@@ -218,7 +217,7 @@ class ChatService:
             self.answer_required(request, tool_choice) or protocol.response_schema(request) is None)
         if not calls_grammar:
             return ()
-        cut = reasoning_cut(self._analysis_dict, Request(tools=tuple(tools or ()), thinking=thinking,
+        cut = reasoning_cut(self.analysis, Request(tools=tuple(tools or ()), thinking=thinking,
                                                          tool_choice=tool_choice, prompt=prompt, reading=True))
         tokens = (self._single_token(marker) for marker in cut.interrupts)
         return tuple(token for token in tokens if token is not None)
@@ -250,7 +249,7 @@ class ChatService:
     def start_state(self, thinking: bool | None, prompt: str | None) -> tuple[str, bool]:
         """Where the output starts after `prompt`, as the parser and the grammar both see it:
         (`open`/`closed`/`free`/`implied`, whether it continues the prompt's partial answer)."""
-        return start_state(self._analysis_dict, thinking, prompt)
+        return start_state(self.analysis, thinking, prompt)
 
     def constrained(self, request: ChatCompletionRequest, tools: list[dict[str, Any]] | None,
                     tool_choice: Any) -> bool:
@@ -495,7 +494,7 @@ class ChatService:
         """Special tokens that occur inside a marker the parser reads (the reading language's own
         markers, any tool, thinking as the template defaults), or that the analysis preserves;
         they are never skipped."""
-        language = build_language(self._analysis_dict, Request(reading=True, lazy=False))
+        language = build_language(self.analysis, Request(reading=True, lazy=False))
         markers = [*language.markers(), *self.analysis.preserved_tokens]
         return {token for token in self.special_tokens if any(token in marker for marker in markers)}
 

@@ -61,7 +61,7 @@ def test_lazy_samples_parse_to_valid_calls(name: str) -> None:
     grammar = Gbnf(result.gbnf)
     rng = random.Random(name)
     # the text before the calls is the answer, or reasoning where the output starts inside it
-    role = "reasoning_content" if start_state(analysis.to_dict(), False, None)[0] == OPEN else "content"
+    role = "reasoning_content" if start_state(analysis, False, None)[0] == OPEN else "content"
     for _ in range(SAMPLES):
         text = "Let me look.\n" + grammar.sample(rng)
         message = parse(analysis, text, False)

@@ -149,6 +149,8 @@ def test_generated_module_embeds_the_language_and_its_reader() -> None:
     assert {"autoparser.language.build", "autoparser.language.ir", "autoparser.language.interpret",
             "autoparser.language.reading"} <= embedded
     assert not any(name.startswith(("autoparser.runtime", "autoparser.generators")) for name in embedded)
+    # the analysis is read back as its dataclasses, without what `Analysis` adds (rendering, grammars)
+    assert {"autoparser.analysis_data", "autoparser.tool_calls"} <= embedded and "autoparser.analysis" not in embedded
 
 
 def test_generating_refuses_a_module_outside_the_standard_library() -> None:

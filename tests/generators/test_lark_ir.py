@@ -30,7 +30,7 @@ WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters":
 @pytest.mark.parametrize("choice", ["auto", "required", "none"])
 def test_the_lark_text_of_a_language_builds_a_parser(family: str, choice: str) -> None:
     analysis = getattr(analyses, family)()
-    language = build_language(analysis.to_dict(), Request(tools=(WEATHER,), tool_choice=choice, lazy=False))
+    language = build_language(analysis, Request(tools=(WEATHER,), tool_choice=choice, lazy=False))
     grammar = write_lark(language, tuple(analysis.stop)).grammar
     Lark(grammar, parser="earley", lexer="dynamic_complete")  # raises on a grammar Lark cannot read
 
@@ -67,7 +67,7 @@ def test_sentences_of_the_reading_grammar_read_alike_in_lark_and_the_runtime(fam
     calls, separators, a bracket that opens no bare JSON call), written as GBNF: random
     sentences of it read to one message by Lark and by the runtime."""
     analysis = analyses.FAMILIES[family]()
-    language = build_language(analysis.to_dict(), Request(tools=(WEATHER,), reading=True, lazy=False))
+    language = build_language(analysis, Request(tools=(WEATHER,), reading=True, lazy=False))
     grammar = Gbnf(write_gbnf(language).gbnf)
     rng = random.Random(7)
     for _ in range(40):
@@ -95,8 +95,8 @@ def test_reasoning_content_and_parallel_calls_by_capture_role() -> None:
 
 def test_text_outside_the_language_is_rejected() -> None:
     analysis = analyses.llama31()
-    written = write_lark(build_language(analysis.to_dict(), Request(tools=(WEATHER,), tool_choice="required",
-                                                                    lazy=False)))
+    written = write_lark(build_language(analysis, Request(tools=(WEATHER,), tool_choice="required",
+                                                          lazy=False)))
     with pytest.raises(UnexpectedInput):
         read_message(written, "No call.")
 
@@ -107,13 +107,13 @@ def test_the_reading_language_holds_what_the_parser_reads_beyond_generation() ->
     analysis = analysis_of("deepseek_v3_1")
     call = '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>lookup<｜tool▁sep｜>{"q": 1}<｜tool▁call▁end｜><｜tool▁calls▁end｜>'
     text = f"<think>plan</think>Let me check.{call} Done."
-    reading = write_lark(build_language(analysis.to_dict(), Request(thinking=False, lazy=False, reading=True)),
+    reading = write_lark(build_language(analysis, Request(thinking=False, lazy=False, reading=True)),
                          tuple(analysis.stop))
     message = read_message(reading, text)
     assert comparable(message) == comparable(analysis.parser(thinking=False).parse(text))
     assert comparable(message) == {"reasoning_content": "plan", "content": "Let me check. Done.",
                                    "tool_calls": [("lookup", {"q": 1})]}
-    generation = build_language(analysis.to_dict(), Request(tools=tuple(TOOLS), thinking=False, lazy=False))
+    generation = build_language(analysis, Request(tools=tuple(TOOLS), thinking=False, lazy=False))
     with pytest.raises(UnexpectedInput):
         read_message(write_lark(generation, tuple(analysis.stop)), text)
 

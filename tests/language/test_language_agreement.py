@@ -83,7 +83,7 @@ def _reader(path: Path, choice: str) -> LanguageReader:
     analysis = _analysis(path)
     request = Request(tools=tuple(TOOLS), tool_choice=choice, lazy=False, reading=True,
                       end_tokens=(analysis.eos_token,) if analysis.eos_token else ())
-    return LanguageReader(build_language(analysis.to_dict(), request), end_of_turn=tuple(analysis.stop))
+    return LanguageReader(build_language(analysis, request), end_of_turn=tuple(analysis.stop))
 
 
 @cache

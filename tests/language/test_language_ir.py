@@ -14,7 +14,7 @@ from autoparser.language.build import Request, build_language
 
 def _language(name: str, **request) -> ir.Language:
     analysis = ANALYSES[name]()
-    return build_language(analysis.to_dict(), Request(**{"tools": (WEATHER, SEARCH), **request}))
+    return build_language(analysis, Request(**{"tools": (WEATHER, SEARCH), **request}))
 
 
 def _walk(node: ir.Node):
@@ -45,8 +45,8 @@ def test_nodes_are_frozen() -> None:
 
 def test_the_language_prints_readably() -> None:
     analysis = ANALYSES["deepseek-v3.1"]()
-    language = build_language(analysis.to_dict(), Request(tools=(WEATHER,), thinking=True,
-                                                          special_tokens=tuple(analysis.preserved_tokens)))
+    language = build_language(analysis, Request(tools=(WEATHER,), thinking=True,
+                                                special_tokens=tuple(analysis.preserved_tokens)))
     text = str(language)
     first = text.splitlines()[0]
     # lazy on the section opener, which does not count inside the reasoning the prompt opened
@@ -83,9 +83,9 @@ def test_llama_cpp_reads_the_grammar_written_from_the_language(name: str, choice
     grammar_check = pytest.importorskip("autoparser.llama.grammar_check")
     analysis = ANALYSES[name]()
     specials = tuple(analysis.preserved_tokens)
-    language = build_language(analysis.to_dict(), Request(tools=tuple(TOOLS), tool_choice=choice, thinking=True,
-                                                          special_tokens=specials,
-                                                          end_tokens=(analysis.eos_token,)))
+    language = build_language(analysis, Request(tools=tuple(TOOLS), tool_choice=choice, thinking=True,
+                                                special_tokens=specials,
+                                                end_tokens=(analysis.eos_token,)))
     written = write_gbnf(language, specials)
     grammar_check.validate_gbnf(written.gbnf, written.root)
     assert written.lazy == isinstance(language.root, ir.Lazy)
@@ -95,6 +95,6 @@ def test_llama_cpp_reads_the_grammar_written_from_the_language(name: str, choice
 @pytest.mark.parametrize("name", ["deepseek-v3.1", "qwen3-coder", "llama3.2-pythonic", "gpt-oss", "mistral-nemo"])
 def test_language_snapshot(name: str, snapshot) -> None:  # type: ignore[no-untyped-def]
     analysis = ANALYSES[name]()
-    language = build_language(analysis.to_dict(), Request(tools=(WEATHER,), tool_choice="auto", thinking=True,
-                                                          lazy=False, special_tokens=tuple(analysis.preserved_tokens)))
+    language = build_language(analysis, Request(tools=(WEATHER,), tool_choice="auto", thinking=True,
+                                                lazy=False, special_tokens=tuple(analysis.preserved_tokens)))
     assert str(language) == snapshot

@@ -11,7 +11,7 @@ from autoparser.language.build import Request, build_language
 
 
 def _reading(analysis) -> ir.Language:  # type: ignore[no-untyped-def]
-    return build_language(analysis.to_dict(), Request(reading=True, lazy=False))
+    return build_language(analysis, Request(reading=True, lazy=False))
 
 
 def test_the_reading_language_names_its_markers() -> None:
@@ -44,8 +44,8 @@ def test_a_language_written_as_json_reads_back_to_the_same_language() -> None:
 
     for name in ("deepseek_v31", "qwen3", "kimi_k2", "llama32_pythonic", "glm45", "deepseek_v32"):
         analysis = getattr(analyses, name)()
-        language = build_language(analysis.to_dict(), Request(tools=tuple(analyses.WEATHER_TOOLS), reading=True,
-                                                              lazy=False))
+        language = build_language(analysis, Request(tools=tuple(analyses.WEATHER_TOOLS), reading=True,
+                                                    lazy=False))
         back = ir.from_json(json.loads(json.dumps(ir.to_json(language))))
         assert str(back) == str(language)
         output = analyses.render_output(analysis, "Plan.", "Sure.", [("get_weather", {"city": "Paris"})])

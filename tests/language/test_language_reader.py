@@ -35,7 +35,7 @@ CALLS = {
 def reader(family: str) -> LanguageReader:
     analysis = FORMATS[family]()
     request = Request(tools=tuple(WEATHER_TOOLS), lazy=False, reading=True)
-    return LanguageReader(build_language(analysis.to_dict(), request), end_of_turn=tuple(analysis.stop))
+    return LanguageReader(build_language(analysis, request), end_of_turn=tuple(analysis.stop))
 
 
 def read(family: str, text: str) -> dict:
@@ -84,7 +84,7 @@ def test_a_lazy_language_reads_free_output_then_the_calls(make) -> None:  # type
     """A lazy language (the grammar for `tool_choice: auto`): reasoning and content until a
     trigger, then the calls; read as the runtime reads it."""
     analysis = make()
-    language = build_language(analysis.to_dict(), Request(tools=tuple(WEATHER_TOOLS), thinking=True))
+    language = build_language(analysis, Request(tools=tuple(WEATHER_TOOLS), thinking=True))
     lazy = LanguageReader(language, end_of_turn=tuple(analysis.stop))
     text = analyses.render_output(analysis, reasoning="Think.", content="Hi.",
                                   calls=[("get_weather", {"city": "Paris"})], thinking=True)
@@ -106,7 +106,7 @@ def test_a_nullable_string_written_as_null_is_null_in_any_chunking() -> None:
     tool = {"type": "function", "function": {"name": "set_nullable_str", "parameters": {
         "type": "object", "properties": {"name": {"type": ["string", "null"]}}}}}
     analysis = analyses.qwen3_coder()
-    language = build_language(analysis.to_dict(), Request(tools=(tool,), lazy=False, reading=True))
+    language = build_language(analysis, Request(tools=(tool,), lazy=False, reading=True))
     text = "<tool_call>\n<function=set_nullable_str>\n<parameter=name>\nnull\n</parameter>\n</function>\n</tool_call>"
     whole = LanguageReader(language, end_of_turn=tuple(analysis.stop)).parse(text)
     assert calls(whole) == [("set_nullable_str", {"name": None})]
@@ -172,7 +172,7 @@ def test_a_broken_call_after_a_whole_one_in_unclosed_reasoning(thinking: bool | 
     analysis = analyses.deepseek_r1()
     request = Request(tools=tuple(WEATHER_TOOLS), thinking=thinking, lazy=False, reading=True,
                       end_tokens=(analysis.eos_token,))
-    reader = LanguageReader(build_language(analysis.to_dict(), request), end_of_turn=tuple(analysis.stop))
+    reader = LanguageReader(build_language(analysis, request), end_of_turn=tuple(analysis.stop))
     broken = "<｜tool▁call▁begin｜>function<｜tool▁sep｜>search\n```json\n{bad json\n```<｜tool▁call▁end｜>"
     text = ("Sure. <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n"
             f"```json\n{{\"city\": \"Boston\"}}\n```<｜tool▁call▁end｜>{broken}<｜tool▁calls▁end｜>")
@@ -392,7 +392,7 @@ def test_a_bracket_opens_a_bare_json_call_only_before_a_key() -> None:
     """Where calls are bare JSON, a `{` that no quote follows (code, `{x}`, a run of braces)
     is text at once, not a call to try: the language says so with a weak bracket."""
     analysis = analyses.llama31()
-    language = build_language(analysis.to_dict(), Request(tools=tuple(WEATHER_TOOLS), reading=True, lazy=False))
+    language = build_language(analysis, Request(tools=tuple(WEATHER_TOOLS), reading=True, lazy=False))
     assert "('{' only before '\"')" in str(language) and "<content: '{'>" not in str(language)
     call = '{"name": "get_weather", "parameters": {"city": "Paris"}}'
     text = "if (a) { b({x}); } {{{{ " + call + " {} {"
