@@ -218,7 +218,7 @@ class ChatService:
         if not calls_grammar:
             return ()
         cut = reasoning_cut(self.analysis, Request(tools=tuple(tools or ()), thinking=thinking,
-                                                         tool_choice=tool_choice, prompt=prompt, reading=True))
+                                                   tool_choice=tool_choice, prompt=prompt, reading=True))
         tokens = (self._single_token(marker) for marker in cut.interrupts)
         return tuple(token for token in tokens if token is not None)
 
