@@ -83,6 +83,26 @@ from autoparser.language.terminals import (
     _Trailer,
 )
 
+
+def _twin(entry: list[Any], alike: list[list[Any]]) -> list[Any] | None:
+    """The entry of `alike` whose reading is in the state of `entry`'s, or None. Entries are
+    [reading, its stack as data, its state], the last two computed when first needed: the stacks
+    are compared first, as readings that read one text alike (reasoning that a marker or the
+    output's end may end) part there, and a terminal's state costs most."""
+    frames = entry[1]
+    for other in alike:
+        if other[1] is None:
+            other[1] = other[0].frames()
+        if other[1] == frames:
+            if other[2] is None:
+                other[2] = other[0].state(other[1])
+            if entry[2] is None:
+                entry[2] = entry[0].state(frames)
+            if other[2] == entry[2]:
+                return other
+    return None
+
+
 # -- the reader --------------------------------------------------------------------------------------------
 
 
@@ -436,15 +456,12 @@ class LanguageStream(_Recovery, _Stepping):
                     glance = (t.pos, t.role, t.head.__class__)
                     alike = groups.get(glance)
                     if alike is None:
-                        groups[glance] = [[t, None]]
+                        groups[glance] = [[t, None, None]]
                     else:
-                        state = t.state()
-                        for entry in alike:
-                            if entry[1] is None:
-                                entry[1] = entry[0].state()
-                        twin = next((entry for entry in alike if entry[1] == state), None)
+                        entry = [t, t.frames(), None]
+                        twin = _twin(entry, alike)
                         if twin is None:
-                            alike.append([t, state])
+                            alike.append(entry)
                         else:
                             keep = _prefer(twin[0], t)
                             if keep is twin[0]:
@@ -453,7 +470,7 @@ class LanguageStream(_Recovery, _Stepping):
                                 alive.remove(twin[0])
                                 twin[0] = t
                             else:
-                                alike.append([t, state])
+                                alike.append(entry)
                 alive.append(t)
         if final and alive:
             # all are complete: the one with the most calls (a text that reads as content or as a
