@@ -64,6 +64,7 @@ from autoparser.language.readings import (
     OPENS,
     _Again,
     _end_of,
+    _same_stack,
     _Thread,
 )
 from autoparser.language.recovery import _Recovery
@@ -86,19 +87,17 @@ from autoparser.language.terminals import (
 
 def _twin(entry: list[Any], alike: list[list[Any]]) -> list[Any] | None:
     """The entry of `alike` whose reading is in the state of `entry`'s, or None. Entries are
-    [reading, its stack as data, its state], the last two computed when first needed: the stacks
-    are compared first, as readings that read one text alike (reasoning that a marker or the
-    output's end may end) part there, and a terminal's state costs most."""
-    frames = entry[1]
+    [reading, its state], the state computed when first needed: the stacks are compared first,
+    frame by frame up to a tail they share, as readings that read one text alike (reasoning that
+    a marker or the output's end may end) part there, and a state costs more."""
+    t = entry[0]
     for other in alike:
-        if other[1] is None:
-            other[1] = other[0].frames()
-        if other[1] == frames:
-            if other[2] is None:
-                other[2] = other[0].state(other[1])
-            if entry[2] is None:
-                entry[2] = entry[0].state(frames)
-            if other[2] == entry[2]:
+        if _same_stack(other[0].stack, t.stack, t.pos + t.offset[0]):
+            if other[1] is None:
+                other[1] = other[0].state()
+            if entry[1] is None:
+                entry[1] = t.state()
+            if other[1] == entry[1]:
                 return other
     return None
 
@@ -456,9 +455,9 @@ class LanguageStream(_Recovery, _Stepping):
                     glance = (t.pos, t.role, t.head.__class__)
                     alike = groups.get(glance)
                     if alike is None:
-                        groups[glance] = [[t, None, None]]
+                        groups[glance] = [[t, None]]
                     else:
-                        entry = [t, t.frames(), None]
+                        entry = [t, None]
                         twin = _twin(entry, alike)
                         if twin is None:
                             alike.append(entry)

@@ -223,26 +223,20 @@ class _Thread:
             node = node[1]
         return self.pos, self.role, id(self.head), tuple(frames)
 
-    def frames(self) -> tuple:
-        """The stack as data (`_frame_state`)."""
-        frames, node, here = [], self.stack, self.pos + self.offset[0]
-        while node is not None:
-            frames.append(_frame_state(node[0], here))
-            node = node[1]
-        return tuple(frames)
-
-    def state(self, frames: tuple | None = None) -> tuple:
+    def state(self) -> tuple:
         """All that decides how this reading goes on and what it gives (not where a failure
         would resume), but its held events, which are compared apart (`alike`); a terminal's
         state object other than plain data and a JSON scanner keeps the reading distinct. A
         text's held whitespace is the text from its start to the position, so its start stands
-        for it. `frames`: the stack as data, where it is known already."""
+        for it."""
         head, call = self.head, self.call
         terminal = () if head is None else tuple(_plain(getattr(head, slot)) for slot in head.__slots__
                                                  if slot not in _DERIVED)
-        if frames is None:
-            frames = self.frames()
-        return (self.pos, self.role, frames, head.__class__, terminal, call.name, call.id, call.args,
+        frames, node, here = [], self.stack, self.pos + self.offset[0]
+        while node is not None:
+            frames.append(_frame_state(node[0], here))
+            node = node[1]
+        return (self.pos, self.role, tuple(frames), head.__class__, terminal, call.name, call.id, call.args,
                 call.started, tuple(call.pending), call.mode, call.done, call.awaits_id, call.confirmed,
                 call.confirm_next, call.closed, tuple(self.parts),
                 _plain(self.member), _plain(self.value), self.count, self.skip, _plain(self.own_id), self.streamed,
@@ -414,6 +408,17 @@ def _holds_object(parts: list[str]) -> bool:
         return isinstance(json.loads(json.loads("".join(parts))), dict)
     except ValueError:
         return False
+
+
+def _same_stack(one: Any, other: Any, here: int) -> bool:
+    """Whether two stacks are alike as data (`_frame_state`), compared down to a tail they share."""
+    while one is not other:
+        if one is None or other is None:
+            return False
+        if one[0] is not other[0] and _frame_state(one[0], here) != _frame_state(other[0], here):
+            return False
+        one, other = one[1], other[1]
+    return True
 
 
 def _frame_state(frame: Any, here: int) -> Any:
