@@ -19,7 +19,7 @@ from typing import Any
 
 from autoparser.caching import BoundedCache
 from autoparser.language import ir
-from autoparser.language.mapper import argument_json
+from autoparser.language.mapper import member_json
 from autoparser.language.message import Output, new_call_id
 from autoparser.language.request import is_weak
 
@@ -434,7 +434,7 @@ class _Reader:
             value = json.loads(self.span(tree), strict=False)
             value = json.loads(value, strict=False) if isinstance(value, str) else value
             return json.dumps(value, ensure_ascii=False)
-        parts: dict[str, str] = {}
+        parts: dict[str, str] = {}  # a key written twice: the last value
         for member in members:
             _, key = self.written.members[member.data]
             raw, node = "", None
@@ -445,8 +445,8 @@ class _Reader:
                     key = self.span(part)
                 elif part.data in self.written.values:
                     raw, node = self.span(part), self.written.values[part.data]
-            parts[key or ""] = argument_json(raw, node, self.written.section)
-        return "{" + ", ".join(f"{json.dumps(k, ensure_ascii=False)}: {v}" for k, v in parts.items()) + "}"
+            parts[key or ""] = member_json(key, raw, node, self.written.section)
+        return "{" + ", ".join(parts.values()) + "}"
 
     def message(self) -> dict[str, Any]:
         return self.out.message()

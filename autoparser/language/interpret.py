@@ -45,7 +45,7 @@ from collections.abc import Callable
 from typing import Any
 
 from autoparser.language import ir
-from autoparser.language.jsonscan import is_string_body
+from autoparser.language.jsonscan import string_piece
 from autoparser.language.markers import MarkerSet
 from autoparser.language.message import GROUP, Output, ToolCall, new_call_id
 from autoparser.language.policy import UNDECIDED_LIMIT, WHOLE_PIECE
@@ -64,6 +64,7 @@ from autoparser.language.readings import (
     OPENS,
     _Again,
     _end_of,
+    _same_stack,
     _Thread,
 )
 from autoparser.language.recovery import _Recovery
@@ -82,6 +83,24 @@ from autoparser.language.terminals import (
     _Text,
     _Trailer,
 )
+
+
+def _twin(entry: list[Any], alike: list[list[Any]]) -> list[Any] | None:
+    """The entry of `alike` whose reading is in the state of `entry`'s, or None. Entries are
+    [reading, its state], the state computed when first needed: the stacks are compared first,
+    frame by frame up to a tail they share, as readings that read one text alike (reasoning that
+    a marker or the output's end may end) part there, and a state costs more."""
+    t = entry[0]
+    for other in alike:
+        if _same_stack(other[0].stack, t.stack, t.pos + t.offset[0]):
+            if other[1] is None:
+                other[1] = other[0].state()
+            if entry[1] is None:
+                entry[1] = t.state()
+            if other[1] == entry[1]:
+                return other
+    return None
+
 
 # -- the reader --------------------------------------------------------------------------------------------
 
@@ -254,6 +273,7 @@ class LanguageStream(_Recovery, _Stepping):
         self.finished = False
         self.fallback = False  # no reading continues: the rest is content
         self.string_call: ToolCall | None = None
+        self.hot: ToolCall | None = None  # that call while no backslash is held: `feed`'s hot path
         self.escape = False  # a backslash that ended the last chunk inside that call's string, held
         self.aside: list[str] = []  # the text just before `buf` that recovery may still need
         self.aside_len = 0
@@ -261,39 +281,61 @@ class LanguageStream(_Recovery, _Stepping):
     # -- public ----------------------------------------------------------------------------
 
     def feed(self, chunk: str) -> list[dict]:
+        call = self.hot
+        if call is not None and chunk:
+            # the hot path: more text of a JSON string in streamed arguments. Most chunks hold no
+            # quote, backslash or unprintable character, a test cheaper than a regular expression;
+            # `ToolCall.append` is written out, as a call costs a tenth of what a chunk takes here.
+            if '"' not in chunk and "\\" not in chunk and chunk.isprintable():
+                piece = chunk
+            else:
+                found = string_piece(chunk)
+                if found is None:  # the string ends or goes wrong: the reading reads on
+                    return self._feed(chunk)
+                piece = found[1]
+                if found[2]:  # a backslash cut from its escape waits for the next chunk
+                    self.escape, self.hot = True, None
+                    if not piece:
+                        return []
+            recent = call.recent
+            recent.append(piece)
+            if len(recent) >= GROUP:
+                call.group()
+            return [{"tool_calls": [{"index": call.index, "function": {"arguments": piece}}]}]
+        return self._feed(chunk)
+
+    def _feed_string(self, call: ToolCall, chunk: str) -> list[dict]:
+        """More of a JSON string in streamed arguments after a backslash held back: `feed`'s hot
+        path with that backslash before the chunk."""
+        chunk = "\\" + chunk
+        found = string_piece(chunk)
+        if found is None:  # the string ends or goes wrong: the reading reads on
+            self.escape = False
+            self.hot = self.string_call = None
+            return self._feed(chunk)
+        piece = found[1]
+        self.escape = bool(found[2])
+        self.hot = None if self.escape else call
+        if not piece:
+            return []
+        call.append(piece)
+        return [{"tool_calls": [{"index": call.index, "function": {"arguments": piece}}]}]
+
+    def _feed(self, chunk: str) -> list[dict]:
         if self.finished:
             raise RuntimeError("feed() after finish()")
-        call = self.string_call
-        if call is not None:
-            if self.escape:
-                chunk, self.escape = "\\" + chunk, False
-            if not is_string_body(chunk):
-                if chunk[-1:] == "\\" and is_string_body(chunk, 0, len(chunk) - 1):
-                    # an escape the chunk cut in two: its backslash waits for the next chunk
-                    # here, as the reading would hold it
-                    chunk, self.escape = chunk[:-1], True
-                else:
-                    call = None
-            if call is not None:
-                # the hot path: more plain text of a JSON string in streamed arguments (`ToolCall.append`
-                # written out, as a call costs a tenth of the time a chunk takes here)
-                if not chunk:
-                    return []
-                recent = call.recent
-                recent.append(chunk)
-                if len(recent) >= GROUP:
-                    call.group()
-                return [{"tool_calls": [{"index": call.index, "function": {"arguments": chunk}}]}]
+        if self.escape:
+            return self._feed_string(self.string_call, chunk)
         if chunk:
             self._trim()
             self.buf += chunk
             self._advance(False)
-            self.string_call = self._in_string()
+            self.string_call = self.hot = self._in_string()
         return self.out.take()
 
     def finish(self) -> list[dict]:
         if not self.finished:
-            self.string_call = None
+            self.string_call = self.hot = None
             if self.escape:  # a backslash the output ends with is read as the reading reads it
                 self.escape = False
                 self.feed("\\")
@@ -415,13 +457,10 @@ class LanguageStream(_Recovery, _Stepping):
                     if alike is None:
                         groups[glance] = [[t, None]]
                     else:
-                        state = t.state()
-                        for entry in alike:
-                            if entry[1] is None:
-                                entry[1] = entry[0].state()
-                        twin = next((entry for entry in alike if entry[1] == state), None)
+                        entry = [t, None]
+                        twin = _twin(entry, alike)
                         if twin is None:
-                            alike.append([t, state])
+                            alike.append(entry)
                         else:
                             keep = _prefer(twin[0], t)
                             if keep is twin[0]:
@@ -430,7 +469,7 @@ class LanguageStream(_Recovery, _Stepping):
                                 alive.remove(twin[0])
                                 twin[0] = t
                             else:
-                                alike.append([t, state])
+                                alike.append(entry)
                 alive.append(t)
         if final and alive:
             # all are complete: the one with the most calls (a text that reads as content or as a

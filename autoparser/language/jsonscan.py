@@ -319,6 +319,8 @@ def read_string_token(text: str, pos: int, final: bool, limit: int = _LONGEST_HE
 
 # whether a whole text is plain string content (complete escapes included)
 is_string_body = _STRING_BODY.fullmatch
+# a whole text as plain string content (group 1) and a backslash it may end with, cut from its escape
+string_piece = re.compile(r'((?:[^"\\\x00-\x1f]++|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*+)(\\?)').fullmatch
 
 
 def skip_whitespace(text: str, pos: int) -> int:

@@ -1,6 +1,7 @@
 """From captures to the message, for every backend that reads the language (the streaming reader
-and Lark): an argument member's key, and a tagged or literal argument's raw text as JSON text by
-its schema (the value's section unwrapped, Python literals decoded). The message itself is
+and Lark): an argument member's key, a tagged or literal argument's raw text as JSON text by its
+schema (the value's section unwrapped, Python literals decoded), and the member's `"key": value`
+text in the arguments' object. The message itself is
 assembled by `message.Output`, which both backends feed.
 
 Standard library only: the standalone module embeds it.
@@ -25,6 +26,17 @@ from autoparser.language.values import (
 def member_key(member: Any) -> str | None:
     """The argument a member holds (`ir.Rule.key`; None: any key, read from the text)."""
     return member.key if isinstance(member, ir.Rule) else None
+
+
+def member_opening(key: str | None) -> str:
+    """The text of an arguments' object member before its value: its key (`""` where the text
+    gave none) and the colon."""
+    return json.dumps(key or "", ensure_ascii=False) + ": "
+
+
+def member_json(key: str | None, raw: str, node: Any, section: tuple[str, ...] = ()) -> str:
+    """A tagged argument as a member of the arguments' JSON object: `"key": value`."""
+    return member_opening(key) + argument_json(raw, node, section)
 
 
 def without_section(value: str, section: tuple[str, ...]) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 
 from autoparser.language import ir
 from autoparser.language.jsonscan import JsonScanner
+from autoparser.language.mapper import member_opening
 from autoparser.language.values import (
     allows_null,
     decode_string_body,
@@ -302,8 +303,7 @@ class _Thread:
         self.arguments(f"{self.member_key()}\"{json.dumps(raw, ensure_ascii=False)[1:-1]}")
 
     def member_key(self) -> str:
-        lead = ", " if self.count else ""
-        return f"{lead}{json.dumps((self.member or [''])[0] or '', ensure_ascii=False)}: "
+        return (", " if self.count else "") + member_opening((self.member or [None])[0])
 
     def value_text(self, piece: str) -> None:
         """Text of a literal value: a quoted or bracketed one confirms its call as it begins; a
@@ -408,6 +408,17 @@ def _holds_object(parts: list[str]) -> bool:
         return isinstance(json.loads(json.loads("".join(parts))), dict)
     except ValueError:
         return False
+
+
+def _same_stack(one: Any, other: Any, here: int) -> bool:
+    """Whether two stacks are alike as data (`_frame_state`), compared down to a tail they share."""
+    while one is not other:
+        if one is None or other is None:
+            return False
+        if one[0] is not other[0] and _frame_state(one[0], here) != _frame_state(other[0], here):
+            return False
+        one, other = one[1], other[1]
+    return True
 
 
 def _frame_state(frame: Any, here: int) -> Any:

@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from autoparser.language import ir
-from autoparser.language.mapper import argument_json, member_key
+from autoparser.language.mapper import member_json, member_key
 from autoparser.language.readings import (
     _END_CALL,
     _END_MEMBER,
@@ -323,6 +323,5 @@ class _Stepping:
         elif streamed:
             t.arguments('"')
         else:
-            lead = ", " if t.count else ""
-            t.arguments(f"{lead}{json.dumps(key or '', ensure_ascii=False)}: {argument_json(raw, node, self.reader.section)}")
+            t.arguments((", " if t.count else "") + member_json(key, raw, node, self.reader.section))
         t.count += 1

@@ -160,3 +160,25 @@ def test_a_chunk_with_a_raw_control_character_inside_a_string_is_fast() -> None:
     stream.finish()
     assert time.perf_counter() - started < 0.5
     assert json.loads(stream.message()["tool_calls"][0]["function"]["arguments"])["city"].endswith("\nline")
+
+
+def test_escapes_cut_anywhere_in_a_streamed_string_arrive_whole() -> None:
+    """Inside a JSON string the stream passes chunks straight out; an escape a chunk cuts in
+    two, a quote, a control or unprintable character, a bad escape and the string's end must
+    give what the whole parse gives, and no delta may end inside an escape."""
+    parser = Parser(analyses.deepseek_v31())
+    value = 'a\\"b\\\\c\\nd\\u00e9e\\/f\\\\\\"g\x7fh\x01i😀j\\xk\\\\'
+    text = (DS_SECTION[0] + DS_CALL[0] + "get_weather" + DS_SEP + '{"city": "' + value * 3 + '"}'
+            + DS_CALL[1] + DS_SECTION[1] + DS_EOS)
+    whole = without_generated_ids(parser.parse(text))
+    for size in range(1, 8):
+        stream = parser.stream()
+        pieces = []
+        for at in range(0, len(text), size):
+            for delta in stream.feed(text[at:at + size]):
+                pieces += [c["function"].get("arguments", "") for c in delta.get("tool_calls", [])]
+            sent = "".join(pieces)
+            assert (len(sent) - len(sent.rstrip("\\"))) % 2 == 0, sent  # no escape cut in two goes out
+        stream.finish()
+        assert without_generated_ids(stream.message()) == whole, size
+        assert "".join(pieces) == whole["tool_calls"][0]["function"]["arguments"]
