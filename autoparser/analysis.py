@@ -23,6 +23,9 @@ from typing import Any
 from autoparser.tool_calls import ToolsAnalysis
 
 REASONING_MODES = ("none", "tagged", "tools_only")
+# What a template variable beyond the conversation carries (`Analysis.template_inputs`):
+# the tool definitions as JSON text, or any text (the template only prints it).
+INPUT_KINDS = ("tools_text", "text")
 CONTENT_MODES = ("plain", "wrapped", "wrapped_with_reasoning")
 
 
@@ -102,6 +105,7 @@ class Analysis:
     triggers: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     template_vars: dict[str, Any] = field(default_factory=dict)
+    template_inputs: dict[str, str] = field(default_factory=dict)
     source: str = field(default="", repr=False, compare=False)
     bos_token: str = field(default="", repr=False, compare=False)
     eos_token: str = field(default="", repr=False, compare=False)
@@ -113,6 +117,8 @@ class Analysis:
         data["tools"] = self.tools.to_dict()
         for private in ("source", "bos_token", "eos_token"):
             data.pop(private)
+        if not data["template_inputs"]:
+            del data["template_inputs"]  # written only for the few templates that need inputs
         return data
 
     def to_json(self, **kwargs: Any) -> str:
@@ -145,6 +151,10 @@ class Analysis:
             return self.reasoning.default_on
         return bool(thinking)
 
+    def input_kwargs(self, tools: list[dict[str, Any]] | None) -> dict[str, Any]:
+        """Values for the variables the template needs beyond the conversation (`template_inputs`)."""
+        return input_values(self.template_inputs, tools)
+
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
                add_generation_prompt: bool = True, **template_kwargs: Any) -> str:
         from autoparser.render import render_template
@@ -152,7 +162,7 @@ class Analysis:
         return render_template(self.source, messages, tools=tools,
                                add_generation_prompt=add_generation_prompt,
                                bos_token=self.bos_token, eos_token=self.eos_token,
-                               **template_kwargs)
+                               **{**self.input_kwargs(tools), **template_kwargs})
 
     def parser(self, tools: list[dict[str, Any]] | None = None, thinking: bool | None = None,
                parallel_tool_calls: bool = True, tool_choice: Any = "auto",
@@ -176,6 +186,13 @@ class Analysis:
         from autoparser.generators.lark import generate_lark
 
         return generate_lark(self, tools=tools, thinking=thinking)
+
+
+def input_values(inputs: dict[str, str], tools: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """Template variables for `inputs` (name -> one of `INPUT_KINDS`) with these tools: the tool
+    definitions as indented JSON (empty without tools), and empty text for the rest."""
+    tools_text = json.dumps(tools, ensure_ascii=False, indent=2) if tools else ""
+    return {name: tools_text if kind == "tools_text" else "" for name, kind in inputs.items()}
 
 
 def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
+from autoparser.analysis import input_values
 from autoparser.analyzers.diff import common_prefix, matched_ignoring_space
 from autoparser.render import (
     RenderLimitExceeded,
@@ -94,6 +95,7 @@ class Prober:
     bos_token: str = ""
     eos_token: str = ""
     base_kwargs: dict[str, Any] = field(default_factory=dict)
+    inputs: dict[str, str] = field(default_factory=dict)  # variables beyond the conversation, by kind
     shape: Shape = field(default_factory=Shape)
     errors: list[str] = field(default_factory=list)
     _cache: dict[Any, str | None] = field(default_factory=dict)
@@ -103,10 +105,12 @@ class Prober:
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
                add_generation_prompt: bool = False, **kwargs: Any) -> str | None:
         """The rendered text, or None when the template refuses this input."""
-        key = (repr(messages), repr(tools), add_generation_prompt, repr(sorted(kwargs.items())))
+        key = (repr(messages), repr(tools), add_generation_prompt, repr(sorted(kwargs.items())),
+               repr(sorted(self.inputs.items())))
         if key in self._cache:
             return self._cache[key]
-        context = dict(self.base_kwargs)
+        context = input_values(self.inputs, tools)
+        context.update(self.base_kwargs)
         context.update(kwargs)
         try:
             text: str | None = render_template(self.source, messages, tools=tools,
@@ -195,7 +199,8 @@ class Prober:
                 try:
                     renders.append(render_template(self.source, conversation, tools=PROBE_TOOLS,
                                                    add_generation_prompt=False, bos_token=self.bos_token,
-                                                   eos_token=self.eos_token, **self.base_kwargs))
+                                                   eos_token=self.eos_token,
+                                                   **{**input_values(self.inputs, PROBE_TOOLS), **self.base_kwargs}))
                 except TemplateRenderError:
                     return True  # nothing to compare: the probes that render tell the rest
             if used_randomness():  # two random draws may agree by chance; drawing at all is enough

@@ -1,0 +1,86 @@
+"""Fixture families for structures a template states in its own way (see `fixtures/templates/`).
+
+Each family is read from its template alone and checked three ways: the probe round trip
+(`autoparser.roundtrip`), stream == whole for several chunkings of every round-trip output, and
+the streaming hold-back bound for prose (`tools/holdback_report.py`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import corpora
+import pytest
+from analyses import without_generated_ids
+
+import autoparser
+from autoparser.language import policy
+from autoparser.roundtrip import TOOLS, probe_messages, run_case
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "templates"
+BOS, EOS = "<s>", "</s>"
+FAMILIES = ("catalog_inputs.jinja",)
+holdback = corpora.tool_module("holdback_report")
+
+
+def analyze_family(name: str) -> autoparser.Analysis:
+    return autoparser.analyze((FIXTURES / name).read_text(encoding="utf-8"), bos_token=BOS, eos_token=EOS)
+
+
+def _streamed(parser, chunks: list[str]) -> dict:  # type: ignore[no-untyped-def]
+    stream = parser.stream()
+    for chunk in chunks:
+        stream.feed(chunk)
+    stream.finish()
+    return without_generated_ids(stream.message())
+
+
+@pytest.mark.parametrize("case", sorted(probe_messages()))
+@pytest.mark.parametrize("name", FAMILIES)
+def test_round_trip_and_stream_equals_whole(name: str, case: str) -> None:
+    analysis = analyze_family(name)
+    result = run_case(analysis, case, probe_messages()[case])
+    assert result.status in ("pass", "skipped"), f"{result.cause}\noutput: {result.output!r}\ngot: {result.got}"
+    if result.status == "skipped":
+        return
+    parser = analysis.parser(tools=TOOLS, thinking=result.thinking)
+    whole = without_generated_ids(parser.parse(result.output))
+    for size in (1, 2, 3, 7):
+        chunks = [result.output[i:i + size] for i in range(0, len(result.output), size)]
+        assert _streamed(parser, chunks) == whole, f"{size}-character chunks"
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_prose_is_held_at_most_the_bound(name: str) -> None:
+    analysis = analyze_family(name)
+    for tools in (holdback.TOOLS, None):
+        parser = analysis.parser(tools=tools)
+        for case in holdback.cases(analysis):
+            held, roles = holdback.most_held(parser, case)
+            assert held <= policy.HOLD_BOUND, f"{case.name}: {held} characters held ({roles})"
+
+
+# -- a variable beyond `messages` and `tools` ------------------------------------------------------
+
+def test_variables_the_template_needs_are_found_and_given_at_render_time() -> None:
+    analysis = analyze_family("catalog_inputs.jinja")
+    assert analysis.template_inputs == {"tool_catalog": "tools_text", "session_label": "text"}
+    assert not analysis.warnings
+    prompt = analysis.render([{"role": "user", "content": "hi"}], tools=TOOLS, add_generation_prompt=True)
+    assert '"get_weather"' in prompt
+    restored = autoparser.Analysis.from_dict(analysis.to_dict(), source=analysis.source)
+    assert restored.template_inputs == analysis.template_inputs
+
+
+def test_a_template_needing_no_inputs_records_none() -> None:
+    analysis = analyze_family("bare_json.jinja")
+    assert analysis.template_inputs == {}
+    assert "template_inputs" not in analysis.to_dict()
+
+
+def test_calls_after_the_word_marker_are_read() -> None:
+    parser = analyze_family("catalog_inputs.jinja").parser()
+    message = parser.parse('Checking.invoke>>[{"tool": "get_weather", "input": {"location": "Oslo"}}]')
+    assert message["content"] == "Checking."
+    assert [(c["function"]["name"], c["function"]["arguments"]) for c in message["tool_calls"]] == [
+        ("get_weather", '{"location": "Oslo"}')]
