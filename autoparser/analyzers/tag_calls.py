@@ -20,7 +20,9 @@ from autoparser.analyzers.json_calls import json_args_span
 from autoparser.analyzers.probes import ARGS_A, ARGS_B, ID_A, NAME_A, NAME_B, PROBE_TOOLS, Prober
 from autoparser.tool_calls import (
     INDEX_HOLE,
+    JSON_TYPES,
     KEY_HOLE,
+    TYPE_HOLE,
     CallId,
     CallIndex,
     CallMarkers,
@@ -169,6 +171,29 @@ def _confirmed_call_index(one: str, two: str | None, name_end: str) -> CallIndex
         if NAME_A + name_end in one and NAME_A + name_end in two and NAME_B + head + str(first + 1) + tail in two:
             return CallIndex(marker=head + INDEX_HOLE + tail, base=first)
     return None
+
+
+# one value of each JSON type but strings, under keys found nowhere else in a render
+TYPED_ARGS: dict[str, Any] = {"number_kind": 42, "boolean_kind": True, "null_kind": None,
+                              "object_kind": {"inner_key": 7}, "array_kind": [3]}
+
+
+def typed_key_end(prober: Prober, args: TaggedArguments, as_text: bool, kwargs: dict[str, Any]) -> str | None:
+    """The marker before a JSON value with the value's type as a hole (`type="{type}"`), where
+    the template names each value's JSON type there (`string` before text, `number` before 42,
+    `boolean` before true...); None where it does not."""
+    number_end = args.key_end_before_json
+    if "number" not in number_end or args.encoding != "raw_strings" or args.key_end != number_end.replace(
+            "number", "string", 1):
+        return None
+    output = prober.output(prober.calls_message([(NAME_A, {**ARGS_A, **TYPED_ARGS}, ID_A)], as_text),
+                           tools=PROBE_TOOLS, **kwargs) or ""
+    hole = number_end.replace("number", TYPE_HOLE, 1)
+    for key, value in TYPED_ARGS.items():
+        kind = key.removesuffix("_kind")
+        if kind not in JSON_TYPES or key + hole.replace(TYPE_HOLE, kind) + json.dumps(value) not in output:
+            return None
+    return hole
 
 
 NESTED_ARGS: dict[str, Any] = {"obj_arg": {"inner_key": "inner text", "inner_num": 7}, "list_arg": ["one item", 3]}

@@ -60,7 +60,7 @@ from autoparser.language.request import (
     start_state,
 )
 from autoparser.language.request import thinking_enabled as _thinking_enabled
-from autoparser.tool_calls import INDEX_HOLE
+from autoparser.tool_calls import INDEX_HOLE, JSON_TYPES, TYPE_HOLE
 
 GAP_MAX = 4  # whitespace allowed around structural markers (the parser ignores it)
 JSON_SPACE = 20  # whitespace inside JSON; bounded, as a small model could pad forever
@@ -494,7 +494,6 @@ class _Builder:
         schema = object_shape(params)
         props = schema.get("properties") or {}
         required = [r for r in schema.get("required") or [] if isinstance(r, str)]
-        json_key_end = t.arg_key_end_json or t.arg_key_end
         # where keys have no marker before them, a short end marker (`, `) goes between values only:
         # the parser lets the last value's end marker be left out before the call's end
         between = self.values_between()
@@ -504,7 +503,8 @@ class _Builder:
         for key in list(props) + [r for r in required if r not in props]:
             value, raw = self.tagged_value(name, params, key, props.get(key, True))
             member = Rule(f"{name}-arg-{key}",
-                          seq(self.marker(t.arg_start), Lit(key), self.marker(t.arg_key_end if raw else json_key_end),
+                          seq(self.marker(t.arg_start), Lit(key),
+                              self.marker(t.arg_key_end) if raw else self.json_key_end(props.get(key, True)),
                               value, EMPTY if between else self.member_end(key, raw)), MEMBER, key)
             members.append((member, key in required))
         extra = None
@@ -516,6 +516,14 @@ class _Builder:
         return Members(tuple(members), separator, extra, f"{name}-args", name, params, self.any_order)
 
     any_order = False  # generation writes the arguments in the schema's order
+
+    def json_key_end(self, sub: Any) -> Node:
+        """The marker after a key whose value is JSON; where it names the value's JSON type
+        (`TYPE_HOLE`), the types the schema allows (integers are numbers), or any type."""
+        text = self.t.arg_key_end_json or self.t.arg_key_end
+        if TYPE_HOLE not in text:
+            return self.marker(text)
+        return choice(*[self.marker(text.replace(TYPE_HOLE, kind)) for kind in schema_json_types(sub)])
 
     def extra_value(self, name: str, params: Any) -> Node:
         """The value of an argument the schema does not name."""
@@ -579,6 +587,14 @@ class _Builder:
         t = self.t
         stops = (t.call_end, t.section_end, *self.stop)
         return Text(stops, weak=Weak(",", t.arg_key_end.strip() or "="), hint="comma-text")
+
+
+def schema_json_types(sub: Any) -> tuple[str, ...]:
+    """The JSON types a schema allows, by JSON's names; all of them when it does not say."""
+    declared = sub.get("type") if isinstance(sub, Mapping) else None
+    names = [declared] if isinstance(declared, str) else declared if isinstance(declared, list) else []
+    kinds = {"number" if name == "integer" else name for name in names if isinstance(name, str)}
+    return tuple(kind for kind in JSON_TYPES if kind in kinds) or JSON_TYPES
 
 
 _STRING_FIELDS = ("section_start", "section_end", "call_start", "call_end", "call_separator", "name_start",

@@ -64,6 +64,7 @@ from autoparser.language.request import (
     core,
     is_weak,
 )
+from autoparser.tool_calls import JSON_TYPES
 
 # -- the language the parser reads ---------------------------------------------------------------
 
@@ -85,6 +86,10 @@ def _named_without_tools(request: Request) -> Request:
         return request
     tool = {"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
     return replace(request, tools=(tool,))
+
+
+# a value written as JSON text where a string would be raw: any JSON type but a string
+NOT_STRING: Mapping[str, Any] = {"type": [kind for kind in JSON_TYPES if kind != "string"]}
 
 
 class _Reading(_Builder):
@@ -244,7 +249,10 @@ class _Reading(_Builder):
         """A key the schema does not name, as the parser reads it: any name up to the marker that
         ends it, as long as the longest name the parser reads."""
         t = self.t
-        ends = {m.strip()[0] for m in (t.arg_key_end, t.arg_key_end_json) if m.strip()}
+        # the marker's first character, and its first after space unless that is a letter: the
+        # key end ` as string]]` must not make `a` unreadable as a key
+        markers = [m for m in (t.arg_key_end, t.arg_key_end_json) if m.strip()]
+        ends = {m[0] for m in markers} | {m.strip()[0] for m in markers if not m.strip()[0].isalnum()}
         # no slash: after a tag's `<`, `/` begins a closing tag (`</invoke>`), not a key
         return Chars("^/" + NAME_FORBIDDEN + "".join(sorted(re.escape(c) for c in ends)), 1, MAX_KEY)
 
@@ -346,8 +354,8 @@ class _Reading(_Builder):
                 text = replace(value.text, nonempty=True) if isinstance(value.text, Text) else value.text
                 value = replace(value, text=text, bounded=False, as_json=True)
             member = Rule(f"{name}-arg-{key}", seq(self.marker(t.arg_start), Lit(key),
-                                                    self.marker(json_end if raw else t.arg_key_end), value,
-                                                    self.member_end(key, raw)), MEMBER, key)
+                                                    self.json_key_end(NOT_STRING) if raw else self.marker(t.arg_key_end),
+                                                    value, self.member_end(key, raw)), MEMBER, key)
             variants.append((member, False))
         extra = members.extra
         if extra is not None:
@@ -355,7 +363,8 @@ class _Reading(_Builder):
             text = replace(text, nonempty=True) if isinstance(text, Text) else text
             value = RawString(name, params, None, "$", f"{name}-extra", t.arg_end, text, bounded=False, as_json=True)
             extra = choice(extra, Rule(f"{name}-arg-extra-json", seq(self.marker(t.arg_start), KEY_CHARS,
-                                                                      self.marker(json_end), value, self.extra_end()),
+                                                                      self.json_key_end(NOT_STRING), value,
+                                                                      self.extra_end()),
                                        MEMBER))
         return replace(members, items=members.items + tuple(variants), extra=extra)
 

@@ -7,6 +7,7 @@ the streaming hold-back bound for prose (`tools/holdback_report.py`).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import corpora
@@ -19,7 +20,7 @@ from autoparser.roundtrip import TOOLS, probe_messages, run_case
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "templates"
 BOS, EOS = "<s>", "</s>"
-FAMILIES = ("catalog_inputs.jinja",)
+FAMILIES = ("catalog_inputs.jinja", "typed_params.jinja")
 holdback = corpora.tool_module("holdback_report")
 
 
@@ -84,3 +85,36 @@ def test_calls_after_the_word_marker_are_read() -> None:
     assert message["content"] == "Checking."
     assert [(c["function"]["name"], c["function"]["arguments"]) for c in message["tool_calls"]] == [
         ("get_weather", '{"location": "Oslo"}')]
+
+
+# -- the marker after a key names the value's JSON type ----------------------------------------------
+
+TYPED_OUTPUT = ("[[call f]][[param a as string]]x y[[/param]][[param b as number]]2[[/param]]"
+                "[[param c as boolean]]true[[/param]][[param d as array]][1, \"z\"][[/param]]"
+                "[[param e as object]]{\"f\": null}[[/param]][[param g as null]]null[[/param]][[/call]]")
+TYPED_ARGS = {"a": "x y", "b": 2, "c": True, "d": [1, "z"], "e": {"f": None}, "g": None}
+
+
+def test_the_type_named_after_each_key_is_found_as_a_hole() -> None:
+    tools = analyze_family("typed_params.jinja").tools
+    assert (tools.arg_key_end, tools.arg_key_end_json) == (" as string]]", " as {type}]]")
+
+
+@pytest.mark.parametrize("typed", [True, False])
+def test_every_argument_of_every_type_is_read(typed: bool) -> None:
+    kinds = {"a": "string", "b": "integer", "c": "boolean", "d": "array", "e": "object", "g": "null"}
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {k: {"type": v} for k, v in kinds.items()}}}}] if typed else None
+    parser = analyze_family("typed_params.jinja").parser(tools=tools)
+    message = parser.parse(TYPED_OUTPUT)
+    assert message["content"] is None
+    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in message["tool_calls"]] == [
+        ("f", TYPED_ARGS)]
+    assert _streamed(parser, list(TYPED_OUTPUT)) == without_generated_ids(message)
+
+
+def test_the_grammar_writes_the_type_the_schema_gives() -> None:
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"c": {"type": "boolean"}, "n": {"type": "integer"}}}}}]
+    grammar = analyze_family("typed_params.jinja").gbnf(tools=tools)
+    assert 'as boolean]]' in grammar and 'as number]]' in grammar and "as object]]" not in grammar
