@@ -15,13 +15,14 @@ import re
 from typing import Any
 
 from autoparser.analyzers.call_markers import Span
-from autoparser.analyzers.diff import common_suffix, first_marker_split, strip_prefix
+from autoparser.analyzers.diff import common_suffix, first_marker_split, segments, strip_prefix
 from autoparser.analyzers.json_calls import json_args_span
 from autoparser.analyzers.probes import ARGS_A, ARGS_B, ID_A, NAME_A, NAME_B, PROBE_TOOLS, Prober
 from autoparser.tool_calls import (
     INDEX_HOLE,
     JSON_TYPES,
     KEY_HOLE,
+    NAME_HOLE,
     TYPE_HOLE,
     CallId,
     CallIndex,
@@ -134,12 +135,29 @@ def split_tag_markup(markers: CallMarkers, found: TagCalls, id_before_name: Call
     name_end, call_end, arguments = found.name.end, markers.call_end, found.arguments
     if isinstance(arguments, JsonArguments):
         name_end, call_end, arguments = _unwrap_fence(name_end, call_end)
+        if not arguments.end:
+            named, call_end = _named_closing(call_end, two)
+            arguments = dataclasses.replace(arguments, end=named)
     elif arguments.end:
         call_end = strip_prefix(call_end, arguments.end.replace(KEY_HOLE, "second_arg"))
     name_end, call_id = _id_in_name_end(name_end, id_before_name)
     name = CallName(start=name_start, end=name_end, index=_confirmed_call_index(one, two, name_end))
     markers = dataclasses.replace(markers, call_start=call_start, call_end=call_end)
     return markers, TagCalls(name=name, arguments=arguments, id=call_id)
+
+
+def _named_closing(call_end: str, two: str | None) -> tuple[str, str]:
+    """A closing tag that names the tool (`</probe_alpha>`) closes that call's arguments, with the
+    name as a hole; confirmed by the second call's closing naming the second tool. Returns the
+    arguments' end and the rest of the call's end."""
+    pieces = segments(call_end)
+    named = next((i for i, piece in enumerate(pieces) if NAME_A in piece), None)
+    if named is None:
+        return "", call_end
+    closing = "".join(pieces[: named + 1])
+    if two is not None and closing.replace(NAME_A, NAME_B) not in two:
+        return "", call_end
+    return closing.replace(NAME_A, NAME_HOLE), "".join(pieces[named + 1:])
 
 
 def _unwrap_fence(name_end: str, call_end: str) -> tuple[str, str, JsonArguments]:

@@ -60,7 +60,7 @@ from autoparser.language.request import (
     start_state,
 )
 from autoparser.language.request import thinking_enabled as _thinking_enabled
-from autoparser.tool_calls import INDEX_HOLE, JSON_TYPES, TYPE_HOLE
+from autoparser.tool_calls import INDEX_HOLE, JSON_TYPES, NAME_HOLE, TYPE_HOLE
 
 GAP_MAX = 4  # whitespace allowed around structural markers (the parser ignores it)
 JSON_SPACE = 20  # whitespace inside JSON; bounded, as a small model could pad forever
@@ -412,12 +412,16 @@ class _Builder:
             return Rule(hint, self.json_call(name, params))
         head = self.call_head(Capture(TOOL_NAME, self.name_node(name, quoted=False)), opened)
         if t.id_start or t.id_end:
-            call_id = seq(self.marker(t.id_start), Capture(CALL_ID, ID_CHARS), self.marker(t.id_end))
-            head = seq(call_id, head) if t.id_before_name else seq(head, call_id)
+            head = seq(self.call_id(), head) if t.id_before_name else seq(head, self.call_id())
         if t.format == "tag_json":
             args = self.json_arguments(name, params)
-            return Rule(hint, seq(head, self.args_opener(), Capture(ARGUMENTS, args), self.args_closer()))
+            return Rule(hint, seq(head, self.args_opener(), Capture(ARGUMENTS, args), self.args_closer(name)))
         return Rule(hint, seq(head, self.tagged_body(name, params)))
+
+    def call_id(self) -> Node:
+        """A tagged call's id with its markers."""
+        t = self.t
+        return seq(self.marker(t.id_start), Capture(CALL_ID, ID_CHARS), self.marker(t.id_end))
 
     def tagged_body(self, name: str, params: Any) -> Node:
         """A tagged call's arguments, captured."""
@@ -437,8 +441,9 @@ class _Builder:
     def args_opener(self) -> Node:
         return self.marker(self.t.args_start)
 
-    def args_closer(self) -> Node:
-        return self.marker(self.t.args_end)
+    def args_closer(self, name: str = "") -> Node:
+        """The arguments' end; a closing tag may name the tool (`</{name}>`)."""
+        return self.marker(self.t.args_end.replace(NAME_HOLE, name))
 
     def indexed_name_end(self) -> tuple[str, str] | None:
         """`name_end` cut around the call index the template numbers (``:0`` then ``:1``), as the

@@ -64,7 +64,7 @@ from autoparser.language.request import (
     core,
     is_weak,
 )
-from autoparser.tool_calls import JSON_TYPES
+from autoparser.tool_calls import JSON_TYPES, NAME_HOLE
 
 # -- the language the parser reads ---------------------------------------------------------------
 
@@ -245,6 +245,15 @@ class _Reading(_Builder):
             return closing  # calls written as a list end with its bracket, which their syntax needs
         return optional(closing)  # the output may end before it
 
+    def call_id(self) -> Node:
+        """As generated; an id after the name that has a marker of its own may be left out, its
+        end marker kept (`name[ARGS]{…}` for `name[CALL_ID]id[ARGS]{…}`)."""
+        t = self.t
+        written = super().call_id()
+        if t.id_before_name or not t.id_start.strip() or not t.id_end.strip():
+            return written
+        return choice(written, self.marker(t.id_end))
+
     def key_chars(self) -> Node:
         """A key the schema does not name, as the parser reads it: any name up to the marker that
         ends it, as long as the longest name the parser reads."""
@@ -375,9 +384,14 @@ class _Reading(_Builder):
         opener = self.marker(self.t.args_start)
         return choice(opener, seq(self.marker(fence), self.gap()), EMPTY) if fence else opener
 
-    def args_closer(self) -> Node:
-        """As generated; a closing code fence may be left out, as its opener may."""
-        closer = super().args_closer()
+    def args_closer(self, name: str = "") -> Node:
+        """As generated; a closing code fence may be left out, as its opener may. A closing tag
+        named after the tool, where no tools are given, names any tool."""
+        head, hole, tail = self.t.args_end.partition(NAME_HOLE)
+        if hole and not name:
+            closer = seq(self.marker(head), self.name_node("", False), self.marker(tail))
+        else:
+            closer = super().args_closer(name)
         return optional(closer) if bare_fence(self.t.args_start) else closer
 
     # -- reasoning and content ------------------------------------------------------------

@@ -20,7 +20,7 @@ from autoparser.roundtrip import TOOLS, probe_messages, run_case
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "templates"
 BOS, EOS = "<s>", "</s>"
-FAMILIES = ("catalog_inputs.jinja", "typed_params.jinja")
+FAMILIES = ("catalog_inputs.jinja", "typed_params.jinja", "named_closing.jinja", "id_after_name.jinja")
 holdback = corpora.tool_module("holdback_report")
 
 
@@ -118,3 +118,34 @@ def test_the_grammar_writes_the_type_the_schema_gives() -> None:
         "type": "object", "properties": {"c": {"type": "boolean"}, "n": {"type": "integer"}}}}}]
     grammar = analyze_family("typed_params.jinja").gbnf(tools=tools)
     assert 'as boolean]]' in grammar and 'as number]]' in grammar and "as object]]" not in grammar
+
+
+# -- a closing tag named after the tool ----------------------------------------------------------------
+
+def _calls(message: dict) -> list[tuple[str, str]]:
+    return [(c["function"]["name"], c["function"]["arguments"]) for c in message["tool_calls"]]
+
+
+def test_a_closing_tag_named_after_the_tool_closes_that_call() -> None:
+    analysis = analyze_family("named_closing.jinja")
+    assert (analysis.tools.args_end, analysis.tools.call_end) == ("</{name}>", "")
+    text = 'Hi<get_weather>{"location": "Oslo"}</get_weather><search_docs>{"query": "x"}</search_docs>'
+    for tools in (TOOLS, None):
+        parser = analysis.parser(tools=tools)
+        message = parser.parse(text)
+        assert message["content"] == "Hi"
+        assert _calls(message) == [("get_weather", '{"location": "Oslo"}'), ("search_docs", '{"query": "x"}')]
+        assert _streamed(parser, list(text)) == without_generated_ids(message)
+    assert "</get_weather>" in analysis.gbnf(tools=TOOLS)
+
+
+# -- an id between the name and the arguments ----------------------------------------------------------
+
+def test_the_id_after_the_name_may_be_left_out() -> None:
+    parser = analyze_family("id_after_name.jinja").parser(tools=TOOLS)
+    text = '<<CALL>>get_weather<<ARGS>>{"location": "Oslo"}<<CALL>>search_docs<<ID>>abc123<<ARGS>>{"query": "x"}'
+    message = parser.parse(text)
+    assert message["content"] is None
+    assert _calls(message) == [("get_weather", '{"location": "Oslo"}'), ("search_docs", '{"query": "x"}')]
+    assert message["tool_calls"][1]["id"] == "abc123"
+    assert _streamed(parser, list(text)) == without_generated_ids(message)
