@@ -19,6 +19,7 @@ text the reply itself never repeats. Reasoning may also be a typed block of the 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -157,8 +158,8 @@ def find_system_text_toggle(prober: Prober, facts: TemplateFacts) -> tuple[Toggl
         if on is None or off is None or on == off:
             continue
         shared = len(common_prefix(on, off))
-        pair = _empty_pair(on[shared:])
-        if pair and _empty_pair(off[shared:]) != pair:
+        pair = _empty_pair(on[shared:]) or instructed_phrases(on[shared:])
+        if pair and pair not in (_empty_pair(off[shared:]), instructed_phrases(off[shared:])):
             gp_on, gp_off = generation_prompt(prober, **{name: True}), generation_prompt(prober, **{name: False})
             return Toggle(name, True, False, gp_on or "", gp_off or ""), pair[0], pair[1]
     return None
@@ -166,11 +167,27 @@ def find_system_text_toggle(prober: Prober, facts: TemplateFacts) -> tuple[Toggl
 
 def _empty_pair(text: str) -> tuple[str, str] | None:
     """The first marker directly followed by its own closing counterpart: `<think></think>`."""
+    pairs = empty_pairs(text)
+    return pairs[0] if pairs else None
+
+
+def empty_pairs(text: str) -> list[tuple[str, str]]:
+    """Every marker directly followed by its own closing counterpart, in order: the instructions
+    "thoughts between <think></think>, response between <response></response>" name two."""
     segs = segments(text)
-    for at in range(len(segs) - 1):
-        if is_marker(segs[at]) and segs[at + 1] in closing_counterpart(segs[at]):
-            return segs[at], segs[at + 1]
-    return None
+    return [(segs[at], segs[at + 1]) for at in range(len(segs) - 1)
+            if is_marker(segs[at]) and segs[at + 1] in closing_counterpart(segs[at])]
+
+
+# a short quoted phrase ending in a colon: "write your thoughts after 'Here is my thought process:'"
+_INSTRUCTED_PHRASE = re.compile(r"""(?:'([^'\n]{3,48}:)'|"([^"\n]{3,48}:)")""")
+
+
+def instructed_phrases(text: str) -> tuple[str, str] | None:
+    """Where the instructions name no markers but two quoted phrases ending in a colon, the first
+    opens the thoughts and the second the answer, which ends them."""
+    phrases = [one or two for one, two in _INSTRUCTED_PHRASE.findall(text)]
+    return (phrases[0], phrases[1]) if len(phrases) >= 2 and phrases[0] != phrases[1] else None
 
 
 def _confirmed_toggle(prober: Prober, found: list[Toggle]) -> Toggle:
