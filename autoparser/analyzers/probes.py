@@ -16,7 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autoparser.analysis import input_values
-from autoparser.analyzers.diff import common_prefix, matched_ignoring_space
+from autoparser.analyzers.diff import (
+    common_prefix,
+    common_suffix,
+    is_marker,
+    matched_ignoring_space,
+    segments,
+)
 from autoparser.render import (
     RenderLimitExceeded,
     TemplateRenderError,
@@ -157,6 +163,9 @@ class Prober:
             return None
         if full.startswith(prompt):
             return full[len(prompt):]
+        after_block = self._output_before_trailing_block(prompt, full, tools, kwargs)
+        if after_block is not None:
+            return after_block
         # Some templates write the last user turn differently when it is last (tool lists placed
         # before it, say): anchor on the last user text and what the prompt writes after it.
         if USER_TEXT in prompt and USER_TEXT in full:
@@ -170,6 +179,26 @@ class Prober:
         # The history renders the reply differently from what the prompt opened (a reasoning block
         # the prompt forces but the history drops, say): the reply starts where the two diverge.
         return full[len(common_prefix(prompt, full)):]
+
+    def _output_before_trailing_block(self, prompt: str, full: str, tools: list[dict[str, Any]] | None,
+                                      kwargs: dict[str, Any]) -> str | None:
+        """Some templates end every conversation with a block of their own (instructions before
+        the generation prompt: `<|SYSTEM|>Write 'Action:'...`): the prompt writes it before the
+        generation prompt, the conversation after the reply. Without it on both sides the
+        conversation starts with the prompt, and the reply is what follows."""
+        bare = self.render(self.history(), tools=tools, add_generation_prompt=False, **kwargs)
+        if bare is None or not prompt.startswith(bare) or len(prompt) == len(bare):
+            return None
+        opener, before = prompt[len(bare):], bare
+        shared = segments(common_suffix(before, full))
+        for at in range(len(shared)):
+            block = "".join(shared[at:])
+            if not any(is_marker(piece) for piece in shared[at:]):
+                break
+            head, rest = before[: len(before) - len(block)] + opener, full[: len(full) - len(block)]
+            if rest.startswith(head) and len(rest) > len(head):
+                return rest[len(head):]
+        return None
 
     def assistant(self, content: str | None = None, **fields: Any) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant"}
