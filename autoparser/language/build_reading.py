@@ -129,16 +129,29 @@ class _Reading(_Builder):
         implied = (self.r.end.strip(),) if self.implies_reasoning() or self.stray_end() else ()
         if self.choice == "none":
             first = self.text(*implied, calls=False, not_first=lead)
-            return self.language(self.with_reasoning(self.text(calls=False, not_first=lead), None, first, first))
+            self.end_dropped = True
+            closed = choice(seq(self.text(calls=False, not_first=lead), self.marker(self.r.end.strip())),
+                            self.text(calls=False, not_first=lead))
+            self.end_dropped = False
+            return self.language(self.with_reasoning(self.text(calls=False, not_first=lead), None, first, first,
+                                                     closed))
         section = self.section(lazy_start=True)
-        stray = None
+        stray = closed = None
         if self.req.policy == "strict":
             body = unended = self.strict_body(section, lead)
         else:
             body = seq(self.text(not_first=lead), self.calls_then_text(section))
             stray = self.text(*implied, not_first=lead)
             unended = seq(stray, self.calls_then_text(section))
-        return self.language(self.with_reasoning(body, section, unended, stray))
+            self.end_dropped = True
+            closed = choice(seq(self.text(not_first=lead), self.calls_then_text(section),
+                                self.marker(self.r.end.strip())), body)
+            self.end_dropped = False
+        return self.language(self.with_reasoning(body, section, unended, stray, closed))
+
+    # while building the answer after a closed reasoning block: its end marker again, last in the
+    # output, is markup (a model closing its thought channel twice); anywhere before, text
+    end_dropped = False
 
     def strict_body(self, section: Node, lead: tuple[str, ...]) -> Node:
         """The strict policy: calls only before any content (whitespace aside); from the first
@@ -397,16 +410,18 @@ class _Reading(_Builder):
     # -- reasoning and content ------------------------------------------------------------
 
     def with_reasoning(self, body: Node, section: Node | None, unended: Node | None = None,
-                       stray: Node | None = None) -> Node:
+                       stray: Node | None = None, closed: Node | None = None) -> Node:
         """An optional reasoning block, then `body`; or reasoning with no end marker, to the
         end of the output, or to the calls (`section`) when no end marker follows them.
         `unended`: `body` as read where reasoning is implied and no marker has ended it yet;
-        `stray`: the answer the output began with, up to an end marker of reasoning never opened."""
+        `stray`: the answer the output began with, up to an end marker of reasoning never opened;
+        `closed`: `body` as read after a reasoning block the model opened and closed, where the
+        end marker again, last in the output, is markup (a model closing its thought channel twice)."""
         r = self.r
         if not self.reads_reasoning():
             return body
         start, end = r.start.strip(), r.end.strip()
-        inside = self.reasoning_to_answer(body, section, end)
+        inside = self.reasoning_to_answer(body if closed is None else closed, section, end)
         if self.forced:
             if not start:
                 return choice(*inside)
@@ -529,11 +544,13 @@ class _Reading(_Builder):
         no call is text."""
         dropped = [m.strip() for m in ([self.c.end] if self.opened else [self.c.start, self.c.end])
                    if m.strip() and m.strip() != self.r.end.strip()]
+        ended = (self.r.end.strip(),) if self.end_dropped and self.reads_reasoning() else ()
         openers = self.call_openers() if calls else []
         separator, header, header_start = self.message_markers()
         empty = self.empty_reasoning()
         reopen = [self.r.start.strip()] if empty != EMPTY else []
-        stops = tuple(s for s in dict.fromkeys([*self.stop, *also_stop, *openers, *dropped, separator, *reopen]) if s)
+        stops = tuple(s for s in dict.fromkeys([*self.stop, *also_stop, *openers, *dropped, separator, *reopen,
+                                                *ended]) if s)
         bracket = self.markerless_opener() if calls else ""
         # a bracket opens a call only before what a call begins with (a key's quote, an object);
         # one that opens none is text

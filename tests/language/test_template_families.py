@@ -200,3 +200,21 @@ def test_a_block_after_the_whole_conversation_is_no_part_of_the_reply() -> None:
         assert message["content"] == "Let me see."
         assert _calls(message) == [("get_weather", '{"location": "Oslo"}')]
         assert _streamed(parser, list(text)) == without_generated_ids(message)
+
+
+# -- the reasoning's end marker written again after the answer ---------------------------------------------
+
+@pytest.mark.parametrize("text, content", [
+    ("«think»plan«/think»Answer.«/think»", "Answer."),  # closing the channel twice: markup
+    ("«think»plan«/think»Use «/think» here.", "Use «/think» here."),  # inside the answer: text
+])
+def test_an_end_marker_written_again_last_is_markup(text: str, content: str) -> None:
+    analysis = autoparser.analyze((FIXTURES / "guillemet_json.jinja").read_text(encoding="utf-8"),
+                                  bos_token=BOS, eos_token=EOS)
+    for tools in (TOOLS, None):
+        parser = analysis.parser(tools=tools, thinking=True)
+        message = parser.parse(text)
+        assert (message["reasoning_content"], message["content"]) == ("plan", content)
+        for size in (1, 3):
+            assert _streamed(parser, [text[i:i + size] for i in range(0, len(text), size)]) == \
+                without_generated_ids(message)
