@@ -21,7 +21,8 @@ from autoparser.roundtrip import TOOLS, probe_messages, run_case
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "templates"
 BOS, EOS = "<s>", "</s>"
 FAMILIES = ("catalog_inputs.jinja", "typed_params.jinja", "named_closing.jinja", "id_after_name.jinja",
-            "instructed_phrases.jinja", "instructed_wrappers.jinja", "trailing_instructions.jinja")
+            "instructed_phrases.jinja", "instructed_wrappers.jinja", "trailing_instructions.jinja",
+            "string_switch.jinja")
 # the conversation does not start with the prompt (a block follows the last reply): no probe round trip
 NO_ROUND_TRIP = {"trailing_instructions.jinja"}
 holdback = corpora.tool_module("holdback_report")
@@ -218,3 +219,27 @@ def test_an_end_marker_written_again_last_is_markup(text: str, content: str) -> 
         for size in (1, 3):
             assert _streamed(parser, [text[i:i + size] for i in range(0, len(text), size)]) == \
                 without_generated_ids(message)
+
+
+# -- a thinking switch compared with strings ------------------------------------------------------------
+
+def test_a_switch_compared_with_strings_is_found() -> None:
+    r = analyze_family("string_switch.jinja").reasoning
+    assert (r.toggle, r.toggle_on, r.toggle_off) == ("reasoning_mode", "on", "off")
+    assert (r.forced_open, r.closed_when_off, r.default_on) == (True, True, False)
+
+
+@pytest.mark.parametrize("thinking, text, expected", [
+    (True, "plan<|/muse|>Done.", ("plan", "Done.")),  # the prompt opened the block
+    (False, "Done.", (None, "Done.")),  # the prompt closed it
+    (None, "<|muse|>plan<|/muse|>Done.", ("plan", "Done.")),  # unset: the model opens it itself
+    (None, "Done.", (None, "Done.")),
+])
+def test_each_state_of_the_switch_reads_its_own_prompt(thinking: bool | None, text: str, expected: tuple) -> None:
+    analysis = analyze_family("string_switch.jinja")
+    prompt = analysis.render([{"role": "user", "content": "hi"}], add_generation_prompt=True,
+                             **analysis.thinking_kwargs(thinking))
+    parser = analysis.parser(thinking=thinking, prompt=prompt)
+    message = parser.parse(text)
+    assert (message["reasoning_content"], message["content"]) == expected
+    assert _streamed(parser, list(text)) == without_generated_ids(message)
