@@ -5,7 +5,7 @@ accepts beyond it from a model that writes outside the grammar. Standard library
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -129,12 +129,9 @@ class _Reading(_Builder):
         implied = (self.r.end.strip(),) if self.implies_reasoning() or self.stray_end() else ()
         if self.choice == "none":
             first = self.text(*implied, calls=False, not_first=lead)
-            self.end_dropped = True
-            closed = choice(seq(self.text(calls=False, not_first=lead), self.marker(self.r.end.strip())),
-                            self.text(calls=False, not_first=lead))
-            self.end_dropped = False
-            return self.language(self.with_reasoning(self.text(calls=False, not_first=lead), None, first, first,
-                                                     closed))
+            body = self.text(calls=False, not_first=lead)
+            closed = self.closed_answer(lambda: self.text(calls=False, not_first=lead), body)
+            return self.language(self.with_reasoning(body, None, first, first, closed))
         section = self.section(lazy_start=True)
         stray = closed = None
         if self.req.policy == "strict":
@@ -143,15 +140,23 @@ class _Reading(_Builder):
             body = seq(self.text(not_first=lead), self.calls_then_text(section))
             stray = self.text(*implied, not_first=lead)
             unended = seq(stray, self.calls_then_text(section))
-            self.end_dropped = True
-            closed = choice(seq(self.text(not_first=lead), self.calls_then_text(section),
-                                self.marker(self.r.end.strip())), body)
-            self.end_dropped = False
+            closed = self.closed_answer(lambda: seq(self.text(not_first=lead), self.calls_then_text(section)), body)
         return self.language(self.with_reasoning(body, section, unended, stray, closed))
 
-    # while building the answer after a closed reasoning block: its end marker again, last in the
-    # output, is markup (a model closing its thought channel twice); anywhere before, text
-    end_dropped = False
+    end_dropped = False  # while `closed_answer` builds: the reasoning's end marker stops the text
+
+    def closed_answer(self, make: Callable[[], Node], body: Node) -> Node | None:
+        """The answer after a reasoning block the model opened and closed: `body`, or what `make`
+        builds with the end marker stopping its text, then that marker last in the output (a
+        model closing its thought channel twice); anywhere before the end it stays text."""
+        if not self.reads_reasoning():
+            return None
+        self.end_dropped = True
+        try:
+            again = make()
+        finally:
+            self.end_dropped = False
+        return choice(seq(again, self.marker(self.r.end.strip())), body)
 
     def strict_body(self, section: Node, lead: tuple[str, ...]) -> Node:
         """The strict policy: calls only before any content (whitespace aside); from the first
