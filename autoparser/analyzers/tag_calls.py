@@ -132,6 +132,9 @@ def split_tag_markup(markers: CallMarkers, found: TagCalls, id_before_name: Call
     call id and the call index in the name's end."""
     opener, rest = first_marker_split(markers.call_start)
     call_start, name_start = (opener, rest) if opener else ("", markers.call_start)
+    if id_before_name is not None:
+        # the id comes first: what precedes it opens the call, and the name follows the id's end
+        call_start, name_start = markers.call_start, ""
     name_end, call_end, arguments = found.name.end, markers.call_end, found.arguments
     if isinstance(arguments, JsonArguments):
         name_end, call_end, arguments = _unwrap_fence(name_end, call_end)

@@ -22,7 +22,7 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "templates"
 BOS, EOS = "<s>", "</s>"
 FAMILIES = ("catalog_inputs.jinja", "typed_params.jinja", "named_closing.jinja", "id_after_name.jinja",
             "instructed_phrases.jinja", "instructed_wrappers.jinja", "trailing_instructions.jinja",
-            "string_switch.jinja")
+            "string_switch.jinja", "id_before_name.jinja")
 # the conversation does not start with the prompt (a block follows the last reply): no probe round trip
 NO_ROUND_TRIP = {"trailing_instructions.jinja"}
 holdback = corpora.tool_module("holdback_report")
@@ -154,6 +154,19 @@ def test_the_id_after_the_name_may_be_left_out() -> None:
     assert _calls(message) == [("get_weather", '{"location": "Oslo"}'), ("search_docs", '{"query": "x"}')]
     assert message["tool_calls"][1]["id"] == "abc123"
     assert _streamed(parser, list(text)) == without_generated_ids(message)
+
+
+def test_an_id_written_before_the_name_is_read() -> None:
+    analysis = analyze_family("id_before_name.jinja")
+    assert (analysis.tools.call_start, analysis.tools.name_start, analysis.tools.id_end) == ("[id=", "", "] ")
+    text = 'Sure. [id=a1] get_weather {"location": "Oslo"}\n[id=b2] search_docs {"query": "x"}\n'
+    for tools in (TOOLS, None):
+        parser = analysis.parser(tools=tools)
+        message = parser.parse(text)
+        assert message["content"] == "Sure."
+        assert [(c["id"], c["function"]["name"]) for c in message["tool_calls"]] == [
+            ("a1", "get_weather"), ("b2", "search_docs")]
+        assert _streamed(parser, list(text)) == without_generated_ids(message)
 
 
 # -- reasoning and answer marked where the instructions say ----------------------------------------------
