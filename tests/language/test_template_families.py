@@ -22,7 +22,7 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "templates"
 BOS, EOS = "<s>", "</s>"
 FAMILIES = ("catalog_inputs.jinja", "typed_params.jinja", "named_closing.jinja", "id_after_name.jinja",
             "instructed_phrases.jinja", "instructed_wrappers.jinja", "trailing_instructions.jinja",
-            "string_switch.jinja", "id_before_name.jinja")
+            "string_switch.jinja", "id_before_name.jinja", "lenticular_words.jinja")
 # the conversation does not start with the prompt (a block follows the last reply): no probe round trip
 NO_ROUND_TRIP = {"trailing_instructions.jinja"}
 holdback = corpora.tool_module("holdback_report")
@@ -256,3 +256,19 @@ def test_each_state_of_the_switch_reads_its_own_prompt(thinking: bool | None, te
     message = parser.parse(text)
     assert (message["reasoning_content"], message["content"]) == expected
     assert _streamed(parser, list(text)) == without_generated_ids(message)
+
+
+# -- markers that share their first character, in any script -------------------------------------------
+
+def test_markers_sharing_their_first_character_are_cut_whole() -> None:
+    analysis = analyze_family("lenticular_words.jinja")
+    tools = analysis.tools
+    assert (tools.call_start, tools.name_end, tools.call_end, tools.section_start) == ("【调用】", "【参数】", "【结束】", "")
+    assert analysis.stop[0] == "【完】"
+    text = '好的。【调用】get_weather【参数】{"location": "Oslo"}【结束】【调用】search_docs【参数】{"query": "x"}【结束】'
+    for given in (TOOLS, None):
+        parser = analysis.parser(tools=given)
+        message = parser.parse(text)
+        assert message["content"] == "好的。"
+        assert _calls(message) == [("get_weather", '{"location": "Oslo"}'), ("search_docs", '{"query": "x"}')]
+        assert _streamed(parser, list(text)) == without_generated_ids(message)
