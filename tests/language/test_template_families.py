@@ -22,7 +22,7 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "templates"
 BOS, EOS = "<s>", "</s>"
 FAMILIES = ("catalog_inputs.jinja", "typed_params.jinja", "named_closing.jinja", "id_after_name.jinja",
             "instructed_phrases.jinja", "instructed_wrappers.jinja", "trailing_instructions.jinja",
-            "string_switch.jinja", "id_before_name.jinja", "lenticular_words.jinja")
+            "string_switch.jinja", "id_before_name.jinja", "lenticular_words.jinja", "caps_lines.jinja")
 # the conversation does not start with the prompt (a block follows the last reply): no probe round trip
 NO_ROUND_TRIP = {"trailing_instructions.jinja"}
 holdback = corpora.tool_module("holdback_report")
@@ -272,3 +272,17 @@ def test_markers_sharing_their_first_character_are_cut_whole() -> None:
         assert message["content"] == "好的。"
         assert _calls(message) == [("get_weather", '{"location": "Oslo"}'), ("search_docs", '{"query": "x"}')]
         assert _streamed(parser, list(text)) == without_generated_ids(message)
+
+
+# -- markers made of upper-case words on a line of their own ---------------------------------------------
+
+def test_lines_of_upper_case_words_are_markers() -> None:
+    analysis = analyze_family("caps_lines.jinja")
+    assert (analysis.reasoning.start, analysis.reasoning.end) == ("BEGIN REASONING", "END REASONING")
+    assert analysis.stop[0] == "END OF TURN"
+    text = "BEGIN REASONING\nThe user greets me. I SAY HI back.\nEND REASONING\nHello, I SAY HI."
+    parser = analysis.parser()
+    message = parser.parse(text)
+    assert (message["reasoning_content"], message["content"]) == ("The user greets me. I SAY HI back.",
+                                                                  "Hello, I SAY HI.")
+    assert _streamed(parser, list(text)) == without_generated_ids(message)
