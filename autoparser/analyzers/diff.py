@@ -7,8 +7,8 @@ runs, single punctuation) keeps every boundary on a place where a marker can sta
 This is general knowledge of tag syntax, not knowledge of any model: beside `<|x|>`, `<x>` and
 `[X]`, a marker is any short word between runs of symbols (`@@call@@`, `((think))`, `{|end|}`),
 between a pair of typographic brackets (`«think»`, `⟦/call⟧`, `【调用】`: a word of any script),
-an upper-case word joined by underscores (`BEGIN_THOUGHT`), or two to four upper-case words
-making up a whole line (`BEGIN REASONING`). Quotes, and the single brackets of JSON and Python, never
+an upper-case word joined by underscores (`BEGIN_THOUGHT`), two to four upper-case words
+making up a whole line (`BEGIN REASONING`), or a word with a colon and a tab (`think:<TAB>`). Quotes, and the single brackets of JSON and Python, never
 delimit a marker, so `{"name": ...}` and `f(x=1)` stay punctuation.
 """
 
@@ -25,6 +25,7 @@ _WORD_MARKER = "|".join(
     + [re.escape(a) + _WORD + re.escape(b) for a, b in _BRACKET_RUNS])  # mirrored brackets: ((think))
 _CAPS_WORD = r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+"  # BEGIN_THOUGHT
 _CAPS_LINE = r"[A-Z][A-Z0-9]+(?:\ [A-Z][A-Z0-9]+){1,3}"  # BEGIN REASONING, alone on its line
+_LINE_LABEL = r"[^\W\d_]\w{0,15}:\t"  # `think:<TAB>`: a label before a line's text
 
 _SEGMENT = re.compile(
     r"""
@@ -34,6 +35,7 @@ _SEGMENT = re.compile(
     | [\[\]](?=\w*[~!@#$%^&*|])[\w~!@#$%^&*|]{1,16}[\[\]]   # symbol-bracket tokens: ]~b], [|endofturn|]
     | (?:""" + _WORD_MARKER + r""")      # a word between symbol runs or typographic brackets
     | (?<![^\n])""" + _CAPS_LINE + r"""(?![^\n])   # upper-case words making up a whole line
+    | (?<!\w)""" + _LINE_LABEL + r"""   # a word, a colon and a tab: a label
     | <[^<>\s]{0,60}                      # an open tag cut short: <function=, <invoke
     | \s+
     | \w+
@@ -45,7 +47,7 @@ _SEGMENT = re.compile(
 _MARKER = re.compile(
     r"^(?:<[|｜][^<>\n]*[|｜]>|</?[A-Za-z_|｜][\w:.\-|｜]*(?:\s[^<>\n]*)?/?>|\[/?[A-Z][A-Z_]*(?: [A-Z][A-Z_]*)*\]"
     r"|[\[\]](?=\w*[~!@#$%^&*|])[\w~!@#$%^&*|]{1,16}[\[\]]"
-    r"|" + _WORD_MARKER + "|" + _CAPS_WORD + "|" + _CAPS_LINE + ")$"
+    r"|" + _WORD_MARKER + "|" + _CAPS_WORD + "|" + _CAPS_LINE + "|" + _LINE_LABEL + ")$"
 )
 
 

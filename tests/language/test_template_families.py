@@ -22,7 +22,8 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "templates"
 BOS, EOS = "<s>", "</s>"
 FAMILIES = ("catalog_inputs.jinja", "typed_params.jinja", "named_closing.jinja", "id_after_name.jinja",
             "instructed_phrases.jinja", "instructed_wrappers.jinja", "trailing_instructions.jinja",
-            "string_switch.jinja", "id_before_name.jinja", "lenticular_words.jinja", "caps_lines.jinja")
+            "string_switch.jinja", "id_before_name.jinja", "lenticular_words.jinja", "caps_lines.jinja",
+            "tab_labels.jinja")
 # the conversation does not start with the prompt (a block follows the last reply): no probe round trip
 NO_ROUND_TRIP = {"trailing_instructions.jinja"}
 holdback = corpora.tool_module("holdback_report")
@@ -285,4 +286,19 @@ def test_lines_of_upper_case_words_are_markers() -> None:
     message = parser.parse(text)
     assert (message["reasoning_content"], message["content"]) == ("The user greets me. I SAY HI back.",
                                                                   "Hello, I SAY HI.")
+    assert _streamed(parser, list(text)) == without_generated_ids(message)
+
+
+# -- reasoning and answer opened by line labels -----------------------------------------------------------
+
+@pytest.mark.parametrize("text, expected", [
+    ("think:\tplan\nmore plan\nsay:\tDone.", ("plan\nmore plan", "Done.")),
+    ("say:\tDone.", (None, "Done.")),  # the answer's label stays out of the answer
+])
+def test_line_labels_mark_reasoning_and_answer(text: str, expected: tuple) -> None:
+    analysis = analyze_family("tab_labels.jinja")
+    assert (analysis.reasoning.start, analysis.reasoning.end) == ("think:\t", "say:\t")
+    parser = analysis.parser()
+    message = parser.parse(text)
+    assert (message["reasoning_content"], message["content"]) == expected
     assert _streamed(parser, list(text)) == without_generated_ids(message)
