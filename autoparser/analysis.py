@@ -13,10 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 # the data's parts, read from here as well
+from autoparser.analysis_data import INPUT_KINDS as INPUT_KINDS
 from autoparser.analysis_data import AnalysisData
 from autoparser.analysis_data import ContentAnalysis as ContentAnalysis
 from autoparser.analysis_data import MessagesAnalysis as MessagesAnalysis
 from autoparser.analysis_data import ReasoningAnalysis as ReasoningAnalysis
+from autoparser.analysis_data import input_values as input_values
 from autoparser.tool_calls import ToolsAnalysis as ToolsAnalysis
 
 
@@ -31,7 +33,7 @@ class Analysis(AnalysisData):
         return render_template(self.source, messages, tools=tools,
                                add_generation_prompt=add_generation_prompt,
                                bos_token=self.bos_token, eos_token=self.eos_token,
-                               **template_kwargs)
+                               **{**self.input_kwargs(tools), **template_kwargs})
 
     def parser(self, tools: list[dict[str, Any]] | None = None, thinking: bool | None = None,
                parallel_tool_calls: bool = True, tool_choice: Any = "auto",

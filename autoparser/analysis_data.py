@@ -27,6 +27,9 @@ from autoparser.tool_calls import ToolsAnalysis
 
 REASONING_MODES = ("none", "tagged", "tools_only")
 CONTENT_MODES = ("plain", "wrapped", "wrapped_with_reasoning")
+# What a template variable beyond the conversation carries (`AnalysisData.template_inputs`):
+# the tool definitions as JSON text, or any text (the template only prints it).
+INPUT_KINDS = ("tools_text", "text")
 
 
 @dataclass
@@ -105,6 +108,7 @@ class AnalysisData:
     triggers: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     template_vars: dict[str, Any] = field(default_factory=dict)
+    template_inputs: dict[str, str] = field(default_factory=dict)
     source: str = field(default="", repr=False, compare=False)
     bos_token: str = field(default="", repr=False, compare=False)
     eos_token: str = field(default="", repr=False, compare=False)
@@ -116,6 +120,8 @@ class AnalysisData:
         data["tools"] = self.tools.to_dict()
         for private in ("source", "bos_token", "eos_token"):
             data.pop(private)
+        if not data["template_inputs"]:
+            del data["template_inputs"]  # written only for the few templates that need inputs
         return data
 
     def to_json(self, **kwargs: Any) -> str:
@@ -150,6 +156,17 @@ class AnalysisData:
         if thinking is None or not self.reasoning.toggle:
             return self.reasoning.default_on
         return bool(thinking)
+
+    def input_kwargs(self, tools: list[dict[str, Any]] | None) -> dict[str, Any]:
+        """Values for the variables the template needs beyond the conversation (`template_inputs`)."""
+        return input_values(self.template_inputs, tools)
+
+
+def input_values(inputs: dict[str, str], tools: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """Template variables for `inputs` (name -> one of `INPUT_KINDS`) with these tools: the tool
+    definitions as indented JSON (empty without tools), and empty text for the rest."""
+    tools_text = json.dumps(tools, ensure_ascii=False, indent=2) if tools else ""
+    return {name: tools_text if kind == "tools_text" else "" for name, kind in inputs.items()}
 
 
 def _known(cls: type, data: dict[str, Any] | None) -> dict[str, Any]:

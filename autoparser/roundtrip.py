@@ -87,7 +87,8 @@ def run_case(analysis: Analysis, case: str, message: dict[str, Any]) -> CaseResu
         return CaseResult(case, "skipped", "template refuses parallel calls")
     thinking = True if message.get("reasoning_content") else None
     kwargs = analysis.thinking_kwargs(thinking)
-    prober = Prober(analysis.source, analysis.bos_token, analysis.eos_token, base_kwargs=kwargs)
+    prober = Prober(analysis.source, analysis.bos_token, analysis.eos_token, base_kwargs=kwargs,
+                    inputs=dict(analysis.template_inputs))
     prober.choose_shape()
     history = prober.history()
     message = _shaped(prober, message)

@@ -42,6 +42,11 @@ FLAT_DEFAULTS: dict[str, Any] = {
 
 INDEX_HOLE = "{index}"
 KEY_HOLE = "{key}"
+NAME_HOLE = "{name}"  # in `JsonArguments.end`: a closing tag named after the tool (`</{name}>`)
+# In `TaggedArguments.key_end_before_json`: the JSON type of the value that follows, by JSON's own
+# names (`string`, `number`, `boolean`, `null`, `object`, `array`): `<arg key="k" type="{type}">`.
+TYPE_HOLE = "{type}"
+JSON_TYPES = ("string", "number", "boolean", "null", "object", "array")
 
 
 @dataclass(frozen=True)
@@ -166,7 +171,8 @@ class TaggedArguments:
     `encoding`: "raw_strings" writes string values as bare text and every other value as JSON,
     "json" writes every value as JSON, "python" every value as a Python literal (`'text'`, `True`,
     as in ``[get_weather(location='Paris', days=3)]``). `key_end_before_json` replaces `key_end`
-    before a non-string value when the template introduces those differently. With
+    before a non-string value when the template introduces those differently; where it names the
+    value's JSON type, the name is `TYPE_HOLE` (and `key_end` is the string form). With
     `end_names_key`, `end` holds the key as `{key}`: ``<city>Paris</city>``.
     """
 

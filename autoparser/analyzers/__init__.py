@@ -17,6 +17,7 @@ from autoparser.analysis import (
 )
 from autoparser.analyzers.content import analyze_content
 from autoparser.analyzers.diff import is_marker, segments
+from autoparser.analyzers.inputs import required_inputs
 from autoparser.analyzers.messages import analyze_messages
 from autoparser.analyzers.probes import Prober
 from autoparser.analyzers.prompt import TurnEnd, generation_prompt, turn_end
@@ -38,7 +39,7 @@ def analyze(source: str, bos_token: str = "", eos_token: str = "", **template_kw
     facts = template_facts(source)
     prober = Prober(source, bos_token=bos_token, eos_token=eos_token, base_kwargs=dict(template_kwargs))
     warnings: list[str] = []
-    if not prober.choose_shape():
+    if not prober.choose_shape() and not (required_inputs(prober) and prober.choose_shape()):
         reason = prober.errors[-1] if prober.errors else "it renders nothing for a user message"
         raise TemplateRenderError(f"the template cannot render a basic conversation: {reason}")
 
@@ -63,7 +64,7 @@ def analyze(source: str, bos_token: str = "", eos_token: str = "", **template_kw
     return Analysis(generation_prompt=prompt, reasoning=reasoning, content=content, tools=tools,
                     messages=messages, stop=stop, preserved_tokens=_preserved_tokens(reasoning, content, tools, stop),
                     triggers=tool_triggers(tools), warnings=warnings, template_vars=dict(template_kwargs),
-                    source=source, bos_token=bos_token, eos_token=eos_token)
+                    template_inputs=dict(prober.inputs), source=source, bos_token=bos_token, eos_token=eos_token)
 
 
 def _stops(turn: TurnEnd | None, eos_token: str, warnings: list[str]) -> list[str]:

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from autoparser.analysis import ContentAnalysis, ReasoningAnalysis
-from autoparser.analyzers.diff import cut_at_stop, is_marker, is_unit_marker, segments, units
+from autoparser.analyzers.diff import common_prefix, cut_at_stop, is_marker, is_unit_marker, segments, units
 from autoparser.analyzers.probes import CONTENT_TEXT, REASONING_FIELDS, REASONING_TEXT, Prober
+from autoparser.analyzers.reasoning import empty_pairs
 
 
 def analyze_content(prober: Prober, reasoning: ReasoningAnalysis, stop: list[str],
@@ -24,7 +25,26 @@ def analyze_content(prober: Prober, reasoning: ReasoningAnalysis, stop: list[str
         return ContentAnalysis(mode="wrapped", start=plain[0], end=plain[1])
     if with_reasoning[0] or with_reasoning[1]:
         return ContentAnalysis(mode="wrapped_with_reasoning", start=with_reasoning[0], end=with_reasoning[1])
+    instructed = _instructed_wrapper(prober, reasoning)
+    if instructed is not None:
+        return ContentAnalysis(mode="wrapped_with_reasoning", start=instructed[0], end=instructed[1])
     return ContentAnalysis()
+
+
+def _instructed_wrapper(prober: Prober, reasoning: ReasoningAnalysis) -> tuple[str, str] | None:
+    """The answer's markers where only the instructions the thinking switch adds name them, right
+    after the reasoning's ("thoughts between <think></think> and your response between
+    <response></response>"); the model writes them with its reasoning."""
+    if reasoning.mode == "none" or not reasoning.toggle:
+        return None
+    on, off = prober.prompt(**reasoning.toggle_kwargs(True)), prober.prompt(**reasoning.toggle_kwargs(False))
+    if on is None or off is None:
+        return None
+    pairs = empty_pairs(on[len(common_prefix(on, off)):])
+    if (reasoning.start, reasoning.end) not in pairs:
+        return None
+    after = pairs[pairs.index((reasoning.start, reasoning.end)) + 1:]
+    return after[0] if after else None
 
 
 def _wrapping(output: str | None, reasoning: ReasoningAnalysis, stop: list[str]) -> tuple[str, str]:

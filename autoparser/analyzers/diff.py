@@ -6,8 +6,9 @@ Cutting the text into segments first (special tokens, tags, bracket tags, words,
 runs, single punctuation) keeps every boundary on a place where a marker can start or end.
 This is general knowledge of tag syntax, not knowledge of any model: beside `<|x|>`, `<x>` and
 `[X]`, a marker is any short word between runs of symbols (`@@call@@`, `((think))`, `{|end|}`),
-between a pair of typographic brackets (`«think»`, `⟦/call⟧`), or an upper-case word joined by
-underscores (`BEGIN_THOUGHT`). Quotes, and the single brackets of JSON and Python, never
+between a pair of typographic brackets (`«think»`, `⟦/call⟧`, `【调用】`: a word of any script),
+an upper-case word joined by underscores (`BEGIN_THOUGHT`), two to four upper-case words
+making up a whole line (`BEGIN REASONING`), or a word with a colon and a tab (`think:<TAB>`). Quotes, and the single brackets of JSON and Python, never
 delimit a marker, so `{"name": ...}` and `f(x=1)` stay punctuation.
 """
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-_WORD = r"/?[A-Za-z][\w.:\-]{0,30}(?:\ [\w.:=\-]{1,30})?"  # `/call`, `call name=x`
+_WORD = r"/?[^\W\d_][\w.:\-]{0,30}(?:\ [\w.:=\-]{1,30})?"  # `/call`, `call name=x`, `调用` (any script)
 _BRACKET_RUNS = (("((", "))"), ("<<", ">>"), ("{{", "}}"), ("[[", "]]"), ("{|", "|}"), ("(|", "|)"),
                  ("{:", ":}"), ("(:", ":)"), ("«", "»"), ("‹", "›"), ("⟦", "⟧"), ("⟨", "⟩"), ("⟪", "⟫"),
                  ("【", "】"), ("〔", "〕"), ("〖", "〗"), ("『", "』"), ("「", "」"), ("《", "》"), ("〈", "〉"))
@@ -23,6 +24,8 @@ _WORD_MARKER = "|".join(
     [r"(?P<run>[~@$%^&=+!?|:]{2,3})" + _WORD + r"(?P=run)"]  # the same symbols both sides: @@call@@
     + [re.escape(a) + _WORD + re.escape(b) for a, b in _BRACKET_RUNS])  # mirrored brackets: ((think))
 _CAPS_WORD = r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+"  # BEGIN_THOUGHT
+_CAPS_LINE = r"[A-Z][A-Z0-9]+(?:\ [A-Z][A-Z0-9]+){1,3}"  # BEGIN REASONING, alone on its line
+_LINE_LABEL = r"[^\W\d_]\w{0,15}:\t"  # `think:<TAB>`: a label before a line's text
 
 _SEGMENT = re.compile(
     r"""
@@ -31,6 +34,8 @@ _SEGMENT = re.compile(
     | \[/?[A-Z][A-Z_]*(?:\ [A-Z][A-Z_]*)*\]   # bracket tags: [TOOL_CALLS], [/INST], [END OF TEXT]
     | [\[\]](?=\w*[~!@#$%^&*|])[\w~!@#$%^&*|]{1,16}[\[\]]   # symbol-bracket tokens: ]~b], [|endofturn|]
     | (?:""" + _WORD_MARKER + r""")      # a word between symbol runs or typographic brackets
+    | (?<![^\n])""" + _CAPS_LINE + r"""(?![^\n])   # upper-case words making up a whole line
+    | (?<!\w)""" + _LINE_LABEL + r"""   # a word, a colon and a tab: a label
     | <[^<>\s]{0,60}                      # an open tag cut short: <function=, <invoke
     | \s+
     | \w+
@@ -42,7 +47,7 @@ _SEGMENT = re.compile(
 _MARKER = re.compile(
     r"^(?:<[|｜][^<>\n]*[|｜]>|</?[A-Za-z_|｜][\w:.\-|｜]*(?:\s[^<>\n]*)?/?>|\[/?[A-Z][A-Z_]*(?: [A-Z][A-Z_]*)*\]"
     r"|[\[\]](?=\w*[~!@#$%^&*|])[\w~!@#$%^&*|]{1,16}[\[\]]"
-    r"|" + _WORD_MARKER + "|" + _CAPS_WORD + ")$"
+    r"|" + _WORD_MARKER + "|" + _CAPS_WORD + "|" + _CAPS_LINE + "|" + _LINE_LABEL + ")$"
 )
 
 

@@ -15,7 +15,14 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from autoparser.analyzers.diff import common_prefix, matched_ignoring_space
+from autoparser.analysis import input_values
+from autoparser.analyzers.diff import (
+    common_prefix,
+    common_suffix,
+    is_marker,
+    matched_ignoring_space,
+    segments,
+)
 from autoparser.render import (
     RenderLimitExceeded,
     TemplateRenderError,
@@ -94,6 +101,7 @@ class Prober:
     bos_token: str = ""
     eos_token: str = ""
     base_kwargs: dict[str, Any] = field(default_factory=dict)
+    inputs: dict[str, str] = field(default_factory=dict)  # variables beyond the conversation, by kind
     shape: Shape = field(default_factory=Shape)
     errors: list[str] = field(default_factory=list)
     _cache: dict[Any, str | None] = field(default_factory=dict)
@@ -103,10 +111,12 @@ class Prober:
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
                add_generation_prompt: bool = False, **kwargs: Any) -> str | None:
         """The rendered text, or None when the template refuses this input."""
-        key = (repr(messages), repr(tools), add_generation_prompt, repr(sorted(kwargs.items())))
+        key = (repr(messages), repr(tools), add_generation_prompt, repr(sorted(kwargs.items())),
+               repr(sorted(self.inputs.items())))
         if key in self._cache:
             return self._cache[key]
-        context = dict(self.base_kwargs)
+        context = input_values(self.inputs, tools)
+        context.update(self.base_kwargs)
         context.update(kwargs)
         try:
             text: str | None = render_template(self.source, messages, tools=tools,
@@ -153,6 +163,9 @@ class Prober:
             return None
         if full.startswith(prompt):
             return full[len(prompt):]
+        after_block = self._output_before_trailing_block(prompt, full, tools, kwargs)
+        if after_block is not None:
+            return after_block
         # Some templates write the last user turn differently when it is last (tool lists placed
         # before it, say): anchor on the last user text and what the prompt writes after it.
         if USER_TEXT in prompt and USER_TEXT in full:
@@ -166,6 +179,26 @@ class Prober:
         # The history renders the reply differently from what the prompt opened (a reasoning block
         # the prompt forces but the history drops, say): the reply starts where the two diverge.
         return full[len(common_prefix(prompt, full)):]
+
+    def _output_before_trailing_block(self, prompt: str, full: str, tools: list[dict[str, Any]] | None,
+                                      kwargs: dict[str, Any]) -> str | None:
+        """Some templates end every conversation with a block of their own (instructions before
+        the generation prompt: `<|SYSTEM|>Write 'Action:'...`): the prompt writes it before the
+        generation prompt, the conversation after the reply. Without it on both sides the
+        conversation starts with the prompt, and the reply is what follows."""
+        bare = self.render(self.history(), tools=tools, add_generation_prompt=False, **kwargs)
+        if bare is None or not prompt.startswith(bare) or len(prompt) == len(bare):
+            return None
+        opener, before = prompt[len(bare):], bare
+        shared = segments(common_suffix(before, full))
+        for at in range(len(shared)):
+            block = "".join(shared[at:])
+            if not any(is_marker(piece) for piece in shared[at:]):
+                break
+            head, rest = before[: len(before) - len(block)] + opener, full[: len(full) - len(block)]
+            if rest.startswith(head) and len(rest) > len(head):
+                return rest[len(head):]
+        return None
 
     def assistant(self, content: str | None = None, **fields: Any) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant"}
@@ -195,7 +228,8 @@ class Prober:
                 try:
                     renders.append(render_template(self.source, conversation, tools=PROBE_TOOLS,
                                                    add_generation_prompt=False, bos_token=self.bos_token,
-                                                   eos_token=self.eos_token, **self.base_kwargs))
+                                                   eos_token=self.eos_token,
+                                                   **{**input_values(self.inputs, PROBE_TOOLS), **self.base_kwargs}))
                 except TemplateRenderError:
                     return True  # nothing to compare: the probes that render tell the rest
             if used_randomness():  # two random draws may agree by chance; drawing at all is enough

@@ -19,6 +19,7 @@ text the reply itself never repeats. Reasoning may also be a typed block of the 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,6 +62,7 @@ class TemplateFacts:
 
     variables: list[str] = field(default_factory=list)
     literals: list[str] = field(default_factory=list)
+    compared: dict[str, list[str]] = field(default_factory=dict)  # strings each variable is compared with
 
 
 def template_facts(source: str) -> TemplateFacts:
@@ -74,7 +76,8 @@ def template_facts(source: str) -> TemplateFacts:
     facts.visit(ast)
     compile_template(source, ast)  # after the walk: compiling may rewrite the tree
     variables = sorted({name for name, ctx in facts.first_use.items() if ctx == "load"} - STANDARD_VARIABLES)
-    return TemplateFacts(variables=variables, literals=list(dict.fromkeys(facts.literals)))
+    compared = {name: list(dict.fromkeys(values)) for name, values in facts.compared.items() if name in variables}
+    return TemplateFacts(variables=variables, literals=list(dict.fromkeys(facts.literals)), compared=compared)
 
 
 # fields visited in evaluation order where it differs from the node's own field order: a value is
@@ -92,8 +95,11 @@ class _TreeFacts:
     def __init__(self) -> None:
         self.first_use: dict[str, str] = {}
         self.literals: list[str] = []
+        self.compared: dict[str, list[str]] = {}
 
     def visit(self, node: nodes.Node) -> None:
+        if isinstance(node, nodes.Compare):
+            self._compared(node)
         if isinstance(node, nodes.Name):
             self.first_use.setdefault(node.name, node.ctx)
         elif isinstance(node, nodes.Macro):
@@ -113,6 +119,15 @@ class _TreeFacts:
             for child in value if isinstance(value, list) else [value]:
                 if isinstance(child, nodes.Node):
                     self.visit(child)
+
+
+    def _compared(self, node: nodes.Compare) -> None:
+        """`name == 'on'`, `name != "off"`: the strings a variable is compared with."""
+        operands = [node.expr, *(op.expr for op in node.ops)]
+        names = [o.name for o in operands if isinstance(o, nodes.Name)]
+        strings = [o.value for o in operands if isinstance(o, nodes.Const) and isinstance(o.value, str) and o.value]
+        if len(names) == 1 and strings and all(op.op in ("eq", "ne") for op in node.ops):
+            self.compared.setdefault(names[0], []).extend(strings)
 
 
 def marker_literals(facts: TemplateFacts) -> list[str]:
@@ -143,8 +158,35 @@ def find_toggle(prober: Prober, facts: TemplateFacts) -> Toggle | None:
         if on is not None and off is not None and on != off and _adds_markers(on, off):
             found.append(Toggle(name, True, False, on, off))
     if not found:
+        found = _string_toggles(prober, facts, ranked[:MAX_TOGGLE_CANDIDATES])
+    if not found:
         return None
     return _confirmed_toggle(prober, found)
+
+
+MAX_SWITCH_VALUES = 6
+
+
+def _string_toggles(prober: Prober, facts: TemplateFacts, names: list[str]) -> list[Toggle]:
+    """A switch compared with strings (`thinking_mode == "enabled"`): two of its values whose
+    prompts open reasoning and close it, the opening one being "on"."""
+    found = []
+    for name in names:
+        values = facts.compared.get(name, [])[:MAX_SWITCH_VALUES]
+        prompts = {value: generation_prompt(prober, **{name: value}) for value in values}
+        for on in values:
+            for off in values:
+                toggle = Toggle(name, on, off, prompts[on] or "", prompts[off] or "")
+                if on != off and prompts[on] is not None and prompts[off] is not None and \
+                        prompts[on] != prompts[off] and _adds_markers(prompts[on], prompts[off]) and \
+                        _opens_and_closes(toggle):
+                    found.append(toggle)
+    return found
+
+
+def _opens_and_closes(toggle: Toggle) -> bool:
+    start, end, _forced, _closed = _markers_from_toggle(toggle)
+    return bool(start and end and end in closing_counterpart(start))
 
 
 def find_system_text_toggle(prober: Prober, facts: TemplateFacts) -> tuple[Toggle, str, str] | None:
@@ -157,8 +199,8 @@ def find_system_text_toggle(prober: Prober, facts: TemplateFacts) -> tuple[Toggl
         if on is None or off is None or on == off:
             continue
         shared = len(common_prefix(on, off))
-        pair = _empty_pair(on[shared:])
-        if pair and _empty_pair(off[shared:]) != pair:
+        pair = _empty_pair(on[shared:]) or instructed_phrases(on[shared:])
+        if pair and pair not in (_empty_pair(off[shared:]), instructed_phrases(off[shared:])):
             gp_on, gp_off = generation_prompt(prober, **{name: True}), generation_prompt(prober, **{name: False})
             return Toggle(name, True, False, gp_on or "", gp_off or ""), pair[0], pair[1]
     return None
@@ -166,11 +208,27 @@ def find_system_text_toggle(prober: Prober, facts: TemplateFacts) -> tuple[Toggl
 
 def _empty_pair(text: str) -> tuple[str, str] | None:
     """The first marker directly followed by its own closing counterpart: `<think></think>`."""
+    pairs = empty_pairs(text)
+    return pairs[0] if pairs else None
+
+
+def empty_pairs(text: str) -> list[tuple[str, str]]:
+    """Every marker directly followed by its own closing counterpart, in order: the instructions
+    "thoughts between <think></think>, response between <response></response>" name two."""
     segs = segments(text)
-    for at in range(len(segs) - 1):
-        if is_marker(segs[at]) and segs[at + 1] in closing_counterpart(segs[at]):
-            return segs[at], segs[at + 1]
-    return None
+    return [(segs[at], segs[at + 1]) for at in range(len(segs) - 1)
+            if is_marker(segs[at]) and segs[at + 1] in closing_counterpart(segs[at])]
+
+
+# a short quoted phrase ending in a colon: "write your thoughts after 'Here is my thought process:'"
+_INSTRUCTED_PHRASE = re.compile(r"""(?:'([^'\n]{3,48}:)'|"([^"\n]{3,48}:)")""")
+
+
+def instructed_phrases(text: str) -> tuple[str, str] | None:
+    """Where the instructions name no markers but two quoted phrases ending in a colon, the first
+    opens the thoughts and the second the answer, which ends them."""
+    phrases = [one or two for one, two in _INSTRUCTED_PHRASE.findall(text)]
+    return (phrases[0], phrases[1]) if len(phrases) >= 2 and phrases[0] != phrases[1] else None
 
 
 def _confirmed_toggle(prober: Prober, found: list[Toggle]) -> Toggle:
@@ -266,8 +324,12 @@ def analyze_reasoning(prober: Prober, facts: TemplateFacts, warnings: list[str])
     only_beside_tools = beside_tools_only and not toggle and not forced_open and start == history_start
     switch: dict[str, Any] = {}
     if toggle:
+        unset = generation_prompt(prober)
         default_on = (prober.prompt() == prober.prompt(**on_kwargs) if in_system_text
-                      else generation_prompt(prober) == toggle.prompt_on)
+                      else unset == toggle.prompt_on)
+        # unset, a switch compared with strings may be in a third state where the model decides
+        # (`adaptive`): not on, so a prompt that neither opens nor closes reasoning leaves the
+        # output free to open it (`start_state`)
         switch = dict(toggle=toggle.name, toggle_on=toggle.on, toggle_off=toggle.off, default_on=default_on)
     return ReasoningAnalysis(mode="tools_only" if only_beside_tools else "tagged", start=start, end=end,
                              forced_open=forced_open, closed_when_off=closed_when_off,

@@ -15,12 +15,15 @@ import re
 from typing import Any
 
 from autoparser.analyzers.call_markers import Span
-from autoparser.analyzers.diff import common_suffix, first_marker_split, strip_prefix
+from autoparser.analyzers.diff import common_suffix, first_marker_split, segments, strip_prefix
 from autoparser.analyzers.json_calls import json_args_span
 from autoparser.analyzers.probes import ARGS_A, ARGS_B, ID_A, NAME_A, NAME_B, PROBE_TOOLS, Prober
 from autoparser.tool_calls import (
     INDEX_HOLE,
+    JSON_TYPES,
     KEY_HOLE,
+    NAME_HOLE,
+    TYPE_HOLE,
     CallId,
     CallIndex,
     CallMarkers,
@@ -129,15 +132,35 @@ def split_tag_markup(markers: CallMarkers, found: TagCalls, id_before_name: Call
     call id and the call index in the name's end."""
     opener, rest = first_marker_split(markers.call_start)
     call_start, name_start = (opener, rest) if opener else ("", markers.call_start)
+    if id_before_name is not None:
+        # the id comes first: what precedes it opens the call, and the name follows the id's end
+        call_start, name_start = markers.call_start, ""
     name_end, call_end, arguments = found.name.end, markers.call_end, found.arguments
     if isinstance(arguments, JsonArguments):
         name_end, call_end, arguments = _unwrap_fence(name_end, call_end)
+        if not arguments.end:
+            named, call_end = _named_closing(call_end, two)
+            arguments = dataclasses.replace(arguments, end=named)
     elif arguments.end:
         call_end = strip_prefix(call_end, arguments.end.replace(KEY_HOLE, "second_arg"))
     name_end, call_id = _id_in_name_end(name_end, id_before_name)
     name = CallName(start=name_start, end=name_end, index=_confirmed_call_index(one, two, name_end))
     markers = dataclasses.replace(markers, call_start=call_start, call_end=call_end)
     return markers, TagCalls(name=name, arguments=arguments, id=call_id)
+
+
+def _named_closing(call_end: str, two: str | None) -> tuple[str, str]:
+    """A closing tag that names the tool (`</probe_alpha>`) closes that call's arguments, with the
+    name as a hole; confirmed by the second call's closing naming the second tool. Returns the
+    arguments' end and the rest of the call's end."""
+    pieces = segments(call_end)
+    named = next((i for i, piece in enumerate(pieces) if NAME_A in piece), None)
+    if named is None:
+        return "", call_end
+    closing = "".join(pieces[: named + 1])
+    if two is not None and closing.replace(NAME_A, NAME_B) not in two:
+        return "", call_end
+    return closing.replace(NAME_A, NAME_HOLE), "".join(pieces[named + 1:])
 
 
 def _unwrap_fence(name_end: str, call_end: str) -> tuple[str, str, JsonArguments]:
@@ -169,6 +192,29 @@ def _confirmed_call_index(one: str, two: str | None, name_end: str) -> CallIndex
         if NAME_A + name_end in one and NAME_A + name_end in two and NAME_B + head + str(first + 1) + tail in two:
             return CallIndex(marker=head + INDEX_HOLE + tail, base=first)
     return None
+
+
+# one value of each JSON type but strings, under keys found nowhere else in a render
+TYPED_ARGS: dict[str, Any] = {"number_kind": 42, "boolean_kind": True, "null_kind": None,
+                              "object_kind": {"inner_key": 7}, "array_kind": [3]}
+
+
+def typed_key_end(prober: Prober, args: TaggedArguments, as_text: bool, kwargs: dict[str, Any]) -> str | None:
+    """The marker before a JSON value with the value's type as a hole (`type="{type}"`), where
+    the template names each value's JSON type there (`string` before text, `number` before 42,
+    `boolean` before true...); None where it does not."""
+    number_end = args.key_end_before_json
+    if "number" not in number_end or args.encoding != "raw_strings" or args.key_end != number_end.replace(
+            "number", "string", 1):
+        return None
+    output = prober.output(prober.calls_message([(NAME_A, {**ARGS_A, **TYPED_ARGS}, ID_A)], as_text),
+                           tools=PROBE_TOOLS, **kwargs) or ""
+    hole = number_end.replace("number", TYPE_HOLE, 1)
+    for key, value in TYPED_ARGS.items():
+        kind = key.removesuffix("_kind")
+        if kind not in JSON_TYPES or key + hole.replace(TYPE_HOLE, kind) + json.dumps(value) not in output:
+            return None
+    return hole
 
 
 NESTED_ARGS: dict[str, Any] = {"obj_arg": {"inner_key": "inner text", "inner_num": 7}, "list_arg": ["one item", 3]}

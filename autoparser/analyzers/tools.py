@@ -25,7 +25,13 @@ from autoparser.analyzers.diff import is_marker, segments
 from autoparser.analyzers.json_calls import find_json_call, json_args_span, json_calls
 from autoparser.analyzers.probes import ARGS_A, ARGS_B, ID_A, ID_B, NAME_A, NAME_B, PROBE_TOOLS, Prober
 from autoparser.analyzers.prompt import generation_prompt
-from autoparser.analyzers.tag_calls import nested_values, split_tag_markup, tag_json_calls, tagged_calls
+from autoparser.analyzers.tag_calls import (
+    nested_values,
+    split_tag_markup,
+    tag_json_calls,
+    tagged_calls,
+    typed_key_end,
+)
 from autoparser.tool_calls import JsonCalls, TagCalls, TaggedArguments, ToolsAnalysis
 
 
@@ -67,7 +73,10 @@ def analyze_tools(prober: Prober, reasoning: ReasoningAnalysis, stop: list[str],
         arguments = calls.arguments
         if isinstance(arguments, TaggedArguments) and arguments.encoding != "python":
             nested = nested_values(prober, arguments, renders.as_text, kwargs)
-            calls = dataclasses.replace(calls, arguments=dataclasses.replace(arguments, nested=nested))
+            typed = typed_key_end(prober, arguments, renders.as_text, kwargs)
+            arguments = dataclasses.replace(arguments, nested=nested,
+                                            key_end_before_json=typed or arguments.key_end_before_json)
+            calls = dataclasses.replace(calls, arguments=arguments)
     return ToolsAnalysis(supported=True, parallel=two is not None, markers=markers, calls=calls,
                          opened_by_prompt=reopened is not None)
 

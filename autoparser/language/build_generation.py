@@ -59,7 +59,7 @@ from autoparser.language.request import (
     is_weak,
     start_state,
 )
-from autoparser.tool_calls import INDEX_HOLE, TagCalls
+from autoparser.tool_calls import INDEX_HOLE, JSON_TYPES, NAME_HOLE, TYPE_HOLE, TagCalls
 
 GAP_MAX = 4  # whitespace allowed around structural markers (the parser ignores it)
 JSON_SPACE = 20  # whitespace inside JSON; bounded, as a small model could pad forever
@@ -405,12 +405,16 @@ class _Builder:
             return Rule(hint, self.json_call(name, params))
         head = self.call_head(Capture(TOOL_NAME, self.name_node(name, quoted=False)), opened)
         if t.id_start or t.id_end:
-            call_id = seq(self.marker(t.id_start), Capture(CALL_ID, ID_CHARS), self.marker(t.id_end))
-            head = seq(call_id, head) if t.id_before_name else seq(head, call_id)
+            head = seq(self.call_id(), head) if t.id_before_name else seq(head, self.call_id())
         if t.format == "tag_json":
             args = self.json_arguments(name, params)
-            return Rule(hint, seq(head, self.args_opener(), Capture(ARGUMENTS, args), self.args_closer()))
+            return Rule(hint, seq(head, self.args_opener(), Capture(ARGUMENTS, args), self.args_closer(name)))
         return Rule(hint, seq(head, self.tagged_body(name, params)))
+
+    def call_id(self) -> Node:
+        """A tagged call's id with its markers."""
+        t = self.t
+        return seq(self.marker(t.id_start), Capture(CALL_ID, ID_CHARS), self.marker(t.id_end))
 
     def tagged_body(self, name: str, params: Any) -> Node:
         """A tagged call's arguments, captured."""
@@ -430,8 +434,9 @@ class _Builder:
     def args_opener(self) -> Node:
         return self.marker(self.t.args_start)
 
-    def args_closer(self) -> Node:
-        return self.marker(self.t.args_end)
+    def args_closer(self, name: str = "") -> Node:
+        """The arguments' end; a closing tag may name the tool (`</{name}>`)."""
+        return self.marker(self.t.args_end.replace(NAME_HOLE, name))
 
     def indexed_name_end(self) -> tuple[str, str] | None:
         """`name_end` cut around the call index the template numbers (``:0`` then ``:1``), as the
@@ -489,7 +494,6 @@ class _Builder:
         schema = object_shape(params)
         props = schema.get("properties") or {}
         required = [r for r in schema.get("required") or [] if isinstance(r, str)]
-        json_key_end = t.arg_key_end_json or t.arg_key_end
         # where keys have no marker before them, a short end marker (`, `) goes between values only:
         # the parser lets the last value's end marker be left out before the call's end
         between = self.values_between()
@@ -499,7 +503,8 @@ class _Builder:
         for key in list(props) + [r for r in required if r not in props]:
             value, raw = self.tagged_value(name, params, key, props.get(key, True))
             member = Rule(f"{name}-arg-{key}",
-                          seq(self.marker(t.arg_start), Lit(key), self.marker(t.arg_key_end if raw else json_key_end),
+                          seq(self.marker(t.arg_start), Lit(key),
+                              self.marker(t.arg_key_end) if raw else self.json_key_end(props.get(key, True)),
                               value, EMPTY if between else self.member_end(key, raw)), MEMBER, key)
             members.append((member, key in required))
         extra = None
@@ -511,6 +516,14 @@ class _Builder:
         return Members(tuple(members), separator, extra, f"{name}-args", name, params, self.any_order)
 
     any_order = False  # generation writes the arguments in the schema's order
+
+    def json_key_end(self, sub: Any) -> Node:
+        """The marker after a key whose value is JSON; where it names the value's JSON type
+        (`TYPE_HOLE`), the types the schema allows (integers are numbers), or any type."""
+        text = self.t.arg_key_end_json or self.t.arg_key_end
+        if TYPE_HOLE not in text:
+            return self.marker(text)
+        return choice(*[self.marker(text.replace(TYPE_HOLE, kind)) for kind in schema_json_types(sub)])
 
     def extra_value(self, name: str, params: Any) -> Node:
         """The value of an argument the schema does not name."""
@@ -574,4 +587,12 @@ class _Builder:
         t = self.t
         stops = (t.call_end, t.section_end, *self.stop)
         return Text(stops, weak=Weak(",", t.arg_key_end.strip() or "="), hint="comma-text")
+
+
+def schema_json_types(sub: Any) -> tuple[str, ...]:
+    """The JSON types a schema allows, by JSON's names; all of them when it does not say."""
+    declared = sub.get("type") if isinstance(sub, Mapping) else None
+    names = [declared] if isinstance(declared, str) else declared if isinstance(declared, list) else []
+    kinds = {"number" if name == "integer" else name for name in names if isinstance(name, str)}
+    return tuple(kind for kind in JSON_TYPES if kind in kinds) or JSON_TYPES
 

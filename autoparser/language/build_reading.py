@@ -5,7 +5,7 @@ accepts beyond it from a model that writes outside the grammar. Standard library
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -65,7 +65,7 @@ from autoparser.language.request import (
     core,
     is_weak,
 )
-from autoparser.tool_calls import TagCalls, TaggedArguments
+from autoparser.tool_calls import JSON_TYPES, NAME_HOLE, TagCalls, TaggedArguments
 
 # -- the language the parser reads ---------------------------------------------------------------
 
@@ -87,6 +87,10 @@ def _named_without_tools(request: Request) -> Request:
         return request
     tool = {"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
     return replace(request, tools=(tool,))
+
+
+# a value written as JSON text where a string would be raw: any JSON type but a string
+NOT_STRING: Mapping[str, Any] = {"type": [kind for kind in JSON_TYPES if kind != "string"]}
 
 
 class _Reading(_Builder):
@@ -126,16 +130,34 @@ class _Reading(_Builder):
         implied = (self.r.end.strip(),) if self.implies_reasoning() or self.stray_end() else ()
         if self.choice == "none":
             first = self.text(*implied, calls=False, not_first=lead)
-            return self.language(self.with_reasoning(self.text(calls=False, not_first=lead), None, first, first))
+            body = self.text(calls=False, not_first=lead)
+            closed = self.closed_answer(lambda: self.text(calls=False, not_first=lead), body)
+            return self.language(self.with_reasoning(body, None, first, first, closed))
         section = self.section(lazy_start=True)
-        stray = None
+        stray = closed = None
         if self.req.policy == "strict":
             body = unended = self.strict_body(section, lead)
         else:
             body = seq(self.text(not_first=lead), self.calls_then_text(section))
             stray = self.text(*implied, not_first=lead)
             unended = seq(stray, self.calls_then_text(section))
-        return self.language(self.with_reasoning(body, section, unended, stray))
+            closed = self.closed_answer(lambda: seq(self.text(not_first=lead), self.calls_then_text(section)), body)
+        return self.language(self.with_reasoning(body, section, unended, stray, closed))
+
+    end_dropped = False  # while `closed_answer` builds: the reasoning's end marker stops the text
+
+    def closed_answer(self, make: Callable[[], Node], body: Node) -> Node | None:
+        """The answer after a reasoning block the model opened and closed: `body`, or what `make`
+        builds with the end marker stopping its text, then that marker last in the output (a
+        model closing its thought channel twice); anywhere before the end it stays text."""
+        if not self.reads_reasoning():
+            return None
+        self.end_dropped = True
+        try:
+            again = make()
+        finally:
+            self.end_dropped = False
+        return choice(seq(again, self.marker(self.r.end.strip())), body)
 
     def strict_body(self, section: Node, lead: tuple[str, ...]) -> Node:
         """The strict policy: calls only before any content (whitespace aside); from the first
@@ -242,11 +264,23 @@ class _Reading(_Builder):
             return closing  # calls written as a list end with its bracket, which their syntax needs
         return optional(closing)  # the output may end before it
 
+    def call_id(self) -> Node:
+        """As generated; an id after the name that has a marker of its own may be left out, its
+        end marker kept (`name[ARGS]{…}` for `name[CALL_ID]id[ARGS]{…}`)."""
+        t = self.t
+        written = super().call_id()
+        if t.id_before_name or not t.id_start.strip() or not t.id_end.strip():
+            return written
+        return choice(written, self.marker(t.id_end))
+
     def key_chars(self) -> Node:
         """A key the schema does not name, as the parser reads it: any name up to the marker that
         ends it, as long as the longest name the parser reads."""
         t = self.t
-        ends = {m.strip()[0] for m in (t.arg_key_end, t.arg_key_end_json) if m.strip()}
+        # the marker's first character, and its first after space unless that is a letter: the
+        # key end ` as string]]` must not make `a` unreadable as a key
+        markers = [m for m in (t.arg_key_end, t.arg_key_end_json) if m.strip()]
+        ends = {m[0] for m in markers} | {m.strip()[0] for m in markers if not m.strip()[0].isalnum()}
         # no slash: after a tag's `<`, `/` begins a closing tag (`</invoke>`), not a key
         return Chars("^/" + NAME_FORBIDDEN + "".join(sorted(re.escape(c) for c in ends)), 1, MAX_KEY)
 
@@ -350,8 +384,8 @@ class _Reading(_Builder):
                 text = replace(value.text, nonempty=True) if isinstance(value.text, Text) else value.text
                 value = replace(value, text=text, bounded=False, as_json=True)
             member = Rule(f"{name}-arg-{key}", seq(self.marker(t.arg_start), Lit(key),
-                                                    self.marker(json_end if raw else t.arg_key_end), value,
-                                                    self.member_end(key, raw)), MEMBER, key)
+                                                    self.json_key_end(NOT_STRING) if raw else self.marker(t.arg_key_end),
+                                                    value, self.member_end(key, raw)), MEMBER, key)
             variants.append((member, False))
         extra = members.extra
         if extra is not None:
@@ -359,7 +393,8 @@ class _Reading(_Builder):
             text = replace(text, nonempty=True) if isinstance(text, Text) else text
             value = RawString(name, params, None, "$", f"{name}-extra", t.arg_end, text, bounded=False, as_json=True)
             extra = choice(extra, Rule(f"{name}-arg-extra-json", seq(self.marker(t.arg_start), KEY_CHARS,
-                                                                      self.marker(json_end), value, self.extra_end()),
+                                                                      self.json_key_end(NOT_STRING), value,
+                                                                      self.extra_end()),
                                        MEMBER))
         return replace(members, items=members.items + tuple(variants), extra=extra)
 
@@ -370,24 +405,31 @@ class _Reading(_Builder):
         opener = self.marker(self.t.args_start)
         return choice(opener, seq(self.marker(fence), self.gap()), EMPTY) if fence else opener
 
-    def args_closer(self) -> Node:
-        """As generated; a closing code fence may be left out, as its opener may."""
-        closer = super().args_closer()
+    def args_closer(self, name: str = "") -> Node:
+        """As generated; a closing code fence may be left out, as its opener may. A closing tag
+        named after the tool, where no tools are given, names any tool."""
+        head, hole, tail = self.t.args_end.partition(NAME_HOLE)
+        if hole and not name:
+            closer = seq(self.marker(head), self.name_node("", False), self.marker(tail))
+        else:
+            closer = super().args_closer(name)
         return optional(closer) if bare_fence(self.t.args_start) else closer
 
     # -- reasoning and content ------------------------------------------------------------
 
     def with_reasoning(self, body: Node, section: Node | None, unended: Node | None = None,
-                       stray: Node | None = None) -> Node:
+                       stray: Node | None = None, closed: Node | None = None) -> Node:
         """An optional reasoning block, then `body`; or reasoning with no end marker, to the
         end of the output, or to the calls (`section`) when no end marker follows them.
         `unended`: `body` as read where reasoning is implied and no marker has ended it yet;
-        `stray`: the answer the output began with, up to an end marker of reasoning never opened."""
+        `stray`: the answer the output began with, up to an end marker of reasoning never opened;
+        `closed`: `body` as read after a reasoning block the model opened and closed, where the
+        end marker again, last in the output, is markup (a model closing its thought channel twice)."""
         r = self.r
         if not self.reads_reasoning():
             return body
         start, end = r.start.strip(), r.end.strip()
-        inside = self.reasoning_to_answer(body, section, end)
+        inside = self.reasoning_to_answer(body if closed is None else closed, section, end)
         if self.forced:
             if not start:
                 return choice(*inside)
@@ -510,11 +552,13 @@ class _Reading(_Builder):
         no call is text."""
         dropped = [m.strip() for m in ([self.c.end] if self.opened else [self.c.start, self.c.end])
                    if m.strip() and m.strip() != self.r.end.strip()]
+        ended = (self.r.end.strip(),) if self.end_dropped and self.reads_reasoning() else ()
         openers = self.call_openers() if calls else []
         separator, header, header_start = self.message_markers()
         empty = self.empty_reasoning()
         reopen = [self.r.start.strip()] if empty != EMPTY else []
-        stops = tuple(s for s in dict.fromkeys([*self.stop, *also_stop, *openers, *dropped, separator, *reopen]) if s)
+        stops = tuple(s for s in dict.fromkeys([*self.stop, *also_stop, *openers, *dropped, separator, *reopen,
+                                                *ended]) if s)
         bracket = self.markerless_opener() if calls else ""
         # a bracket opens a call only before what a call begins with (a key's quote, an object);
         # one that opens none is text

@@ -106,7 +106,9 @@ def start_state(analysis: AnalysisData, thinking: bool | None, prompt: str | Non
     tail = prompt[anchor:]
     if anchor > turn and tail.strip() and header and not any(m and m in tail for m in tool_markers):
         return CLOSED, True  # the prompt ends inside the assistant's own partial answer
-    if has_reasoning and ((end and prompt.rstrip().endswith(end)) or reasoning.forced_open):
+    # a template that opens reasoning itself and did not here (a turn after a tool result); where
+    # thinking is not on for this request, a prompt that did not close reasoning leaves it free
+    if has_reasoning and ((end and prompt.rstrip().endswith(end)) or (reasoning.forced_open and expected)):
         return CLOSED, False
     return free, False
 

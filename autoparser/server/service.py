@@ -242,7 +242,7 @@ class ChatService:
 
     def preamble(self, tools: list[dict[str, Any]], thinking: bool | None) -> str:
         """The tools preamble for `tools` (cached: clients send the same tools every turn)."""
-        kwargs = self.analysis.thinking_kwargs(thinking)
+        kwargs = {**self.analysis.input_kwargs(tools), **self.analysis.thinking_kwargs(thinking)}
         return self._preambles.get(_key(tools, kwargs), lambda: tools_preamble(self.analysis, tools, kwargs,
                                                                                self.renderer.render))
 
@@ -278,7 +278,7 @@ class ChatService:
         if reserved:
             raise bad_request(f"chat_template_kwargs may not set {sorted(reserved)}.",
                               param="chat_template_kwargs")
-        kwargs = {**self.analysis.thinking_kwargs(thinking), **template_kwargs}
+        kwargs = {**self.analysis.input_kwargs(tools), **self.analysis.thinking_kwargs(thinking), **template_kwargs}
         try:
             return self.renderer.render(messages, tools=tools, add_generation_prompt=True, **kwargs)
         except TemplateRenderError as exc:

@@ -1,0 +1,304 @@
+"""Fixture families for structures a template states in its own way (see `fixtures/templates/`).
+
+Each family is read from its template alone and checked three ways: the probe round trip
+(`autoparser.roundtrip`), stream == whole for several chunkings of every round-trip output, and
+the streaming hold-back bound for prose (`tools/holdback_report.py`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import corpora
+import pytest
+from analyses import without_generated_ids
+
+import autoparser
+from autoparser.language import policy
+from autoparser.roundtrip import TOOLS, probe_messages, run_case
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "templates"
+BOS, EOS = "<s>", "</s>"
+FAMILIES = ("catalog_inputs.jinja", "typed_params.jinja", "named_closing.jinja", "id_after_name.jinja",
+            "instructed_phrases.jinja", "instructed_wrappers.jinja", "trailing_instructions.jinja",
+            "string_switch.jinja", "id_before_name.jinja", "lenticular_words.jinja", "caps_lines.jinja",
+            "tab_labels.jinja")
+# the conversation does not start with the prompt (a block follows the last reply): no probe round trip
+NO_ROUND_TRIP = {"trailing_instructions.jinja"}
+holdback = corpora.tool_module("holdback_report")
+
+
+def analyze_family(name: str) -> autoparser.Analysis:
+    return autoparser.analyze((FIXTURES / name).read_text(encoding="utf-8"), bos_token=BOS, eos_token=EOS)
+
+
+def _streamed(parser, chunks: list[str]) -> dict:  # type: ignore[no-untyped-def]
+    stream = parser.stream()
+    for chunk in chunks:
+        stream.feed(chunk)
+    stream.finish()
+    return without_generated_ids(stream.message())
+
+
+@pytest.mark.parametrize("case", sorted(probe_messages()))
+@pytest.mark.parametrize("name", FAMILIES)
+def test_round_trip_and_stream_equals_whole(name: str, case: str) -> None:
+    analysis = analyze_family(name)
+    result = run_case(analysis, case, probe_messages()[case])
+    assert result.status != "fail", f"{result.cause}\noutput: {result.output!r}\ngot: {result.got}"
+    assert result.status == "pass" or case != "content" or name in NO_ROUND_TRIP
+    if result.status != "pass":
+        return
+    parser = analysis.parser(tools=TOOLS, thinking=result.thinking)
+    whole = without_generated_ids(parser.parse(result.output))
+    for size in (1, 2, 3, 7):
+        chunks = [result.output[i:i + size] for i in range(0, len(result.output), size)]
+        assert _streamed(parser, chunks) == whole, f"{size}-character chunks"
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_prose_is_held_at_most_the_bound(name: str) -> None:
+    analysis = analyze_family(name)
+    for tools in (holdback.TOOLS, None):
+        parser = analysis.parser(tools=tools)
+        for case in holdback.cases(analysis):
+            held, roles = holdback.most_held(parser, case)
+            assert held <= policy.HOLD_BOUND, f"{case.name}: {held} characters held ({roles})"
+
+
+# -- a variable beyond `messages` and `tools` ------------------------------------------------------
+
+def test_variables_the_template_needs_are_found_and_given_at_render_time() -> None:
+    analysis = analyze_family("catalog_inputs.jinja")
+    assert analysis.template_inputs == {"tool_catalog": "tools_text", "session_label": "text"}
+    assert not analysis.warnings
+    prompt = analysis.render([{"role": "user", "content": "hi"}], tools=TOOLS, add_generation_prompt=True)
+    assert '"get_weather"' in prompt
+    restored = autoparser.Analysis.from_dict(analysis.to_dict(), source=analysis.source)
+    assert restored.template_inputs == analysis.template_inputs
+
+
+def test_a_template_needing_no_inputs_records_none() -> None:
+    analysis = analyze_family("bare_json.jinja")
+    assert analysis.template_inputs == {}
+    assert "template_inputs" not in analysis.to_dict()
+
+
+def test_calls_after_the_word_marker_are_read() -> None:
+    parser = analyze_family("catalog_inputs.jinja").parser()
+    message = parser.parse('Checking.invoke>>[{"tool": "get_weather", "input": {"location": "Oslo"}}]')
+    assert message["content"] == "Checking."
+    assert [(c["function"]["name"], c["function"]["arguments"]) for c in message["tool_calls"]] == [
+        ("get_weather", '{"location": "Oslo"}')]
+
+
+# -- the marker after a key names the value's JSON type ----------------------------------------------
+
+TYPED_OUTPUT = ("[[call f]][[param a as string]]x y[[/param]][[param b as number]]2[[/param]]"
+                "[[param c as boolean]]true[[/param]][[param d as array]][1, \"z\"][[/param]]"
+                "[[param e as object]]{\"f\": null}[[/param]][[param g as null]]null[[/param]][[/call]]")
+TYPED_ARGS = {"a": "x y", "b": 2, "c": True, "d": [1, "z"], "e": {"f": None}, "g": None}
+
+
+def test_the_type_named_after_each_key_is_found_as_a_hole() -> None:
+    tools = analyze_family("typed_params.jinja").tools
+    assert (tools.arg_key_end, tools.arg_key_end_json) == (" as string]]", " as {type}]]")
+
+
+@pytest.mark.parametrize("typed", [True, False])
+def test_every_argument_of_every_type_is_read(typed: bool) -> None:
+    kinds = {"a": "string", "b": "integer", "c": "boolean", "d": "array", "e": "object", "g": "null"}
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {k: {"type": v} for k, v in kinds.items()}}}}] if typed else None
+    parser = analyze_family("typed_params.jinja").parser(tools=tools)
+    message = parser.parse(TYPED_OUTPUT)
+    assert message["content"] is None
+    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in message["tool_calls"]] == [
+        ("f", TYPED_ARGS)]
+    assert _streamed(parser, list(TYPED_OUTPUT)) == without_generated_ids(message)
+
+
+def test_the_grammar_writes_the_type_the_schema_gives() -> None:
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"c": {"type": "boolean"}, "n": {"type": "integer"}}}}}]
+    grammar = analyze_family("typed_params.jinja").gbnf(tools=tools)
+    assert 'as boolean]]' in grammar and 'as number]]' in grammar and "as object]]" not in grammar
+
+
+# -- a closing tag named after the tool ----------------------------------------------------------------
+
+def _calls(message: dict) -> list[tuple[str, str]]:
+    return [(c["function"]["name"], c["function"]["arguments"]) for c in message["tool_calls"]]
+
+
+def test_a_closing_tag_named_after_the_tool_closes_that_call() -> None:
+    analysis = analyze_family("named_closing.jinja")
+    assert (analysis.tools.args_end, analysis.tools.call_end) == ("</{name}>", "")
+    text = 'Hi<get_weather>{"location": "Oslo"}</get_weather><search_docs>{"query": "x"}</search_docs>'
+    for tools in (TOOLS, None):
+        parser = analysis.parser(tools=tools)
+        message = parser.parse(text)
+        assert message["content"] == "Hi"
+        assert _calls(message) == [("get_weather", '{"location": "Oslo"}'), ("search_docs", '{"query": "x"}')]
+        assert _streamed(parser, list(text)) == without_generated_ids(message)
+    assert "</get_weather>" in analysis.gbnf(tools=TOOLS)
+
+
+# -- an id between the name and the arguments ----------------------------------------------------------
+
+def test_the_id_after_the_name_may_be_left_out() -> None:
+    parser = analyze_family("id_after_name.jinja").parser(tools=TOOLS)
+    text = '<<CALL>>get_weather<<ARGS>>{"location": "Oslo"}<<CALL>>search_docs<<ID>>abc123<<ARGS>>{"query": "x"}'
+    message = parser.parse(text)
+    assert message["content"] is None
+    assert _calls(message) == [("get_weather", '{"location": "Oslo"}'), ("search_docs", '{"query": "x"}')]
+    assert message["tool_calls"][1]["id"] == "abc123"
+    assert _streamed(parser, list(text)) == without_generated_ids(message)
+
+
+def test_an_id_written_before_the_name_is_read() -> None:
+    analysis = analyze_family("id_before_name.jinja")
+    assert (analysis.tools.call_start, analysis.tools.name_start, analysis.tools.id_end) == ("[id=", "", "] ")
+    text = 'Sure. [id=a1] get_weather {"location": "Oslo"}\n[id=b2] search_docs {"query": "x"}\n'
+    for tools in (TOOLS, None):
+        parser = analysis.parser(tools=tools)
+        message = parser.parse(text)
+        assert message["content"] == "Sure."
+        assert [(c["id"], c["function"]["name"]) for c in message["tool_calls"]] == [
+            ("a1", "get_weather"), ("b2", "search_docs")]
+        assert _streamed(parser, list(text)) == without_generated_ids(message)
+
+
+# -- reasoning and answer marked where the instructions say ----------------------------------------------
+
+PHRASED = "Working notes:\nThe user greets me.\n\nFinal answer:\nHello!"
+WRAPPED = "<ponder>The user greets me.</ponder>\n<reply>Hello!</reply>"
+
+
+@pytest.mark.parametrize("name, text", [("instructed_phrases.jinja", PHRASED), ("instructed_wrappers.jinja", WRAPPED)])
+def test_the_markers_the_instructions_name_split_reasoning_from_the_answer(name: str, text: str) -> None:
+    analysis = analyze_family(name)
+    assert analysis.reasoning.toggle and not analysis.reasoning.default_on
+    for thinking in (True, None):
+        parser = analysis.parser(thinking=thinking)
+        message = parser.parse(text)
+        assert (message["reasoning_content"], message["content"]) == ("The user greets me.", "Hello!")
+        for size in (1, 2, 5):
+            chunks = [text[i:i + size] for i in range(0, len(text), size)]
+            assert _streamed(parser, chunks) == without_generated_ids(message)
+    assert analysis.parser(thinking=True).parse("Hello!")["content"] == "Hello!"
+
+
+def test_phrases_are_found_from_the_quoted_instructions() -> None:
+    r = analyze_family("instructed_phrases.jinja").reasoning
+    assert (r.start, r.end, r.toggle) == ("Working notes:", "Final answer:", "deliberate")
+
+
+def test_the_second_instructed_pair_wraps_the_answer() -> None:
+    a = analyze_family("instructed_wrappers.jinja")
+    assert (a.reasoning.start, a.reasoning.end) == ("<ponder>", "</ponder>")
+    assert (a.content.mode, a.content.start, a.content.end) == ("wrapped_with_reasoning", "<reply>", "</reply>")
+
+
+# -- a block the template writes after every conversation ------------------------------------------------
+
+def test_a_block_after_the_whole_conversation_is_no_part_of_the_reply() -> None:
+    analysis = analyze_family("trailing_instructions.jinja")
+    tools = analysis.tools
+    assert (tools.section_start, tools.section_end) == ("Calls:\n```json\n", "```")
+    assert analysis.generation_prompt == "<|turn|>assistant: "
+    text = 'Let me see.\nCalls:\n```json\n[{"tool": "get_weather", "args": {"location": "Oslo"}}]\n```'
+    for given in (TOOLS, None):
+        parser = analysis.parser(tools=given)
+        message = parser.parse(text)
+        assert message["content"] == "Let me see."
+        assert _calls(message) == [("get_weather", '{"location": "Oslo"}')]
+        assert _streamed(parser, list(text)) == without_generated_ids(message)
+
+
+# -- the reasoning's end marker written again after the answer ---------------------------------------------
+
+@pytest.mark.parametrize("text, content", [
+    ("«think»plan«/think»Answer.«/think»", "Answer."),  # closing the channel twice: markup
+    ("«think»plan«/think»Use «/think» here.", "Use «/think» here."),  # inside the answer: text
+])
+def test_an_end_marker_written_again_last_is_markup(text: str, content: str) -> None:
+    analysis = autoparser.analyze((FIXTURES / "guillemet_json.jinja").read_text(encoding="utf-8"),
+                                  bos_token=BOS, eos_token=EOS)
+    for tools in (TOOLS, None):
+        parser = analysis.parser(tools=tools, thinking=True)
+        message = parser.parse(text)
+        assert (message["reasoning_content"], message["content"]) == ("plan", content)
+        for size in (1, 3):
+            assert _streamed(parser, [text[i:i + size] for i in range(0, len(text), size)]) == \
+                without_generated_ids(message)
+
+
+# -- a thinking switch compared with strings ------------------------------------------------------------
+
+def test_a_switch_compared_with_strings_is_found() -> None:
+    r = analyze_family("string_switch.jinja").reasoning
+    assert (r.toggle, r.toggle_on, r.toggle_off) == ("reasoning_mode", "on", "off")
+    assert (r.forced_open, r.closed_when_off, r.default_on) == (True, True, False)
+
+
+@pytest.mark.parametrize("thinking, text, expected", [
+    (True, "plan<|/muse|>Done.", ("plan", "Done.")),  # the prompt opened the block
+    (False, "Done.", (None, "Done.")),  # the prompt closed it
+    (None, "<|muse|>plan<|/muse|>Done.", ("plan", "Done.")),  # unset: the model opens it itself
+    (None, "Done.", (None, "Done.")),
+])
+def test_each_state_of_the_switch_reads_its_own_prompt(thinking: bool | None, text: str, expected: tuple) -> None:
+    analysis = analyze_family("string_switch.jinja")
+    prompt = analysis.render([{"role": "user", "content": "hi"}], add_generation_prompt=True,
+                             **analysis.thinking_kwargs(thinking))
+    parser = analysis.parser(thinking=thinking, prompt=prompt)
+    message = parser.parse(text)
+    assert (message["reasoning_content"], message["content"]) == expected
+    assert _streamed(parser, list(text)) == without_generated_ids(message)
+
+
+# -- markers that share their first character, in any script -------------------------------------------
+
+def test_markers_sharing_their_first_character_are_cut_whole() -> None:
+    analysis = analyze_family("lenticular_words.jinja")
+    tools = analysis.tools
+    assert (tools.call_start, tools.name_end, tools.call_end, tools.section_start) == ("【调用】", "【参数】", "【结束】", "")
+    assert analysis.stop[0] == "【完】"
+    text = '好的。【调用】get_weather【参数】{"location": "Oslo"}【结束】【调用】search_docs【参数】{"query": "x"}【结束】'
+    for given in (TOOLS, None):
+        parser = analysis.parser(tools=given)
+        message = parser.parse(text)
+        assert message["content"] == "好的。"
+        assert _calls(message) == [("get_weather", '{"location": "Oslo"}'), ("search_docs", '{"query": "x"}')]
+        assert _streamed(parser, list(text)) == without_generated_ids(message)
+
+
+# -- markers made of upper-case words on a line of their own ---------------------------------------------
+
+def test_lines_of_upper_case_words_are_markers() -> None:
+    analysis = analyze_family("caps_lines.jinja")
+    assert (analysis.reasoning.start, analysis.reasoning.end) == ("BEGIN REASONING", "END REASONING")
+    assert analysis.stop[0] == "END OF TURN"
+    text = "BEGIN REASONING\nThe user greets me. I SAY HI back.\nEND REASONING\nHello, I SAY HI."
+    parser = analysis.parser()
+    message = parser.parse(text)
+    assert (message["reasoning_content"], message["content"]) == ("The user greets me. I SAY HI back.",
+                                                                  "Hello, I SAY HI.")
+    assert _streamed(parser, list(text)) == without_generated_ids(message)
+
+
+# -- reasoning and answer opened by line labels -----------------------------------------------------------
+
+@pytest.mark.parametrize("text, expected", [
+    ("think:\tplan\nmore plan\nsay:\tDone.", ("plan\nmore plan", "Done.")),
+    ("say:\tDone.", (None, "Done.")),  # the answer's label stays out of the answer
+])
+def test_line_labels_mark_reasoning_and_answer(text: str, expected: tuple) -> None:
+    analysis = analyze_family("tab_labels.jinja")
+    assert (analysis.reasoning.start, analysis.reasoning.end) == ("think:\t", "say:\t")
+    parser = analysis.parser()
+    message = parser.parse(text)
+    assert (message["reasoning_content"], message["content"]) == expected
+    assert _streamed(parser, list(text)) == without_generated_ids(message)
