@@ -68,11 +68,13 @@ class JsonScanner:
     drops the member whole (`held_raw()` gives its text back) instead of closing it with `null`.
     """
 
-    __slots__ = ("state", "stack", "first", "started", "holding", "pending", "pending_raw")
+    __slots__ = ("state", "stack", "nesting", "first", "started", "holding", "pending", "pending_raw")
 
     def __init__(self, first: str = "") -> None:
         self.state = _VALUE
         self.stack: list[str] = []
+        # per level, a hash of the openers up to it: the nesting compares in constant time (`key`)
+        self.nesting: list[int] = []
         self.first = first
         self.started = False
         self.holding = False  # a member or element is held until its value starts
@@ -166,12 +168,12 @@ class JsonScanner:
                 self._release(out, hold)
             self.started = True
             if char == "{":
-                self.stack.append("{")
+                self._open("{")
                 self.state = _OBJECT_FIRST
                 out.append(char)
                 pos += 1
             elif char == "[":
-                self.stack.append("[")
+                self._open("[")
                 self.state = _ARRAY_FIRST
                 out.append(char)
                 pos += 1
@@ -262,8 +264,20 @@ class JsonScanner:
                 return None
         return None
 
+    def key(self) -> tuple:
+        """All that decides how the scan goes on, as plain data that hashes and compares in time
+        independent of the nesting depth (a reading's state is taken at every chunk)."""
+        nesting = (len(self.nesting), self.nesting[-1]) if self.nesting else ()
+        return (self.state, nesting, self.first, self.started, self.holding, tuple(self.pending),
+                tuple(self.pending_raw))
+
+    def _open(self, opener: str) -> None:
+        self.nesting.append(hash((self.nesting[-1] if self.nesting else 0, opener)))
+        self.stack.append(opener)
+
     def _close_container(self) -> None:
         self.stack.pop()
+        self.nesting.pop()
         self._close_value()
 
     def _close_value(self) -> None:
@@ -283,6 +297,32 @@ class JsonScanner:
         for opener in reversed(self.stack):
             parts.append("}" if opener == "{" else "]")
         return "".join(parts)
+
+
+def is_whole_json(text: str) -> bool:
+    """Whether `text` is one complete JSON value (whitespace around it allowed), checked without
+    recursion: `json.loads` raises RecursionError on a thousand nested brackets."""
+    pos, status, _ = JsonScanner().scan(text, 0, final=True)
+    return status == DONE and not text[pos:].strip()
+
+
+# `json.loads` and `json.dumps` recurse once per level: text nested deeper is not handed to them
+DEEPEST_DECODED = 400
+_NESTING = re.compile(r'"(?:[^"\\]++|\\[\s\S])*+"?|[\[\]{}]')
+
+
+def nesting_depth(text: str) -> int:
+    """The deepest `[`/`{` nesting in JSON-like `text` (brackets inside strings aside), in one
+    scan without recursion."""
+    depth = deepest = 0
+    for match in _NESTING.finditer(text):
+        char = match.group()[0]
+        if char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth = max(depth - 1, 0)
+    return deepest
 
 
 def _complete_scalar(held: str) -> str:

@@ -7,10 +7,10 @@ A mixin of `interpret.LanguageStream`; standard library only.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from autoparser.language import ir
+from autoparser.language.jsonscan import is_whole_json
 from autoparser.language.preference import (
     _calls_begun,
     _closed_more,
@@ -228,13 +228,7 @@ class _Recovery:
     def _arguments_closed(self) -> bool:
         """Whether the last call's emitted arguments are whole already. The reading recovered
         from may have failed before another one, whose events went out, closed them."""
-        if not self.out.calls:
-            return False
-        try:
-            json.loads(self.out.calls[-1].arguments())
-        except ValueError:
-            return False
-        return True
+        return bool(self.out.calls) and is_whole_json(self.out.calls[-1].arguments())
 
     def _content_rest(self) -> None:
         self._restore()
