@@ -189,3 +189,37 @@ def test_long_key_lengths_around_the_limit(family: str, length: int) -> None:
     text = analyses.render_output(analysis, None, "", [("get_weather", {"k" * length: "Paris"})], stop=False)
     message = analyses.parse(analysis, text)  # also checks one character per chunk
     assert not _lost(analysis, text, message)
+
+
+# -- long numbers -----------------------------------------------------------------------------------
+
+NUMBER_FAMILIES = ["deepseek_r1", "deepseek_v31", "hermes", "llama31", "mistral_array", "qwen3_coder", "glm45",
+                   "llama32_pythonic", "lfm2_python"]
+# long integers, and long fractions that a double holds (`1e999`, infinite as a double, is no number)
+long_numbers = st.builds(lambda sign, head, digit, count, exponent: sign + head + str(digit) * count
+                         + (exponent if head else ""),
+                         st.sampled_from(["", "-"]), st.sampled_from(["", "0.", "3."]), st.integers(1, 9),
+                         st.integers(500, 3000), st.sampled_from(["", "e-7", "E+2"]))
+
+
+@pytest.mark.parametrize("family", NUMBER_FAMILIES)
+@SETTINGS
+@given(number=long_numbers, cuts=chunk_cuts)
+def test_long_numbers_are_kept_as_written(family: str, number: str, cuts) -> None:
+    """A number of thousands of digits is the call's argument exactly as written, streamed in
+    any chunks as whole (a 940-digit number was cut where a held token ends, 512 characters)."""
+    analysis = getattr(analyses, family)()
+    text = analyses.render_output(analysis, "Thinking.", "", [("get_weather", {"days": 7, "city": "Oslo"})],
+                                  stop=False).replace("7", number, 1)
+    message = _messages_equal_after_chunking(Parser(analysis, tools=TOOLS), text, cuts)
+    [call] = message["tool_calls"]
+    assert f'"days": {number}' in call["function"]["arguments"], (text[:200], message)
+
+
+@pytest.mark.parametrize("family", ["hermes", "deepseek_r1", "qwen3_coder"])
+def test_a_long_number_cut_off_keeps_its_digits(family: str) -> None:
+    analysis = getattr(analyses, family)()
+    text = analyses.render_output(analysis, "Thinking.", "", [("get_weather", {"days": 7})], stop=False)
+    text = text[:text.index("7")] + "1" * 2000
+    message = analyses.parse(analysis, text)
+    assert "1" * 2000 in message["tool_calls"][0]["function"]["arguments"] + (message["content"] or "")
