@@ -223,3 +223,17 @@ def test_a_long_number_cut_off_keeps_its_digits(family: str) -> None:
     text = text[:text.index("7")] + "1" * 2000
     message = analyses.parse(analysis, text)
     assert "1" * 2000 in message["tool_calls"][0]["function"]["arguments"] + (message["content"] or "")
+
+
+@pytest.mark.parametrize(("family", "name"), [("hermes", "get_weath\ner"), ("llama31", "get\tweather"),
+                                              ("hermes", "get\\qx"), ("mistral_array", "a\u0001b")])
+def test_a_quoted_name_with_raw_control_characters_never_raises(family: str, name: str) -> None:
+    """The scanner lets raw control characters and lone backslashes through a JSON string; the
+    name they are in is read as written (`json.loads` raised on it, in the whole parse and the
+    stream)."""
+    analysis = getattr(analyses, family)()
+    text = analyses.render_output(analysis, None, "", [("get_weather", {"city": "Paris"})], stop=False)
+    text = text.replace('"get_weather"', '"' + name + '"')
+    for cut in (len(text), len(text) - 3):
+        message = analyses.parse(analysis, text[:cut])
+        assert not _lost(analysis, text[:cut], message) or message["tool_calls"][-1].get("incomplete")
