@@ -209,6 +209,12 @@ class _Recovery:
             self.out.add_arguments(t.head.scanner.closing())
         if self.out.calls:
             self.out.calls[-1].incomplete = True
+        # what the arguments could not hold (a member or a marker the output stopped inside) is text
+        rest = self.buf[max(t.pos, self.safe):]
+        if t.head.__class__ is _JsonValue:
+            rest = t.head.scanner.held_raw() + rest
+        if rest.strip():
+            self.out.add_content(rest)
         self.buf, self.safe = "", 0
 
     def _closed_by(self, t: _Thread) -> bool:

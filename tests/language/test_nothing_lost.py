@@ -247,3 +247,16 @@ def test_a_section_whose_first_call_fails_on_its_name_keeps_its_opener_streamed(
             + 'function<｜tool▁sep｜>get"_weather\n```json\n{"')
     message = analyses.parse(analysis, text)  # whole, and one character per chunk: they must agree
     assert message["content"] == text[len("Thinking.</think>"):]
+
+
+@pytest.mark.parametrize("family", ["deepseek_r1", "deepseek_v31", "hermes", "llama31", "mistral_array", "kimi_k2",
+                                    "gpt_oss", "llama32_pythonic"])
+def test_json_arguments_cut_anywhere_lose_nothing(family: str) -> None:
+    """Cut at every character, a call keeps its complete values and the member (or marker) the
+    output stopped inside comes back as content; streamed one character at a time as whole."""
+    analysis = getattr(analyses, family)()
+    text = analyses.render_output(analysis, "Think.", "Hi.", [("get_weather", {"city": "Paris", "days": 3}),
+                                                             ("search_web", {"query": "cats"})], stop=False)
+    for cut in range(len(text) + 1):
+        message = analyses.parse(analysis, text[:cut])
+        assert not _lost(analysis, text[:cut], message), (text[:cut], message)
