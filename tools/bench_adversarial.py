@@ -3,7 +3,8 @@
 For each output format family of the corpora, hostile outputs are built from the format's own
 markers and from a real rendered tool call (the round-trip "one_call" output): repeated section
 and call openers, every marker cut one character short and repeated, the call cut at each of its
-parts and repeated, `{` runs, long unclosed keys, names and strings. Each is parsed whole and
+parts and repeated, `{` runs, long unclosed keys, names and strings, an unfinished call header
+again and again, `[`, `{"a": ` and `[{"a": ` nesting in a value (cut off, and complete). Each is parsed whole and
 streamed in 16-character chunks at 100 KB and at 1 MB. Linear time gives a 1 MB / 100 KB ratio
 near 10; the benchmark fails (exit 1) when any ratio exceeds 12, or when a stream's message
 differs from the whole parse of the same text.
@@ -65,9 +66,15 @@ class Case:
     name: str
     prefix: str
     unit: str
+    closer: str = ""  # with a closer: `unit` n times, `middle`, `closer` n times, `suffix` (complete nesting)
+    middle: str = ""
+    suffix: str = ""
 
     def text(self, size: int) -> str:
         body = size - len(self.prefix)
+        if self.closer:
+            count = max(body - len(self.middle) - len(self.suffix), 0) // (len(self.unit) + len(self.closer))
+            return self.prefix + self.unit * count + self.middle + self.closer * count + self.suffix
         return self.prefix + (self.unit * (body // len(self.unit) + 1))[:max(body, 0)]
 
 
@@ -144,8 +151,20 @@ def adversarial_cases(data: dict, output: str) -> list[Case]:
             if brace >= 0:
                 cases.append(Case("{ run in arguments", output[:brace + 1], "{"))
                 cases.append(Case('{" run in arguments', output[:brace + 1], '{"'))
+                # an unfinished call header, again and again (`{"name": "f", "parameters": ` ...)
+                cases.append(Case("repeated header to arguments", "", output[:brace]))
+                comma = output.rfind(",", 0, brace)
+                if name_at >= 0 and comma > name_at:
+                    cases.append(Case("repeated header to its comma", "", output[:comma + 1] + " "))
         if value_at >= 0:
             cases.append(Case("unclosed value", output[:value_at], "Paris, France \\ "))
+            # nesting in an argument value, cut off inside the deepest level and complete
+            start = value_at - 1 if output[value_at - 1:value_at] in "\"'" else value_at
+            end = output.find("France", value_at) + len("France") + (start < value_at)
+            for unit, closer in (("[", "]"), ('{"a": ', "}"), ('[{"a": ', "}]")):
+                cases.append(Case(f"{unit!r} nesting in a value, cut", output[:start], unit))
+                cases.append(Case(f"{unit!r} nesting in a value, complete", output[:start], unit, closer,
+                                  "1", output[end:]))
             cases.append(Case("{ run in a value", output[:value_at], "{"))
             cases.append(Case("repeated call to value", "", output[:value_at]))
             for field, marker in markers.items():
@@ -153,11 +172,11 @@ def adversarial_cases(data: dict, output: str) -> list[Case]:
                     cases.append(Case(f"partial {field} in a value", output[:value_at], marker[:-1] + "x"))
     for cut in cut_points(output, markers.values()):
         cases.append(Case(f"whitespace after {output[max(cut - 12, 0):cut]!r}", output[:cut], " \n"))
-    seen: set[tuple[str, str]] = set()
+    seen: set[tuple[str, str, str]] = set()
     unique = []
     for case in cases:
-        if (case.prefix, case.unit) not in seen:
-            seen.add((case.prefix, case.unit))
+        if (case.prefix, case.unit, case.closer) not in seen:
+            seen.add((case.prefix, case.unit, case.closer))
             unique.append(case)
     return unique
 

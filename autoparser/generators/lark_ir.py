@@ -19,6 +19,7 @@ from typing import Any
 
 from autoparser.caching import BoundedCache
 from autoparser.language import ir
+from autoparser.language.jsonscan import DEEPEST_DECODED, nesting_depth
 from autoparser.language.mapper import member_json
 from autoparser.language.message import Output, new_call_id
 from autoparser.language.request import is_weak
@@ -431,8 +432,14 @@ class _Reader:
         if not members:
             if not self.span(tree).strip():  # a call written without arguments
                 return "{}"
-            value = json.loads(self.span(tree), strict=False)
-            value = json.loads(value, strict=False) if isinstance(value, str) else value
+            written = self.span(tree).strip()
+            if nesting_depth(written) > DEEPEST_DECODED:
+                return written  # valid JSON by the grammar, kept as written
+            value = json.loads(written, strict=False)
+            if isinstance(value, str):
+                if nesting_depth(value) > DEEPEST_DECODED:
+                    return value
+                value = json.loads(value, strict=False)
             return json.dumps(value, ensure_ascii=False)
         parts: dict[str, str] = {}  # a key written twice: the last value
         for member in members:

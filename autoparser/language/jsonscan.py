@@ -45,6 +45,26 @@ _STRING = 5  # inside a string value
 _KEY = 6  # inside a key string
 _END = 7  # the top-level value is complete
 _NEXT = 8  # after ',' in a container: the next key or element (the comma held until it starts)
+# inside a long number that may go on: its integer digits, its fraction, its exponent (what went out
+# so far is a whole number; the rest goes out as it comes, never cut where a chunk ends)
+_INTEGER, _FRACTION, _EXPONENT = 9, 10, 11
+# what may follow each part of a number: whole, and cut short by the end of the text so far
+_NUMBER_REST = {_INTEGER: re.compile(r"[0-9]*(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"),
+                _FRACTION: re.compile(r"[0-9]*(?:[eE][+-]?[0-9]+)?"),
+                _EXPONENT: re.compile(r"[0-9]*")}
+_NUMBER_REST_PREFIX = {_INTEGER: re.compile(r"[0-9]*(?:\.(?:[0-9]+(?:[eE][+-]?[0-9]*)?)?|[eE][+-]?[0-9]*)?"),
+                       _FRACTION: re.compile(r"[0-9]*(?:[eE][+-]?[0-9]*)?"),
+                       _EXPONENT: re.compile(r"[0-9]*")}
+
+
+_NUMBER_PREFIX = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.(?:[0-9]+(?:[eE][+-]?[0-9]*)?)?|[eE][+-]?[0-9]*)?")
+
+
+def _number_part(number: str) -> int:
+    """The part of a number its last character belongs to."""
+    if "e" in number or "E" in number:
+        return _EXPONENT
+    return _FRACTION if "." in number else _INTEGER
 
 
 def escape_control(char: str) -> str:
@@ -68,11 +88,13 @@ class JsonScanner:
     drops the member whole (`held_raw()` gives its text back) instead of closing it with `null`.
     """
 
-    __slots__ = ("state", "stack", "first", "started", "holding", "pending", "pending_raw")
+    __slots__ = ("state", "stack", "nesting", "first", "started", "holding", "pending", "pending_raw")
 
     def __init__(self, first: str = "") -> None:
         self.state = _VALUE
         self.stack: list[str] = []
+        # per level, a hash of the openers up to it: the nesting compares in constant time (`key`)
+        self.nesting: list[int] = []
         self.first = first
         self.started = False
         self.holding = False  # a member or element is held until its value starts
@@ -98,6 +120,13 @@ class JsonScanner:
         end = len(text)
         while pos < end:
             state = self.state
+            if state >= _INTEGER:
+                pos = self._number_rest(text, pos, out)
+                if pos < 0:
+                    return self._result(text, -pos - 1, MORE, out, hold)
+                if self.state >= _INTEGER:
+                    return self._result(text, pos, ERROR, out, hold)
+                continue
             if state == _STRING or state == _KEY:
                 pos = self._string(text, pos, out, final)
                 if pos < 0:
@@ -166,12 +195,12 @@ class JsonScanner:
                 self._release(out, hold)
             self.started = True
             if char == "{":
-                self.stack.append("{")
+                self._open("{")
                 self.state = _OBJECT_FIRST
                 out.append(char)
                 pos += 1
             elif char == "[":
-                self.stack.append("[")
+                self._open("[")
                 self.state = _ARRAY_FIRST
                 out.append(char)
                 pos += 1
@@ -181,15 +210,20 @@ class JsonScanner:
                 pos += 1
             else:
                 # a member's scalar cut off by the end of output may have been longer: not final
-                taken = self._scalar(text, pos, final and not self.stack)
+                scalar_final = final and not self.stack
+                taken = self._scalar(text, pos, scalar_final)
                 if taken is None:
                     return self._result(text, pos, ERROR, out, hold)
                 if taken == "":
                     return self._result(text, pos, MORE, out, hold)
                 self._release(out, hold)
                 out.append(taken)
+                if not scalar_final and char != "t" and char != "f" and char != "n" and \
+                        _NUMBER_CHARS.match(text, pos).end() >= end:
+                    self.state = _number_part(taken)  # a long number reaching the end may go on
+                else:
+                    self._close_value()
                 pos += len(taken)
-                self._close_value()
         return self._result(text, pos, DONE if self.state == _END else MORE, out, hold)
 
     def _hold(self, out: list[str], pos: int, hold: list[int]) -> None:
@@ -241,16 +275,42 @@ class JsonScanner:
         out.append(escape_control(char))
         return end + 1
 
+    def _number_rest(self, text: str, pos: int, out: list[str]) -> int:
+        """Go on with a long number; return the new position, or -(pos+1) to hold text[pos:] (a
+        `.` or an exponent's `e+` that is not a number yet). The state stays a number part where
+        what follows cannot continue it (an error)."""
+        run = _NUMBER_CHARS.match(text, pos).end()
+        if run >= len(text):
+            rest = _NUMBER_REST_PREFIX[self.state].match(text, pos, run)
+            if rest.end() != run:
+                return pos
+            whole = _NUMBER_REST[self.state].match(text, pos, run)
+            if whole.end() > pos:
+                out.append(whole.group())
+                self.state = max(self.state, _number_part(whole.group()))
+            return -(whole.end() + 1)
+        rest = _NUMBER_REST[self.state].match(text, pos, run)
+        if rest.end() != run:
+            return pos
+        out.append(rest.group())
+        self._close_value()
+        return run
+
     def _scalar(self, text: str, pos: int, final: bool) -> str | None:
-        """A complete number or literal at pos; "" when it may still grow; None when invalid."""
+        """A complete number or literal at pos; "" when it may still grow; None when invalid. A
+        number longer than a held token that reaches the end of the text goes out as far as it
+        is a whole number (`scan` then reads the rest as it comes)."""
         char = text[pos]
         if char in "-0123456789":
             run = _NUMBER_CHARS.match(text, pos).end()
             if run >= len(text) and not final and run - pos < _LONGEST_HELD_TOKEN:
                 return ""
             number = _NUMBER.match(text, pos, run)
-            if number is None or number.end() != run:
+            if number is None:
                 return None
+            if number.end() != run:
+                prefix = run >= len(text) and not final and _NUMBER_PREFIX.fullmatch(text, pos, run)
+                return number.group() if prefix else None
             return number.group()
         for literal in _LITERALS:
             if literal[0] == char:
@@ -262,8 +322,20 @@ class JsonScanner:
                 return None
         return None
 
+    def key(self) -> tuple:
+        """All that decides how the scan goes on, as plain data that hashes and compares in time
+        independent of the nesting depth (a reading's state is taken at every chunk)."""
+        nesting = (len(self.nesting), self.nesting[-1]) if self.nesting else ()
+        return (self.state, nesting, self.first, self.started, self.holding, tuple(self.pending),
+                tuple(self.pending_raw))
+
+    def _open(self, opener: str) -> None:
+        self.nesting.append(hash((self.nesting[-1] if self.nesting else 0, opener)))
+        self.stack.append(opener)
+
     def _close_container(self) -> None:
         self.stack.pop()
+        self.nesting.pop()
         self._close_value()
 
     def _close_value(self) -> None:
@@ -283,6 +355,32 @@ class JsonScanner:
         for opener in reversed(self.stack):
             parts.append("}" if opener == "{" else "]")
         return "".join(parts)
+
+
+def is_whole_json(text: str) -> bool:
+    """Whether `text` is one complete JSON value (whitespace around it allowed), checked without
+    recursion: `json.loads` raises RecursionError on a thousand nested brackets."""
+    pos, status, _ = JsonScanner().scan(text, 0, final=True)
+    return status == DONE and not text[pos:].strip()
+
+
+# `json.loads` and `json.dumps` recurse once per level: text nested deeper is not handed to them
+DEEPEST_DECODED = 400
+_NESTING = re.compile(r'"(?:[^"\\]++|\\[\s\S])*+"?|[\[\]{}]')
+
+
+def nesting_depth(text: str) -> int:
+    """The deepest `[`/`{` nesting in JSON-like `text` (brackets inside strings aside), in one
+    scan without recursion."""
+    depth = deepest = 0
+    for match in _NESTING.finditer(text):
+        char = match.group()[0]
+        if char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth = max(depth - 1, 0)
+    return deepest
 
 
 def _complete_scalar(held: str) -> str:

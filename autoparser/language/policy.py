@@ -54,7 +54,7 @@ RULES: tuple[Rule, ...] = (
          "failed is content, and the language is read again from there with reasoning over."),
     Rule("cut-off-calls",
          "At the end of the output, a call cut off keeps its complete values and is marked "
-         "incomplete."),
+         "incomplete; the member or marker it stopped inside is content."),
     Rule("undecided-too-long",
          f"Readings that still disagree after {UNDECIDED_LIMIT} held events give way to the one that "
          "began the most calls, then to the first in the language's order."),

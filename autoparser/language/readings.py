@@ -41,7 +41,7 @@ def _plain(value: Any) -> Any:
     if isinstance(value, list):
         return tuple(_plain(v) for v in value)
     if value.__class__ is JsonScanner:
-        return tuple(_plain(getattr(value, slot)) for slot in JsonScanner.__slots__)
+        return value.key()
     return id(value)
 
 

@@ -7,10 +7,10 @@ A mixin of `interpret.LanguageStream`; standard library only.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from autoparser.language import ir
+from autoparser.language.jsonscan import is_whole_json
 from autoparser.language.preference import (
     _calls_begun,
     _closed_more,
@@ -209,6 +209,12 @@ class _Recovery:
             self.out.add_arguments(t.head.scanner.closing())
         if self.out.calls:
             self.out.calls[-1].incomplete = True
+        # what the arguments could not hold (a member or a marker the output stopped inside) is text
+        rest = self.buf[max(t.pos, self.safe):]
+        if t.head.__class__ is _JsonValue:
+            rest = t.head.scanner.held_raw() + rest
+        if rest.strip():
+            self.out.add_content(rest)
         self.buf, self.safe = "", 0
 
     def _closed_by(self, t: _Thread) -> bool:
@@ -228,13 +234,7 @@ class _Recovery:
     def _arguments_closed(self) -> bool:
         """Whether the last call's emitted arguments are whole already. The reading recovered
         from may have failed before another one, whose events went out, closed them."""
-        if not self.out.calls:
-            return False
-        try:
-            json.loads(self.out.calls[-1].arguments())
-        except ValueError:
-            return False
-        return True
+        return bool(self.out.calls) and is_whole_json(self.out.calls[-1].arguments())
 
     def _content_rest(self) -> None:
         self._restore()

@@ -254,7 +254,7 @@ class _Stepping:
         call = t.call
         text = "".join(t.parts)
         if role == ir.TOOL_NAME:
-            call.name = json.loads(text) if text.startswith('"') else text
+            call.name = _string_value(text) if text.startswith('"') else text
             t.start_call()
         elif role == ir.CALL_ID:
             call.id, t.own_id = "".join(t.own_id or ()), None
@@ -265,7 +265,7 @@ class _Stepping:
             if call.mode == "members":
                 t.arguments("}")
             elif call.mode == "string":
-                t.arguments(json.loads(text))
+                t.arguments(_string_value(text))
         t.role = None
         t.parts = []
 
@@ -325,3 +325,12 @@ class _Stepping:
         else:
             t.arguments((", " if t.count else "") + member_json(key, raw, node, self.reader.section))
         t.count += 1
+
+
+def _string_value(token: str) -> str:
+    """The value of a JSON string token as the scanner passed it: raw control characters and
+    lone backslashes, which it lets through, stay as written instead of failing `json.loads`."""
+    try:
+        return json.loads(token)
+    except ValueError:
+        return decode_string_body(token[1:-1] if len(token) > 1 and token.endswith('"') else token[1:])
