@@ -13,6 +13,8 @@ from autoparser.analyzers.reasoning import empty_pairs
 def analyze_content(prober: Prober, reasoning: ReasoningAnalysis, stop: list[str],
                     kwargs: dict[str, Any]) -> ContentAnalysis:
     plain = _wrapping(prober.output(prober.assistant(CONTENT_TEXT), **kwargs), reasoning, stop)
+    if reasoning.toggle and plain[1] and not plain[0]:
+        plain = _opened_by_prompt_when_off(prober, reasoning, stop, plain)
     with_reasoning = ("", "")
     if reasoning.mode != "none":
         for name in REASONING_FIELDS:
@@ -29,6 +31,14 @@ def analyze_content(prober: Prober, reasoning: ReasoningAnalysis, stop: list[str
     if instructed is not None:
         return ContentAnalysis(mode="wrapped_with_reasoning", start=instructed[0], end=instructed[1])
     return ContentAnalysis()
+
+
+def _opened_by_prompt_when_off(prober: Prober, reasoning: ReasoningAnalysis, stop: list[str],
+                               plain: tuple[str, str]) -> tuple[str, str]:
+    """With thinking off the prompt may open the answer's channel itself (`<|open|>response<|sep|>`);
+    with thinking on the model writes that opening after its reasoning: the answer's start marker."""
+    on = _wrapping(prober.output(prober.assistant(CONTENT_TEXT), **reasoning.toggle_kwargs(True)), reasoning, stop)
+    return (on[0], plain[1]) if on[1] == plain[1] else plain
 
 
 def _instructed_wrapper(prober: Prober, reasoning: ReasoningAnalysis) -> tuple[str, str] | None:

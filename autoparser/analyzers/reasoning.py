@@ -155,7 +155,7 @@ def find_toggle(prober: Prober, facts: TemplateFacts) -> Toggle | None:
     for name in ranked[:MAX_TOGGLE_CANDIDATES]:
         on = generation_prompt(prober, **{name: True})
         off = generation_prompt(prober, **{name: False})
-        if on is not None and off is not None and on != off and _adds_markers(on, off):
+        if on is not None and off is not None and on != off and (_adds_markers(on, off) or _channels(on, off)):
             found.append(Toggle(name, True, False, on, off))
     if not found:
         found = _string_toggles(prober, facts, ranked[:MAX_TOGGLE_CANDIDATES])
@@ -239,6 +239,29 @@ def _confirmed_toggle(prober: Prober, found: list[Toggle]) -> Toggle:
                 and generation_prompt(prober, **{candidate.name: False}, **others_on) == candidate.prompt_off):
             return candidate
     return found[0]
+
+
+_CHANNEL_WORD = re.compile(r"[A-Za-z][\w-]{0,23}")
+
+
+def _channels(on: str, off: str) -> tuple[str, str] | None:
+    """A switch that keeps the markers and changes the word between them: the prompt opens a
+    named channel (`<|open|>think<|sep|>` on, `<|open|>response<|sep|>` off). Both channels,
+    each marker-word-marker, or None."""
+    shared = len(common_prefix(on, off))
+    opener = next((m for m in reversed(markers_in(on[:shared])) if on[:shared].endswith(m)), "")
+    if not opener:
+        return None
+    channels = []
+    for prompt in (on, off):
+        tail = prompt[shared:]
+        closer = next((m for m in markers_in(tail) if tail.endswith(m)), "")
+        word = tail[:len(tail) - len(closer)] if closer else ""
+        if not _CHANNEL_WORD.fullmatch(word):
+            return None
+        channels.append((opener + word + closer, closer))
+    (on_channel, on_closer), (off_channel, off_closer) = channels
+    return (on_channel, off_channel) if on_closer == off_closer and on_channel != off_channel else None
 
 
 def _sounds_like_thinking(name: str) -> bool:
@@ -357,6 +380,8 @@ def _markers_from_toggle(toggle: Toggle) -> tuple[str, str, bool, bool]:
             if len(extra) > 1:
                 end = extra[1]
                 forced_open = False
+    elif channels := _channels(on, off):
+        start, forced_open = channels[0], True  # off opens the answer's channel: reasoning is not open
     else:
         shared = len(common_prefix(on, off))
         on_rest, off_rest = markers_in(on[shared:]), markers_in(off[shared:])

@@ -23,7 +23,7 @@ BOS, EOS = "<s>", "</s>"
 FAMILIES = ("catalog_inputs.jinja", "typed_params.jinja", "named_closing.jinja", "id_after_name.jinja",
             "instructed_phrases.jinja", "instructed_wrappers.jinja", "trailing_instructions.jinja",
             "string_switch.jinja", "id_before_name.jinja", "lenticular_words.jinja", "caps_lines.jinja",
-            "tab_labels.jinja")
+            "tab_labels.jinja", "channel_switch.jinja")
 # the conversation does not start with the prompt (a block follows the last reply): no probe round trip
 NO_ROUND_TRIP = {"trailing_instructions.jinja"}
 holdback = corpora.tool_module("holdback_report")
@@ -257,6 +257,31 @@ def test_each_state_of_the_switch_reads_its_own_prompt(thinking: bool | None, te
     message = parser.parse(text)
     assert (message["reasoning_content"], message["content"]) == expected
     assert _streamed(parser, list(text)) == without_generated_ids(message)
+
+
+# -- a switch that changes the channel the prompt opens, not its markers ---------------------------------
+
+def test_a_switch_naming_the_channel_is_found() -> None:
+    a = analyze_family("channel_switch.jinja")
+    assert (a.reasoning.toggle, a.reasoning.forced_open, a.reasoning.default_on) == ("muse", True, True)
+    assert (a.reasoning.start, a.reasoning.end) == ("<|lane|>ponder<|go|>", "<|shut|>ponder<|go|>")
+    assert (a.content.start, a.content.end) == ("<|lane|>speak<|go|>", "<|shut|>speak<|go|>")
+
+
+@pytest.mark.parametrize("thinking, text, expected", [
+    (True, "plan<|shut|>ponder<|go|>\n<|lane|>speak<|go|>Done.<|shut|>speak<|go|>", ("plan", "Done.")),
+    (None, "plan<|shut|>ponder<|go|>\n<|lane|>speak<|go|>Done.<|shut|>speak<|go|>", ("plan", "Done.")),
+    (False, "Done.<|shut|>speak<|go|>", (None, "Done.")),  # off: the prompt opened the answer's channel
+])
+def test_thinking_off_opens_the_answer_channel(thinking: bool | None, text: str, expected: tuple) -> None:
+    analysis = analyze_family("channel_switch.jinja")
+    prompt = analysis.render([{"role": "user", "content": "hi"}], add_generation_prompt=True,
+                             **analysis.thinking_kwargs(thinking))
+    for given in (prompt, None):
+        parser = analysis.parser(thinking=thinking, prompt=given)
+        message = parser.parse(text)
+        assert (message["reasoning_content"], message["content"]) == expected
+        assert _streamed(parser, list(text)) == without_generated_ids(message)
 
 
 # -- markers that share their first character, in any script -------------------------------------------
