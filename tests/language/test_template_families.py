@@ -23,7 +23,7 @@ BOS, EOS = "<s>", "</s>"
 FAMILIES = ("catalog_inputs.jinja", "typed_params.jinja", "named_closing.jinja", "id_after_name.jinja",
             "instructed_phrases.jinja", "instructed_wrappers.jinja", "trailing_instructions.jinja",
             "string_switch.jinja", "id_before_name.jinja", "lenticular_words.jinja", "caps_lines.jinja",
-            "tab_labels.jinja", "channel_switch.jinja")
+            "tab_labels.jinja", "channel_switch.jinja", "line_after_name.jinja")
 # the conversation does not start with the prompt (a block follows the last reply): no probe round trip
 NO_ROUND_TRIP = {"trailing_instructions.jinja"}
 holdback = corpora.tool_module("holdback_report")
@@ -282,6 +282,24 @@ def test_thinking_off_opens_the_answer_channel(thinking: bool | None, text: str,
         message = parser.parse(text)
         assert (message["reasoning_content"], message["content"]) == expected
         assert _streamed(parser, list(text)) == without_generated_ids(message)
+
+
+# -- the next valid call after a malformed one -------------------------------------------------------------
+
+@pytest.mark.parametrize("broken", ['{"location": "Paris",}', '{"location": Paris}', '{"location" "Paris"}',
+                                    '{"location": "Paris"'])
+def test_a_broken_call_does_not_swallow_the_next_one(broken: str) -> None:
+    analysis = analyze_family("line_after_name.jinja")
+    assert analysis.reasoning.mode == "none"
+    text = (f'<<calls>><<call>>get_weather\n{broken}<</call>>'
+            '<<call>>get_weather\n{"location": "Oslo"}<</call>><</calls>>')
+    parser = analysis.parser(tools=TOOLS)  # lenient; strict keeps a section with a broken call as text
+    message = parser.parse(text)
+    assert _calls(message)[-1] == ("get_weather", '{"location": "Oslo"}')
+    assert "<<call>>" not in (message["content"] or "")
+    for size in (1, 4):
+        chunks = [text[i:i + size] for i in range(0, len(text), size)]
+        assert _streamed(parser, chunks) == without_generated_ids(message)
 
 
 # -- markers that share their first character, in any script -------------------------------------------
