@@ -220,6 +220,20 @@ def empty_pairs(text: str) -> list[tuple[str, str]]:
             if is_marker(segs[at]) and segs[at + 1] in closing_counterpart(segs[at])]
 
 
+def instructed_answer_pair(text: str) -> tuple[str, str] | None:
+    """A marker pair the instructions show around an elided answer (`[BEGIN ANSWER] ... [END ANSWER]`):
+    the model writes the answer between them, after the reasoning the instructions ask for first."""
+    segs = [s for s in segments(text) if not s.isspace()]
+    for at, seg in enumerate(segs):
+        if not is_marker(seg):
+            continue
+        rest = segs[at + 1:]
+        dots = 3 if rest[:3] == [".", ".", "."] else 1 if rest[:1] == ["\u2026"] else 0
+        if dots and len(rest) > dots and rest[dots] in closing_counterpart(seg):
+            return seg, rest[dots]
+    return None
+
+
 # a short quoted phrase ending in a colon: "write your thoughts after 'Here is my thought process:'"
 _INSTRUCTED_PHRASE = re.compile(r"""(?:'([^'\n]{3,48}:)'|"([^"\n]{3,48}:)")""")
 
@@ -331,6 +345,10 @@ def analyze_reasoning(prober: Prober, facts: TemplateFacts, warnings: list[str])
         end = next((c for c in closing_counterpart(start) if c in literals), "")
         if not end:
             end = _end_marker_from_stripping(prober, [c for c in closing_counterpart(start)], on_kwargs)
+    if not start and not end and not toggle:
+        pair = instructed_answer_pair(prober.prompt() or "")
+        if pair:  # reasoning comes first, unmarked; the answer's opening marker ends it
+            return ReasoningAnalysis(mode="tagged", start="", end=pair[0], start_inferred=True)
     if not start or not end:
         if toggle:
             warnings.append(f"the template switches thinking with '{toggle.name}', but its reasoning markers "

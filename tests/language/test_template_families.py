@@ -23,9 +23,12 @@ BOS, EOS = "<s>", "</s>"
 FAMILIES = ("catalog_inputs.jinja", "typed_params.jinja", "named_closing.jinja", "id_after_name.jinja",
             "instructed_phrases.jinja", "instructed_wrappers.jinja", "trailing_instructions.jinja",
             "string_switch.jinja", "id_before_name.jinja", "lenticular_words.jinja", "caps_lines.jinja",
-            "tab_labels.jinja", "channel_switch.jinja", "line_after_name.jinja")
+            "tab_labels.jinja", "channel_switch.jinja", "line_after_name.jinja",
+            "elided_answer.jinja")
 # the conversation does not start with the prompt (a block follows the last reply): no probe round trip
 NO_ROUND_TRIP = {"trailing_instructions.jinja"}
+# the model reasons first, unmarked, and the history keeps only the answer: no answer-only round trip
+REASONS_FIRST = {"elided_answer.jinja"}
 holdback = corpora.tool_module("holdback_report")
 
 
@@ -47,7 +50,7 @@ def test_round_trip_and_stream_equals_whole(name: str, case: str) -> None:
     analysis = analyze_family(name)
     result = run_case(analysis, case, probe_messages()[case])
     assert result.status != "fail", f"{result.cause}\noutput: {result.output!r}\ngot: {result.got}"
-    assert result.status == "pass" or case != "content" or name in NO_ROUND_TRIP
+    assert result.status == "pass" or case != "content" or name in NO_ROUND_TRIP | REASONS_FIRST
     if result.status != "pass":
         return
     parser = analysis.parser(tools=TOOLS, thinking=result.thinking)
@@ -199,6 +202,25 @@ def test_the_second_instructed_pair_wraps_the_answer() -> None:
     a = analyze_family("instructed_wrappers.jinja")
     assert (a.reasoning.start, a.reasoning.end) == ("<ponder>", "</ponder>")
     assert (a.content.mode, a.content.start, a.content.end) == ("wrapped_with_reasoning", "<reply>", "</reply>")
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("Plan it.\n[START OF REPLY]\nHi there.\n[END OF REPLY]", ("Plan it.", "Hi there.", [])),
+    ("[START OF REPLY]Hi there.[END OF REPLY]", (None, "Hi there.", [])),
+    ("Hi there.", ("Hi there.", None, [])),  # the output starts inside the reasoning asked for first
+    ('Plan.\n<calls>[{"name": "get_weather", "arguments": {"location": "Oslo"}}]</calls>',
+     ("Plan.", None, [("get_weather", '{"location": "Oslo"}')])),
+])
+def test_the_wrapper_shown_around_an_elided_answer_ends_the_reasoning(text: str, expected: tuple) -> None:
+    analysis = analyze_family("elided_answer.jinja")
+    assert (analysis.reasoning.start, analysis.reasoning.end) == ("", "[START OF REPLY]")
+    assert (analysis.content.start, analysis.content.end) == ("[START OF REPLY]", "[END OF REPLY]")
+    parser = analysis.parser(tools=TOOLS)
+    message = parser.parse(text)
+    assert (message["reasoning_content"], message["content"], _calls(message)) == expected
+    for size in (1, 3):
+        chunks = [text[i:i + size] for i in range(0, len(text), size)]
+        assert _streamed(parser, chunks) == without_generated_ids(message)
 
 
 # -- a block the template writes after every conversation ------------------------------------------------
