@@ -288,21 +288,26 @@ def test_a_switch_naming_the_channel_is_found() -> None:
     assert (a.reasoning.toggle, a.reasoning.forced_open, a.reasoning.default_on) == ("muse", True, True)
     assert (a.reasoning.start, a.reasoning.end) == ("<|lane|>ponder<|go|>", "<|shut|>ponder<|go|>")
     assert (a.content.start, a.content.end) == ("<|lane|>speak<|go|>", "<|shut|>speak<|go|>")
+    # calls are analyzed where the model closes its reasoning, not the answer channel the prompt opened
+    assert (a.tools.section_start, a.tools.section_end) == ("<|lane|>calls<|go|>", "<|shut|>calls<|go|>")
 
 
 @pytest.mark.parametrize("thinking, text, expected", [
     (True, "plan<|shut|>ponder<|go|>\n<|lane|>speak<|go|>Done.<|shut|>speak<|go|>", ("plan", "Done.")),
     (None, "plan<|shut|>ponder<|go|>\n<|lane|>speak<|go|>Done.<|shut|>speak<|go|>", ("plan", "Done.")),
     (False, "Done.<|shut|>speak<|go|>", (None, "Done.")),  # off: the prompt opened the answer's channel
+    (False, '<|shut|>speak<|go|><|lane|>calls<|go|>{"name": "get_weather", "arguments": {"location": "Oslo"}}'
+            '<|shut|>calls<|go|>', (None, None)),
 ])
 def test_thinking_off_opens_the_answer_channel(thinking: bool | None, text: str, expected: tuple) -> None:
     analysis = analyze_family("channel_switch.jinja")
     prompt = analysis.render([{"role": "user", "content": "hi"}], add_generation_prompt=True,
                              **analysis.thinking_kwargs(thinking))
     for given in (prompt, None):
-        parser = analysis.parser(thinking=thinking, prompt=given)
+        parser = analysis.parser(tools=TOOLS, thinking=thinking, prompt=given)
         message = parser.parse(text)
         assert (message["reasoning_content"], message["content"]) == expected
+        assert _calls(message) == ([("get_weather", '{"location": "Oslo"}')] if "calls" in text else [])
         assert _streamed(parser, list(text)) == without_generated_ids(message)
 
 
