@@ -54,7 +54,8 @@ def analyze(source: str, bos_token: str = "", eos_token: str = "", **template_kw
     if turn is not None:
         stop = _with_turn_closing_stops(stop, content, turn.closing)
     messages = analyze_messages(prober, reasoning, prompt, reasoning.toggle_kwargs(True))
-    tools = analyze_tools(prober, reasoning, stop, quiet, warnings, messages, content)
+    tools = analyze_tools(prober, reasoning, stop, _tools_kwargs(prober, reasoning, content, quiet), warnings,
+                          messages, content)
     if messages.body_start:
         reasoning, content = _markers_from_messages(reasoning, content, messages)
     if tools.opened_by_prompt and turn is not None:
@@ -65,6 +66,16 @@ def analyze(source: str, bos_token: str = "", eos_token: str = "", **template_kw
                     messages=messages, stop=stop, preserved_tokens=_preserved_tokens(reasoning, content, tools, stop),
                     triggers=tool_triggers(tools), warnings=warnings, template_vars=dict(template_kwargs),
                     template_inputs=dict(prober.inputs), source=source, bos_token=bos_token, eos_token=eos_token)
+
+
+def _tools_kwargs(prober: Prober, reasoning: ReasoningAnalysis, content: ContentAnalysis,
+                  quiet: dict[str, Any]) -> dict[str, Any]:
+    """The switch's state calls are read in: off, unless off opens the answer's channel in the
+    prompt (a call would first close it); then on, where the model closes its reasoning instead."""
+    off = generation_prompt(prober, **quiet) if quiet and content.start.strip() else None
+    if off is not None and off.rstrip().endswith(content.start.strip()):
+        return reasoning.toggle_kwargs(True)
+    return quiet
 
 
 def _stops(turn: TurnEnd | None, eos_token: str, warnings: list[str]) -> list[str]:

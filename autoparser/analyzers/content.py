@@ -7,12 +7,14 @@ from typing import Any
 from autoparser.analysis import ContentAnalysis, ReasoningAnalysis
 from autoparser.analyzers.diff import common_prefix, cut_at_stop, is_marker, is_unit_marker, segments, units
 from autoparser.analyzers.probes import CONTENT_TEXT, REASONING_FIELDS, REASONING_TEXT, Prober
-from autoparser.analyzers.reasoning import empty_pairs
+from autoparser.analyzers.reasoning import empty_pairs, instructed_answer_pair
 
 
 def analyze_content(prober: Prober, reasoning: ReasoningAnalysis, stop: list[str],
                     kwargs: dict[str, Any]) -> ContentAnalysis:
     plain = _wrapping(prober.output(prober.assistant(CONTENT_TEXT), **kwargs), reasoning, stop)
+    if reasoning.toggle and plain[1] and not plain[0]:
+        plain = _opened_by_prompt_when_off(prober, reasoning, stop, plain)
     with_reasoning = ("", "")
     if reasoning.mode != "none":
         for name in REASONING_FIELDS:
@@ -25,10 +27,24 @@ def analyze_content(prober: Prober, reasoning: ReasoningAnalysis, stop: list[str
         return ContentAnalysis(mode="wrapped", start=plain[0], end=plain[1])
     if with_reasoning[0] or with_reasoning[1]:
         return ContentAnalysis(mode="wrapped_with_reasoning", start=with_reasoning[0], end=with_reasoning[1])
-    instructed = _instructed_wrapper(prober, reasoning)
+    instructed = _instructed_wrapper(prober, reasoning) or _instructed_answer(prober, reasoning)
     if instructed is not None:
         return ContentAnalysis(mode="wrapped_with_reasoning", start=instructed[0], end=instructed[1])
     return ContentAnalysis()
+
+
+def _opened_by_prompt_when_off(prober: Prober, reasoning: ReasoningAnalysis, stop: list[str],
+                               plain: tuple[str, str]) -> tuple[str, str]:
+    """With thinking off the prompt may open the answer's channel itself (`<|open|>response<|sep|>`);
+    with thinking on the model writes that opening after its reasoning: the answer's start marker."""
+    on = _wrapping(prober.output(prober.assistant(CONTENT_TEXT), **reasoning.toggle_kwargs(True)), reasoning, stop)
+    return (on[0], plain[1]) if on[1] == plain[1] else plain
+
+
+def _instructed_answer(prober: Prober, reasoning: ReasoningAnalysis) -> tuple[str, str] | None:
+    """The pair the instructions show around the answer, where its opening marker ends reasoning."""
+    pair = instructed_answer_pair(prober.prompt() or "") if reasoning.mode != "none" else None
+    return pair if pair and not reasoning.start and pair[0] == reasoning.end else None
 
 
 def _instructed_wrapper(prober: Prober, reasoning: ReasoningAnalysis) -> tuple[str, str] | None:

@@ -155,7 +155,7 @@ def find_toggle(prober: Prober, facts: TemplateFacts) -> Toggle | None:
     for name in ranked[:MAX_TOGGLE_CANDIDATES]:
         on = generation_prompt(prober, **{name: True})
         off = generation_prompt(prober, **{name: False})
-        if on is not None and off is not None and on != off and _adds_markers(on, off):
+        if on is not None and off is not None and on != off and (_adds_markers(on, off) or _channels(on, off)):
             found.append(Toggle(name, True, False, on, off))
     if not found:
         found = _string_toggles(prober, facts, ranked[:MAX_TOGGLE_CANDIDATES])
@@ -220,6 +220,20 @@ def empty_pairs(text: str) -> list[tuple[str, str]]:
             if is_marker(segs[at]) and segs[at + 1] in closing_counterpart(segs[at])]
 
 
+def instructed_answer_pair(text: str) -> tuple[str, str] | None:
+    """A marker pair the instructions show around an elided answer (`[BEGIN ANSWER] ... [END ANSWER]`):
+    the model writes the answer between them, after the reasoning the instructions ask for first."""
+    segs = [s for s in segments(text) if not s.isspace()]
+    for at, seg in enumerate(segs):
+        if not is_marker(seg):
+            continue
+        rest = segs[at + 1:]
+        dots = 3 if rest[:3] == [".", ".", "."] else 1 if rest[:1] == ["\u2026"] else 0
+        if dots and len(rest) > dots and rest[dots] in closing_counterpart(seg):
+            return seg, rest[dots]
+    return None
+
+
 # a short quoted phrase ending in a colon: "write your thoughts after 'Here is my thought process:'"
 _INSTRUCTED_PHRASE = re.compile(r"""(?:'([^'\n]{3,48}:)'|"([^"\n]{3,48}:)")""")
 
@@ -239,6 +253,29 @@ def _confirmed_toggle(prober: Prober, found: list[Toggle]) -> Toggle:
                 and generation_prompt(prober, **{candidate.name: False}, **others_on) == candidate.prompt_off):
             return candidate
     return found[0]
+
+
+_CHANNEL_WORD = re.compile(r"[A-Za-z][\w-]{0,23}")
+
+
+def _channels(on: str, off: str) -> tuple[str, str] | None:
+    """A switch that keeps the markers and changes the word between them: the prompt opens a
+    named channel (`<|open|>think<|sep|>` on, `<|open|>response<|sep|>` off). Both channels,
+    each marker-word-marker, or None."""
+    shared = len(common_prefix(on, off))
+    opener = next((m for m in reversed(markers_in(on[:shared])) if on[:shared].endswith(m)), "")
+    if not opener:
+        return None
+    channels = []
+    for prompt in (on, off):
+        tail = prompt[shared:]
+        closer = next((m for m in markers_in(tail) if tail.endswith(m)), "")
+        word = tail[:len(tail) - len(closer)] if closer else ""
+        if not _CHANNEL_WORD.fullmatch(word):
+            return None
+        channels.append((opener + word + closer, closer))
+    (on_channel, on_closer), (off_channel, off_closer) = channels
+    return (on_channel, off_channel) if on_closer == off_closer and on_channel != off_channel else None
 
 
 def _sounds_like_thinking(name: str) -> bool:
@@ -308,6 +345,10 @@ def analyze_reasoning(prober: Prober, facts: TemplateFacts, warnings: list[str])
         end = next((c for c in closing_counterpart(start) if c in literals), "")
         if not end:
             end = _end_marker_from_stripping(prober, [c for c in closing_counterpart(start)], on_kwargs)
+    if not start and not end and not toggle:
+        pair = instructed_answer_pair(prober.prompt() or "")
+        if pair:  # reasoning comes first, unmarked; the answer's opening marker ends it
+            return ReasoningAnalysis(mode="tagged", start="", end=pair[0], start_inferred=True)
     if not start or not end:
         if toggle:
             warnings.append(f"the template switches thinking with '{toggle.name}', but its reasoning markers "
@@ -357,6 +398,8 @@ def _markers_from_toggle(toggle: Toggle) -> tuple[str, str, bool, bool]:
             if len(extra) > 1:
                 end = extra[1]
                 forced_open = False
+    elif channels := _channels(on, off):
+        start, forced_open = channels[0], True  # off opens the answer's channel: reasoning is not open
     else:
         shared = len(common_prefix(on, off))
         on_rest, off_rest = markers_in(on[shared:]), markers_in(off[shared:])

@@ -101,7 +101,8 @@ class _Stepping:
         elif cls is _EndCall:
             t.call.closed = True
         elif cls is ir.Lit:
-            if self.reasoning_over and not t.skip and node.text.strip() == self.reader.reasoning_end:
+            if self.reasoning_over and not t.skip and self.reader.reasoning_end and \
+                    node.text.strip() == self.reader.reasoning_end:
                 return []  # reasoning is over: its end marker is text
             if t.skip:
                 skipped, t.skip = t.skip == node.text.strip(), ""

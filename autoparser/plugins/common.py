@@ -14,6 +14,11 @@
   all (or, with no reasoning stage before it, the whole output with reasoning as text);
   `ServedModel.answer_has_work(text)`: whether it reads a text as other than the text itself.
 * `merge_deltas(...)`: autoparser's OpenAI delta dicts of one feed, merged into one delta.
+* `template_inputs_note(analysis)`: where the template reads variables beyond the conversation
+  (`Analysis.template_inputs`), what the client must pass. The engines render the template
+  themselves, and a parser cannot add template variables before they do: vLLM calls a parser's
+  `adjust_request` after the prompt is rendered, and SGLang's detectors see no request before it;
+  so the plugin says so once, at start-up, and the client passes them in `chat_template_kwargs`.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import secrets
 import threading
 from collections import deque
@@ -46,6 +52,9 @@ _ID_CACHE_SIZE = 64
 # the keys of the analysis' `tools` object that hold marker texts
 TOOL_MARKER_KEYS = ("section_start", "section_end", "call_start", "call_end", "call_separator", "name_start",
                     "name_end", "args_start", "args_end", "arg_start", "arg_key_end", "arg_end", "id_start", "id_end")
+
+
+_LOG = logging.getLogger("autoparser.plugins")
 
 
 class PluginError(ValueError):
@@ -211,7 +220,23 @@ def served_model(tokenizer: Any) -> ServedModel:
             except Exception as exc:  # surfaced once, at the engine's startup check
                 raise PluginError(f"autoparser could not analyze the chat template: {exc}") from exc
             model = _MODELS[key] = ServedModel(key, analysis)
+            note = template_inputs_note(analysis)
+            if note:
+                _LOG.warning(note)
     return model
+
+
+def template_inputs_note(analysis: Any) -> str | None:
+    """What a client must pass in `chat_template_kwargs` where the template reads variables beyond
+    the conversation, which the engine does not give (None where it reads none)."""
+    inputs: dict[str, str] = dict(analysis.template_inputs)
+    if not inputs:
+        return None
+    wanted = ", ".join(f"'{name}' (the request's tool definitions as JSON text)" if kind == "tools_text"
+                       else f"'{name}' (any text, empty will do)" for name, kind in sorted(inputs.items()))
+    return ("the chat template reads variables beyond the conversation, which the engine renders without: "
+            f"pass {wanted} in each request's chat_template_kwargs, or the prompt is not the one the "
+            "template was analyzed with")
 
 
 def token_ids(tokenizer: Any, text: str) -> tuple[int, ...]:

@@ -23,9 +23,12 @@ BOS, EOS = "<s>", "</s>"
 FAMILIES = ("catalog_inputs.jinja", "typed_params.jinja", "named_closing.jinja", "id_after_name.jinja",
             "instructed_phrases.jinja", "instructed_wrappers.jinja", "trailing_instructions.jinja",
             "string_switch.jinja", "id_before_name.jinja", "lenticular_words.jinja", "caps_lines.jinja",
-            "tab_labels.jinja")
+            "tab_labels.jinja", "channel_switch.jinja", "line_after_name.jinja",
+            "elided_answer.jinja")
 # the conversation does not start with the prompt (a block follows the last reply): no probe round trip
 NO_ROUND_TRIP = {"trailing_instructions.jinja"}
+# the model reasons first, unmarked, and the history keeps only the answer: no answer-only round trip
+REASONS_FIRST = {"elided_answer.jinja"}
 holdback = corpora.tool_module("holdback_report")
 
 
@@ -47,7 +50,7 @@ def test_round_trip_and_stream_equals_whole(name: str, case: str) -> None:
     analysis = analyze_family(name)
     result = run_case(analysis, case, probe_messages()[case])
     assert result.status != "fail", f"{result.cause}\noutput: {result.output!r}\ngot: {result.got}"
-    assert result.status == "pass" or case != "content" or name in NO_ROUND_TRIP
+    assert result.status == "pass" or case != "content" or name in NO_ROUND_TRIP | REASONS_FIRST
     if result.status != "pass":
         return
     parser = analysis.parser(tools=TOOLS, thinking=result.thinking)
@@ -201,6 +204,25 @@ def test_the_second_instructed_pair_wraps_the_answer() -> None:
     assert (a.content.mode, a.content.start, a.content.end) == ("wrapped_with_reasoning", "<reply>", "</reply>")
 
 
+@pytest.mark.parametrize("text, expected", [
+    ("Plan it.\n[START OF REPLY]\nHi there.\n[END OF REPLY]", ("Plan it.", "Hi there.", [])),
+    ("[START OF REPLY]Hi there.[END OF REPLY]", (None, "Hi there.", [])),
+    ("Hi there.", ("Hi there.", None, [])),  # the output starts inside the reasoning asked for first
+    ('Plan.\n<calls>[{"name": "get_weather", "arguments": {"location": "Oslo"}}]</calls>',
+     ("Plan.", None, [("get_weather", '{"location": "Oslo"}')])),
+])
+def test_the_wrapper_shown_around_an_elided_answer_ends_the_reasoning(text: str, expected: tuple) -> None:
+    analysis = analyze_family("elided_answer.jinja")
+    assert (analysis.reasoning.start, analysis.reasoning.end) == ("", "[START OF REPLY]")
+    assert (analysis.content.start, analysis.content.end) == ("[START OF REPLY]", "[END OF REPLY]")
+    parser = analysis.parser(tools=TOOLS)
+    message = parser.parse(text)
+    assert (message["reasoning_content"], message["content"], _calls(message)) == expected
+    for size in (1, 3):
+        chunks = [text[i:i + size] for i in range(0, len(text), size)]
+        assert _streamed(parser, chunks) == without_generated_ids(message)
+
+
 # -- a block the template writes after every conversation ------------------------------------------------
 
 def test_a_block_after_the_whole_conversation_is_no_part_of_the_reply() -> None:
@@ -257,6 +279,54 @@ def test_each_state_of_the_switch_reads_its_own_prompt(thinking: bool | None, te
     message = parser.parse(text)
     assert (message["reasoning_content"], message["content"]) == expected
     assert _streamed(parser, list(text)) == without_generated_ids(message)
+
+
+# -- a switch that changes the channel the prompt opens, not its markers ---------------------------------
+
+def test_a_switch_naming_the_channel_is_found() -> None:
+    a = analyze_family("channel_switch.jinja")
+    assert (a.reasoning.toggle, a.reasoning.forced_open, a.reasoning.default_on) == ("muse", True, True)
+    assert (a.reasoning.start, a.reasoning.end) == ("<|lane|>ponder<|go|>", "<|shut|>ponder<|go|>")
+    assert (a.content.start, a.content.end) == ("<|lane|>speak<|go|>", "<|shut|>speak<|go|>")
+    # calls are analyzed where the model closes its reasoning, not the answer channel the prompt opened
+    assert (a.tools.section_start, a.tools.section_end) == ("<|lane|>calls<|go|>", "<|shut|>calls<|go|>")
+
+
+@pytest.mark.parametrize("thinking, text, expected", [
+    (True, "plan<|shut|>ponder<|go|>\n<|lane|>speak<|go|>Done.<|shut|>speak<|go|>", ("plan", "Done.")),
+    (None, "plan<|shut|>ponder<|go|>\n<|lane|>speak<|go|>Done.<|shut|>speak<|go|>", ("plan", "Done.")),
+    (False, "Done.<|shut|>speak<|go|>", (None, "Done.")),  # off: the prompt opened the answer's channel
+    (False, '<|shut|>speak<|go|><|lane|>calls<|go|>{"name": "get_weather", "arguments": {"location": "Oslo"}}'
+            '<|shut|>calls<|go|>', (None, None)),
+])
+def test_thinking_off_opens_the_answer_channel(thinking: bool | None, text: str, expected: tuple) -> None:
+    analysis = analyze_family("channel_switch.jinja")
+    prompt = analysis.render([{"role": "user", "content": "hi"}], add_generation_prompt=True,
+                             **analysis.thinking_kwargs(thinking))
+    for given in (prompt, None):
+        parser = analysis.parser(tools=TOOLS, thinking=thinking, prompt=given)
+        message = parser.parse(text)
+        assert (message["reasoning_content"], message["content"]) == expected
+        assert _calls(message) == ([("get_weather", '{"location": "Oslo"}')] if "calls" in text else [])
+        assert _streamed(parser, list(text)) == without_generated_ids(message)
+
+
+# -- the next valid call after a malformed one -------------------------------------------------------------
+
+@pytest.mark.parametrize("broken", ['{"location": "Paris",}', '{"location": Paris}', '{"location" "Paris"}',
+                                    '{"location": "Paris"'])
+def test_a_broken_call_does_not_swallow_the_next_one(broken: str) -> None:
+    analysis = analyze_family("line_after_name.jinja")
+    assert analysis.reasoning.mode == "none"
+    text = (f'<<calls>><<call>>get_weather\n{broken}<</call>>'
+            '<<call>>get_weather\n{"location": "Oslo"}<</call>><</calls>>')
+    parser = analysis.parser(tools=TOOLS)  # lenient; strict keeps a section with a broken call as text
+    message = parser.parse(text)
+    assert _calls(message)[-1] == ("get_weather", '{"location": "Oslo"}')
+    assert "<<call>>" not in (message["content"] or "")
+    for size in (1, 4):
+        chunks = [text[i:i + size] for i in range(0, len(text), size)]
+        assert _streamed(parser, chunks) == without_generated_ids(message)
 
 
 # -- markers that share their first character, in any script -------------------------------------------

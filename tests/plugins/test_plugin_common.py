@@ -141,3 +141,40 @@ def test_the_cut_in_token_ids_is_the_cut_in_text(parts: list[str], state: str) -
     span = ids.reasoning_span(output)
     assert decode(output[span[0]:span[1]] if span else []).strip() == reasoning
     assert ids.reasoning_token_count(output) == (span[1] - span[0] if span else 0)
+
+
+def test_variables_beyond_the_conversation_are_named_for_the_client() -> None:
+    import json
+    from pathlib import Path
+
+    import autoparser
+    from autoparser.plugins.common import template_inputs_note
+
+    fixtures = Path(__file__).resolve().parents[2] / "fixtures" / "templates"
+    catalog = autoparser.analyze((fixtures / "catalog_inputs.jinja").read_text(encoding="utf-8"), "<s>", "</s>")
+    note = template_inputs_note(catalog)
+    assert note is not None and "chat_template_kwargs" in note
+    assert "'tool_catalog' (the request's tool definitions as JSON text)" in note
+    assert "'session_label' (any text" in note
+    plain = autoparser.analyze((fixtures / "plain_chat.jinja").read_text(encoding="utf-8"), "<s>", "</s>")
+    assert template_inputs_note(plain) is None
+    # what the note asks for renders the prompt the analysis used
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    kwargs = catalog.input_kwargs(tools)
+    assert kwargs == {"tool_catalog": json.dumps(tools, ensure_ascii=False, indent=2), "session_label": ""}
+
+
+def test_the_plugin_says_so_once_when_the_model_is_served(caplog) -> None:  # type: ignore[no-untyped-def]
+    import logging
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from autoparser.plugins.common import served_model
+
+    source = (Path(__file__).resolve().parents[2] / "fixtures" / "templates" / "catalog_inputs.jinja").read_text(
+        encoding="utf-8")
+    tokenizer = SimpleNamespace(chat_template=source + "{# served once #}", bos_token="<s>", eos_token="</s>")
+    with caplog.at_level(logging.WARNING, logger="autoparser.plugins"):
+        served_model(tokenizer)
+        served_model(tokenizer)
+    assert [r.getMessage().count("tool_catalog") for r in caplog.records] == [1]
