@@ -15,6 +15,7 @@ from typing import Any
 
 from autoparser.analysis import Analysis, ContentAnalysis, ReasoningAnalysis, ToolsAnalysis
 from autoparser.language.reading import Parser
+from autoparser.tool_calls import TYPE_HOLE
 
 DS_BOS = "<｜begin▁of▁sentence｜>"
 DS_EOS = "<｜end▁of▁sentence｜>"
@@ -375,11 +376,22 @@ def _render_call(t: ToolsAnalysis, index: int, name: str, args: dict[str, Any]) 
         if t.arg_python:
             parts.append(t.arg_start + key + t.arg_key_end + repr(value) + arg_end)
         elif isinstance(value, str) and t.arg_string_raw:
-            parts.append(t.arg_start + key + t.arg_key_end + value + arg_end)
+            parts.append(t.arg_start + key + t.arg_key_end.replace(TYPE_HOLE, "string") + value + arg_end)
         else:
-            key_end = t.arg_key_end_json or t.arg_key_end
+            key_end = (t.arg_key_end_json or t.arg_key_end).replace(TYPE_HOLE, _json_type(value))
             parts.append(t.arg_start + key + key_end + dumps(value, ensure_ascii=False) + arg_end)
     return head + ((t.arg_end if between else "") + t.arg_separator).join(parts) + t.call_end
+
+
+def _json_type(value: Any) -> str:
+    """JSON's name for the type of `value` (what a key marker naming the type writes)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    return {str: "string", list: "array", dict: "object"}[type(value)]
 
 
 GENERATED_ID = re.compile(r"call_[0-9a-f]{24}")
