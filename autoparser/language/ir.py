@@ -100,7 +100,7 @@ class Gap:
     max: int
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True)
 class Json:
     """A JSON value. `kind`: "schema" (typed by `schema`, a part of `owner`'s `root` schema at
     `path`), "any", "string" or "object". `note` is a warning to report with the value."""
@@ -113,8 +113,11 @@ class Json:
     hint: str = ""
     note: str = ""
 
+    def __hash__(self) -> int:  # the schemas are dicts: equal nodes hash alike by their names
+        return hash((self.__class__, self.kind, self.owner, self.path, self.hint))
 
-@dataclass(frozen=True, eq=False)
+
+@dataclass(frozen=True)
 class PyValue:
     """A value written as a literal, JSON or Python spelling; `schema` None: any value."""
 
@@ -124,8 +127,11 @@ class PyValue:
     path: str
     hint: str
 
+    def __hash__(self) -> int:  # the schemas are dicts: equal nodes hash alike by their names
+        return hash((self.__class__, self.owner, self.path, self.hint))
 
-@dataclass(frozen=True, eq=False)
+
+@dataclass(frozen=True)
 class RawString:
     """A string of `schema` written as raw text before `end`; `text` where the schema sets no
     pattern, format or value; `bounded`: the schema's length bounds apply to that text."""
@@ -144,6 +150,9 @@ class RawString:
     # that literal's value; other text is the raw string (`name(key=value)` calls)
     literals: bool = False
 
+    def __hash__(self) -> int:  # the schemas are dicts: equal nodes hash alike by their names
+        return hash((self.__class__, self.owner, self.path, self.hint, self.end))
+
 
 @dataclass(frozen=True)
 class Bracketed:
@@ -153,7 +162,7 @@ class Bracketed:
     quote: str
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True)
 class Members:
     """`owner`'s arguments as members (`root`: the tool's schema, which the values are part of)."""
 
@@ -164,6 +173,9 @@ class Members:
     owner: str = ""
     root: Any = None
     any_order: bool = False  # members in any order, none required (as the parser reads them)
+
+    def __hash__(self) -> int:  # the schemas are dicts: equal nodes hash alike by their names
+        return hash((self.__class__, self.hint, self.owner, self.any_order))
 
 
 @dataclass(frozen=True)
