@@ -85,8 +85,8 @@ class _Builder:
         self.c = analysis.content
         self.m = analysis.messages
         # the call layout read by its serialized names (`tools.section_start`, `tools.arg_end`),
-        # which `ToolsAnalysis` gives with the values and defaults of its typed parts
-        self.t = analysis.tools
+        # with the values and defaults of its typed parts, flattened once
+        self.t = analysis.tools.flat_view()
         self.stop = list(analysis.stop)
         self.req = request
         self.warnings: list[str] = []
