@@ -263,11 +263,30 @@ class ToolsAnalysis:
         return cls(flat["supported"], flat["parallel"], CallMarkers.from_flat(flat), calls,
                    flat["opened_by_prompt"], flat["content_allowed"])
 
+    def flat_view(self) -> FlatTools:
+        """The serialized keys read as attributes, the flat form taken once (`FlatTools`)."""
+        return FlatTools(self)
+
     def __getattr__(self, name: str) -> Any:
         # Only reached for names that are not fields: the serialized keys read as attributes
-        # (`a.tools.name_end`), read-only, with the values and defaults of the typed parts. The
-        # builder reads the markers so (`language.build_generation`); what is typed beyond a
-        # marker's text (`CallIndex`, `NestedValues`) it reads from the parts.
+        # (`a.tools.name_end`), read-only, with the values and defaults of the typed parts. Each
+        # read rebuilds the flat form: a reader of many keys takes `flat_view()` once.
         if name in FLAT_DEFAULTS:
             return self.to_dict()[name]
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+
+class FlatTools:
+    """A `ToolsAnalysis` read by its serialized names (`tools.section_start`, `tools.arg_end`), as
+    the builder reads the markers, its flat form built once; its fields and typed parts (`calls`,
+    `markers`; what is typed beyond a marker's text, `CallIndex`, `NestedValues`) as they are."""
+
+    __slots__ = ("typed", "flat")
+
+    def __init__(self, typed: ToolsAnalysis) -> None:
+        self.typed = typed
+        self.flat = {key: value for key, value in typed.to_dict().items() if not hasattr(ToolsAnalysis, key)}
+
+    def __getattr__(self, name: str) -> Any:
+        flat = self.flat
+        return flat[name] if name in flat else getattr(self.typed, name)

@@ -126,3 +126,12 @@ def test_the_reader_holds_no_marker_literal(reader: str) -> None:
     found = [(line, text) for line, text in _code_strings(PACKAGE / reader)
              if is_marker(text.strip()) or "CDATA" in text]
     assert not found, f"{reader} holds markers: {found}"
+
+
+@pytest.mark.parametrize("reader", READERS[:-1])
+def test_the_reader_holds_no_literal_spelling(reader: str) -> None:
+    """How literal values are written (their quotes, brackets, escapes and words such as `None`) is
+    stated by the builder (`ir.Spelling` on a value node); the reader interprets it and spells none."""
+    found = [(line, text) for line, text in _code_strings(PACKAGE / reader)
+             if "'" in text or re.search(r"(?<![A-Za-z_])(True|False|None)(?![A-Za-z_])", text)]
+    assert not found, f"{reader} spells literals: {found}"

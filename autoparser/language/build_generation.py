@@ -43,6 +43,7 @@ from autoparser.language.ir import (
     RawString,
     Repeat,
     Rule,
+    Spelling,
     Text,
     Weak,
     choice,
@@ -64,6 +65,8 @@ from autoparser.tool_calls import INDEX_HOLE, JSON_TYPES, NAME_HOLE, TYPE_HOLE, 
 GAP_MAX = 4  # whitespace allowed around structural markers (the parser ignores it)
 JSON_SPACE = 20  # whitespace inside JSON; bounded, as a small model could pad forever
 ID_CHARS = Chars("a-zA-Z0-9_.:\\-", 1, 64)
+# values written as Python literals (`'text'`, `"a\\"b"`, `[1, (2, 3)]`, `None`), as the readers read them
+PYTHON_LITERALS = Spelling(quotes="'\"", opens="[({", closes="])}", escape="\\", separators=",", null="None")
 KEY_CHARS = Chars("a-zA-Z0-9_.\\-", 1, 64)
 MAX_KEY = 256  # the longest key or name the parser reads
 INDEX_DIGITS = Chars("0-9", 1, 4)
@@ -82,8 +85,8 @@ class _Builder:
         self.c = analysis.content
         self.m = analysis.messages
         # the call layout read by its serialized names (`tools.section_start`, `tools.arg_end`),
-        # which `ToolsAnalysis` gives with the values and defaults of its typed parts
-        self.t = analysis.tools
+        # with the values and defaults of its typed parts, flattened once
+        self.t = analysis.tools.flat_view()
         self.stop = list(analysis.stop)
         self.req = request
         self.warnings: list[str] = []
@@ -527,7 +530,7 @@ class _Builder:
 
     def extra_value(self, name: str, params: Any) -> Node:
         """The value of an argument the schema does not name."""
-        return PyValue(name, params, None, "$", f"{name}-extra") if self.literal else self.raw_text()
+        return PyValue(name, params, None, "$", f"{name}-extra", PYTHON_LITERALS) if self.literal else self.raw_text()
 
     def key_chars(self) -> Node:
         """A key the schema does not name."""
@@ -553,7 +556,7 @@ class _Builder:
             resolved = resolve_ref(params, sub["$ref"])
         if self.literal:
             hint = f"{name}-{key}"
-            return PyValue(name, params, resolved, f"$/properties/{hint}", f"{hint}-value"), \
+            return PyValue(name, params, resolved, f"$/properties/{hint}", f"{hint}-value", PYTHON_LITERALS), \
                 not self.t.arg_key_end_json
         if self.t.arg_string_raw and is_plain_string(resolved):
             text = self.comma_text() if self.comma_values() else self.raw_text(key)

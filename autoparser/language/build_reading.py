@@ -17,6 +17,7 @@ from autoparser.language.build_generation import (
     JSON_SPACE,
     KEY_CHARS,
     MAX_KEY,
+    PYTHON_LITERALS,
     _Builder,
 )
 from autoparser.language.build_tools import (
@@ -321,7 +322,7 @@ class _Reading(_Builder):
         if self.literal or not self.comma_values():
             return value
         return RawString(name, params, None, "$", f"{name}-extra", self.t.arg_end, value, bounded=False,
-                         literals=True)
+                         literals=PYTHON_LITERALS)
 
     def tagged_value(self, name: str, params: Any, key: str, sub: Any) -> tuple[Node, bool]:
         """As generated; a JSON value as raw text, which the parser converts (a Python literal
@@ -331,7 +332,7 @@ class _Reading(_Builder):
             return replace(value, text=choice(self.cdata_text(), value.text)), raw
         if not isinstance(value, Json):
             if isinstance(value, RawString):  # in `name(key=value)` calls a value may be a literal
-                return replace(value, nested=self.nested(), literals=True), raw
+                return replace(value, nested=self.nested(), literals=PYTHON_LITERALS), raw
             return value, raw
         text = self.raw_text(key)
         if isinstance(text, Text):

@@ -14,7 +14,8 @@ makes it from an analysis and a request; the GBNF backend writes it as a grammar
 * `Seq`, `Choice`, `Repeat`: sequence, alternatives, repetition (`max` None: unbounded);
 * `Gap`: optional whitespace between structural parts, at most `max` characters;
 * `Json`: a JSON value typed by a schema (`kind` "schema"), or any value / string / object;
-* `PyValue`: a tagged value written as a JSON or Python literal (`'text'`, `True`, `None`);
+* `PyValue`: a tagged value written as a JSON or Python literal (`'text'`, `True`, `None`),
+  spelled as its `Spelling` says;
 * `RawString`: a string value written as raw text up to `end`, typed by its schema;
 * `Bracketed`: an object or array in the template's own syntax, up to its closing bracket;
 * `Members`: an object's members in order, required ones present, optional ones skippable
@@ -100,7 +101,7 @@ class Gap:
     max: int
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True)
 class Json:
     """A JSON value. `kind`: "schema" (typed by `schema`, a part of `owner`'s `root` schema at
     `path`), "any", "string" or "object". `note` is a warning to report with the value."""
@@ -113,8 +114,27 @@ class Json:
     hint: str = ""
     note: str = ""
 
+    def __hash__(self) -> int:  # the schemas are dicts: equal nodes hash alike by their names
+        return hash((self.__class__, self.kind, self.owner, self.path, self.hint))
 
-@dataclass(frozen=True, eq=False)
+
+@dataclass(frozen=True)
+class Spelling:
+    """How the template's literal values are written, as the builder states it for the readers: a
+    string between two of the same `quotes`, where `escape` makes the character after it part of
+    the text; a nested value from one of `opens` to its match in `closes`; else a bare word, which
+    ends at whitespace, a quote, a closing bracket or one of `separators`. `null`: the word for no
+    value (a nullable string's)."""
+
+    quotes: str
+    opens: str
+    closes: str
+    escape: str
+    separators: str
+    null: str
+
+
+@dataclass(frozen=True)
 class PyValue:
     """A value written as a literal, JSON or Python spelling; `schema` None: any value."""
 
@@ -123,9 +143,13 @@ class PyValue:
     schema: Any
     path: str
     hint: str
+    spelling: Spelling
+
+    def __hash__(self) -> int:  # the schemas are dicts: equal nodes hash alike by their names
+        return hash((self.__class__, self.owner, self.path, self.hint))
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True)
 class RawString:
     """A string of `schema` written as raw text before `end`; `text` where the schema sets no
     pattern, format or value; `bounded`: the schema's length bounds apply to that text."""
@@ -140,9 +164,12 @@ class RawString:
     bounded: bool = True
     as_json: bool = False  # the text is a JSON value whatever the schema (the marker before it says so)
     nested: tuple[str, ...] = ()  # the template's own syntax for objects and arrays (`values.nested_to_json`)
-    # a value written as a Python literal (quoted, `None`, `True`, a number, a list or a dict) is
-    # that literal's value; other text is the raw string (`name(key=value)` calls)
-    literals: bool = False
+    # a value written as a literal of this spelling (quoted, `None`, `True`, a number, a list or a
+    # dict) is that literal's value; other text is the raw string (`name(key=value)` calls)
+    literals: Spelling | None = None
+
+    def __hash__(self) -> int:  # the schemas are dicts: equal nodes hash alike by their names
+        return hash((self.__class__, self.owner, self.path, self.hint, self.end))
 
 
 @dataclass(frozen=True)
@@ -153,7 +180,7 @@ class Bracketed:
     quote: str
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True)
 class Members:
     """`owner`'s arguments as members (`root`: the tool's schema, which the values are part of)."""
 
@@ -164,6 +191,9 @@ class Members:
     owner: str = ""
     root: Any = None
     any_order: bool = False  # members in any order, none required (as the parser reads them)
+
+    def __hash__(self) -> int:  # the schemas are dicts: equal nodes hash alike by their names
+        return hash((self.__class__, self.hint, self.owner, self.any_order))
 
 
 @dataclass(frozen=True)
@@ -481,5 +511,5 @@ def _bounds(lo: int, hi: int | None) -> str:
 
 
 _NODE_TYPES: dict[str, type] = {cls.__name__: cls for cls in (
-    Lit, Chars, Weak, Text, Seq, Choice, Repeat, Gap, Json, PyValue, RawString, Bracketed, Members, Capture,
+    Lit, Chars, Weak, Text, Seq, Choice, Repeat, Gap, Json, Spelling, PyValue, RawString, Bracketed, Members, Capture,
     Rule, Guard, Lazy, Language)}

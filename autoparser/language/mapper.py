@@ -50,14 +50,22 @@ def without_section(value: str, section: tuple[str, ...]) -> str:
     return value
 
 
+def literal_spelling(node: Any) -> ir.Spelling | None:
+    """How a value node's literals are written (None: it is read as no literal)."""
+    if isinstance(node, ir.PyValue):
+        return node.spelling
+    return node.literals if isinstance(node, ir.RawString) else None
+
+
 def argument_json(raw: str, node: Any, section: tuple[str, ...] = ()) -> str:
     """The JSON text of a tagged argument's value, read from its raw text by its schema."""
     schema = getattr(node, "schema", None)
-    if isinstance(node, ir.PyValue) or (isinstance(node, ir.RawString) and node.literals):
+    spelling = literal_spelling(node)
+    if spelling is not None:
         kind, text = value_kind(schema), raw.strip()
-        if text == "None" and allows_null(schema):
+        if text == spelling.null and allows_null(schema):
             return "null"
-        if kind != "json" and len(text) > 1 and text[0] in "'\"" and text[-1] == text[0]:
+        if kind != "json" and len(text) > 1 and text[0] in spelling.quotes and text[-1] == text[0]:
             return json.dumps(decode_string_body(text[1:-1]), ensure_ascii=False)
         return convert_literal_value(raw, kind, schema)
     if isinstance(node, ir.Json):

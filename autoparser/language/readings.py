@@ -14,9 +14,10 @@ from typing import Any
 
 from autoparser.language import ir
 from autoparser.language.jsonscan import JsonScanner
-from autoparser.language.mapper import member_opening
+from autoparser.language.mapper import literal_spelling, member_opening
 from autoparser.language.values import (
     allows_null,
+    decided_end,
     decode_string_body,
 )
 
@@ -290,13 +291,14 @@ class _Thread:
         if (opening is not None and opening.startswith(raw)) or not raw.strip():
             return  # nothing visible yet, or what may still open the value's section
         node = self.member[1]
-        if getattr(node, "literals", False):
+        spelling = literal_spelling(node)
+        if spelling is not None:
             visible = raw.lstrip()
-            if visible[0] in "'\"[{(":
+            if visible[0] in spelling.quotes or visible[0] in spelling.opens:
                 self.streamed = None  # a literal: its value is read whole, at its end
                 return
-            if "None".startswith(visible.rstrip()) and allows_null(getattr(node, "schema", None)):
-                return  # what may still be a nullable string's None
+            if spelling.null.startswith(visible.rstrip()) and allows_null(getattr(node, "schema", None)):
+                return  # what may still be a nullable string's null word
         if "null".startswith(raw.strip()) and allows_null(getattr(node, "schema", None)):
             return  # what may still be a nullable string's null
         self.streamed = 1
@@ -305,14 +307,14 @@ class _Thread:
     def member_key(self) -> str:
         return (", " if self.count else "") + member_opening((self.member or [None])[0])
 
-    def value_text(self, piece: str) -> None:
-        """Text of a literal value: a quoted or bracketed one confirms its call as it begins; a
-        bare word (`1` in `x=1])`) only with the marker read after it."""
+    def value_text(self, piece: str, opened: bool) -> None:
+        """Text of a literal value: one that `opened` with a quote or a bracket confirms its call
+        as it begins; a bare word (`1` in `x=1])`) only with the marker read after it."""
         if piece and self.value is not None:
             self.value.append(piece)
             call = self.call
             if not call.confirmed and not call.confirm_next and not piece.isspace():
-                if piece.lstrip()[0] in "'\"[({":
+                if opened:
                     call.confirmed = True
                 else:
                     call.confirm_next = True
@@ -324,25 +326,18 @@ class _Thread:
         (it may close the value) and an escape that may be cut in two. A literal that does not
         begin with a quote is kept whole."""
         quote, tail = self.spool or ("", "")
+        spelling = self.member[1].spelling
         if not self.streamed:
             raw = "".join(self.value or ()).lstrip()
             if not raw:
                 return
-            if raw[0] not in "'\"":
+            if raw[0] not in spelling.quotes:
                 self.spool = None
                 return
             self.streamed, quote, tail, piece = 1, raw[0], "", raw[1:]
             self.arguments(f"{self.member_key()}\"")
         text = tail + piece
-        cut = len(text)
-        slash = text.rfind("\\", max(0, cut - 10))
-        run = slash
-        while run > 0 and text[run - 1] == "\\":
-            run -= 1
-        if slash >= 0 and (slash - run) % 2 == 0:  # the last backslash begins an escape
-            cut = slash
-        if cut and text[cut - 1] == quote:
-            cut -= 1
+        cut = decided_end(text, quote, spelling.escape)
         if cut:
             self.arguments(json.dumps(decode_string_body(text[:cut]), ensure_ascii=False)[1:-1])
         self.spool = (quote, text[cut:])

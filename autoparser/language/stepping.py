@@ -127,7 +127,7 @@ class _Stepping:
             self._json(t, node)
         elif cls is ir.PyValue:
             self._value(t, node)
-            t.head = _PyValue()
+            t.head = _PyValue(node)
         elif cls is ir.RawString:
             self._value(t, node)
             t.stack = (node.text, t.stack)

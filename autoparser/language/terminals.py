@@ -1,6 +1,6 @@
 """The terminals a reading can be inside: literal markers, character classes, gaps, free text,
-JSON values, bracketed values in the template's own syntax, Python literals and the trailer after
-the language. Each `step(reading, buf, final)` consumes what it can and returns where it stopped,
+JSON values, bracketed values in the template's own syntax, literals (as `ir.Spelling` writes
+them) and the trailer after the language. Each `step(reading, buf, final)` consumes what it can and returns where it stopped,
 or `MORE` (wait for text), `FAIL` (no match) or `SPLIT` (the text may end here).
 
 Fast paths: free text is searched for its stop markers with one regular expression
@@ -11,6 +11,7 @@ Fast paths: free text is searched for its stop markers with one regular expressi
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Any
 
 from autoparser.language import ir
@@ -407,7 +408,7 @@ class _Bracketed:
             else:
                 self.depth -= 1
                 if not self.depth:
-                    t.value_text(buf[t.pos:pos])
+                    t.value_text(buf[t.pos:pos], True)
                     t.pos = pos
                     return DONE
 
@@ -421,66 +422,77 @@ class _Bracketed:
                 end -= size
                 break
         end = max(end, t.pos)
-        t.value_text(buf[t.pos:end])
+        t.value_text(buf[t.pos:end], True)
         t.pos = end
         return MORE
 
 
-_PY_END = re.compile(r"""[^\s,)\]}'"]*""")
+@lru_cache(maxsize=64)
+def _word_end(spelling: ir.Spelling) -> re.Pattern[str]:
+    """A bare word of a literal spelling: up to whitespace, a quote, a closing bracket or a separator."""
+    return re.compile(f"[^\\s{re.escape(spelling.quotes + spelling.closes + spelling.separators)}]*")
 
 
 class _PyValue:
-    """A Python or JSON literal: quoted text, a bracketed value, or a bare word. A quoted value's
-    closing quote ends it in one reading, and is a quote inside it in another (models leave
-    quotes unescaped; what follows decides)."""
+    """A literal value as its `ir.Spelling` writes it: quoted text, a bracketed value, or a bare
+    word. A quoted value's closing quote ends it in one reading, and is a quote inside it in
+    another (models leave quotes unescaped; what follows decides)."""
 
-    __slots__ = ("depth", "quote", "started", "outer")
+    __slots__ = ("spelling", "word", "depth", "quote", "started", "outer", "opened")
 
-    def __init__(self) -> None:
+    def __init__(self, node: ir.PyValue) -> None:
+        self.spelling = node.spelling
+        self.word = _word_end(node.spelling)
         self.depth = 0
         self.quote = ""
         self.started = False
         self.outer = False  # the quote open is the whole value's
+        self.opened = False  # the value begins with a quote or a bracket (not a bare word)
 
-    def step(self, t: _Thread, buf: str, final: bool) -> int:
+    def step(self, t: _Thread, buf: str, final: bool) -> int:  # noqa: C901 - one case per character kind
         pos, end = t.pos, len(buf)
+        spelling = self.spelling
         while pos < end:
             char = buf[pos]
             if self.quote:
-                if char == "\\" and pos + 1 >= end and not final:
+                escaped = char == spelling.escape
+                if escaped and pos + 1 >= end and not final:
                     break  # an escape cut in two
-                pos += 2 if char == "\\" else 1
+                pos += 2 if escaped else 1
                 if char == self.quote:
                     if self.outer:
-                        t.value_text(buf[t.pos:pos])
+                        t.value_text(buf[t.pos:pos], True)
                         t.pos = pos
                         return SPLIT
                     self.quote = ""
-            elif char in "'\"":
-                self.quote, self.started, self.outer = char, True, not self.depth and not self.started
+            elif char in spelling.quotes:
+                self.outer = not self.depth and not self.started
+                self.opened = self.opened or self.outer
+                self.quote, self.started = char, True
                 pos += 1
-            elif char in "[({":
+            elif char in spelling.opens:
+                self.opened = self.opened or not self.started
                 self.depth, self.started = self.depth + 1, True
                 pos += 1
             elif self.depth:
-                self.depth -= char in "])}"
+                self.depth -= char in spelling.closes
                 pos += 1
             elif self.started:
                 break
             elif char.isspace():
                 pos += 1
             else:
-                word = _PY_END.match(buf, pos).end()
+                word = self.word.match(buf, pos).end()
                 if word == pos:
                     return FAIL
                 if word == end and not final:
                     break  # the word may go on
                 pos, self.started = word, True
             if self.started and not self.depth and not self.quote:
-                t.value_text(buf[t.pos:pos])
+                t.value_text(buf[t.pos:pos], self.opened)
                 t.pos = pos
                 return DONE
-        t.value_text(buf[t.pos:pos])
+        t.value_text(buf[t.pos:pos], self.opened)
         t.pos = pos
         return FAIL if final else MORE
 

@@ -101,6 +101,22 @@ def decode_string_body(body: str, raw: bool = False) -> str:
         out.append(decoded)
 
 
+def decided_end(text: str, quote: str, escape: str) -> int:
+    """How much of a quoted string's body read so far is decided: not an escape that may be cut
+    in two (the last `escape` that begins one, within an escape's length of the end), nor a
+    `quote` at the end, which may close the string."""
+    cut = len(text)
+    slash = text.rfind(escape, max(0, cut - 10)) if escape else -1
+    run = slash
+    while run > 0 and text[run - 1] == escape:
+        run -= 1
+    if slash >= 0 and (slash - run) % 2 == 0:  # the last escape character begins an escape
+        cut = slash
+    if cut and text[cut - 1] == quote:
+        cut -= 1
+    return cut
+
+
 _JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 
 

@@ -83,3 +83,20 @@ def test_the_call_index_is_the_one_the_analysis_confirmed() -> None:
     generation = Request(tools=tuple(tools), tool_choice="required")
     assert "0-9" in str(build_language(indexed, generation))
     assert "0-9" not in str(build_language(plain, generation))
+
+
+@pytest.mark.parametrize("name", sorted(ANALYSES))
+def test_the_builder_flattens_the_call_layout_once(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The builder reads the markers by their serialized names through one flat view, not through
+    `ToolsAnalysis.__getattr__`, which builds the flat form again on every read."""
+    from autoparser.tool_calls import FLAT_DEFAULTS, ToolsAnalysis
+
+    tools = ANALYSES[name]().tools
+    view = tools.flat_view()
+    assert all(getattr(view, key) == getattr(tools, key) for key in FLAT_DEFAULTS)
+    assert view.calls is tools.calls and view.markers is tools.markers
+    flattened = []
+    to_dict = ToolsAnalysis.to_dict
+    monkeypatch.setattr(ToolsAnalysis, "to_dict", lambda self: flattened.append(self) or to_dict(self))
+    build_language(ANALYSES[name](), Request(tools=tuple(TOOLS)))
+    assert len(flattened) == 1

@@ -48,8 +48,24 @@ def test_a_language_written_as_json_reads_back_to_the_same_language() -> None:
                                                     lazy=False))
         back = ir.from_json(json.loads(json.dumps(ir.to_json(language))))
         assert str(back) == str(language)
+        assert back == language
         output = analyses.render_output(analysis, "Plan.", "Sure.", [("get_weather", {"city": "Paris"})])
         read = LanguageReader(back).parse(output)
         expected = LanguageReader(language).parse(output)
         assert [c["function"] for c in read["tool_calls"]] == [c["function"] for c in expected["tool_calls"]]
         assert (read["content"], read["reasoning_content"]) == (expected["content"], expected["reasoning_content"])
+
+
+def test_one_analysis_built_twice_gives_equal_languages() -> None:
+    """Equality is structural: value nodes holding schemas (dicts) compare by content, and equal
+    nodes hash alike, so a language can be compared and cached by value."""
+    for name in ("deepseek_v31", "qwen3", "kimi_k2", "llama32_pythonic", "glm45", "qwen3_coder"):
+        for request in (Request(tools=tuple(analyses.WEATHER_TOOLS), reading=True, lazy=False),
+                        Request(tools=tuple(analyses.WEATHER_TOOLS))):
+            one = build_language(getattr(analyses, name)(), request)
+            other = build_language(getattr(analyses, name)(), request)
+            assert one is not other and one == other and hash(one) == hash(other), name
+            assert ir.to_json(one) == ir.to_json(other)
+    value = ir.Json("schema", "f", {"type": "object"}, {"type": "string"}, "$/properties/a", "a")
+    assert value == ir.Json("schema", "f", {"type": "object"}, {"type": "string"}, "$/properties/a", "a")
+    assert value != ir.Json("schema", "f", {"type": "object"}, {"type": "integer"}, "$/properties/a", "a")

@@ -235,3 +235,49 @@ def test_raw_values_written_as_python_literals_are_their_values(text: str, argum
     (`ir.RawString.literals`), streamed or whole."""
     message = parse(analyses.llama32_pythonic(), text, tools=tools)
     assert calls(message) == [("get_weather", arguments)]
+
+
+# -- literal spellings are the language's ---------------------------------------------------------
+
+
+def _respelled(data: Any, **spelling: str) -> Any:
+    """A language written as JSON data with every value's literal spelling changed."""
+    if isinstance(data, dict):
+        if data.get("$node") == "Spelling":
+            return {**data, **spelling}
+        return {key: _respelled(value, **spelling) for key, value in data.items()}
+    return [_respelled(item, **spelling) for item in data] if isinstance(data, list) else data
+
+
+def _arguments(language: Any, text: str) -> tuple[list[str], str]:
+    """The calls' arguments read whole, and the arguments streamed one character at a time."""
+    from autoparser.language.interpret import LanguageReader
+
+    whole = [call["function"]["arguments"] for call in LanguageReader(language).parse(text)["tool_calls"]]
+    stream = LanguageReader(language).stream()
+    events = [event for char in text for event in stream.feed(char)] + stream.finish()
+    streamed = "".join(d["function"].get("arguments", "") for e in events for d in e.get("tool_calls", []))
+    return whole, streamed
+
+
+def test_the_reader_reads_literals_as_the_language_spells_them() -> None:
+    """The quotes (and the rest of a literal's spelling) are data on the value nodes: a language
+    whose values are quoted with backticks reads backticks as quotes and Python's quotes as text,
+    whole and streamed alike, with no change to the reader."""
+    from autoparser.language import ir
+    from autoparser.language.build import Request, build_language
+
+    language = build_language(analyses.llama32_pythonic(), Request(tools=tuple(WEATHER_TOOLS), reading=True,
+                                                                   lazy=False))
+    respelled = ir.from_json(_respelled(ir.to_json(language), quotes="`", null="nil"))
+    assert respelled != language
+    backticks, python = "[get_weather(city=`Pa'ris, x`)]", "[get_weather(city='Paris')]"
+    assert _arguments(language, python) == (['{"city": "Paris"}'], '{"city": "Paris"}')
+    assert _arguments(respelled, backticks) == (['{"city": "Pa\'ris, x"}'], '{"city": "Pa\'ris, x"}')
+    assert _arguments(respelled, python) == (['{"city": "\'Paris\'"}'], '{"city": "\'Paris\'"}')
+    # a value written as a literal of any type (`ir.PyValue`)
+    language = build_language(analyses.lfm2_python(), Request(tools=tuple(WEATHER_TOOLS), reading=True, lazy=False))
+    respelled = ir.from_json(_respelled(ir.to_json(language), quotes="`", opens="<", closes=">"))
+    call = "<|tool_call_start|>[get_weather(city={}, days=3, options={})]<|tool_call_end|>"
+    assert _arguments(respelled, call.format("`Pa'ris`", "<1, 2>")) == \
+        (['{"city": "Pa\'ris", "days": 3, "options": "<1, 2>"}'], '{"city": "Pa\'ris", "days": 3, "options": "<1, 2>"}')
