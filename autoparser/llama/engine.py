@@ -509,20 +509,22 @@ class Engine:
         # the plan reorders generations and leaves out those with no room in this batch
         plan = self._plan(generations, live)
         rows = self._decode_plan(plan)
-        # (index in `generations`, generation, its logits row) for each generation with a token to sample
-        outputs = [(index, generation, row) for (index, generation, _chunk), row in zip(plan, rows, strict=True)
-                   if row >= 0]
-        on_host = [(index, generation, row) for index, generation, row in outputs if not generation.on_device]
+        on_host: list[tuple[int, Generation, int]] = []  # (index in `generations`, generation, logits row)
+        n_outputs = 0
+        for (index, generation, _chunk), row in zip(plan, rows, strict=True):
+            if row < 0:
+                continue
+            n_outputs += 1
+            if generation.on_device:
+                results[index] = generation.sample_on_device(row)
+            else:
+                on_host.append((index, generation, row))
         if on_host:  # llama.cpp copies the raw logits only for a batch with host-sampled rows
-            self._load_step_logits(len(outputs))
+            self._load_step_logits(n_outputs)
             sampling = [(generation, self._logits(row)) for _index, generation, row in on_host]
             firsts = self._draw_together(sampling)
             for (index, _generation, _row), (generation, logits), first in zip(on_host, sampling, firsts, strict=True):
                 results[index] = generation.sample(logits, first)
-        if len(on_host) < len(outputs):
-            for index, generation, row in outputs:
-                if generation.on_device:
-                    results[index] = generation.sample_on_device(row)
         return results
 
     def _draw_together(self, sampling: list[tuple[Generation, np.ndarray]]) -> list[int | None]:
@@ -657,8 +659,14 @@ class Engine:
         """What each of the ``live`` generations (indices into ``generations``) decodes in this
         batch: running generations first (one token each, with logits), then prompt chunks in the
         room left (with logits for the last one of the prompt). Entries: (index, generation, chunk)."""
-        if all(len(generations[i].pending) == 1 for i in live):  # the usual step: one token each
-            return [(i, generations[i], generations[i].pending) for i in live]
+        plan: list[tuple[int, Generation, list[int]]] = []
+        for index in live:  # the usual step: every generation running, one token each
+            generation = generations[index]
+            if len(generation.pending) != 1:
+                break
+            plan.append((index, generation, generation.pending))
+        else:
+            return plan
         room = self.n_batch
         plan = []
         for index in sorted(live, key=lambda i: len(generations[i].pending) > 1):
