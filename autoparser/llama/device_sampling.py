@@ -10,7 +10,7 @@ raw logits on the host).
 
 The engine keeps one chain per slot and checks each pick after the step: a token that would break
 UTF-8 is rejected and the pick is drawn again on the host from the chain's own candidates and
-logits without it (rejection sampling: the distribution is that of the allowed tokens). Changing
+logits, leaving out every token that would (the distribution is that of the allowed tokens). Changing
 a slot's chain makes llama.cpp plan its graph again, so a slot keeps its chain between requests
 and a request with the same settings only reseeds it (``llama_sampler_copy``).
 """
@@ -18,16 +18,13 @@ and a request with the same settings only reseeds it (``llama_sampler_copy``).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import llama_cpp
 import numpy as np
 
-from autoparser.llama.sampling import SamplingParams
-
-#: Host draws tried before a rejected device pick is drawn from the allowed tokens directly.
-REDRAWS = 64
+from autoparser.llama.sampling import SamplingParams, draw_token
 
 
 @dataclass(frozen=True)
@@ -109,54 +106,30 @@ class DeviceSampler:
         """Nothing to record: the chain drew its random number as it sampled (the engine's
         context allows one output per sequence a step, so llama.cpp does not wait for this)."""
 
-    def redraw(self, ctx, row: int, allowed: Callable[[int], bool],  # type: ignore[no-untyped-def]
-               excluded_mask: Callable[[], np.ndarray]) -> int | None:
-        """A pick among the chain's candidates at batch position ``row`` that ``allowed`` accepts,
-        drawn on the host from the chain's logits; None when the chain kept nothing allowed.
+    def redraw(self, ctx, row: int, excluded: np.ndarray) -> int | None:  # type: ignore[no-untyped-def]
+        """A pick among the chain's candidates at batch position ``row`` that ``excluded`` (a
+        boolean per vocabulary entry) leaves in, drawn on the host from the chain's logits; None
+        when the chain kept none of them.
 
-        Rejection sampling: draws from the chain's distribution until one is allowed, which
-        gives the allowed tokens' distribution. After `REDRAWS` rejected draws the allowed
-        tokens are taken from ``excluded_mask()`` (a boolean per vocabulary entry, built once
-        per kind of state by the engine) and drawn from directly."""
+        The draw is from the chain's distribution (its logits are final: temperature applied)
+        restricted to the allowed tokens, in a few vectorised passes over the candidates (greedy:
+        the best allowed, the first of equal bests as llama.cpp's argmax)."""
         count = llama_cpp.llama_get_sampled_logits_count_ith(ctx, row)
         logits_ptr = llama_cpp.llama_get_sampled_logits_ith(ctx, row)
         if not count or not logits_ptr:
             return None
-        logits = np.ctypeslib.as_array(logits_ptr, shape=(count,)).astype(np.float64)
+        logits = np.ctypeslib.as_array(logits_ptr, shape=(count,))
         ids_ptr = llama_cpp.llama_get_sampled_candidates_ith(ctx, row)
-        ids = np.ctypeslib.as_array(ids_ptr, shape=(count,)).copy() if ids_ptr else np.arange(count)
+        ids = np.ctypeslib.as_array(ids_ptr, shape=(count,)) if ids_ptr else np.arange(count)
+        left_out = excluded[ids]
         if self.key.greedy:
-            order = _best_first(logits, REDRAWS)
-            for index in order:
-                if np.isfinite(logits[index]) and allowed(int(ids[index])):
-                    return int(ids[index])
-        else:
-            weights = np.exp(logits - logits.max())
-            running = np.cumsum(weights)
-            for _ in range(REDRAWS):
-                index = min(int(np.searchsorted(running, self.rng.random() * running[-1], side="right")), count - 1)
-                if allowed(int(ids[index])):
-                    return int(ids[index])
-        keep = np.isfinite(logits) & ~excluded_mask()[ids]
-        if not keep.any():
-            return None
-        ids, logits = ids[keep], logits[keep]
-        if self.key.greedy:
-            return int(ids[np.argmax(logits)])  # the first of equal bests, as llama.cpp's argmax
-        weights = np.exp(logits - logits.max())
-        running = np.cumsum(weights)
-        return int(ids[min(int(np.searchsorted(running, self.rng.random() * running[-1], side="right")),
-                           ids.size - 1)])
+            kept = logits.copy()
+            kept[left_out] = -np.inf
+            best = int(np.argmax(kept))
+            return int(ids[best]) if np.isfinite(kept[best]) else None
+        index = draw_token(logits, 1.0, 0.0, left_out, self.rng.random())
+        return None if index is None else int(ids[index])
 
     def close(self) -> None:
         """The chain belongs to the slot: nothing to free here."""
         self.chain = None
-
-
-
-def _best_first(logits: np.ndarray, n: int) -> np.ndarray:
-    """Indices of the ``n`` largest logits, largest first (ties: lower index first)."""
-    if n >= logits.size:
-        return np.argsort(-logits, kind="stable")
-    part = np.argpartition(-logits, n - 1)[:n]
-    return part[np.lexsort((part, -logits[part]))]

@@ -161,9 +161,12 @@ class Engine:
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
         # the batch's arrays, read out of the struct once: each attribute read makes a new pointer
         batch = self._batch
-        self._batch_arrays = (batch.token, batch.pos, batch.n_seq_id, batch.logits)
+        self._batch_arrays = (batch.token, batch.pos, batch.logits)
         self._batch_seq_ids = [batch.seq_id[i] for i in range(self.n_batch)]
+        for i in range(self.n_batch):  # every token belongs to one sequence: set once
+            batch.n_seq_id[i] = 1
         self._slots = [Slot(seq_id) for seq_id in range(n_parallel)]
+        self._idle_chains = False  # a free slot may still have a device chain attached
         self._uses = 0
         self._read_vocabulary()
         self.n_ctx_total: int = llama_cpp.llama_n_ctx(self._ctx)
@@ -172,6 +175,7 @@ class Engine:
         self.gpu_offload: bool = bool(llama_cpp.llama_supports_gpu_offload()) and n_gpu_layers != 0
         self.device_sampling: bool = self.gpu_offload if device_sampling is None else device_sampling
         self._utf8_breaking: dict[tuple[int, int, int], np.ndarray] = {}
+        self._utf8_masks: dict[tuple[int, int, int], np.ndarray] = {}
         self._candidate_buffers = CandidateBuffers(self.n_vocab)
         self._step_rows = np.empty((0, self.n_vocab), dtype=np.float32)
         self._step_base = 0
@@ -500,22 +504,27 @@ class Engine:
                     continue  # another generation is reading the same prompt: it waits to share it
                 self._attach(generation)
             live.append(index)
-        self._detach_idle_chains()
+        if self._idle_chains:
+            self._detach_idle_chains()
         # the plan reorders generations and leaves out those with no room in this batch
-        plan = self._plan([generations[i] for i in live])
+        plan = self._plan(generations, live)
         rows = self._decode_plan(plan)
-        position = {id(generations[i]): i for i in live}
-        outputs = [(generation, row) for (generation, _chunk, _wants), row in zip(plan, rows, strict=True) if row >= 0]
-        on_host = [(generation, row) for generation, row in outputs if not generation.on_device]
-        if on_host:  # llama.cpp copies the raw logits only for a batch with host-sampled rows
-            self._load_step_logits(len(outputs))
-            sampling = [(generation, self._logits(row)) for generation, row in on_host]
-            firsts = self._draw_together(sampling)
-            for (generation, logits), first in zip(sampling, firsts, strict=True):
-                results[position[id(generation)]] = generation.sample(logits, first)
-        for generation, row in outputs:
+        on_host: list[tuple[int, Generation, int]] = []  # (index in `generations`, generation, logits row)
+        n_outputs = 0
+        for (index, generation, _chunk), row in zip(plan, rows, strict=True):
+            if row < 0:
+                continue
+            n_outputs += 1
             if generation.on_device:
-                results[position[id(generation)]] = generation.sample_on_device(row)
+                results[index] = generation.sample_on_device(row)
+            else:
+                on_host.append((index, generation, row))
+        if on_host:  # llama.cpp copies the raw logits only for a batch with host-sampled rows
+            self._load_step_logits(n_outputs)
+            sampling = [(generation, self._logits(row)) for _index, generation, row in on_host]
+            firsts = self._draw_together(sampling)
+            for (index, _generation, _row), (generation, logits), first in zip(on_host, sampling, firsts, strict=True):
+                results[index] = generation.sample(logits, first)
         return results
 
     def _draw_together(self, sampling: list[tuple[Generation, np.ndarray]]) -> list[int | None]:
@@ -607,6 +616,7 @@ class Engine:
             llama_cpp.llama_sampler_free(fresh)
             self.device_sampling = False  # this backend cannot run the samplers: sample on the host
             generation.sampler = self._host_sampler(sampler.params, None, sampler.key.banned, sampler.max_tokens)
+            generation.on_device = False
             return
         sampler.chain = slot.chain
 
@@ -616,6 +626,7 @@ class Engine:
         for slot in self._slots:
             if slot.owner is None and slot.chain is not None:
                 self._set_slot_chain(slot, None, None)
+        self._idle_chains = False
 
     def _set_slot_chain(self, slot: Slot, chain: Any, key: ChainKey | None) -> bool:
         """Attach ``chain`` (None: none) to the slot's sequence and free the one it replaces;
@@ -632,6 +643,8 @@ class Engine:
         self._uses += 1
         slot.owner = None
         slot.last_used = self._uses
+        if slot.chain is not None:
+            self._idle_chains = True
 
     def _reusable_prefix(self, cached: list[int], prompt: list[int]) -> int:
         if not self.reuse_prefix:
@@ -642,44 +655,63 @@ class Engine:
             n += 1
         return n
 
-    def _plan(self, generations: list[Generation]) -> list[tuple[Generation, list[int], bool]]:
-        """What each generation decodes in this batch, and whether it wants logits: running
-        generations first (one token each), then prompt chunks in the room left."""
+    def _plan(self, generations: Sequence[Generation], live: list[int]) -> list[tuple[int, Generation, list[int]]]:
+        """What each of the ``live`` generations (indices into ``generations``) decodes in this
+        batch: running generations first (one token each, with logits), then prompt chunks in the
+        room left (with logits for the last one of the prompt). Entries: (index, generation, chunk)."""
+        plan: list[tuple[int, Generation, list[int]]] = []
+        for index in live:  # the usual step: every generation running, one token each
+            generation = generations[index]
+            if len(generation.pending) != 1:
+                break
+            plan.append((index, generation, generation.pending))
+        else:
+            return plan
         room = self.n_batch
         plan = []
-        ordered = sorted(generations, key=lambda g: len(g.pending) > 1)
-        for generation in ordered:
+        for index in sorted(live, key=lambda i: len(generations[i].pending) > 1):
+            generation = generations[index]
             chunk = generation.pending[: chunk_size(len(generation.pending), max(room, 0))]
             if not chunk:
                 continue
             room -= len(chunk)
-            plan.append((generation, chunk, len(chunk) == len(generation.pending)))
+            plan.append((index, generation, chunk))
         return plan
 
-    def _decode_plan(self, plan: list[tuple[Generation, list[int], bool]]) -> list[int]:
-        """Decode the planned tokens as one batch; each entry's logits row, -1 where none."""
+    def _decode_plan(self, plan: list[tuple[int, Generation, list[int]]]) -> list[int]:
+        """Decode the planned tokens as one batch; each entry's logits row, -1 where none (a
+        chunk that leaves part of its prompt for later)."""
         if not plan:
             return []
         batch = self._batch
-        tokens, positions, n_seq_ids, logits = self._batch_arrays
+        tokens, positions, logits = self._batch_arrays
         seq_ids = self._batch_seq_ids
         n = 0
         rows = []
-        for generation, chunk, wants_logits in plan:
+        for _index, generation, chunk in plan:
             slot = generation.slot
             assert slot is not None
             first = len(slot.cached)
             seq_id = slot.seq_id
+            if len(chunk) == 1 and len(generation.pending) == 1:  # a running generation's token
+                tokens[n] = chunk[0]
+                positions[n] = first
+                seq_ids[n][0] = seq_id
+                logits[n] = 1
+                rows.append(n)
+                n += 1
+                continue
             for offset, token in enumerate(chunk):
                 tokens[n] = token
                 positions[n] = first + offset
-                n_seq_ids[n] = 1
                 seq_ids[n][0] = seq_id
                 logits[n] = 0
                 n += 1
-            if wants_logits:
+            if len(chunk) == len(generation.pending):
                 logits[n - 1] = 1
-            rows.append(n - 1 if wants_logits else -1)
+                rows.append(n - 1)
+            else:
+                rows.append(-1)
         batch.n_tokens = n
         self._use_threads(generating_only=n == len(plan))
         status = llama_cpp.llama_decode(self._ctx, batch)
@@ -689,7 +721,7 @@ class Engine:
             for slot in self._slots:
                 slot.cached.clear()
             raise RuntimeError(f"llama_decode failed with status {status}")
-        for generation, chunk, _wants in plan:
+        for _index, generation, chunk in plan:
             generation.slot.cached.extend(chunk)  # type: ignore[union-attr]
             del generation.pending[: len(chunk)]
         return rows
@@ -706,11 +738,11 @@ class Engine:
             self._threads_set = wanted
 
     def prepare_utf8_tables(self) -> None:
-        """Build now the tables :meth:`_tokens_breaking_utf8` would build on first use, for every
-        kind of unfinished character (a pass over the vocabulary each)."""
+        """Build now the tables :meth:`_tokens_breaking_utf8` and :meth:`_utf8_breaking_mask` would
+        build on first use, for every kind of unfinished character (a pass over the vocabulary each)."""
         leads = (b"\xc3", b"\xe0", b"\xe1", b"\xed", b"\xf0", b"\xf1", b"\xf4")
         for tail in (b"", *leads, b"\xe1\x80", b"\xf1\x80", b"\xf1\x80\x80"):
-            self._tokens_breaking_utf8(tail)
+            self._utf8_breaking_mask(tail)
 
     def _tokens_breaking_utf8(self, tail: bytes) -> np.ndarray:
         """The tokens whose bytes cannot follow ``tail``: a lone continuation byte after complete
@@ -726,6 +758,20 @@ class Engine:
                               if t not in ends and incomplete_tail(tail + piece) is None], dtype=np.int64)
             self._utf8_breaking[state] = found
         return found
+
+    def _utf8_breaking_mask(self, tail: bytes) -> np.ndarray:
+        """:meth:`_tokens_breaking_utf8` as a boolean per vocabulary entry, end-of-generation
+        tokens included inside a character; made once per kind of state and never written to."""
+        state = continuation_state(tail)
+        mask = self._utf8_masks.get(state)
+        if mask is None:
+            mask = np.zeros(self.n_vocab, dtype=bool)
+            mask[self._tokens_breaking_utf8(tail)] = True
+            if tail:
+                mask[self._eog_ids] = True
+            mask.flags.writeable = False
+            self._utf8_masks[state] = mask
+        return mask
 
     def _load_step_logits(self, n_outputs: int) -> None:
         """View the last batch's logits as one array, once per step rather than once per row."""
@@ -829,6 +875,8 @@ class Generation:
         self.prompt = prompt
         self.budget = budget
         self.sampler = sampler
+        self.on_device = isinstance(sampler, DeviceSampler)
+        """Is this generation's token sampled inside ``llama_decode``?"""
         self.guard = guard
         self.stop_ids = stop_ids
         self.ignore_eos = ignore_eos
@@ -859,20 +907,18 @@ class Generation:
         return self._breaking[state]
 
     def utf8_breaking_mask(self) -> np.ndarray:
-        """:meth:`utf8_breaking` as one boolean per vocabulary entry."""
+        """A boolean per vocabulary entry: True for the tokens that cannot come next without
+        breaking UTF-8 (inside a character: end-of-generation and stop tokens too, since the
+        output would end with half of it). Read-only: shared by generations without stop tokens."""
         state = continuation_state(self.utf8_tail)
         mask = self._breaking_masks.get(state)
         if mask is None:
-            mask = self._breaking_masks[state] = np.zeros(self.engine.n_vocab, dtype=bool)
-            breaking = self.utf8_breaking()
-            if breaking is not None:
-                mask[breaking] = True
+            mask = self.engine._utf8_breaking_mask(self.utf8_tail)
+            if self.stop_ids:
+                mask = mask.copy()
+                mask[list(self.stop_ids)] = bool(self.utf8_tail)
+            self._breaking_masks[state] = mask
         return mask
-
-    @property
-    def on_device(self) -> bool:
-        """Is this generation's token sampled inside ``llama_decode``?"""
-        return isinstance(self.sampler, DeviceSampler)
 
     def begin(self, slot: Slot, cached: int) -> None:
         self.slot = slot
@@ -899,22 +945,25 @@ class Generation:
         The pick is checked as the host checks its own: one that would break UTF-8 is drawn
         again without such tokens from what the chain kept; when nothing else is left, it stays
         (better than stopping, as on the host)."""
-        if not self._budget_left():
-            return None
+        if self._mark is None or self.stats.completion_tokens >= self.budget:
+            if not self._budget_left():
+                return None
         engine = self.engine
         token = llama_cpp.llama_get_sampled_token_ith(engine._ctx, row)
         if token < 0:
             raise RuntimeError("llama.cpp sampled no token for a generation with a device chain")
+        if self._decoder_empty and not self.utf8_tail and token not in engine._eog_set and token not in self.stop_ids:
+            text = engine._texts[token]
+            if text is not None:  # whole characters after whole ones: nothing to check or decode
+                return self._take_whole(token, text)
         if token in self.stop_ids or token in engine._eog_set:
             if self.utf8_tail:  # the output would end inside a character
-                redrawn = self.sampler.redraw(engine._ctx, row, self._keeps_utf8, self.utf8_breaking_mask)
+                redrawn = self.sampler.redraw(engine._ctx, row, self.utf8_breaking_mask())
                 token = token if redrawn is None else self._follow_utf8(redrawn)
-            return self._take(token, None)
-        if not self.utf8_tail and engine._texts[token] is not None:  # whole characters after whole ones
             return self._take(token, None)
         tail = incomplete_tail(self.utf8_tail + engine._pieces[token])
         if tail is None:
-            redrawn = self.sampler.redraw(engine._ctx, row, self._keeps_utf8, self.utf8_breaking_mask)
+            redrawn = self.sampler.redraw(engine._ctx, row, self.utf8_breaking_mask())
             token = token if redrawn is None else redrawn
             self._follow_utf8(token)
         else:
@@ -927,11 +976,6 @@ class Generation:
             tail = incomplete_tail(self.utf8_tail + self.engine._pieces[token])
             self.utf8_tail = tail if tail is not None else b""
         return token
-
-    def _keeps_utf8(self, token: int) -> bool:
-        if token in self.stop_ids or token in self.engine._eog_set:
-            return not self.utf8_tail
-        return incomplete_tail(self.utf8_tail + self.engine._pieces[token]) is not None
 
     def _budget_left(self) -> bool:
         """Record the end of the prefill; False (and finished) when the token budget is spent."""
@@ -972,6 +1016,22 @@ class Generation:
         else:
             self.pending = [token]
         return GeneratedToken(token, text, elapsed, info)
+
+    def _take_whole(self, token: int, text: str) -> GeneratedToken | None:
+        """:meth:`_take` for a device-sampled token that is neither a stop nor an end-of-generation
+        token and whose text is whole characters after whole ones (the usual token): no sampler or
+        guard to tell, nothing to decode."""
+        stats = self.stats
+        stats.completion_tokens += 1
+        now = time.perf_counter()
+        elapsed = (now - self._mark) * 1000.0  # type: ignore[operator]
+        self._mark = now
+        stats.decode_ms.append(elapsed)
+        if stats.completion_tokens >= self.budget:
+            self.finish("length")
+        else:
+            self.pending = [token]
+        return GeneratedToken(token, text, elapsed)
 
     def finish(self, reason: str) -> None:
         """End the generation (``"stop"``, ``"length"``, ``"cancelled"``) and give its slot back."""
