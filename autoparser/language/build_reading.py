@@ -31,6 +31,7 @@ from autoparser.language.ir import (
     CALL_ID,
     CONTENT,
     EMPTY,
+    MARKUP,
     MEMBER,
     NEXT_CALL,
     REASONING,
@@ -157,7 +158,7 @@ class _Reading(_Builder):
             again = make()
         finally:
             self.end_dropped = False
-        return choice(seq(again, self.marker(self.r.end.strip())), body)
+        return choice(seq(again, Rule("closed-again", self.marker(self.r.end.strip()), kind=MARKUP)), body)
 
     def strict_body(self, section: Node, lead: tuple[str, ...]) -> Node:
         """The strict policy: calls only before any content (whitespace aside); from the first
