@@ -115,8 +115,8 @@ class _Writer:
             return name
         if isinstance(node, ir.Rule):
             name = self.shared(node, lambda: self.new("r", self.write(node.body) or "_empty"))
-            if node.kind == ir.NEXT_CALL:
-                self.priorities[name] = 1  # and a separator between calls as markup, not as content
+            if node.kind in (ir.NEXT_CALL, ir.MARKUP):
+                self.priorities[name] = 1  # a separator between calls, or a marker, as markup, not as content
             return name
         raise TypeError(f"no Lark form for {type(node).__name__}")
 

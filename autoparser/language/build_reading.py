@@ -32,6 +32,7 @@ from autoparser.language.ir import (
     CALL_ID,
     CONTENT,
     EMPTY,
+    MARKUP,
     MEMBER,
     NEXT_CALL,
     REASONING,
@@ -148,9 +149,10 @@ class _Reading(_Builder):
     end_dropped = False  # while `closed_answer` builds: the reasoning's end marker stops the text
 
     def closed_answer(self, make: Callable[[], Node], body: Node) -> Node | None:
-        """The answer after a reasoning block the model opened and closed: `body`, or what `make`
-        builds with the end marker stopping its text, then that marker last in the output (a
-        model closing its thought channel twice); anywhere before the end it stays text."""
+        """The answer after a reasoning block opened (by the model or the prompt) and closed:
+        `body`, or what `make` builds with the end marker stopping its text, then that marker
+        last in the output (a model closing its thought channel twice), a `MARKUP` rule every
+        reader prefers to the text that could hold it; anywhere before the end it stays text."""
         if not self.reads_reasoning():
             return None
         self.end_dropped = True
@@ -158,7 +160,7 @@ class _Reading(_Builder):
             again = make()
         finally:
             self.end_dropped = False
-        return choice(seq(again, self.marker(self.r.end.strip())), body)
+        return choice(seq(again, Rule("closed-again", self.marker(self.r.end.strip()), kind=MARKUP)), body)
 
     def strict_body(self, section: Node, lead: tuple[str, ...]) -> Node:
         """The strict policy: calls only before any content (whitespace aside); from the first
@@ -424,19 +426,21 @@ class _Reading(_Builder):
         end of the output, or to the calls (`section`) when no end marker follows them.
         `unended`: `body` as read where reasoning is implied and no marker has ended it yet;
         `stray`: the answer the output began with, up to an end marker of reasoning never opened;
-        `closed`: `body` as read after a reasoning block the model opened and closed, where the
-        end marker again, last in the output, is markup (a model closing its thought channel twice)."""
+        `closed`: `body` as read after a reasoning block opened (by the model or the prompt,
+        its start marker repeated or not) and closed, where the end marker again, last in the
+        output, is markup (a model closing its thought channel twice)."""
         r = self.r
         if not self.reads_reasoning():
             return body
         start, end = r.start.strip(), r.end.strip()
-        inside = self.reasoning_to_answer(body if closed is None else closed, section, end)
+        answer = body if closed is None else closed
+        inside = self.reasoning_to_answer(answer, section, end)
         if self.forced:
             if not start:
                 return choice(*inside)
             # the prompt opened reasoning: a start marker the model writes again first is markup,
             # and one more after it is the reasoning's text
-            repeated = self.reasoning_to_answer(body, section, end, repeated=True)
+            repeated = self.reasoning_to_answer(answer, section, end, repeated=True)
             return choice(seq(self.gap(), self.marker(start), choice(*repeated)), choice(*inside))
         ends_answer = stray is not None and self.stray_end()
         options = [unended if unended is not None and (self.implies_reasoning() or ends_answer) else body,

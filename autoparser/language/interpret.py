@@ -50,8 +50,8 @@ from autoparser.language.markers import MarkerSet
 from autoparser.language.message import GROUP, Output, ToolCall, new_call_id
 from autoparser.language.policy import UNDECIDED_LIMIT, WHOLE_PIECE
 from autoparser.language.preference import (
-    _calls_begun,
     _calls_over_text,
+    _chosen,
     _origin,
     _prefer,
     _unseen,
@@ -432,7 +432,7 @@ class LanguageStream(_Recovery, _Stepping):
         """Every reading read on as far as the text goes; those still alive, in order."""
         todo = list(reversed(self.threads))
         alive: list[_Thread] = []
-        seen: set[tuple] = set()
+        seen: dict[tuple, _Thread] = {}
         groups: dict[tuple, list[list[Any]]] = {}
         forks: dict[tuple, tuple[int, int]] = {}
         while todo:
@@ -448,9 +448,12 @@ class LanguageStream(_Recovery, _Stepping):
                 # kept (a full state is computed only where another reading is alike at a glance)
                 if t.head is None or t.head.__class__ is _Trailer:
                     key = t.key()
-                    if key in seen:
-                        continue
-                    seen.add(key)
+                    met = seen.get(key)
+                    if met is not None:
+                        if _prefer(met, t) is not t:
+                            continue
+                        alive.remove(met)
+                    seen[key] = t
                 elif todo or alive:
                     glance = (t.pos, t.role, t.head.__class__)
                     alike = groups.get(glance)
@@ -472,9 +475,8 @@ class LanguageStream(_Recovery, _Stepping):
                                 alike.append(entry)
                 alive.append(t)
         if final and alive:
-            # all are complete: the one with the most calls (a text that reads as content or as a
-            # call is a call), else the first in the language's order
-            alive = [max(alive, key=_calls_begun)]
+            # all are complete: the one with the most calls, then markup, then the first (`_chosen`)
+            alive = [_chosen(alive)]
             if self._cut_after_calls(alive[0]):
                 return []  # the reading cut off right after its calls is recovered instead
         return alive
@@ -508,7 +510,7 @@ class LanguageStream(_Recovery, _Stepping):
             self._commit_common_text()
         if len(threads) > 1 and sum(len(t.events) for t in threads) > UNDECIDED_LIMIT:
             # readings undecided for too long: the one that began the most calls wins, as at the end
-            self.threads = [max(threads, key=_calls_begun)]
+            self.threads = [_chosen(threads)]
             self._commit(final)
 
     def _before_open_sections(self, events: list[tuple], agreed: int) -> int:

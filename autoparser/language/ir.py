@@ -40,6 +40,8 @@ ROLES = (REASONING, CONTENT, TOOL_NAME, ARGUMENTS, CALL_ID)
 # what a `Rule` is: the call section (what it reads is held until a call in it begins), one call's
 # own structure, a later call with the separator before it, one argument of a call
 SECTION, CALL, NEXT_CALL, MEMBER = "section", "call", "next-call", "member"
+# a marker read as markup where a text beside it could also hold it (the reading prefers it)
+MARKUP = "markup"
 
 
 @dataclass(frozen=True)
@@ -204,8 +206,8 @@ class Capture:
 
 @dataclass(frozen=True)
 class Rule:
-    """A named part. `kind` says what it is to every backend (`SECTION`, `CALL`, `MEMBER`, or
-    "" for a name only); a member's `key` is the argument it holds (None: any key)."""
+    """A named part. `kind` says what it is to every backend (`SECTION`, `CALL`, `MEMBER`, `MARKUP`,
+    or "" for a name only); a member's `key` is the argument it holds (None: any key)."""
 
     name: str
     body: Node

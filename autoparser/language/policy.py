@@ -47,7 +47,9 @@ RULES: tuple[Rule, ...] = (
          "before is text; a section's opener is held until a call in it begins."),
     Rule("more-calls-win",
          "At the end of the output, of the complete readings the one with the most calls wins (a text "
-         "that reads as content or as a call is a call), then the first in the language's order."),
+         "that reads as content or as a call is a call), then the one that read more markers as markup "
+         "where a text could hold them (a marker the language states as markup), then the first in the "
+         "language's order."),
     Rule("nothing-lost",
          "Where no reading continues, the one that got furthest keeps what it read (a call whose "
          "arguments had started is closed and marked incomplete), the text from there to where it "
@@ -57,7 +59,7 @@ RULES: tuple[Rule, ...] = (
          "incomplete; the member or marker it stopped inside is content."),
     Rule("undecided-too-long",
          f"Readings that still disagree after {UNDECIDED_LIMIT} held events give way to the one that "
-         "began the most calls, then to the first in the language's order."),
+         "began the most calls, then read the most markup, then to the first in the language's order."),
 )
 
 

@@ -41,12 +41,12 @@ def _reach(t: _Thread, buf: str) -> int:
     return t.pos
 
 
-def _unseen(t: _Thread, seen: dict[tuple, tuple[int, int]]) -> bool:
+def _unseen(t: _Thread, seen: dict[tuple, tuple[int, int, int]]) -> bool:
     """Whether a reading that forked goes on: not where one in the same state (met at a fork
     earlier in this pass) would be chosen over it (`_prefer`). Readings that meet again within
     one pass are pruned at once, so that a long piece read whole does not multiply them."""
     state = t.state()  # taken now, as the one met later will have read on from here
-    counts = (t.calls_read, t.calls_held)
+    counts = _counts(t)
     met = seen.get(state)
     if met is not None and _preferred(met, counts) == 0:
         return False
@@ -57,20 +57,33 @@ def _unseen(t: _Thread, seen: dict[tuple, tuple[int, int]]) -> bool:
 def _prefer(first: _Thread, second: _Thread) -> _Thread | None:
     """Of two readings in one state (they read alike from here), the one that would be chosen
     at the end of the output, and as the one to recover from if they fail: more calls begun
-    wins a complete reading, more calls read whole a failed one, the first one on a tie. None
-    where the two rules disagree (both are kept)."""
-    choice = _preferred((first.calls_read, first.calls_held), (second.calls_read, second.calls_held))
-    return (first, second, None)[choice]
+    wins a complete reading, more calls read whole a failed one; on a tie in calls, the one
+    that read more markers as markup where a text could hold them (`ir.MARKUP`), then the
+    first one. None where the two rules disagree (both are kept)."""
+    return (first, second, None)[_preferred(_counts(first), _counts(second))]
 
 
-def _preferred(first: tuple[int, int], second: tuple[int, int]) -> int:
-    """`_prefer` on the readings' (calls read whole, calls begun): 0 the first, 1 the second,
-    2 neither."""
+def _counts(t: _Thread) -> tuple[int, int, int]:
+    """What `_prefer` compares: calls read whole, calls begun, markers read as markup."""
+    return t.calls_read, t.calls_held, t.markup
+
+
+def _preferred(first: tuple[int, int, int], second: tuple[int, int, int]) -> int:
+    """`_prefer` on the readings' `_counts`: 0 the first, 1 the second, 2 neither."""
+    if first[:2] == second[:2]:
+        return int(second[2] > first[2])
     if second[0] <= first[0] and second[1] <= first[1]:
         return 0
     if second[0] >= first[0] and second[1] > first[1]:
         return 1
     return 2
+
+
+def _chosen(threads: list[_Thread]) -> _Thread:
+    """Of complete readings, the one the end of the output keeps: the most calls begun (a text
+    that reads as content or as a call is a call), then the most markers read as markup where
+    a text could hold them, then the first in the language's order."""
+    return max(threads, key=lambda t: (t.calls_held, t.markup))
 
 
 def _calls_begun(t: _Thread) -> int:

@@ -135,7 +135,7 @@ class _Thread:
     __slots__ = ("stack", "pos", "events", "role", "head", "call", "parts", "member", "value", "count", "mark",
                  "skip", "own_id", "after_call", "section_calls", "calls_read",
                  "call_over", "streamed", "spool", "call_from", "section_at", "section_open", "first_in_section",
-                 "offset", "call_at", "calls_held", "shared")
+                 "offset", "call_at", "calls_held", "shared", "markup")
 
     def __init__(self, stack: Any, pos: int, offset: list[int]) -> None:
         self.stack = stack  # (node, rest) pairs, None at the bottom
@@ -165,6 +165,7 @@ class _Thread:
         self.section_at: tuple[int, Any] | None = None  # where the last call section began, and what follows it
         self.section_open = False  # no call has begun in that section yet
         self.first_in_section = False  # the call being read is that section's first
+        self.markup = 0  # markers read as markup where a text beside them could hold them (`ir.MARKUP`)
 
     def fork(self, stack: Any) -> _Thread:
         twin = _Thread(stack, self.pos, self.offset)
@@ -191,6 +192,7 @@ class _Thread:
         twin.call_from = self.call_from
         twin.section_at, twin.section_open = self.section_at, self.section_open
         twin.first_in_section = self.first_in_section
+        twin.markup = self.markup
         return twin
 
     def drop_events(self, count: int) -> None:

@@ -97,6 +97,8 @@ class _Stepping:
                 t.after_call = t.stack
                 ends = t.stack is not None and bool(_first_marker(t.stack[0]))
                 t.call_over = t.stack[1] if ends else t.stack
+            elif node.kind == ir.MARKUP:
+                t.markup += 1
             t.stack = (node.body, (_END_CALL, t.stack) if self.reader.is_call(node) else t.stack)
         elif cls is _EndCall:
             t.call.closed = True

@@ -76,6 +76,18 @@ def test_sentences_of_the_reading_grammar_read_alike_in_lark_and_the_runtime(fam
         assert comparable(parse_with_lark(analysis, text, tools=[WEATHER])) == runtime, text
 
 
+@pytest.mark.parametrize("family", ["deepseek_v31", "qwen3_thinking", "deepseek_r1"])
+@pytest.mark.parametrize("thinking", [None, True])
+@pytest.mark.parametrize("text", ["<think>Plan.</think>Answer.</think>", "<think></think>Answer.</think>",
+                                  "<think>Plan.</think>Use </think> here."])
+def test_an_end_marker_written_again_last_reads_alike_in_lark_and_the_runtime(
+        family: str, thinking: bool | None, text: str) -> None:
+    """Markup last in the output, text before the end (Rule kind MARKUP), in both readers."""
+    analysis = analyses.FAMILIES[family]()
+    runtime = comparable(analysis.parser(tools=[WEATHER], thinking=thinking).parse(text))
+    assert comparable(parse_with_lark(analysis, text, tools=[WEATHER], thinking=thinking)) == runtime
+
+
 def test_call_syntax_with_raw_values_splits_at_a_comma_before_a_key() -> None:
     analysis = analyses.llama32_pythonic()
     text = "[get_weather(city=Paris, France, days=3)]<|eot_id|>"

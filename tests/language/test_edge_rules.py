@@ -9,6 +9,7 @@ import dataclasses
 import json
 
 import analyses
+import pytest
 from analyses import DS_CALL, DS_EOS, DS_SECTION, DS_SEP, WEATHER_TOOLS, calls, parse
 
 from autoparser.language.reading import Parser
@@ -53,6 +54,22 @@ def test_a_later_end_marker_inside_the_answer_is_text() -> None:
     for analysis in (analyses.deepseek_r1(), analyses.deepseek_r1_0528()):
         message = parse(analysis, "Plan.</think>Use the `</think>` tag." + DS_EOS)
         assert (message["reasoning_content"], message["content"]) == ("Plan.", "Use the `</think>` tag.")
+
+
+@pytest.mark.parametrize("family", ["deepseek_v31", "qwen3_thinking", "deepseek_r1"])
+@pytest.mark.parametrize("thinking", [None, True])
+@pytest.mark.parametrize("text, reasoning, content", [
+    ("<think>Plan.</think>Answer.</think>", "Plan.", "Answer."),
+    ("<think></think>Answer.</think>", None, "Answer."),
+    ("<think>Plan.</think>Use </think> here.", "Plan.", "Use </think> here."),
+])
+def test_an_end_marker_written_again_last_after_a_closed_block_is_markup_in_every_family(
+        family: str, thinking: bool | None, text: str, reasoning: str | None, content: str) -> None:
+    """The rule holds whether the model or the prompt opened the block, empty or not, whatever
+    order the language lists the readings in: last in the output the marker is markup, before
+    the end it stays text."""
+    message = parse(analyses.FAMILIES[family](), text, thinking=thinking)
+    assert (message["reasoning_content"], message["content"]) == (reasoning, content)
 
 
 def test_a_fence_with_no_language_tag_parses_like_a_json_fence() -> None:

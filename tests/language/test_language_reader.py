@@ -18,6 +18,7 @@ from analyses import WEATHER_TOOLS, streamed_in_random_chunks, without_generated
 from test_runtime_properties import TOOLS as PROPERTY_TOOLS
 
 import autoparser
+from autoparser.language import ir
 from autoparser.language.build import Request, build_language
 from autoparser.language.interpret import LanguageReader
 
@@ -161,6 +162,21 @@ def test_a_start_marker_repeated_after_the_prompt_opened_reasoning_loses_nothing
     assert (message["reasoning_content"], message["content"]) == (reasoning, content)
     for seed in range(6):
         assert without_generated_ids(streamed_in_random_chunks(parser, text, seed)) == without_generated_ids(message)
+
+
+@pytest.mark.parametrize("markup_first", [True, False])
+def test_a_marker_a_markup_rule_reads_wins_over_the_text_that_could_hold_it(markup_first: bool) -> None:
+    """Two complete readings alike in calls, one reading the last marker as text and one as markup
+    (an `ir.MARKUP` rule): the markup reading wins, whichever the language lists first; before
+    the end only the text reading is left."""
+    text_only = ir.Capture(ir.CONTENT, ir.Text(()))
+    marked = ir.seq(ir.Capture(ir.CONTENT, ir.Text(("</x>",))), ir.Rule("again", ir.Lit("</x>"), ir.MARKUP))
+    language = ir.Language(ir.choice(*((marked, text_only) if markup_first else (text_only, marked))))
+    for text, content in (("Answer.</x>", "Answer."), ("Use </x> here.", "Use </x> here.")):
+        message = LanguageReader(language).parse(text)
+        assert message["content"] == content
+        for seed in range(6):
+            assert streamed_in_random_chunks(LanguageReader(language), text, seed) == message, seed
 
 
 @pytest.mark.parametrize("thinking", [None, True, False])
