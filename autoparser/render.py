@@ -1143,7 +1143,9 @@ def compile_template(source: str, ast: Any = None):  # type: ignore[no-untyped-d
         with _COMPILE_LOCK:
             while _COMPILED and (len(_COMPILED) >= _COMPILE_CACHE_SIZE
                                  or _compiled_chars + len(source) > _COMPILE_CACHE_CHARS):
-                _compiled_chars -= len(_COMPILED.pop(next(iter(_COMPILED))))
+                oldest = next(iter(_COMPILED))
+                del _COMPILED[oldest]
+                _compiled_chars -= len(oldest)
             if source not in _COMPILED:
                 _compiled_chars += len(source)
             _COMPILED[source] = entry
