@@ -78,6 +78,38 @@ class _EndMember:
     __slots__ = ()
 
 
+class _Value:
+    """The raw text of a tagged value read so far, in pieces. Forks share the pieces (each reads
+    only its first `count`; one that appends where another appended first copies them) and its
+    state is a running hash of them: a value nested deep costs neither a fork nor a state its length."""
+
+    __slots__ = ("parts", "count", "digest")
+
+    def __init__(self, parts: list[str] | None = None, count: int = 0, digest: int = 0) -> None:
+        self.parts = [] if parts is None else parts
+        self.count, self.digest = count, digest
+
+    def append(self, piece: str) -> None:
+        if len(self.parts) != self.count:
+            self.parts = self.parts[:self.count]
+        self.parts.append(piece)
+        self.count += 1
+        self.digest = hash((self.digest, piece))
+
+    def copy(self) -> _Value:
+        return _Value(self.parts, self.count, self.digest)
+
+    def key(self) -> tuple[int, int]:
+        return self.count, self.digest
+
+    def __bool__(self) -> bool:
+        return self.count > 0
+
+    def __iter__(self):
+        parts = self.parts
+        return iter(parts if len(parts) == self.count else parts[:self.count])
+
+
 class _Again:
     """The rest of a repetition, after one item that started at `start`: an item that read
     nothing ends the repetition (an empty item repeated forever)."""
@@ -150,7 +182,7 @@ class _Thread:
         self.call = _Call()
         self.parts: list[str] = []  # the text of a name or id capture
         self.member: list[Any] | None = None  # [key, value node] of the tagged argument being read
-        self.value: list[str] | None = None  # raw text of a tagged value being read
+        self.value: _Value | None = None  # raw text of a tagged value being read
         self.count = 0  # tagged arguments read in the current call
         self.mark = pos  # where the last whole part read ends (text, a repeated item): failing later, the rest is text
         self.skip = ""  # a marker that may be left out (the end of reasoning skipped on resuming)
@@ -181,7 +213,7 @@ class _Thread:
         twin.call = copy
         twin.parts = list(self.parts)
         twin.member = None if self.member is None else list(self.member)
-        twin.value = None if self.value is None else list(self.value)
+        twin.value = None if self.value is None else self.value.copy()
         twin.count = self.count
         twin.mark = self.mark
         twin.skip = self.skip
@@ -243,7 +275,7 @@ class _Thread:
         return (self.pos, self.role, tuple(frames), head.__class__, terminal, call.name, call.id, call.args,
                 call.started, tuple(call.pending), call.mode, call.done, call.awaits_id, call.confirmed,
                 call.confirm_next, call.closed, tuple(self.parts),
-                _plain(self.member), _plain(self.value), self.count, self.skip, _plain(self.own_id), self.streamed,
+                _plain(self.member), None if self.value is None else self.value.key(), self.count, self.skip, _plain(self.own_id), self.streamed,
                 self.spool)
 
     # what the terminal read goes where its capture says

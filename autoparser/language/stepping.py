@@ -29,6 +29,7 @@ from autoparser.language.readings import (
     _Member,
     _MembersFrom,
     _Thread,
+    _Value,
 )
 from autoparser.language.request import value_kind
 from autoparser.language.shapes import _first_marker
@@ -172,6 +173,8 @@ class _Stepping:
             t.member = [node.key, None]
             t.stack = (node.body, (_END_MEMBER, t.stack))
         elif cls is _EndMember:
+            if not self._may_follow(t):
+                return _NONE_FITS  # its value would be converted only for the reading to fail next
             self._end_member(t)
         elif cls is ir.Lazy:
             t.stack = (self.reader.unlazy(node), t.stack)
@@ -179,13 +182,30 @@ class _Stepping:
             raise TypeError(f"no reading for {cls.__name__}")
         return None
 
-    def _follow(self, stack: Any) -> frozenset[str] | None:
-        """The characters what is left of a reading can start with (None: any)."""
+    def _may_follow(self, t: _Thread) -> bool:
+        """Whether what is left of the reading can start with the next character, where there is one."""
+        if t.pos >= len(self.buf):
+            return True
+        follow = self._follow(t.stack, members=True)
+        return follow is None or self.buf[t.pos] in follow
+
+    def _follow(self, stack: Any, members: bool = False) -> frozenset[str] | None:
+        """The characters what is left of a reading can start with (None: any); with `members`,
+        the members left to read are judged by their separator, else they may start with any."""
         chars: set[str] = set()
         firsts = self.reader.firsts.of
         while stack is not None:
             node, stack = stack
             if node.__class__ in _FRAMES:
+                continue
+            if members and node.__class__ is _MembersFrom:
+                # past its first member, the next one begins with the separator; or the members end
+                if not node.read:
+                    return None
+                first, empty = firsts(node.members.separator)
+                if first is None or empty:
+                    return None
+                chars |= first
                 continue
             first, empty = firsts(node)
             if first is None:
@@ -286,7 +306,7 @@ class _Stepping:
         written as raw text or as a quoted literal also streams."""
         if t.member is not None:
             t.member[1] = node
-            t.value = []
+            t.value = _Value()
             kind = value_kind(getattr(node, "schema", None))
             t.streamed = 0 if node.__class__ is ir.RawString and kind == "string" or \
                 node.__class__ is ir.PyValue and kind != "json" else None

@@ -74,7 +74,7 @@ def test_a_thousand_levels(family: str, shape: str, complete: bool) -> None:
 
 @pytest.mark.parametrize("complete", [True, False], ids=["complete", "cut"])
 @pytest.mark.parametrize("family", ["deepseek_r1", "deepseek_v31", "hermes", "llama31", "qwen3_coder",
-                                    "lfm2_python"])
+                                    "lfm2_python", "llama32_pythonic"])
 def test_ten_thousand_levels(family: str, complete: bool) -> None:
     check(family, nested_output(family, "objects in arrays", 10_000, complete), complete)
 
