@@ -66,7 +66,8 @@ GAP_MAX = 4  # whitespace allowed around structural markers (the parser ignores 
 JSON_SPACE = 20  # whitespace inside JSON; bounded, as a small model could pad forever
 ID_CHARS = Chars("a-zA-Z0-9_.:\\-", 1, 64)
 # values written as Python literals (`'text'`, `"a\\"b"`, `[1, (2, 3)]`, `None`), as the readers read them
-PYTHON_LITERALS = Spelling(quotes="'\"", opens="[({", closes="])}", escape="\\", separators=",", null="None")
+PYTHON_LITERALS = Spelling(quotes="'\"", opens="[({", closes="])}", escape="\\", separators=",", null="None",
+                           true="True", false="False")
 KEY_CHARS = Chars("a-zA-Z0-9_.\\-", 1, 64)
 MAX_KEY = 256  # the longest key or name the parser reads
 INDEX_DIGITS = Chars("0-9", 1, 4)

@@ -125,8 +125,9 @@ class Spelling:
     """How the template's literal values are written, as the builder states it for the readers: a
     string between two of the same `quotes`, where `escape` makes the character after it part of
     the text; a nested value from one of `opens` to its match in `closes`; else a bare word, which
-    ends at whitespace, a quote, a closing bracket or one of `separators`. `null`: the word for no
-    value (a nullable string's)."""
+    ends at whitespace, a quote, a closing bracket or one of `separators`. `null`, `true`, `false`:
+    the words for no value (a nullable string's) and the two booleans. JSON's own spelling of
+    strings and constants is read beside it, as JSON is read wherever a literal is."""
 
     quotes: str
     opens: str
@@ -134,6 +135,8 @@ class Spelling:
     escape: str
     separators: str
     null: str
+    true: str = "true"
+    false: str = "false"
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,10 @@ from typing import Any
 
 from autoparser.language import ir
 from autoparser.language.jsonscan import JsonScanner
-from autoparser.language.mapper import literal_spelling, member_opening
+from autoparser.language.mapper import literal_spelling, member_opening, quoted_text
 from autoparser.language.values import (
     allows_null,
     decided_end,
-    decode_string_body,
 )
 
 MORE, FAIL, SPLIT = 0, 2, 3  # terminal results besides DONE: wait, no match, the text may end here
@@ -341,7 +340,7 @@ class _Thread:
         text = tail + piece
         cut = decided_end(text, quote, spelling.escape)
         if cut:
-            self.arguments(json.dumps(decode_string_body(text[:cut]), ensure_ascii=False)[1:-1])
+            self.arguments(json.dumps(quoted_text(text[:cut], spelling), ensure_ascii=False)[1:-1])
         self.spool = (quote, text[cut:])
 
     def name_text(self, piece: str) -> None:
