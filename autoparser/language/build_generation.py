@@ -68,6 +68,8 @@ ID_CHARS = Chars("a-zA-Z0-9_.:\\-", 1, 64)
 # values written as Python literals (`'text'`, `"a\\"b"`, `[1, (2, 3)]`, `None`), as the readers read them
 PYTHON_LITERALS = Spelling(quotes="'\"", opens="[({", closes="])}", escape="\\", separators=",", null="None",
                            true="True", false="False")
+# a nullable string written as raw text is null where its whole text is JSON's word for null
+JSON_NULL = "null"
 KEY_CHARS = Chars("a-zA-Z0-9_.\\-", 1, 64)
 MAX_KEY = 256  # the longest key or name the parser reads
 INDEX_DIGITS = Chars("0-9", 1, 4)
@@ -562,7 +564,7 @@ class _Builder:
         if self.t.arg_string_raw and is_plain_string(resolved):
             text = self.comma_text() if self.comma_values() else self.raw_text(key)
             return RawString(name, params, resolved, f"$/properties/{key}", f"{name}-{key}", self.arg_end(key),
-                             text, bounded=not self.comma_values()), True
+                             text, bounded=not self.comma_values(), null=JSON_NULL), True
         return Json("schema", name, params, sub, f"$/properties/{key}", f"{name}-args-{key}"), False
 
     def values_between(self) -> bool:

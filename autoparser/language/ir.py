@@ -172,6 +172,8 @@ class RawString:
     # a value written as a literal of this spelling (quoted, `None`, `True`, a number, a list or a
     # dict) is that literal's value; other text is the raw string (`name(key=value)` calls)
     literals: Spelling | None = None
+    # the word that is null where the schema allows null (raw text has no other way to write it)
+    null: str = ""
 
     def __hash__(self) -> int:  # the schemas are dicts: equal nodes hash alike by their names
         return hash((self.__class__, self.owner, self.path, self.hint, self.end))

@@ -91,7 +91,7 @@ def argument_json(raw: str, node: Any, section: tuple[str, ...] = ()) -> str:
     raw = without_section(raw, section)
     kind = "json" if isinstance(node, ir.RawString) and node.as_json else value_kind(schema)
     if kind == "string":
-        # a nullable string written as `null` is null (a raw string cannot spell it otherwise)
-        return "null" if raw.strip() == "null" and allows_null(schema) else json.dumps(raw, ensure_ascii=False)
+        null = getattr(node, "null", "")
+        return "null" if null and raw.strip() == null and allows_null(schema) else json.dumps(raw, ensure_ascii=False)
     nested = nested_to_json(raw, node.nested) if isinstance(node, ir.RawString) and node.nested else None
     return nested if nested is not None else convert_tagged_value(raw, kind, schema)

@@ -300,8 +300,8 @@ class _Thread:
                 return
             if spelling.null.startswith(visible.rstrip()) and allows_null(getattr(node, "schema", None)):
                 return  # what may still be a nullable string's null word
-        if "null".startswith(raw.strip()) and allows_null(getattr(node, "schema", None)):
-            return  # what may still be a nullable string's null
+        if node.null.startswith(raw.strip()) and allows_null(node.schema):
+            return  # what may still be a nullable string's null word
         self.streamed = 1
         self.arguments(f"{self.member_key()}\"{json.dumps(raw, ensure_ascii=False)[1:-1]}")
 
