@@ -31,6 +31,7 @@ from autoparser.language.ir import (
     TOOL_NAME,
     Capture,
     Chars,
+    Choice,
     Gap,
     Guard,
     Json,
@@ -43,12 +44,14 @@ from autoparser.language.ir import (
     RawString,
     Repeat,
     Rule,
+    Seq,
     Spelling,
     Text,
     Weak,
     choice,
     optional,
     seq,
+    walk,
 )
 from autoparser.language.request import (
     CLOSED,
@@ -120,7 +123,8 @@ class _Builder:
 
     def language(self, root: Node) -> Language:
         reasoning_end = self.r.end.strip() if self.r.mode != "none" else ""
-        return Language(root, tuple(self.warnings), self.continues, reasoning_end, self.bare_calls, CDATA)
+        return Language(root, tuple(self.warnings), self.continues, reasoning_end, self.bare_calls, CDATA,
+                        later_call_openers(root))
 
     # -- top level ----------------------------------------------------------------------
 
@@ -602,3 +606,39 @@ def schema_json_types(sub: Any) -> tuple[str, ...]:
     kinds = {"number" if name == "integer" else name for name in names if isinstance(name, str)}
     return tuple(kind for kind in JSON_TYPES if kind in kinds) or JSON_TYPES
 
+
+
+def later_call_openers(root: Node) -> tuple[str, ...]:
+    """Where a later call begins (`Language.resync`): each `NEXT_CALL` rule's markers from its
+    separator up to the first that holds a word, whitespace between them any whitespace."""
+    found: set[str] = set()
+    for node in walk(root):
+        if isinstance(node, Rule) and node.kind == NEXT_CALL:
+            found |= _openers((node.body,), "", 24)
+    return tuple(sorted(found))
+
+
+def _openers(items: tuple[Node, ...], prefix: str, depth: int) -> set[str]:
+    """The marker runs `items` may begin with, from `prefix` on, each up to a marker holding a
+    word; none where a value or text comes first."""
+    if depth == 0 or not items:
+        return set()
+    node, rest = items[0], items[1:]
+    if isinstance(node, Gap):
+        return _openers(rest, prefix, depth)
+    if isinstance(node, Lit):
+        text = node.text.strip()
+        run = f"{prefix} {text}".strip()
+        if any(c.isalnum() for c in text):
+            return {run}
+        return _openers(rest, run, depth - 1)
+    if isinstance(node, Seq):
+        return _openers(node.items + rest, prefix, depth - 1)
+    if isinstance(node, Choice):
+        return set().union(*(_openers((option, *rest), prefix, depth - 1) for option in node.options))
+    if isinstance(node, Rule | Capture):
+        return _openers((node.body, *rest), prefix, depth - 1)
+    if isinstance(node, Repeat):
+        taken = _openers((node.item, *rest), prefix, depth - 1)
+        return taken | _openers(rest, prefix, depth - 1) if node.min == 0 else taken
+    return set()

@@ -255,7 +255,10 @@ class Language:
     `bare_calls`: calls open with a bracket and no marker (bare JSON), and a bracket that opens no
     call is content; after such calls, content may follow as freely as before them.
     `value_section`: the section (opening, closing) a raw argument value may be wrapped in (XML
-    CDATA), read whole: the markers inside it are the value's text, the section's are not."""
+    CDATA), read whole: the markers inside it are the value's text, the section's are not.
+    `resync`: where a call may begin again after one that broke, for calls that end only in
+    punctuation (a later call's separator and its first markers up to a word, `, { "name"`):
+    the broken call's text is content up to one of them, and the calls go on from there."""
 
     root: Node
     warnings: tuple[str, ...] = field(default=())
@@ -263,6 +266,7 @@ class Language:
     reasoning_end: str = ""
     bare_calls: bool = False
     value_section: tuple[str, ...] = ()
+    resync: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         return describe(self.root)
