@@ -363,20 +363,34 @@ class _Writer:
         return rule
 
     def py_value(self, node: ir.PyValue) -> str:
-        """A value written as a literal: strings in JSON or Python quotes, the constants in either
-        spelling, anything else as JSON (which the parser reads as a literal too)."""
-        b, sub = self.b, node.schema
-        py_string = b.fixed("py-string", "\"'\" ( [^'\\\\] | \"\\\\\" [^\\x00-\\x1F] )* \"'\"")
+        """A value written as a literal of its `ir.Spelling`: strings in JSON's quotes or the
+        spelling's, the constants in either spelling, anything else as JSON (which the parser
+        reads as a literal too)."""
+        b, sub, spelling = self.b, node.schema, node.spelling
+        quoted = self.quoted_strings(spelling)
+        strings = alt(json_string(b), *quoted)
         if sub is None:
-            return alt(json_string(b), py_string, json_value(b))
+            return alt(strings, json_value(b))
         if is_plain_string(sub) and not ("const" in sub or "enum" in sub or "pattern" in sub or "format" in sub):
-            return alt(json_string(b), py_string)
+            return strings
         declared = sub.get("type") if isinstance(sub, dict) else None
         if declared == "boolean":
-            return b.fixed("py-bool", '"true" | "false" | "True" | "False"')
+            words = dict.fromkeys(("true", "false", spelling.true, spelling.false))
+            return b.define("py-bool", " | ".join(literal(w) for w in words))
         if declared == "null":
-            return b.fixed("py-null", '"null" | "None"')
+            return b.define("py-null", " | ".join(literal(w) for w in dict.fromkeys(("null", spelling.null))))
         return self.converter(node.owner, node.root).convert(sub, node.path, rule_name(node.hint))
+
+    def quoted_strings(self, spelling: ir.Spelling) -> list[str]:
+        """A string between two of the spelling's quotes (other than JSON's, which `json_string`
+        writes), where its escape makes any printable character after it part of the text."""
+        rules = []
+        for quote in spelling.quotes.replace('"', ""):
+            inner = _cls(_complement_of([quote, spelling.escape] if spelling.escape else [quote]))
+            if spelling.escape:
+                inner = f"( {inner} | {literal(spelling.escape)} [^\\x00-\\x1F] )"
+            rules.append(self.b.define("py-string", f"{literal(quote)} {inner}* {literal(quote)}"))
+        return rules
 
     def raw_string(self, node: ir.RawString) -> str:
         """A string value written as raw text up to its end marker."""

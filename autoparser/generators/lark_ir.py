@@ -34,18 +34,37 @@ _space: /[ \t\n\r]/
 JWS: /[ \t\n\r]+/
 STRING: /"(?:[^"\\]|\\[\s\S])*"/
 NUMBER: /-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?/
-_py: pyseq | pydict | PYSTRING | pyloose | NUMBER | /true|false|null|True|False|None/
-pyseq: ("[" | "(") _jws (_py (_jws "," _jws _py)* _jws ","? _jws)? ("]" | ")")
-pydict: "{" _jws (_py _jws ":" _jws _py (_jws "," _jws _py _jws ":" _jws _py)* _jws ","? _jws)? "}"
-PYSTRING: /[rRuUbB]{0,2}(?:'(?:[^'\\]|\\[\s\S])*'|"(?:[^"\\]|\\[\s\S])*")/
-// a quote inside a quoted string, where the parser reads on because the value does not end there
-pyloose: "'" (_PYCHUNK1 | "'")* "'" | "\"" (_PYCHUNK2 | "\"")* "\""
-_PYCHUNK1: /(?:[^'\\]|\\[\s\S])+/
-_PYCHUNK2: /(?:[^"\\]|\\[\s\S])+/
 """
 
 
 _CONTROL = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "/": "\\/", '"': "\\x22"}
+
+
+def literal_rules(spelling: ir.Spelling, name: str) -> str:
+    """Lark rules `name` for a value written as a literal of `spelling`, as the parser reads one
+    (`language.terminals._PyValue`): a quoted string (and one holding a quote the value does not
+    end at), a nested value from an opening to a closing bracket with quoted text whole, a number
+    or a constant's word, JSON's spelling of these beside it."""
+    escape = _regex_escape(spelling.escape)
+    upper = name.lstrip("_").upper()
+    strings, loose, chunks = [], [], []
+    for i, quote in enumerate(spelling.quotes):
+        q = _regex_escape(quote)
+        char = f"(?:[^{q}{escape}]|{escape}[\\s\\S])" if escape else f"[^{q}]"
+        strings.append(f"{q}{char}*{q}")
+        loose.append(f"/{q}/ (_{upper}_CHUNK{i} | /{q}/)* /{q}/")
+        chunks.append(f"_{upper}_CHUNK{i}: /{char}+/")
+    words = "|".join(dict.fromkeys(_regex_escape(w) for w in ("true", "false", "null", spelling.true,
+                                                               spelling.false, spelling.null) if w))
+    others = _regex_escape(spelling.quotes + spelling.opens + spelling.closes)
+    string = f"{upper}_STRING"
+    json_string = "" if '"' in spelling.quotes else " | STRING"
+    rules = [f"{name}: {name}_nested | {string} | {name}_loose{json_string} | NUMBER | /{words}/",
+             f"{string}: /{'|'.join(strings)}/" if strings else f"{string}: /(?!)/",
+             f"{name}_loose: {' | '.join(loose) or '/(?!)/'}", *chunks,
+             f"{name}_nested: /[{_regex_escape(spelling.opens)}]/ ({name}_nested | {string} | /[^{others}]+/)* "
+             f"/[{_regex_escape(spelling.closes)}]/"]
+    return "\n".join(rules) + "\n"
 
 
 def _regex_escape(text: str) -> str:
@@ -64,6 +83,7 @@ class _Writer:
     members: dict[str, tuple[str, str | None]] = field(default_factory=dict)  # member rule -> (owner, key)
     priorities: dict[str, int] = field(default_factory=dict)  # rule -> its Earley priority
     terminals: dict[str, str] = field(default_factory=dict)  # pattern -> name
+    spellings: dict[ir.Spelling, str] = field(default_factory=dict)  # literal spelling -> its value rule
     _names: dict[int, str] = field(default_factory=dict)
     _keep: list[ir.Node] = field(default_factory=list)
 
@@ -97,7 +117,7 @@ class _Writer:
         if isinstance(node, ir.Json):
             return "STRING" if node.kind == "string" else "_json"
         if isinstance(node, ir.PyValue):
-            return "_py"
+            return self.spellings.setdefault(node.spelling, f"_py{len(self.spellings) or ''}")
         if isinstance(node, ir.RawString):
             return self.write(node.text)
         if isinstance(node, ir.Bracketed):
@@ -323,7 +343,7 @@ def write_lark(language: ir.Language, end_of_turn: tuple[str, ...] = ()) -> Lark
         lines.append(f"_end_of_turn: /[ \\t\\n\\r]*(?:{'|'.join(_regex_escape(e) for e in ends)})[ \\t\\n\\r]*/")
     lines += [f"{name}{f'.{w.priorities[name]}' if name in w.priorities else ''}: {body}" for name, body in w.rules.items()]
     lines += [f"{name}: {pattern}" for pattern, name in w.terminals.items()]
-    grammar = "\n".join(lines) + "\n" + VALUE_RULES
+    grammar = "\n".join(lines) + "\n" + VALUE_RULES + "".join(literal_rules(s, n) for s, n in w.spellings.items())
     return LarkLanguage(grammar, dict(w.roles), dict(w.values), dict(w.members), language.value_section)
 
 

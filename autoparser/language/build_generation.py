@@ -31,6 +31,7 @@ from autoparser.language.ir import (
     TOOL_NAME,
     Capture,
     Chars,
+    Choice,
     Gap,
     Guard,
     Json,
@@ -43,12 +44,14 @@ from autoparser.language.ir import (
     RawString,
     Repeat,
     Rule,
+    Seq,
     Spelling,
     Text,
     Weak,
     choice,
     optional,
     seq,
+    walk,
 )
 from autoparser.language.request import (
     CLOSED,
@@ -66,7 +69,10 @@ GAP_MAX = 4  # whitespace allowed around structural markers (the parser ignores 
 JSON_SPACE = 20  # whitespace inside JSON; bounded, as a small model could pad forever
 ID_CHARS = Chars("a-zA-Z0-9_.:\\-", 1, 64)
 # values written as Python literals (`'text'`, `"a\\"b"`, `[1, (2, 3)]`, `None`), as the readers read them
-PYTHON_LITERALS = Spelling(quotes="'\"", opens="[({", closes="])}", escape="\\", separators=",", null="None")
+PYTHON_LITERALS = Spelling(quotes="'\"", opens="[({", closes="])}", escape="\\", separators=",", null="None",
+                           true="True", false="False")
+# a nullable string written as raw text is null where its whole text is JSON's word for null
+JSON_NULL = "null"
 KEY_CHARS = Chars("a-zA-Z0-9_.\\-", 1, 64)
 MAX_KEY = 256  # the longest key or name the parser reads
 INDEX_DIGITS = Chars("0-9", 1, 4)
@@ -117,7 +123,8 @@ class _Builder:
 
     def language(self, root: Node) -> Language:
         reasoning_end = self.r.end.strip() if self.r.mode != "none" else ""
-        return Language(root, tuple(self.warnings), self.continues, reasoning_end, self.bare_calls, CDATA)
+        return Language(root, tuple(self.warnings), self.continues, reasoning_end, self.bare_calls, CDATA,
+                        later_call_openers(root))
 
     # -- top level ----------------------------------------------------------------------
 
@@ -561,7 +568,7 @@ class _Builder:
         if self.t.arg_string_raw and is_plain_string(resolved):
             text = self.comma_text() if self.comma_values() else self.raw_text(key)
             return RawString(name, params, resolved, f"$/properties/{key}", f"{name}-{key}", self.arg_end(key),
-                             text, bounded=not self.comma_values()), True
+                             text, bounded=not self.comma_values(), null=JSON_NULL), True
         return Json("schema", name, params, sub, f"$/properties/{key}", f"{name}-args-{key}"), False
 
     def values_between(self) -> bool:
@@ -599,3 +606,39 @@ def schema_json_types(sub: Any) -> tuple[str, ...]:
     kinds = {"number" if name == "integer" else name for name in names if isinstance(name, str)}
     return tuple(kind for kind in JSON_TYPES if kind in kinds) or JSON_TYPES
 
+
+
+def later_call_openers(root: Node) -> tuple[str, ...]:
+    """Where a later call begins (`Language.resync`): each `NEXT_CALL` rule's markers from its
+    separator up to the first that holds a word, whitespace between them any whitespace."""
+    found: set[str] = set()
+    for node in walk(root):
+        if isinstance(node, Rule) and node.kind == NEXT_CALL:
+            found |= _openers((node.body,), "", 24)
+    return tuple(sorted(found))
+
+
+def _openers(items: tuple[Node, ...], prefix: str, depth: int) -> set[str]:
+    """The marker runs `items` may begin with, from `prefix` on, each up to a marker holding a
+    word; none where a value or text comes first."""
+    if depth == 0 or not items:
+        return set()
+    node, rest = items[0], items[1:]
+    if isinstance(node, Gap):
+        return _openers(rest, prefix, depth)
+    if isinstance(node, Lit):
+        text = node.text.strip()
+        run = f"{prefix} {text}".strip()
+        if any(c.isalnum() for c in text):
+            return {run}
+        return _openers(rest, run, depth - 1)
+    if isinstance(node, Seq):
+        return _openers(node.items + rest, prefix, depth - 1)
+    if isinstance(node, Choice):
+        return set().union(*(_openers((option, *rest), prefix, depth - 1) for option in node.options))
+    if isinstance(node, Rule | Capture):
+        return _openers((node.body, *rest), prefix, depth - 1)
+    if isinstance(node, Repeat):
+        taken = _openers((node.item, *rest), prefix, depth - 1)
+        return taken | _openers(rest, prefix, depth - 1) if node.min == 0 else taken
+    return set()

@@ -14,6 +14,7 @@ from autoparser.language.build_generation import (
     CALL_FORMATS,
     CDATA,
     INDEX_DIGITS,
+    JSON_NULL,
     JSON_SPACE,
     KEY_CHARS,
     MAX_KEY,
@@ -324,7 +325,7 @@ class _Reading(_Builder):
         if self.literal or not self.comma_values():
             return value
         return RawString(name, params, None, "$", f"{name}-extra", self.t.arg_end, value, bounded=False,
-                         literals=PYTHON_LITERALS)
+                         literals=PYTHON_LITERALS, null=JSON_NULL)
 
     def tagged_value(self, name: str, params: Any, key: str, sub: Any) -> tuple[Node, bool]:
         """As generated; a JSON value as raw text, which the parser converts (a Python literal
@@ -345,7 +346,7 @@ class _Reading(_Builder):
             # one that opens with a bracket is read to its closing bracket
             text = choice(Bracketed(nested[1]), replace(text, not_first=(*text.not_first, "{", "[")))
         return RawString(name, params, sub, value.path, value.hint, self.arg_end(key), text, bounded=False,
-                         nested=nested), raw
+                         nested=nested, null=JSON_NULL), raw
 
     def nested(self) -> tuple[str, ...]:
         """How the template writes an object or array value (`ir.RawString.nested`)."""
@@ -394,7 +395,8 @@ class _Reading(_Builder):
         if extra is not None:
             text = self.raw_text()
             text = replace(text, nonempty=True) if isinstance(text, Text) else text
-            value = RawString(name, params, None, "$", f"{name}-extra", t.arg_end, text, bounded=False, as_json=True)
+            value = RawString(name, params, None, "$", f"{name}-extra", t.arg_end, text, bounded=False, as_json=True,
+                              null=JSON_NULL)
             extra = choice(extra, Rule(f"{name}-arg-extra-json", seq(self.marker(t.arg_start), KEY_CHARS,
                                                                       self.json_key_end(NOT_STRING), value,
                                                                       self.extra_end()),

@@ -68,6 +68,7 @@ from autoparser.language.readings import (
     _Thread,
 )
 from autoparser.language.recovery import _Recovery
+from autoparser.language.request import is_weak
 from autoparser.language.shapes import (
     _below,
     _first_marker,
@@ -121,7 +122,7 @@ class LanguageReader:
         self._chars: dict[str, re.Pattern[str]] = {}
         self._splits: dict[str, re.Pattern[str]] = {}
         self._ids: dict[int, bool] = {}
-        self._rests: dict[tuple[int, bool], Any] = {}
+        self._rests: dict[tuple, Any] = {}
         self._calls: dict[int, bool] = {}
         self._keep: list[Any] = []
         self.reasoning_end = language.reasoning_end
@@ -212,6 +213,21 @@ class LanguageReader:
                      ir.optional(closing if kept else ir.Capture(ir.CONTENT, closing)), end) if end else None
             self._rests[key] = found
             self._keep.append((closing, after))
+        return found
+
+    def resync_rest(self, after: Any) -> tuple[Any, Any] | None:
+        """After a call that failed where it ends only in punctuation: content up to where a later
+        call may begin (`ir.Language.resync`) or to a marker that is no punctuation what follows
+        the call begins with (the section's end), then what follows the call, its end marker
+        left out; None where the language states no such place."""
+        if not self.language.resync:
+            return None
+        key = (id(after[0]), "resync")
+        found = self._rests.get(key)
+        if found is None:
+            stops = (*self.language.resync, *sorted(m for m in self._leads(after) if not is_weak(m)))
+            found = self._rests[key] = (ir.Capture(ir.CONTENT, ir.Text(stops, hint="content")), ir.optional(after[0]))
+            self._keep.append(after)
         return found
 
     def _leads(self, stack: Any) -> set[str]:

@@ -125,8 +125,9 @@ class Spelling:
     """How the template's literal values are written, as the builder states it for the readers: a
     string between two of the same `quotes`, where `escape` makes the character after it part of
     the text; a nested value from one of `opens` to its match in `closes`; else a bare word, which
-    ends at whitespace, a quote, a closing bracket or one of `separators`. `null`: the word for no
-    value (a nullable string's)."""
+    ends at whitespace, a quote, a closing bracket or one of `separators`. `null`, `true`, `false`:
+    the words for no value (a nullable string's) and the two booleans. JSON's own spelling of
+    strings and constants is read beside it, as JSON is read wherever a literal is."""
 
     quotes: str
     opens: str
@@ -134,6 +135,8 @@ class Spelling:
     escape: str
     separators: str
     null: str
+    true: str = "true"
+    false: str = "false"
 
 
 @dataclass(frozen=True)
@@ -169,6 +172,8 @@ class RawString:
     # a value written as a literal of this spelling (quoted, `None`, `True`, a number, a list or a
     # dict) is that literal's value; other text is the raw string (`name(key=value)` calls)
     literals: Spelling | None = None
+    # the word that is null where the schema allows null (raw text has no other way to write it)
+    null: str = ""
 
     def __hash__(self) -> int:  # the schemas are dicts: equal nodes hash alike by their names
         return hash((self.__class__, self.owner, self.path, self.hint, self.end))
@@ -250,7 +255,10 @@ class Language:
     `bare_calls`: calls open with a bracket and no marker (bare JSON), and a bracket that opens no
     call is content; after such calls, content may follow as freely as before them.
     `value_section`: the section (opening, closing) a raw argument value may be wrapped in (XML
-    CDATA), read whole: the markers inside it are the value's text, the section's are not."""
+    CDATA), read whole: the markers inside it are the value's text, the section's are not.
+    `resync`: where a call may begin again after one that broke, for calls that end only in
+    punctuation (a later call's separator and its first markers up to a word, `, { "name"`):
+    the broken call's text is content up to one of them, and the calls go on from there."""
 
     root: Node
     warnings: tuple[str, ...] = field(default=())
@@ -258,6 +266,7 @@ class Language:
     reasoning_end: str = ""
     bare_calls: bool = False
     value_section: tuple[str, ...] = ()
+    resync: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         return describe(self.root)

@@ -57,6 +57,22 @@ def literal_spelling(node: Any) -> ir.Spelling | None:
     return node.literals if isinstance(node, ir.RawString) else None
 
 
+def quoted_text(body: str, spelling: ir.Spelling) -> str:
+    """The text of a quoted literal's body: the spelling's escape before one of its quotes is
+    that quote; other escapes are read as Python and JSON read them."""
+    escape = spelling.escape
+    if not escape or escape not in body:
+        return decode_string_body(body)
+    parts, start, pos = [], 0, 0
+    while (found := body.find(escape, pos)) >= 0:
+        after = body[found + len(escape):found + len(escape) + 1]
+        pos = found + len(escape) + len(after)
+        if after and after in spelling.quotes:
+            parts += [decode_string_body(body[start:found]), after]
+            start = pos
+    return "".join(parts) + decode_string_body(body[start:])
+
+
 def argument_json(raw: str, node: Any, section: tuple[str, ...] = ()) -> str:
     """The JSON text of a tagged argument's value, read from its raw text by its schema."""
     schema = getattr(node, "schema", None)
@@ -65,15 +81,17 @@ def argument_json(raw: str, node: Any, section: tuple[str, ...] = ()) -> str:
         kind, text = value_kind(schema), raw.strip()
         if text == spelling.null and allows_null(schema):
             return "null"
+        if kind != "string" and text in (spelling.true, spelling.false):
+            return "true" if text == spelling.true else "false"
         if kind != "json" and len(text) > 1 and text[0] in spelling.quotes and text[-1] == text[0]:
-            return json.dumps(decode_string_body(text[1:-1]), ensure_ascii=False)
+            return json.dumps(quoted_text(text[1:-1], spelling), ensure_ascii=False)
         return convert_literal_value(raw, kind, schema)
     if isinstance(node, ir.Json):
         return convert_tagged_value(raw, "json", schema)
     raw = without_section(raw, section)
     kind = "json" if isinstance(node, ir.RawString) and node.as_json else value_kind(schema)
     if kind == "string":
-        # a nullable string written as `null` is null (a raw string cannot spell it otherwise)
-        return "null" if raw.strip() == "null" and allows_null(schema) else json.dumps(raw, ensure_ascii=False)
+        null = getattr(node, "null", "")
+        return "null" if null and raw.strip() == null and allows_null(schema) else json.dumps(raw, ensure_ascii=False)
     nested = nested_to_json(raw, node.nested) if isinstance(node, ir.RawString) and node.nested else None
     return nested if nested is not None else convert_tagged_value(raw, kind, schema)

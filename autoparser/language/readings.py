@@ -14,11 +14,10 @@ from typing import Any
 
 from autoparser.language import ir
 from autoparser.language.jsonscan import JsonScanner
-from autoparser.language.mapper import literal_spelling, member_opening
+from autoparser.language.mapper import literal_spelling, member_opening, quoted_text
 from autoparser.language.values import (
     allows_null,
     decided_end,
-    decode_string_body,
 )
 
 MORE, FAIL, SPLIT = 0, 2, 3  # terminal results besides DONE: wait, no match, the text may end here
@@ -333,8 +332,8 @@ class _Thread:
                 return
             if spelling.null.startswith(visible.rstrip()) and allows_null(getattr(node, "schema", None)):
                 return  # what may still be a nullable string's null word
-        if "null".startswith(raw.strip()) and allows_null(getattr(node, "schema", None)):
-            return  # what may still be a nullable string's null
+        if node.null.startswith(raw.strip()) and allows_null(node.schema):
+            return  # what may still be a nullable string's null word
         self.streamed = 1
         self.arguments(f"{self.member_key()}\"{json.dumps(raw, ensure_ascii=False)[1:-1]}")
 
@@ -373,7 +372,7 @@ class _Thread:
         text = tail + piece
         cut = decided_end(text, quote, spelling.escape)
         if cut:
-            self.arguments(json.dumps(decode_string_body(text[:cut]), ensure_ascii=False)[1:-1])
+            self.arguments(json.dumps(quoted_text(text[:cut], spelling), ensure_ascii=False)[1:-1])
         self.spool = (quote, text[cut:])
 
     def name_text(self, piece: str) -> None:

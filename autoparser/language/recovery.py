@@ -186,8 +186,13 @@ class _Recovery:
         first = not kept and not t.section_calls
         rest = self.reader.call_rest(after[0], after[1], kept)
         if rest is None or first and is_weak(rest[2]):
-            return None  # punctuation ends no call reliably: the section is text
-        stack = (rest[0], (rest[1], after[1]))
+            # punctuation ends no call reliably: the text goes on to where a later call may begin
+            resync = self.reader.resync_rest(after)
+            if resync is None:
+                return None  # the section is text
+            stack = (resync[0], (resync[1], after[1]))
+        else:
+            stack = (rest[0], (rest[1], after[1]))
         return [(self.reader.root, None), stack] if first else [stack]
 
     def _cut_off(self, t: _Thread) -> None:

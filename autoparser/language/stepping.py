@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from autoparser.language import ir
-from autoparser.language.mapper import member_json, member_key
+from autoparser.language.mapper import member_json, member_key, quoted_text
 from autoparser.language.readings import (
     _END_CALL,
     _END_MEMBER,
@@ -342,7 +342,7 @@ class _Stepping:
         if streamed and spool is not None:
             quote, tail = spool
             tail = tail[:-1] if tail.endswith(quote) else tail
-            t.arguments(json.dumps(decode_string_body(tail), ensure_ascii=False)[1:-1] + '"')
+            t.arguments(json.dumps(quoted_text(tail, node.spelling), ensure_ascii=False)[1:-1] + '"')
         elif streamed:
             t.arguments('"')
         else:

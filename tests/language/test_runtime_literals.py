@@ -281,3 +281,37 @@ def test_the_reader_reads_literals_as_the_language_spells_them() -> None:
     call = "<|tool_call_start|>[get_weather(city={}, days=3, options={})]<|tool_call_end|>"
     assert _arguments(respelled, call.format("`Pa'ris`", "<1, 2>")) == \
         (['{"city": "Pa\'ris", "days": 3, "options": "<1, 2>"}'], '{"city": "Pa\'ris", "days": 3, "options": "<1, 2>"}')
+
+
+def _renulled(data: Any, word: str) -> Any:
+    """A language written as JSON data with every raw string's word for null changed."""
+    if isinstance(data, dict):
+        if data.get("$node") == "RawString":
+            return {**{key: _renulled(value, word) for key, value in data.items()}, "null": word}
+        return {key: _renulled(value, word) for key, value in data.items()}
+    return [_renulled(item, word) for item in data] if isinstance(data, list) else data
+
+
+def test_a_raw_strings_word_for_null_is_the_languages() -> None:
+    """A nullable string written as raw text is null where its text is the node's null word
+    (`ir.RawString.null`, JSON's `null` as the builder states it), whole and streamed alike."""
+    from autoparser.language import ir
+    from autoparser.language.build import Request, build_language
+    from autoparser.language.interpret import LanguageReader
+
+    tool = {"type": "function", "function": {"name": "set_nullable_str", "parameters": {
+        "type": "object", "properties": {"name": {"type": ["string", "null"]}}}}}
+    language = build_language(analyses.qwen3_coder(), Request(tools=(tool,), lazy=False, reading=True))
+    text = "<tool_call>\n<function=set_nullable_str>\n<parameter=name>\n{}\n</parameter>\n</function>\n</tool_call>"
+
+    def read(language: Any, word: str) -> tuple[str, str]:
+        whole = LanguageReader(language).parse(text.format(word))["tool_calls"][0]["function"]["arguments"]
+        stream = LanguageReader(language).stream()
+        events = [event for char in text.format(word) for event in stream.feed(char)] + stream.finish()
+        return whole, "".join(d["function"].get("arguments", "") for e in events for d in e.get("tool_calls", []))
+
+    assert read(language, "null") == ('{"name": null}',) * 2
+    renulled = ir.from_json(_renulled(ir.to_json(language), "nil"))
+    assert renulled != language
+    assert read(renulled, "nil") == ('{"name": null}',) * 2
+    assert read(renulled, "null") == ('{"name": "null"}',) * 2
