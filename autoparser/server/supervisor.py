@@ -212,10 +212,6 @@ class SupervisedWorker(QueuedWorker):
         self._fail_waiting("The server is shutting down.")
 
     @property
-    def waiting(self) -> int:
-        return self._bound.waiting
-
-    @property
     def running(self) -> int:
         return min(len(self._entries), self.n_parallel)
 
@@ -227,10 +223,6 @@ class SupervisedWorker(QueuedWorker):
     def pid(self) -> int | None:
         process = self._process
         return process.pid if process is not None else None
-
-    @property
-    def max_queue(self) -> int:
-        return self._bound.max_queue
 
     def health(self) -> dict[str, Any]:
         return {"worker": "draining" if self._draining else self._state, "worker_pid": self.pid, "worker_restarts": self.restarts}

@@ -555,14 +555,6 @@ class UpstreamWorker(QueuedWorker):
         self.vocabulary.close()
 
     @property
-    def waiting(self) -> int:
-        return self._bound.waiting
-
-    @property
-    def max_queue(self) -> int:
-        return self._bound.max_queue
-
-    @property
     def running(self) -> int:
         return self._running
 

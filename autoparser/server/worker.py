@@ -312,6 +312,14 @@ class QueuedWorker:
     def retry_after_s(self) -> int:
         return self._bound.retry_after_s()
 
+    @property
+    def waiting(self) -> int:
+        return self._bound.waiting
+
+    @property
+    def max_queue(self) -> int:
+        return self._bound.max_queue
+
 
 class GenerationWorker(QueuedWorker):
     """Runs up to `n_parallel` jobs at once on one engine, one decode step for all of them at a time."""
@@ -348,14 +356,6 @@ class GenerationWorker(QueuedWorker):
             run.job.cancel()
         self._jobs.put(None)
         self._thread.join(timeout)
-
-    @property
-    def waiting(self) -> int:
-        return self._bound.waiting
-
-    @property
-    def max_queue(self) -> int:
-        return self._bound.max_queue
 
     @property
     def running(self) -> int:
