@@ -132,6 +132,28 @@ def front_end_on_llama_server(model: Path, *front_args: str, log_dir: Path, para
         upstream.stop()
 
 
+@contextmanager
+def serving(way: str, model: Path, *front_args: str, log_dir: Path, n_ctx: int = 4096,
+            parallel: int | None = None) -> Iterator[ServerProcess]:
+    """The server on `model` the way a test names: "engine", its own engine with `n_ctx` tokens of
+    context (in `parallel` slots, or its default); "upstream", `serve --upstream` in front of a
+    llama-server with as many slots, sharing as much context. `front_args` go to `serve`."""
+    if way == "upstream":
+        slots = parallel or 1
+        with front_end_on_llama_server(model, *front_args, log_dir=log_dir, parallel=slots,
+                                       n_ctx=n_ctx // slots) as front:
+            yield front
+        return
+    from server_harness import start_server
+
+    slots_args = ("--parallel", str(parallel)) if parallel else ()
+    process = start_server(model, "--n-ctx", str(n_ctx), *slots_args, *front_args, log_dir=log_dir)
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
 def _tail(path: Path, lines: int = 30) -> str:
     try:
         return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])

@@ -15,7 +15,8 @@ from typing import Any
 
 import jsonschema
 import pytest
-from server_harness import ServerProcess, find_template, start_server, tiny_model
+from llama_server import serving
+from server_harness import ServerProcess, find_template, tiny_model
 
 OPENER = "<｜tool▁calls▁begin｜>"
 WEATHER = {"type": "function", "function": {
@@ -30,14 +31,7 @@ MAX_TOKENS = 320
 def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     model = tiny_model(find_template("deepseek-ai-DeepSeek-V3.1.jinja"), favoured={OPENER: 7.0})
     log_dir = tmp_path_factory.mktemp(f"calls-in-reasoning-{request.param}")
-    if request.param == "engine":
-        process = start_server(model, "--n-ctx", "2048", log_dir=log_dir)
-        yield process
-        process.stop()
-        return
-    from llama_server import front_end_on_llama_server
-
-    with front_end_on_llama_server(model, log_dir=log_dir, n_ctx=2048) as process:
+    with serving(request.param, model, log_dir=log_dir, n_ctx=2048) as process:
         yield process
 
 

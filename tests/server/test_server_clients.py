@@ -23,7 +23,8 @@ from typing import Any, Literal
 
 import httpx
 import pytest
-from server_harness import MODEL_NAME, ServerProcess, find_template, start_server, tiny_model
+from llama_server import serving
+from server_harness import MODEL_NAME, ServerProcess, find_template, tiny_model
 
 pytestmark = pytest.mark.slow
 
@@ -58,14 +59,8 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     """The server on its own engine, and `serve --upstream` in front of a llama-server on the
     same model (skipped where llama-server cannot be built)."""
     model = tiny_model(find_template("deepseek-ai-DeepSeek-V3.1.jinja"))
-    if request.param == "engine":
-        process = start_server(model, "--n-ctx", "4096", log_dir=tmp_path_factory.mktemp("clients"))
-        yield process
-        process.stop()
-        return
-    from llama_server import front_end_on_llama_server
-
-    with front_end_on_llama_server(model, log_dir=tmp_path_factory.mktemp("upstream"), n_ctx=4096) as process:
+    with serving(request.param, model, log_dir=tmp_path_factory.mktemp(f"clients-{request.param}"),
+                 n_ctx=4096) as process:
         yield process
 
 

@@ -18,7 +18,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from server_harness import MODEL_NAME, ServerProcess, find_template, start_server, tiny_model
+from llama_server import serving
+from server_harness import MODEL_NAME, ServerProcess, find_template, tiny_model
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network: the bundled copy
 litellm = pytest.importorskip("litellm", reason="litellm is not installed (it needs its own environment)")
@@ -35,17 +36,9 @@ THINKING = {"thinking": True, "thinking_budget": 8}
 @pytest.fixture(scope="module", params=["engine", "upstream"])
 def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     model = tiny_model(find_template("deepseek-ai-DeepSeek-V3.1.jinja"))
-    if request.param == "engine":
-        process = start_server(model, "--n-ctx", "2048", log_dir=tmp_path_factory.mktemp("litellm"))
+    with serving(request.param, model, log_dir=tmp_path_factory.mktemp(f"litellm-{request.param}"),
+                 n_ctx=2048) as process:
         yield process
-        process.stop()
-        return
-    from llama_server import start_llama_server
-    upstream = start_llama_server(model, log_dir=tmp_path_factory.mktemp("llama-server"), parallel=2, n_ctx=2048)
-    process = start_server(None, "--upstream", upstream.base_url, log_dir=tmp_path_factory.mktemp("litellm-front"))
-    yield process
-    process.stop()
-    upstream.stop()
 
 
 def target(server: ServerProcess) -> dict[str, Any]:

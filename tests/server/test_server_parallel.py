@@ -13,7 +13,8 @@ from typing import Any
 
 import openai
 import pytest
-from server_harness import ServerProcess, find_template, start_server, tiny_model
+from llama_server import serving
+from server_harness import ServerProcess, find_template, tiny_model
 
 PARALLEL = 4
 MAX_QUEUE = 4
@@ -24,16 +25,8 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     """The own engine with 4 slots, and `serve --upstream` in front of a llama-server with 4."""
     model = tiny_model(find_template("deepseek-ai-DeepSeek-V3.1.jinja"))
     log_dir = tmp_path_factory.mktemp(f"parallel-{request.param}")
-    if request.param == "engine":
-        process = start_server(model, "--n-ctx", "8192", "--parallel", str(PARALLEL), "--max-queue", str(MAX_QUEUE),
-                               log_dir=log_dir)
-        yield process
-        process.stop()
-        return
-    from llama_server import front_end_on_llama_server
-
-    with front_end_on_llama_server(model, "--max-queue", str(MAX_QUEUE), log_dir=log_dir, parallel=PARALLEL,
-                                   n_ctx=8192 // PARALLEL) as process:
+    with serving(request.param, model, "--max-queue", str(MAX_QUEUE), log_dir=log_dir, n_ctx=8192,
+                 parallel=PARALLEL) as process:
         yield process
 
 

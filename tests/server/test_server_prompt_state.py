@@ -8,7 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from server_harness import ServerProcess, find_template, start_server, tiny_model
+from llama_server import serving
+from server_harness import ServerProcess, find_template, tiny_model
 
 TOOLS = [{"type": "function", "function": {
     "name": "get_weather", "description": "The current weather in a city.",
@@ -27,14 +28,7 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     """The own engine, and `serve --upstream` in front of a llama-server on the same model."""
     model = tiny_model(find_template("deepseek-ai-DeepSeek-V3.1.jinja"))
     log_dir = tmp_path_factory.mktemp(f"prompt-state-{request.param}")
-    if request.param == "engine":
-        process = start_server(model, "--n-ctx", "4096", log_dir=log_dir)
-        yield process
-        process.stop()
-        return
-    from llama_server import front_end_on_llama_server
-
-    with front_end_on_llama_server(model, log_dir=log_dir, n_ctx=4096) as process:
+    with serving(request.param, model, log_dir=log_dir, n_ctx=4096) as process:
         yield process
 
 
