@@ -153,7 +153,9 @@ class _Reading(_Builder):
         """The answer after a reasoning block opened (by the model or the prompt) and closed:
         `body`, or what `make` builds with the end marker stopping its text, then that marker
         last in the output (a model closing its thought channel twice), a `MARKUP` rule every
-        reader prefers to the text that could hold it; anywhere before the end it stays text."""
+        reader prefers to the text that could hold it; anywhere before the end it stays text.
+        `body` comes first: where both fail at one place (a call that broke), recovery goes on
+        from it, not from a reading that still waits for that marker at the end."""
         if not self.reads_reasoning():
             return None
         self.end_dropped = True
@@ -161,7 +163,7 @@ class _Reading(_Builder):
             again = make()
         finally:
             self.end_dropped = False
-        return choice(seq(again, Rule("closed-again", self.marker(self.r.end.strip()), kind=MARKUP)), body)
+        return choice(body, seq(again, Rule("closed-again", self.marker(self.r.end.strip()), kind=MARKUP)))
 
     def strict_body(self, section: Node, lead: tuple[str, ...]) -> Node:
         """The strict policy: calls only before any content (whitespace aside); from the first
@@ -463,7 +465,11 @@ class _Reading(_Builder):
         the end of the output; a call whose section opener was left out. `repeated`: the reasoning
         follows a start marker the model wrote again after the prompt's (one more is its text)."""
         interrupts = self.interrupts()
-        inside = [seq(self.reasoning_text(repeated=repeated), self.marker(end), body)]
+        # output that opens the calls at once holds no reasoning, even where an end marker
+        # comes later: the calls are the answer (so a call in it that breaks is no reasoning)
+        opener = self.calls_opener() if section is not None and self.calls_opener() in interrupts else ""
+        closed = self.reasoning_text(repeated=repeated, not_first=(opener,) if opener else ())
+        inside = [seq(closed, self.marker(end), body)]
         if self.forced:
             inside += self.answer_ends_reasoning(body, repeated)
         if interrupts:
@@ -546,12 +552,13 @@ class _Reading(_Builder):
     def reads_reasoning(self) -> bool:
         return self.r.mode != "none" and bool(self.r.end.strip()) and self.start != CLOSED
 
-    def reasoning_text(self, *also_stop: str, repeated: bool = False) -> Node:
+    def reasoning_text(self, *also_stop: str, repeated: bool = False, not_first: tuple[str, ...] = ()) -> Node:
         """Reasoning up to its end marker or `also_stop`. Where the prompt opened reasoning, a
-        start marker the model repeats first is markup, unless it already did (`repeated`)."""
+        start marker the model repeats first is markup, unless it already did (`repeated`);
+        `not_first`: markers it does not begin with either."""
         stops = (self.r.end.strip(), *self.stop, *also_stop)
         first = (self.r.start,) if self.forced and not repeated else ()
-        return Capture(REASONING, Text(stops, hint="reasoning", not_first=first))
+        return Capture(REASONING, Text(stops, hint="reasoning", not_first=(*first, *not_first)))
 
     def text(self, *also_stop: str, calls: bool = True, not_first: tuple[str, ...] = ()) -> Node:
         """Content as the parser reads it: text up to what opens a call, the content markers
