@@ -35,6 +35,7 @@ FLAT_DEFAULTS: dict[str, Any] = {
     "arg_start": "", "arg_key_end": "", "arg_end": "", "arg_separator": "", "arg_string_raw": True,
     "arg_end_keyed": False, "arg_python": False, "arg_key_end_json": "",
     "arg_nested": "", "arg_nested_quote": "", "arg_nested_item": "",
+    "arg_nested_start": "", "arg_nested_key_end": "", "arg_nested_end": "",
     "id_start": "", "id_end": "", "id_before_name": False,
     "content_allowed": True, "opened_by_prompt": False,
     "call_index": "", "call_index_base": 0,
@@ -156,12 +157,20 @@ ValueEncoding = Literal["raw_strings", "json", "python"]
 @dataclass(frozen=True)
 class NestedValues:
     """Objects and arrays inside an argument, when not written as JSON: "quoted" is JSON whose
-    strings are quoted by `quote` and whose keys are bare (`{k:<|"|>v<|"|>}`), "tags" is the
-    argument markup nested, an array's elements all named `item`. Confirmed by rendering."""
+    strings are quoted by `quote` and whose keys are bare (`{k:<|"|>v<|"|>}`), "tags" is markup
+    around each member, ``start KEY key_end VALUE end`` (`end` names the key as `{key}`), the
+    argument's own markup where those three are empty (`<city>Paris</city>` children of a
+    `<parameter=place>`), an array's elements all named `item`; "bracketed" is an object between
+    braces with `start` before each key, `key_end` after it and `end` between members (`{:k "v"
+    :n 7}`), an array between square brackets with `end` between elements, strings quoted by
+    `quote` (empty: as JSON). Confirmed by rendering."""
 
-    style: Literal["quoted", "tags"]
+    style: Literal["quoted", "tags", "bracketed"]
     quote: str = ""
     item: str = ""
+    start: str = ""
+    key_end: str = ""
+    end: str = ""
 
 
 @dataclass(frozen=True)
@@ -192,13 +201,18 @@ class TaggedArguments:
                 "arg_separator": self.separator, "arg_string_raw": self.encoding == "raw_strings",
                 "arg_end_keyed": self.end_names_key, "arg_python": self.encoding == "python",
                 "arg_key_end_json": self.key_end_before_json, "arg_nested": nested.style if nested else "",
-                "arg_nested_quote": nested.quote if nested else "", "arg_nested_item": nested.item if nested else ""}
+                "arg_nested_quote": nested.quote if nested else "", "arg_nested_item": nested.item if nested else "",
+                "arg_nested_start": nested.start if nested else "",
+                "arg_nested_key_end": nested.key_end if nested else "",
+                "arg_nested_end": nested.end if nested else ""}
 
     @classmethod
     def from_flat(cls, data: dict[str, Any]) -> TaggedArguments:
         encoding: ValueEncoding = ("python" if data["arg_python"] else
                                    "raw_strings" if data["arg_string_raw"] else "json")
-        nested = (NestedValues(data["arg_nested"], data["arg_nested_quote"], data["arg_nested_item"])
+        nested = (NestedValues(data["arg_nested"], data["arg_nested_quote"], data["arg_nested_item"],
+                               data.get("arg_nested_start", ""), data.get("arg_nested_key_end", ""),
+                               data.get("arg_nested_end", ""))
                   if data["arg_nested"] else None)
         return cls(data["arg_start"], data["arg_key_end"], data["arg_end"], data["arg_separator"], encoding,
                    data["arg_end_keyed"], data["arg_key_end_json"], nested)

@@ -9,6 +9,7 @@ the name's end that counts the calls, when two rendered calls show it does.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import json
 import re
@@ -242,7 +243,82 @@ def nested_values(prober: Prober, args: TaggedArguments, as_text: bool,
                         for v in NESTED_ARGS["list_arg"])
         if item and obj in output and items in output:
             return NestedValues(style="tags", item=item)
-    return None
+    return member_markup(output, args) or bracketed_syntax(output, args)
+
+
+def bracketed_syntax(output: str, args: TaggedArguments) -> NestedValues | None:
+    """Objects and arrays between brackets with a syntax of their own (`{:inner_key "inner text"
+    :inner_num 7}`, `["one item" 3]`): what comes before each key (`start`), between a key and its
+    value (`key_end`) and between members or elements (`end`), learnt from the object's render;
+    strings quoted as JSON writes them, or by a `quote` of the template's own."""
+    (k1, v1), (k2, v2) = [(k, str(v)) for k, v in NESTED_ARGS["obj_arg"].items()]
+    value_at = _value_start(output, "obj_arg", args)
+    if value_at < 0 or not output.startswith("{", value_at):
+        return None
+    first = output.find(k1, value_at)
+    text_at = output.find(v1, first) if first >= 0 else -1
+    second = output.find(k2, text_at) if text_at >= 0 else -1
+    number_at = output.find(v2, second) if second >= 0 else -1
+    if number_at < 0:
+        return None
+    start, key_end = output[value_at + 1:first], output[second + len(k2):number_at]
+    before_text, after_text = output[first + len(k1):text_at], output[text_at + len(v1):second]
+    quote = before_text[len(key_end):] if before_text.startswith(key_end) else None
+    if not quote or not after_text.startswith(quote) or not after_text.endswith(start):
+        return None
+    separator = after_text[len(quote):len(after_text) - len(start)]
+    obj = "{" + start + k1 + key_end + quote + v1 + quote + separator + start + k2 + key_end + v2 + "}"
+    one, three = NESTED_ARGS["list_arg"]
+    array = "[" + quote + one + quote + separator + str(three) + "]"
+    if not output.startswith(obj, value_at) or not output.startswith(array, _value_start(output, "list_arg", args)):
+        return None
+    if _is_literal(obj) and _is_literal(array):
+        return None  # JSON or a Python literal (`{'k': 'v'}`): read as such, `True` and escapes included
+    return NestedValues(style="bracketed", quote="" if quote == '"' else quote, start=start, key_end=key_end,
+                        end=separator)
+
+
+def _is_literal(text: str) -> bool:
+    try:
+        ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return False
+    return True
+
+
+def member_markup(output: str, args: TaggedArguments) -> NestedValues | None:
+    """Markup of its own around each member of an object argument (`<inner_key>inner text</inner_key>`
+    as child elements of an argument's tag), learnt from where the object's value begins, and
+    around each element of an array, named alike: the elements' name is the `item`."""
+    obj, items = NESTED_ARGS["obj_arg"], NESTED_ARGS["list_arg"]
+    keys, values = list(obj), [str(v) for v in obj.values()]
+    value_at = _value_start(output, "obj_arg", args)
+    first = output.find(keys[0], value_at) if value_at >= 0 else -1
+    if first < 0:
+        return None
+    start = output[value_at:first]
+    text_at = output.find(values[0], first)
+    key_end = output[first + len(keys[0]):text_at]
+    second = output.find(start + keys[1], text_at) if start.strip() and text_at >= 0 else -1
+    end = output[text_at + len(values[0]):second] if second >= 0 else ""
+    if not (key_end.strip() and end.strip()):
+        return None
+    end = end.replace(keys[0], KEY_HOLE)
+    written = "".join(start + k + key_end + v + end.replace(KEY_HOLE, k) for k, v in zip(keys, values, strict=True))
+    list_at = _value_start(output, "list_arg", args)
+    item_at = list_at + len(start)
+    item = output[item_at:output.find(key_end, item_at)] if output.startswith(start, list_at) else ""
+    elements = "".join(start + item + key_end + str(v) + end.replace(KEY_HOLE, item) for v in items)
+    if not item or not output.startswith(written, value_at) or not output.startswith(elements, list_at):
+        return None
+    return NestedValues(style="tags", item=item, start=start.strip(), key_end=key_end.strip(), end=end.strip())
+
+
+def _value_start(output: str, key: str, args: TaggedArguments) -> int:
+    """Where the value of argument `key` begins in a rendered call (-1: not found)."""
+    marker = key + args.key_end
+    at = output.find(marker)
+    return at + len(marker) if at >= 0 else -1
 
 
 def _quoted_form(value: Any, quote: str) -> str:

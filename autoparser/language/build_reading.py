@@ -48,6 +48,7 @@ from autoparser.language.ir import (
     Lit,
     Members,
     Node,
+    PyValue,
     RawString,
     Repeat,
     Rule,
@@ -336,6 +337,8 @@ class _Reading(_Builder):
         if isinstance(value, RawString) and not self.comma_values():
             return replace(value, text=choice(self.cdata_text(), value.text)), raw
         if not isinstance(value, Json):
+            if isinstance(value, PyValue) and self.nested():
+                return replace(value, nested=self.nested()), raw
             if isinstance(value, RawString):  # in `name(key=value)` calls a value may be a literal
                 return replace(value, nested=self.nested(), literals=PYTHON_LITERALS), raw
             return value, raw
@@ -359,6 +362,10 @@ class _Reading(_Builder):
             return ()
         if nested.style == "quoted" and nested.quote:
             return ("quoted", nested.quote)
+        if nested.style == "bracketed":
+            return ("bracketed", nested.start, nested.key_end, nested.end, nested.quote)
+        if nested.style == "tags" and nested.start:  # markup of its own around each member
+            return ("tags", nested.start, nested.key_end, nested.end, nested.item)
         if nested.style == "tags" and t.arg_start.strip():
             return ("tags", t.arg_start.strip(), t.arg_key_end.strip(), t.arg_end.strip(), nested.item)
         return ()

@@ -149,6 +149,7 @@ class PyValue:
     path: str
     hint: str
     spelling: Spelling
+    nested: tuple[str, ...] = ()  # the template's own syntax for objects and arrays (`values.nested_to_json`)
 
     def __hash__(self) -> int:  # the schemas are dicts: equal nodes hash alike by their names
         return hash((self.__class__, self.owner, self.path, self.hint))

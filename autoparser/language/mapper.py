@@ -85,7 +85,8 @@ def argument_json(raw: str, node: Any, section: tuple[str, ...] = ()) -> str:
             return "true" if text == spelling.true else "false"
         if kind != "json" and len(text) > 1 and text[0] in spelling.quotes and text[-1] == text[0]:
             return json.dumps(quoted_text(text[1:-1], spelling), ensure_ascii=False)
-        return convert_literal_value(raw, kind, schema)
+        nested = nested_to_json(raw, node.nested) if isinstance(node, ir.PyValue) and node.nested else None
+        return nested if nested is not None else convert_literal_value(raw, kind, schema)
     if isinstance(node, ir.Json):
         return convert_tagged_value(raw, "json", schema)
     raw = without_section(raw, section)

@@ -292,9 +292,84 @@ def nested_to_json(raw: str, nested: tuple[str, ...]) -> str | None:
         value = quoted_to_json(raw, nested[1])
     elif nested[:1] == ("tags",):
         value = tags_to_json(raw, *nested[1:])
+    elif nested[:1] == ("bracketed",):
+        value = _Bracketed(raw, *nested[1:]).whole()
     else:
         return None
     return None if value is None else json.dumps(value, ensure_ascii=False)
+
+
+class _Bracketed:
+    """A value between brackets in the template's own syntax (`{:units "metric" :days [1 2]}`):
+    `start` before each key, `key_end` after it, `separator` between members and elements
+    (whitespace in them is optional, and whitespace alone may separate), strings quoted by
+    `quote` or as JSON; a bare word is a JSON number, boolean or null, else text."""
+
+    def __init__(self, raw: str, start: str, key_end: str, separator: str, quote: str) -> None:
+        self.text, self.pos = raw.strip(), 0
+        self.start, self.key_end, self.separator, self.quote = start.strip(), key_end.strip(), separator.strip(), quote
+        self.stops = "".join(sorted({*"{}[]\"", *self.key_end[:1], *self.separator[:1], *quote[:1]}))
+
+    def whole(self):
+        if self.text[:1] not in ("{", "["):
+            return None
+        try:
+            value = self.value(0)
+        except (ValueError, IndexError, RecursionError):
+            return None
+        return value if self.pos == len(self.text) else None
+
+    def skip(self, token: str = "") -> bool:
+        while self.pos < len(self.text) and self.text[self.pos].isspace():
+            self.pos += 1
+        if token and self.text.startswith(token, self.pos):
+            self.pos += len(token)
+            return True
+        return not token
+
+    def value(self, depth: int):
+        if depth > 32:
+            raise ValueError("nested too deep")
+        self.skip()
+        if self.skip("{"):
+            return dict(self.items("}", depth, keyed=True))
+        if self.skip("["):
+            return [v for _, v in self.items("]", depth, keyed=False)]
+        return self.leaf()
+
+    def items(self, close: str, depth: int, keyed: bool):
+        found = []
+        while not self.skip(close):
+            if found and self.separator and not self.skip(self.separator):
+                raise ValueError("no separator")
+            key = self.key() if keyed else None
+            found.append((key, self.value(depth + 1)))
+        return found
+
+    def key(self) -> str:
+        self.skip(self.start)
+        key = self.leaf()
+        if self.key_end and not self.skip(self.key_end):
+            raise ValueError("no key end")
+        return key if isinstance(key, str) else json.dumps(key)
+
+    def leaf(self):
+        self.skip()
+        text, at = self.text, self.pos
+        if self.quote and text.startswith(self.quote, at):
+            end = text.index(self.quote, at + len(self.quote))
+            self.pos = end + len(self.quote)
+            return text[at + len(self.quote):end]
+        if text.startswith('"', at):
+            value, self.pos = json.JSONDecoder().raw_decode(text, at)
+            return value
+        end = at
+        while end < len(text) and not text[end].isspace() and text[end] not in self.stops:
+            end += 1
+        if end == at:
+            raise ValueError("no value")
+        self.pos = end
+        return _leaf(text[at:end])
 
 
 def quoted_to_json(raw: str, quote: str):

@@ -159,3 +159,5 @@ def test_real_nested_syntaxes_are_confirmed_by_rendering() -> None:
     assert (gemma.arg_nested, gemma.arg_nested_quote) == ("quoted", '<|"|>')
     minimax = template("MiniMax-M3.jinja").tools
     assert (minimax.arg_nested, minimax.arg_nested_item) == ("tags", "item")
+    # a value printed as a Python literal (`{'k': 'v'}`, `True`) is read as one: no syntax of its own
+    assert template("ByteDance-Seed-OSS.jinja").tools.arg_nested == ""

@@ -16,6 +16,7 @@ from analyses import without_generated_ids
 
 import autoparser
 from autoparser.language import policy
+from autoparser.language.values import nested_to_json
 from autoparser.roundtrip import TOOLS, probe_messages, run_case
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "templates"
@@ -24,7 +25,7 @@ FAMILIES = ("catalog_inputs.jinja", "typed_params.jinja", "named_closing.jinja",
             "instructed_phrases.jinja", "instructed_wrappers.jinja", "trailing_instructions.jinja",
             "string_switch.jinja", "id_before_name.jinja", "lenticular_words.jinja", "caps_lines.jinja",
             "tab_labels.jinja", "channel_switch.jinja", "line_after_name.jinja",
-            "elided_answer.jinja")
+            "elided_answer.jinja", "xml_children.jinja", "edn_calls.jinja")
 # the conversation does not start with the prompt (a block follows the last reply): no probe round trip
 NO_ROUND_TRIP = {"trailing_instructions.jinja"}
 # the model reasons first, unmarked, and the history keeps only the answer: no answer-only round trip
@@ -372,3 +373,49 @@ def test_line_labels_mark_reasoning_and_answer(text: str, expected: tuple) -> No
     message = parser.parse(text)
     assert (message["reasoning_content"], message["content"]) == expected
     assert _streamed(parser, list(text)) == without_generated_ids(message)
+
+
+# -- objects and arrays in the template's own syntax -------------------------------------------------
+
+NESTED_TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}, "options": {"type": "object"},
+                                     "places": {"type": "array"}}}}}]
+NESTED = {"city": "Paris", "options": {"units": "metric", "hourly": True, "depth": {"level": 2}, "note": None},
+          "places": ["Louvre", 3, {"name": "Orsay"}]}
+
+
+@pytest.mark.parametrize(("name", "style"), [("xml_children.jinja", ("tags", "li", "<", ">", "</{key}>")),
+                                             ("edn_calls.jinja", ("bracketed", "", ":", " ", " "))])
+def test_nested_values_in_the_templates_own_syntax_round_trip(name: str, style: tuple) -> None:
+    """Child elements named after each member (`<units>metric</units>`, an array's as `<li>`),
+    or EDN's `{:units "metric" :depth {:level 2}}` and `["Louvre" 3]`: the syntax is learnt from
+    how the template renders an object and an array, and the value comes back as JSON, streamed
+    in any chunks as whole."""
+    analysis = analyze_family(name)
+    t = analysis.tools
+    assert (t.arg_nested, t.arg_nested_item, t.arg_nested_start, t.arg_nested_key_end, t.arg_nested_end) == style
+    message = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": NESTED}}]}
+    history = [{"role": "user", "content": "Weather?"}]
+    prompt = analysis.render(history, tools=NESTED_TOOLS, add_generation_prompt=True)
+    output = analysis.render(history + [message], tools=NESTED_TOOLS, add_generation_prompt=False)[len(prompt):]
+    parser = analysis.parser(tools=NESTED_TOOLS)
+    whole = without_generated_ids(parser.parse(output))
+    assert [json.loads(c["function"]["arguments"]) for c in whole["tool_calls"]] == [NESTED]
+    for size in (1, 2, 3, 7):
+        chunks = [output[i:i + size] for i in range(0, len(output), size)]
+        assert _streamed(parser, chunks) == whole, f"{size}-character chunks"
+
+
+@pytest.mark.parametrize(("raw", "syntax", "expected"), [
+    ('{:a "x y" :b [1 2.5 true] :c {}}', (":", " ", " ", ""), {"a": "x y", "b": [1, 2.5, True], "c": {}}),
+    ("{a = §p, q§; b = [§r§; null]}", ("", " = ", "; ", "§"), {"a": "p, q", "b": ["r", None]}),
+    ('{:a "say \\"hi\\""}', (":", " ", " ", ""), {"a": 'say "hi"'}),
+    ('{:a "x" :b}', (":", " ", " ", ""), None),  # a key with no value
+    ('{:a "x"', (":", " ", " ", ""), None),  # cut off
+    ("plain text", (":", " ", " ", ""), None),
+])
+def test_a_bracketed_syntax_reads_back_as_json_or_not_at_all(raw: str, syntax: tuple, expected: object) -> None:
+    found = nested_to_json(raw, ("bracketed", *syntax))
+    assert (json.loads(found) if found is not None else None) == expected
+
