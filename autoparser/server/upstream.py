@@ -31,7 +31,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -402,15 +402,32 @@ class UpstreamJob:
         result = _Phase()
         stops = set(stop_ids)
         self._tail = ""
-        async with contextlib.aclosing(worker.stream_completion(body)) as chunks:
-            async for chunk in chunks:
-                if self._take(chunk, result, stops, top, reasoning_end):
+        async with contextlib.aclosing(worker.stream_completion(body)) as batches:
+            async for chunks in batches:
+                if self._take_all(chunks, result, stops, top, reasoning_end):
                     break
         return result
 
+    def _take_all(self, chunks: list[dict[str, Any]], result: _Phase, stops: set[int], top: int | None,
+                  reasoning_end: str) -> bool:
+        """Feed the events of one read to the completion; True when the phase ends with them.
+
+        Where the completion takes several token texts as one (`Completion.joins_texts`) and no
+        log-probabilities are wanted, the texts of the events are fed together, up to and
+        including the one that ends the phase: one parser step for the read instead of one per
+        token, the front end's largest cost per token after the socket."""
+        completion = self.job.completion
+        if top is not None or len(chunks) == 1 or not completion.joins_texts:
+            return any(self._take(chunk, result, stops, top, reasoning_end) for chunk in chunks)
+        texts: list[str] = []
+        ended = any(self._take(chunk, result, stops, top, reasoning_end, texts.append) for chunk in chunks)
+        self._emit(completion.feed_texts(texts))
+        return ended
+
     def _take(self, chunk: dict[str, Any], result: _Phase, stops: set[int], top: int | None,
-              reasoning_end: str) -> bool:
-        """Feed one upstream event to the completion; True when the phase ends with it."""
+              reasoning_end: str, feed: Callable[[str], Any] | None = None) -> bool:
+        """Feed one upstream event to the completion (or its text to `feed`, which feeds it
+        later); True when the phase ends with it."""
         tokens = [int(t) for t in chunk.get("tokens") or ()]
         if tokens:
             now = time.perf_counter()
@@ -432,7 +449,10 @@ class UpstreamJob:
         result.generated += tokens
         result.count = max(result.count, predicted)
         result.text += text
-        self._feed(text, _logprobs(chunk, top))
+        if feed is None:
+            self._feed(text, _logprobs(chunk, top))
+        else:
+            feed(text)
         if chunk.get("stop"):
             self._finish_phase(result, chunk)
         if stop_at is not None or self.job.completion.stopped:
@@ -629,17 +649,19 @@ class UpstreamWorker(QueuedWorker):
             finally:
                 self._running -= 1
 
-    async def stream_completion(self, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
-        """The upstream's streamed `/completion` events; leaving the loop early closes the
-        connection, which ends the upstream's generation."""
-        async for event in stream_events(self.base_url, "/completion", body, self._read_timeout_s,
-                                         pace_s=FLUSH_S, headers=self.vocabulary.headers):
-            yield event
+    async def stream_completion(self, body: dict[str, Any]) -> AsyncIterator[list[dict[str, Any]]]:
+        """The upstream's streamed `/completion` events, in the batches one read brings; leaving
+        the loop early closes the connection, which ends the upstream's generation."""
+        async for events in stream_events(self.base_url, "/completion", body, self._read_timeout_s,
+                                          pace_s=FLUSH_S, headers=self.vocabulary.headers):
+            yield events
 
 
 async def stream_events(base_url: str, path: str, body: dict[str, Any], read_timeout_s: float,
-                        pace_s: float = 0.0, headers: dict[str, str] | None = None) -> AsyncIterator[dict[str, Any]]:
-    """POST `body` as JSON and yield the JSON of each `data:` line of the SSE answer.
+                        pace_s: float = 0.0, headers: dict[str, str] | None = None,
+                        ) -> AsyncIterator[list[dict[str, Any]]]:
+    """POST `body` as JSON and yield the JSON of each `data:` line of the SSE answer, as lists:
+    the events that one read of the socket brought.
 
     With `pace_s`, once the first event has come, the socket is read at most every `pace_s`:
     the events of the tokens that arrived meanwhile then cost one wake-up and one read rather
@@ -667,12 +689,20 @@ async def stream_events(base_url: str, path: str, body: dict[str, Any], read_tim
                      + connection.send(h11.Data(data=payload)) + connection.send(h11.EndOfMessage()))
         status, buffer, refusal = 0, b"", b""
         loop = asyncio.get_running_loop()
-        read_at, started = 0.0, False
+        read_at = 0.0
+        started = False
         while True:
             event = connection.next_event()
             if event is h11.NEED_DATA:
+                *complete, buffer = buffer.split(b"\n\n")
+                events, failure = _parsed(complete)
+                if events:
+                    started = True
+                    yield events
+                if failure is not None:
+                    raise failure
                 if started and (wait := read_at + pace_s - loop.time()) > 0:
-                    await asyncio.sleep(wait)
+                    await _paused(writer.transport, wait)
                 read_at = loop.time()
                 async with asyncio.timeout(read_timeout_s):  # no task per read, unlike wait_for
                     data = await reader.read(1 << 16)
@@ -683,12 +713,12 @@ async def stream_events(base_url: str, path: str, body: dict[str, Any], read_tim
                 refusal += event.data
             elif isinstance(event, h11.Data):
                 buffer += event.data
-                *events, buffer = buffer.split(b"\n\n")
-                for raw in events:
-                    for payload_event in _data_lines(raw):
-                        started = True
-                        yield payload_event
             elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
+                events, failure = _parsed(buffer.split(b"\n\n")[:-1])
+                if events:
+                    yield events
+                if failure is not None:
+                    raise failure
                 break
         if status != 200:
             raise UpstreamError(f"the upstream answered HTTP {status}: {_refusal_text(refusal)}")
@@ -696,6 +726,31 @@ async def stream_events(base_url: str, path: str, body: dict[str, Any], read_tim
         raise UpstreamError(f"the upstream {base_url} failed: {type(exc).__name__}: {exc}") from None
     finally:
         writer.close()
+
+
+async def _paused(transport: asyncio.BaseTransport, seconds: float) -> None:
+    """Sleep with the socket unread: the events that arrive meanwhile stay in the kernel and come
+    in one read after it. A transport that kept reading would take each event as it came (one
+    wake-up and one `recv` per token, the stream's largest cost) only to buffer it."""
+    reading = isinstance(transport, asyncio.ReadTransport) and transport.is_reading()
+    if reading:
+        transport.pause_reading()  # type: ignore[union-attr]
+    try:
+        await asyncio.sleep(seconds)
+    finally:
+        if reading and not transport.is_closing():
+            transport.resume_reading()  # type: ignore[union-attr]
+
+
+def _parsed(raw_events: list[bytes]) -> tuple[list[dict[str, Any]], UpstreamError | None]:
+    """The events before the first error event, and that error (to raise once they are handled)."""
+    events: list[dict[str, Any]] = []
+    try:
+        for raw in raw_events:
+            events.extend(_data_lines(raw))
+    except UpstreamError as failure:
+        return events, failure
+    return events, None
 
 
 def _data_lines(event: bytes) -> Iterator[dict[str, Any]]:
