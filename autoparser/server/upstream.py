@@ -51,9 +51,10 @@ log = logging.getLogger("autoparser.server")
 
 CANCEL_POLL_S = 0.05
 """How often a running job looks whether its client went away."""
-FLUSH_S = 0.01
-"""Longest a job holds streamed deltas to hand them on with later ones: one wake-up of the
-response and one socket write for several tokens (the own engine's worker does the same)."""
+READ_PACE_S = 0.01
+"""How often a streaming job reads its upstream socket at most: the tokens that arrived meanwhile
+are parsed and handed on together, one wake-up of the response and one socket write for several
+tokens (the own engine's worker sends every 10 ms likewise)."""
 CONNECT_TIMEOUT_S = 10.0
 STARTUP_WAIT_S = 60.0
 """How long start-up waits for an upstream that is still loading its model (503 on `/health`)."""
@@ -391,8 +392,6 @@ class UpstreamJob:
         self.totals = _Totals()
         self._tail = ""
         self._pending: list[dict[str, Any]] = []
-        self._sent_any = False
-        self._flush_timer: asyncio.TimerHandle | None = None
 
     async def run(self) -> GenerationResult:
         job = self.job
@@ -436,6 +435,7 @@ class UpstreamJob:
             return None
         if appended:
             self._emit(job.completion.feed(phase.end_text))
+            self._flush()
         thought.count += len(appended)
         # The ids the upstream gave, or where it left some out, the text tokenized again
         generated = thought.generated if thought.ids_complete else await asyncio.to_thread(
@@ -469,10 +469,12 @@ class UpstreamJob:
         token, the front end's largest cost per token after the socket."""
         completion = self.job.completion
         if top is not None or len(chunks) == 1 or not completion.joins_texts:
-            return any(self._take(chunk, result, stops, top, reasoning_end) for chunk in chunks)
-        texts: list[str] = []
-        ended = any(self._take(chunk, result, stops, top, reasoning_end, texts.append) for chunk in chunks)
-        self._emit(completion.feed_texts(texts))
+            ended = any(self._take(chunk, result, stops, top, reasoning_end) for chunk in chunks)
+        else:
+            texts: list[str] = []
+            ended = any(self._take(chunk, result, stops, top, reasoning_end, texts.append) for chunk in chunks)
+            self._emit(completion.feed_texts(texts))
+        self._flush()
         return ended
 
     def _take(self, chunk: dict[str, Any], result: _Phase, stops: set[int], top: int | None,
@@ -542,22 +544,12 @@ class UpstreamJob:
         result.finish_reason = "length" if limited else "stop"
 
     def _emit(self, deltas: list[dict[str, Any]]) -> None:
-        """Hand deltas on: the first at once (time to first token), later ones together, at
-        most `FLUSH_S` after the oldest of them arrived."""
-        if not deltas or not self.job.stream_deltas:
-            return
-        self._pending += deltas
-        if not self._sent_any:
-            self._flush()
-        elif self._flush_timer is None:
-            self._flush_timer = asyncio.get_running_loop().call_later(FLUSH_S, self._flush)
+        """Hold deltas for `_flush`, which hands on those of one read of the upstream together."""
+        if deltas and self.job.stream_deltas:
+            self._pending += deltas
 
     def _flush(self) -> None:
-        if self._flush_timer is not None:
-            self._flush_timer.cancel()
-            self._flush_timer = None
         if self._pending:
-            self._sent_any = True
             pending, self._pending = self._pending, []
             self.job.post(("deltas", pending))
 
@@ -704,7 +696,7 @@ class UpstreamWorker(QueuedWorker):
         """The upstream's streamed `/completion` events, in the batches one read brings; leaving
         the loop early closes the connection, which ends the upstream's generation."""
         async for events in stream_events(self.base_url, "/completion", body, self._read_timeout_s,
-                                          pace_s=FLUSH_S, headers=self.vocabulary.headers):
+                                          pace_s=READ_PACE_S, headers=self.vocabulary.headers):
             yield events
 
 
@@ -716,7 +708,7 @@ async def stream_events(base_url: str, path: str, body: dict[str, Any], read_tim
 
     With `pace_s`, once the first event has come, the socket is read at most every `pace_s`:
     the events of the tokens that arrived meanwhile then cost one wake-up and one read rather
-    than one each (the deltas are handed on every `FLUSH_S` anyway).
+    than one each.
 
     One connection per stream, spoken with h11 over asyncio's streams: the upstream sends one
     event per token, and httpx's layers cost about twice as much CPU per event as this
