@@ -355,3 +355,15 @@ def test_invented_template_streams_correct_tool_calls(invented: tuple[LlamaServe
     own = httpx.post(upstream.base_url + "/v1/chat/completions", json=request, timeout=60)
     own_calls = own.json()["choices"][0]["message"].get("tool_calls") if own.status_code == 200 else None
     assert not own_calls, f"llama-server's own parser read this format after all: {own.text[:300]}"
+
+
+def test_the_events_of_one_read_before_an_error_event_are_kept() -> None:
+    from autoparser.server.upstream import UpstreamError, _parsed
+
+    events, failure = _parsed([b'data: {"content":"a"}', b'data: {"content":"b"}\ndata: {"error":{"message":"boom"}}',
+                               b'data: {"content":"c"}'])
+    assert events == [{"content": "a"}, {"content": "b"}]
+    assert isinstance(failure, UpstreamError) and failure.body()["error"]["message"] == "the upstream failed: boom"
+    events, failure = _parsed([b'data: {"content":"a"}', b"error: gone", b'data: {"content":"c"}'])
+    assert events == [{"content": "a"}] and failure is not None and "gone" in failure.body()["error"]["message"]
+    assert _parsed([b": comment", b'data: {"content":"x"}']) == ([{"content": "x"}], None)
