@@ -423,3 +423,33 @@ def test_stream_events_reads_chunked_events_split_anywhere(ending: str) -> None:
         assert texts == ["a", "b", "c"] and failure is not None
     else:
         assert texts == ["a", "b", "c", "d"] and failure is None
+
+
+def test_a_kept_connection_the_server_closed_meanwhile_is_replaced() -> None:
+    import socket
+    import threading
+
+    from autoparser.server.upstream import JsonPoster
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted: list[int] = []
+
+    def serve() -> None:  # one answer per connection, then closed without saying so
+        for _ in range(3):
+            connection, _address = listener.accept()
+            accepted.append(1)
+            with connection:
+                connection.recv(65536)
+                body = b'{"tokens": [1, 2]}'
+                connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                                   b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    poster = JsonPoster(f"http://127.0.0.1:{listener.getsockname()[1]}", {}, timeout=5.0)
+    try:
+        for _ in range(3):
+            assert poster.post("/tokenize", {"content": "x"}) == (200, b'{"tokens": [1, 2]}')
+    finally:
+        listener.close()
+    assert len(accepted) == 3
