@@ -154,7 +154,8 @@ def completion_body(prepared: PreparedChat, result: GenerationResult, meta: Resp
 
 
 async def stream_chunks(run: Run, meta: ResponseMeta) -> AsyncIterator[bytes]:
-    """SSE events: a role chunk, one chunk per delta, the finish chunk, usage, `[DONE]`."""
+    """SSE events: a role chunk, one chunk per delta, the finish chunk, usage, `[DONE]`; the last
+    batch's chunks and `[DONE]` in one piece (one write)."""
     prepared = run.prepared
     head = meta.head("chat.completion.chunk")
     top = prepared.request.top_logprobs_wanted()
@@ -164,8 +165,9 @@ async def stream_chunks(run: Run, meta: ResponseMeta) -> AsyncIterator[bytes]:
     add_debug_fields(first, prepared)
     yield sse(first)
     plain = PlainChunks(head)
+    out: list[bytes] = []
     async for batch in run.batches():
-        out: list[bytes] = []
+        out = []
         for kind, payload in batch:
             if kind == "deltas":
                 out.extend(plain.encode(delta) if top is None and plain.fits(delta) else sse(_chunk(head, delta, top=top))
@@ -175,8 +177,14 @@ async def stream_chunks(run: Run, meta: ResponseMeta) -> AsyncIterator[bytes]:
                                 "error": event_error(payload)}))
             else:
                 out.extend(_final_chunks(prepared, payload, head, top))
+            if kind != "deltas":
+                out.append(DONE)
         yield b"".join(out)
-    yield b"data: [DONE]\n\n"
+    if not out or out[-1] is not DONE:  # no batch ended the stream
+        yield DONE
+
+
+DONE = b"data: [DONE]\n\n"
 
 
 class PlainChunks:

@@ -17,11 +17,10 @@ from typing import Any
 
 from fastapi import Request
 from fastapi.responses import JSONResponse
-from sse_starlette.sse import EventSourceResponse
 
 from autoparser.server.errors import error_body
 from autoparser.server.protocol import ChatCompletionRequest
-from autoparser.server.runner import Run, prepare_and_start
+from autoparser.server.runner import Run, StreamResponse, prepare_and_start
 from autoparser.server.service import ChatService, PreparedChat
 from autoparser.server.worker import GenerationResult, GenerationWorker
 
@@ -48,8 +47,8 @@ async def several_choices(request: Request, service: ChatService, worker: Genera
         raise
     meta = ResponseMeta(model_name)
     if chat.stream:
-        return EventSourceResponse(_stream(runs, meta), ping=15, sep="\n",
-                                   client_close_handler_callable=lambda _message: _cancel(runs))
+        return StreamResponse(_stream(runs, meta), ping=15, sep="\n",
+                              client_close_handler_callable=lambda _message: _cancel(runs))
     results = await asyncio.gather(*(run.result(request) for run in runs))
     return JSONResponse(_body(runs, list(results), meta))
 

@@ -253,6 +253,20 @@ class Completion:
             self.stop_string = match.stop
         return self._annotate(self._parse(match.text))
 
+    @property
+    def joins_texts(self) -> bool:
+        """Whether `feed_texts` may take several token texts in one step: without stop strings,
+        where a token ends decides when the generation ends."""
+        return not self._stops.stops
+
+    def feed_texts(self, token_texts: list[str]) -> list[dict[str, Any]]:
+        """The deltas of several token texts without log-probabilities, fed in one step where
+        `joins_texts` (the parser's deltas are the same for any split of a text; fewer of them)."""
+        if not self.joins_texts:
+            return [delta for text in token_texts for delta in self.feed(text)]
+        dropped = self._options.dropped_tokens
+        return self._annotate(self._parse("".join(text for text in token_texts if text not in dropped)))
+
     def take_pending_logprobs(self) -> list[TokenLogprob]:
         """Log-probabilities of tokens no delta has carried yet (marker tokens at the end)."""
         pending, self._pending_logprobs = self._pending_logprobs, []

@@ -114,6 +114,28 @@ def test_logprobs_and_full_text_ride_on_the_deltas(v31: Any) -> None:
     assert deltas[-1]["_full_text"] == "Hello you"
 
 
+def test_token_texts_fed_together_give_the_same_output_in_fewer_deltas(v31: Any) -> None:
+    pieces = ["Sure", ".", SECTION, CALL, "get_", "weather", SEP, '{"ci', 'ty": "Par', 'is"}', CALL_END,
+              SECTION_END, EOS]
+    one_by_one, expected = run(v31_completion(v31, dropped_tokens=frozenset({EOS})), pieces)
+    completion = v31_completion(v31, dropped_tokens=frozenset({EOS}))
+    assert completion.joins_texts
+    together = completion.feed_texts(pieces[:5]) + completion.feed_texts(pieces[5:]) + completion.finish()
+    def without_ids(message: dict[str, Any]) -> dict[str, Any]:
+        return {**message, "tool_calls": [call["function"] for call in message["tool_calls"]]}
+
+    assert without_ids(completion.message()) == without_ids(expected)
+    assert content_of(together) == content_of(one_by_one) == "Sure."
+    assert len(together) < len(one_by_one)
+
+
+def test_token_texts_are_fed_one_by_one_where_a_stop_string_may_end_the_generation(v31: Any) -> None:
+    completion = v31_completion(v31, stops=["ab"])
+    assert not completion.joins_texts
+    deltas = completion.feed_texts(["x", "a", "b", "y"]) + completion.finish()
+    assert content_of(deltas) == "x" and completion.stopped and completion.stop_string == "ab"
+
+
 def test_token_logprobs_are_a_log_softmax() -> None:
     import numpy as np
 

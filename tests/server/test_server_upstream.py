@@ -355,3 +355,101 @@ def test_invented_template_streams_correct_tool_calls(invented: tuple[LlamaServe
     own = httpx.post(upstream.base_url + "/v1/chat/completions", json=request, timeout=60)
     own_calls = own.json()["choices"][0]["message"].get("tool_calls") if own.status_code == 200 else None
     assert not own_calls, f"llama-server's own parser read this format after all: {own.text[:300]}"
+
+
+def test_the_events_of_one_read_before_an_error_event_are_kept() -> None:
+    from autoparser.server.upstream import UpstreamError, _parsed
+
+    events, failure = _parsed([b'data: {"content":"a"}', b'data: {"content":"b"}\ndata: {"error":{"message":"boom"}}',
+                               b'data: {"content":"c"}'])
+    assert events == [{"content": "a"}, {"content": "b"}]
+    assert isinstance(failure, UpstreamError) and failure.body()["error"]["message"] == "the upstream failed: boom"
+    events, failure = _parsed([b'data: {"content":"a"}', b"error: gone", b'data: {"content":"c"}'])
+    assert events == [{"content": "a"}] and failure is not None and "gone" in failure.body()["error"]["message"]
+    assert _parsed([b": comment", b'data: {"content":"x"}']) == ([{"content": "x"}], None)
+
+
+def _served_once(answer: list[bytes]) -> Any:
+    """A server on 127.0.0.1 that reads one request and writes `answer`'s parts, then closes."""
+    import asyncio
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        for part in answer:
+            writer.write(part)
+            await writer.drain()
+            await asyncio.sleep(0.01)
+        writer.close()
+
+    return asyncio.start_server(handle, "127.0.0.1", 0)
+
+
+def _chunked(*pieces: bytes) -> bytes:
+    return b"".join(b"%x\r\n%s\r\n" % (len(piece), piece) for piece in pieces)
+
+
+@pytest.mark.parametrize("ending", ["complete", "cut", "refused"])
+def test_stream_events_reads_chunked_events_split_anywhere(ending: str) -> None:
+    import asyncio
+
+    from autoparser.server.upstream import UpstreamError, stream_events
+
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    body = _chunked(b'data: {"content":"a"}\n\n', b'data: {"content":"b"}\n\ndata: {"con', b'tent":"c"}\n\n')
+    answer = [head + body[:7], body[7:40], body[40:]]
+    if ending == "complete":
+        answer.append(_chunked(b'data: {"content":"d","stop":true}\n\n') + b"0\r\n\r\n")
+    elif ending == "refused":
+        refusal = b'{"error":{"message":"no slot"}}'
+        answer = [b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: %d\r\n\r\n%s" % (len(refusal), refusal)]
+
+    async def run() -> tuple[list[str], Exception | None]:
+        server = await _served_once(answer)
+        port = server.sockets[0].getsockname()[1]
+        texts: list[str] = []
+        try:
+            async for events in stream_events(f"http://127.0.0.1:{port}", "/completion", {}, 5.0):
+                texts += [event["content"] for event in events]
+        except UpstreamError as exc:
+            return texts, exc
+        finally:
+            server.close()
+        return texts, None
+
+    texts, failure = asyncio.run(run())
+    if ending == "refused":
+        assert texts == [] and failure is not None and "HTTP 503: no slot" in failure.body()["error"]["message"]
+    elif ending == "cut":
+        assert texts == ["a", "b", "c"] and failure is not None
+    else:
+        assert texts == ["a", "b", "c", "d"] and failure is None
+
+
+def test_a_kept_connection_the_server_closed_meanwhile_is_replaced() -> None:
+    import socket
+    import threading
+
+    from autoparser.server.upstream import JsonPoster
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted: list[int] = []
+
+    def serve() -> None:  # one answer per connection, then closed without saying so
+        for _ in range(3):
+            connection, _address = listener.accept()
+            accepted.append(1)
+            with connection:
+                connection.recv(65536)
+                body = b'{"tokens": [1, 2]}'
+                connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                                   b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    poster = JsonPoster(f"http://127.0.0.1:{listener.getsockname()[1]}", {}, timeout=5.0)
+    try:
+        for _ in range(3):
+            assert poster.post("/tokenize", {"content": "x"}) == (200, b'{"tokens": [1, 2]}')
+    finally:
+        listener.close()
+    assert len(accepted) == 3
