@@ -294,7 +294,7 @@ def _text_stops(node: ir.Text) -> tuple[list[str], str, list[str]]:
     weak_pattern = ""
     if node.weak is not None:
         word = r"[^\W\d][\w.\-]*\s*" if node.weak.word else ""
-        weak_pattern = _regex_escape(node.weak.marker) + r"\s*" + word + _regex_escape(node.weak.before)
+        weak_pattern = _regex_escape(node.weak.marker) + node.weak.spacing() + word + _regex_escape(node.weak.before)
     return [_regex_escape(s) for s in strong], weak_pattern, [s for s in strong if is_weak(s)]
 
 

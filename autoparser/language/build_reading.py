@@ -308,6 +308,9 @@ class _Reading(_Builder):
         enders = (t.call_end, t.arg_separator) if self.bare_keys else ()
         # a weak end marker (`, `) ends the value only where the next key follows it
         weak = Weak(end.strip(), t.arg_key_end.strip() or "=") if self.values_between() else None
+        indent = self.line_indent()
+        if indent is not None:  # a value ends at the line break before the next key (or call)
+            weak = Weak("\n", t.arg_key_end.strip(), indent=indent)
         return Text((end, *self.stop, *enders), end, hint="raw-text", weak=weak)
 
     def cdata_text(self) -> Node:
@@ -364,6 +367,8 @@ class _Reading(_Builder):
             return ("quoted", nested.quote)
         if nested.style == "bracketed":
             return ("bracketed", nested.start, nested.key_end, nested.end, nested.quote)
+        if nested.style == "indented":
+            return ("indented", nested.key_end, nested.item)
         if nested.style == "tags" and nested.start:  # markup of its own around each member
             return ("tags", nested.start, nested.key_end, nested.end, nested.item)
         if nested.style == "tags" and t.arg_start.strip():
