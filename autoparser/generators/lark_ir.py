@@ -216,7 +216,14 @@ class _Writer:
             text = self.terminal(f"/{first}{run}?(?={ahead})/")
         else:
             text = self.terminal(f"/{first}{run}/")
-        return text if node.nonempty else self.optional(text)
+        if node.nonempty:
+            return text
+        if node.weak is not None and node.weak.indent is not None:
+            # a value that ends at a line break takes the rest of its line, as the parser reads
+            # it, not none of it where text could follow (its last line, the end of the output)
+            text = self.new("_line", text)
+            self.priorities[text] = 1
+        return self.optional(text)
 
     def terminal(self, pattern: str) -> str:
         """A named terminal per pattern (Earley reads a named terminal as one token kind)."""
