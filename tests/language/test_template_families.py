@@ -450,3 +450,31 @@ def test_each_argument_line_ends_its_value_where_the_next_key_or_call_begins() -
             ("get_weather", {"location": "Paris, France", "days": 3}), ("search_docs", {"query": "a: b"})]
         assert not any(c.get("incomplete") for c in message["tool_calls"])
         assert _streamed(parser, list(text)) == without_generated_ids(message)
+
+
+# -- the assistant header's last marker written again -------------------------------------------------
+
+@pytest.mark.parametrize(("name", "again"), [("content_wrapped.jinja", "<|CHATBOT_TOKEN|>"),
+                                             ("bare_json.jinja", "<|end_header_id|>"),
+                                             ("instructed_wrappers.jinja", "[ASSISTANT]")])
+def test_the_headers_last_marker_written_again_first_is_markup(name: str, again: str) -> None:
+    """A model that writes the prompt's last marker again at the very start of its output
+    (`<|CHATBOT_TOKEN|>Hello`): the marker is dropped, streamed or whole; anywhere later, and
+    where the output continues a message the prompt began, it is text."""
+    analysis = analyze_family(name)
+    header = analysis.generation_prompt
+    parser = analysis.parser()
+    for text in (again + "Hello, world!", "\n" + again + "Hello, world!"):
+        message = parser.parse(text)
+        assert message["content"] == "Hello, world!"
+        assert _streamed(parser, list(text)) == without_generated_ids(message)
+    assert again in parser.parse("Hello " + again)["content"]
+    continued = analysis.parser(prompt=header + "Hello")
+    assert continued.parse(again + " world")["content"].startswith(again)
+
+
+def test_a_plain_text_header_written_again_stays_text() -> None:
+    """Only a marker written like a token is dropped: a header of words (`### Assistant:`) that
+    the output repeats is the model's text."""
+    analysis = analyze_family("plain_chat.jinja")
+    assert analysis.parser().parse("### Assistant:\nHello")["content"] == "### Assistant:\nHello"
