@@ -158,7 +158,7 @@ class _Reading(_Builder):
 
     def header_again(self) -> str:
         """The assistant header's last marker, which a model may write again at the very start of
-        its output (`<|CHATBOT_TOKEN|>` after a prompt ending with it): markup there. Only a marker
+        its output (`<|assistant|>` after a prompt ending with it): markup there. Only a marker
         written like a special token (a tag with no whitespace in it, or one of the request's
         special tokens), only where the prompt ends with that header (not inside reasoning or a call
         the prompt opened, nor after a reasoning block, nor continuing a message), and never one
