@@ -163,9 +163,11 @@ class NestedValues:
     `<parameter=place>`), an array's elements all named `item`; "bracketed" is an object between
     braces with `start` before each key, `key_end` after it and `end` between members (`{:k "v"
     :n 7}`), an array between square brackets with `end` between elements, strings quoted by
-    `quote` (empty: as JSON). Confirmed by rendering."""
+    `quote` (empty: as JSON); "indented" is a block of lines deeper than the argument's, an
+    object's members `KEY key_end VALUE` and an array's elements each after `item`. Confirmed by
+    rendering."""
 
-    style: Literal["quoted", "tags", "bracketed"]
+    style: Literal["quoted", "tags", "bracketed", "indented"]
     quote: str = ""
     item: str = ""
     start: str = ""

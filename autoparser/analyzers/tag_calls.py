@@ -243,7 +243,35 @@ def nested_values(prober: Prober, args: TaggedArguments, as_text: bool,
                         for v in NESTED_ARGS["list_arg"])
         if item and obj in output and items in output:
             return NestedValues(style="tags", item=item)
-    return member_markup(output, args) or bracketed_syntax(output, args)
+    return member_markup(output, args) or bracketed_syntax(output, args) or indented_block(output, args)
+
+
+def indented_block(output: str, args: TaggedArguments) -> NestedValues | None:
+    """Objects and arrays as a block of lines indented deeper than their argument's, where each
+    argument is a line of its own (`arg_start` a line break and indentation): an object's members
+    written as its arguments are (`inner_key: inner text`), an array's elements each after the
+    `item` marker (`- one item`), learnt from the object's and the array's render."""
+    lead, key_end = args.start, args.key_end.rstrip()
+    if "\n" not in lead or lead.strip() or not key_end.strip():
+        return None
+    indent = len(lead) - lead.rindex("\n") - 1
+    obj_at, list_at = (output.find(key + key_end + "\n") for key in ("obj_arg", "list_arg"))
+    if obj_at < 0 or list_at < 0:
+        return None
+    value_at = obj_at + len("obj_arg" + key_end)
+    deeper = re.match(r"\n( +)", output[value_at:])
+    if deeper is None or len(deeper.group(1)) <= indent:
+        return None
+    pad = "\n" + deeper.group(1)
+    obj = "".join(pad + k + args.key_end + str(v) for k, v in NESTED_ARGS["obj_arg"].items())
+    items_at = list_at + len("list_arg" + key_end) + len(pad)
+    first = str(NESTED_ARGS["list_arg"][0])
+    item = output[items_at:output.find(first, items_at)] if output.startswith(pad, items_at - len(pad)) else ""
+    elements = "".join(pad + item + str(v) for v in NESTED_ARGS["list_arg"])
+    if not item.strip() or not output.startswith(obj, value_at) \
+            or not output.startswith(elements, items_at - len(pad)):
+        return None
+    return NestedValues(style="indented", item=item.strip(), key_end=key_end.strip())
 
 
 def bracketed_syntax(output: str, args: TaggedArguments) -> NestedValues | None:

@@ -216,7 +216,14 @@ class _Writer:
             text = self.terminal(f"/{first}{run}?(?={ahead})/")
         else:
             text = self.terminal(f"/{first}{run}/")
-        return text if node.nonempty else self.optional(text)
+        if node.nonempty:
+            return text
+        if node.weak is not None and node.weak.indent is not None:
+            # a value that ends at a line break takes the rest of its line, as the parser reads
+            # it, not none of it where text could follow (its last line, the end of the output)
+            text = self.new("_line", text)
+            self.priorities[text] = 1
+        return self.optional(text)
 
     def terminal(self, pattern: str) -> str:
         """A named terminal per pattern (Earley reads a named terminal as one token kind)."""
@@ -294,7 +301,7 @@ def _text_stops(node: ir.Text) -> tuple[list[str], str, list[str]]:
     weak_pattern = ""
     if node.weak is not None:
         word = r"[^\W\d][\w.\-]*\s*" if node.weak.word else ""
-        weak_pattern = _regex_escape(node.weak.marker) + r"\s*" + word + _regex_escape(node.weak.before)
+        weak_pattern = _regex_escape(node.weak.marker) + node.weak.spacing() + word + _regex_escape(node.weak.before)
     return [_regex_escape(s) for s in strong], weak_pattern, [s for s in strong if is_weak(s)]
 
 

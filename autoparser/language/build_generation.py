@@ -578,6 +578,19 @@ class _Builder:
         t = self.t
         return self.bare_keys and is_weak(t.arg_end.strip()) and not t.arg_separator.strip()
 
+    def line_indent(self) -> int | None:
+        """Where each argument is a line of its own (keys have only a line break and indentation
+        before them, values no end marker): the indentation of an argument's line, after which
+        a value ends at the next line no deeper than it (a deeper one is the value's nested
+        block); None for any other layout."""
+        t = self.t
+        lead = t.arg_start
+        if not self.bare_keys or "\n" not in lead or t.arg_end.strip() or t.arg_separator.strip() \
+                or not t.arg_key_end.strip():
+            return None
+        indent = lead[lead.rindex("\n") + 1:]
+        return len(indent) if indent.strip(" ") == "" else None
+
     def comma_values(self) -> bool:
         """Whether a raw value ends at a comma (`name(key=value, key=value)`)."""
         t = self.t

@@ -65,6 +65,7 @@ from autoparser.language.request import (
     KEY_HOLE,
     NAME_FORBIDDEN,
     Request,
+    assistant_header,
     bare_fence,
     core,
     is_weak,
@@ -147,6 +148,30 @@ class _Reading(_Builder):
             unended = seq(stray, self.calls_then_text(section))
             closed = self.closed_answer(lambda: seq(self.text(not_first=lead), self.calls_then_text(section)), body)
         return self.language(self.with_reasoning(body, section, unended, stray, closed))
+
+    def language(self, root: Node) -> Language:
+        """As generated, after the assistant header's last marker where the output may write it
+        again first (`header_again`)."""
+        again = self.header_again()
+        return super().language(seq(optional(Rule("header-again", self.marker(again), kind=MARKUP)), root)
+                                if again else root)
+
+    def header_again(self) -> str:
+        """The assistant header's last marker, which a model may write again at the very start of
+        its output (`<|assistant|>` after a prompt ending with it): markup there. Only a marker
+        written like a special token (a tag with no whitespace in it, or one of the request's
+        special tokens), only where the prompt ends with that header (not inside reasoning or a call
+        the prompt opened, nor after a reasoning block, nor continuing a message), and never one
+        that opens a part of the reply ("": none)."""
+        header = assistant_header(self.a)
+        prompt = self.a.generation_prompt if self.req.prompt is None else self.req.prompt
+        if not header or self.opened or self.forced or self.continues or not core(prompt).endswith(header):
+            return ""  # (a prompt ending in a reasoning block after the header: its end marker is handled so)
+        special = next((s for s in self.specials if header.endswith(s.strip()) and s.strip()), "")
+        tag = _LAST_TAG.search(header)
+        last = special.strip() or (tag.group() if tag else "")
+        openers = (self.r.start, self.r.end, self.c.start, self.calls_opener(), *self.stop)
+        return "" if not last or any(last == core(m) for m in openers) else last
 
     end_dropped = False  # while `closed_answer` builds: the reasoning's end marker stops the text
 
@@ -308,6 +333,9 @@ class _Reading(_Builder):
         enders = (t.call_end, t.arg_separator) if self.bare_keys else ()
         # a weak end marker (`, `) ends the value only where the next key follows it
         weak = Weak(end.strip(), t.arg_key_end.strip() or "=") if self.values_between() else None
+        indent = self.line_indent()
+        if indent is not None:  # a value ends at the line break before the next key (or call)
+            weak = Weak("\n", t.arg_key_end.strip(), indent=indent)
         return Text((end, *self.stop, *enders), end, hint="raw-text", weak=weak)
 
     def cdata_text(self) -> Node:
@@ -364,6 +392,8 @@ class _Reading(_Builder):
             return ("quoted", nested.quote)
         if nested.style == "bracketed":
             return ("bracketed", nested.start, nested.key_end, nested.end, nested.quote)
+        if nested.style == "indented":
+            return ("indented", nested.key_end, nested.item)
         if nested.style == "tags" and nested.start:  # markup of its own around each member
             return ("tags", nested.start, nested.key_end, nested.end, nested.item)
         if nested.style == "tags" and t.arg_start.strip():
@@ -760,5 +790,6 @@ class _Reading(_Builder):
         return calls
 
 
+_LAST_TAG = re.compile(r"(?:<[^<>\s]+>|\[[^\[\]\s]+\])\Z")  # a header's last marker, written as a token is
 _HEADER_LEAD = re.compile(r"<[^<>]*>|\w+=?|\S")  # how a header begins: a tag, a word (`to=`), a symbol
 _HEADER_WORD = re.compile(r"[A-Za-z_]\w*")

@@ -62,12 +62,19 @@ class Chars:
 class Weak:
     """`marker` ends the text only where `before` follows it, after whitespace and (`word`) a
     word: `, days=`; a bracket that opens a bare JSON call only before a key's quote (`{"`).
-    `leads`: the text may begin with the marker (where it opened nothing, it is text)."""
+    `leads`: the text may begin with the marker (where it opened nothing, it is text).
+    `indent`: the marker is a line break that counts only before a line indented at most this
+    many spaces (a deeper-indented line belongs to the value: a nested block); None: any."""
 
     marker: str
     before: str
     word: bool = True
     leads: bool = False
+    indent: int | None = None
+
+    def spacing(self) -> str:
+        """The regex of the whitespace allowed between the marker and what must follow it."""
+        return r"\s*" if self.indent is None else rf"[ \t]{{0,{self.indent}}}"
 
 
 @dataclass(frozen=True)

@@ -64,7 +64,7 @@ def _after_last(text: str, markers: list[str]) -> int:
     return best
 
 
-def _assistant_header(analysis: AnalysisData) -> str:
+def assistant_header(analysis: AnalysisData) -> str:
     """The generation prompt without its reasoning markers: what opens an assistant turn."""
     header = core(analysis.generation_prompt)
     for marker in (core(analysis.reasoning.start), core(analysis.reasoning.end)):
@@ -99,7 +99,7 @@ def start_state(analysis: AnalysisData, thinking: bool | None, prompt: str | Non
         opened = prompt.rfind(start)
         if opened >= turn and opened >= 0 and prompt.find(end, opened) < 0:
             return OPEN, bool(prompt[opened + len(start):].strip())
-    header = _assistant_header(analysis)
+    header = assistant_header(analysis)
     anchor = _after_last(prompt, [header, end if has_reasoning else ""])
     markers = analysis.tools.markers
     tool_markers = [core(m) for m in (markers.section_start, markers.call_start, markers.section_end, markers.call_end)]

@@ -165,7 +165,9 @@ class _Text:
         stop = hit[0] if hit is not None else None
         held = None
         if self.weak is not None:
-            since = self.start + 1 if self.leads and blank == self.start else blank
+            # a weak marker that is whitespace (a line break) is looked for in the run, not after it
+            since = self.start + 1 if self.leads and blank == self.start else \
+                pos if self.weak_prefix[0] in _WHITESPACE else blank
             found = self.weak.search(buf, since, stop if stop is not None else len(buf))
             if found is not None:
                 stop = found.start()
@@ -192,8 +194,10 @@ class _Text:
             return MORE
         if stop is None:
             stop = len(buf)
-            if t.value is not None and t.call.started:
-                t.emit((CUT, stop + t.offset[0]))  # a value running to the end of output: its call was cut off
+            # a value running to the end of output: its call was cut off (unless the value is a
+            # line, which the end of output ends as a line break would)
+            if t.value is not None and t.call.started and not (self.weak_prefix and self.weak_prefix[0] == "\n"):
+                t.emit((CUT, stop + t.offset[0]))
         lead = self.lead
         if lead and stop - len(lead) >= pos and buf.startswith(lead, stop - len(lead)):
             stop -= len(lead)

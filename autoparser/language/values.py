@@ -294,9 +294,63 @@ def nested_to_json(raw: str, nested: tuple[str, ...]) -> str | None:
         value = tags_to_json(raw, *nested[1:])
     elif nested[:1] == ("bracketed",):
         value = _Bracketed(raw, *nested[1:]).whole()
+    elif nested[:1] == ("indented",):
+        value = indented_to_json(raw, *nested[1:])
     else:
         return None
     return None if value is None else json.dumps(value, ensure_ascii=False)
+
+
+def indented_to_json(raw: str, key_end: str, item: str):
+    """A block of lines indented deeper than its argument's (`\\n  unit: c\\n  days:\\n    - 1`): lines
+    that open with `item` are an array's elements, others `KEY key_end VALUE` an object's members;
+    a member or element with no value on its line holds the deeper lines after it. None when the
+    text is not such a block (a value on the argument's own line)."""
+    if raw[:1] != "\n" and raw.strip():
+        return None
+    lines = [(len(line) - len(line.lstrip(" ")), line.strip()) for line in raw.split("\n") if line.strip()]
+    if not lines:
+        return None
+    try:
+        value, end = _block(lines, 0, item, key_end, 0)
+    except (ValueError, RecursionError):
+        return None
+    return value if end == len(lines) else None
+
+
+def _block(lines: list[tuple[int, str]], at: int, item: str, key_end: str, depth: int):
+    """The object or array whose lines begin at `at`, all indented as that first line; and
+    where its lines end."""
+    if depth > 32:
+        raise ValueError("nested too deep")
+    indent, first = lines[at]
+    listed = first.startswith(item)
+    found: list = []
+    members: dict = {}
+    while at < len(lines) and lines[at][0] == indent:
+        text = lines[at][1]
+        if listed != text.startswith(item):
+            raise ValueError("elements and members mixed")
+        if listed:
+            rest = text[len(item):]
+        else:
+            key, sep, rest = text.partition(key_end)
+            if not sep:
+                raise ValueError("no key end")
+        at += 1
+        if rest.strip():
+            value = _leaf(rest)
+        elif at < len(lines) and lines[at][0] > indent:
+            value, at = _block(lines, at, item, key_end, depth + 1)
+        else:
+            value = "" if not listed else None
+        if listed:
+            found.append(value)
+        else:
+            members[key.strip()] = value
+    if at < len(lines) and lines[at][0] > indent:
+        raise ValueError("deeper line with no member before it")
+    return (found if listed else members), at
 
 
 class _Bracketed:

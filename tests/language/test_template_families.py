@@ -25,7 +25,7 @@ FAMILIES = ("catalog_inputs.jinja", "typed_params.jinja", "named_closing.jinja",
             "instructed_phrases.jinja", "instructed_wrappers.jinja", "trailing_instructions.jinja",
             "string_switch.jinja", "id_before_name.jinja", "lenticular_words.jinja", "caps_lines.jinja",
             "tab_labels.jinja", "channel_switch.jinja", "line_after_name.jinja",
-            "elided_answer.jinja", "xml_children.jinja", "edn_calls.jinja")
+            "elided_answer.jinja", "xml_children.jinja", "edn_calls.jinja", "indented_block.jinja")
 # the conversation does not start with the prompt (a block follows the last reply): no probe round trip
 NO_ROUND_TRIP = {"trailing_instructions.jinja"}
 # the model reasons first, unmarked, and the history keeps only the answer: no answer-only round trip
@@ -385,10 +385,12 @@ NESTED = {"city": "Paris", "options": {"units": "metric", "hourly": True, "depth
 
 
 @pytest.mark.parametrize(("name", "style"), [("xml_children.jinja", ("tags", "li", "<", ">", "</{key}>")),
-                                             ("edn_calls.jinja", ("bracketed", "", ":", " ", " "))])
+                                             ("edn_calls.jinja", ("bracketed", "", ":", " ", " ")),
+                                             ("indented_block.jinja", ("indented", "-", "", ":", ""))])
 def test_nested_values_in_the_templates_own_syntax_round_trip(name: str, style: tuple) -> None:
     """Child elements named after each member (`<units>metric</units>`, an array's as `<li>`),
-    or EDN's `{:units "metric" :depth {:level 2}}` and `["Louvre" 3]`: the syntax is learnt from
+    or EDN's `{:units "metric" :depth {:level 2}}` and `["Louvre" 3]`, or a deeper-indented block of
+    `units: metric` lines (an array's as `- Louvre` lines): the syntax is learnt from
     how the template renders an object and an array, and the value comes back as JSON, streamed
     in any chunks as whole."""
     analysis = analyze_family(name)
@@ -419,3 +421,60 @@ def test_a_bracketed_syntax_reads_back_as_json_or_not_at_all(raw: str, syntax: t
     found = nested_to_json(raw, ("bracketed", *syntax))
     assert (json.loads(found) if found is not None else None) == expected
 
+
+
+@pytest.mark.parametrize(("raw", "expected"), [
+    ("\n    a: x y\n    b:\n      - 1\n      -\n        c: true\n    d: null", {"a": "x y", "b": [1, {"c": True}], "d": None}),
+    ("\n    - one\n    - 2", ["one", 2]),
+    ("Oslo", None),  # a value on the argument's own line
+    ("\n    - one\n    b: 2", None),  # elements and members mixed
+    ("\n    a: 1\n      b: 2", None),  # a deeper line with no member before it
+])
+def test_an_indented_block_reads_back_as_json_or_not_at_all(raw: str, expected: object) -> None:
+    found = nested_to_json(raw, ("indented", ":", "-"))
+    assert (json.loads(found) if found is not None else None) == expected
+
+
+def test_each_argument_line_ends_its_value_where_the_next_key_or_call_begins() -> None:
+    """Arguments one a line (`  key: value`): a value ends at the line break before the next
+    key or call, not at a line inside it indented deeper; the end of output ends the last value,
+    which leaves its call whole."""
+    analysis = analyze_family("indented_block.jinja")
+    assert (analysis.tools.arg_start, analysis.tools.arg_key_end, analysis.tools.arg_end) == ("\n  ", ": ", "")
+    text = "Sure.\ncall: get_weather\n  location: Paris, France\n  days: 3\ncall: search_docs\n  query: a: b"
+    for tools in (TOOLS, None):
+        parser = analysis.parser(tools=tools)
+        message = parser.parse(text)
+        assert message["content"] == "Sure."
+        assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in message["tool_calls"]] == [
+            ("get_weather", {"location": "Paris, France", "days": 3}), ("search_docs", {"query": "a: b"})]
+        assert not any(c.get("incomplete") for c in message["tool_calls"])
+        assert _streamed(parser, list(text)) == without_generated_ids(message)
+
+
+# -- the assistant header's last marker written again -------------------------------------------------
+
+@pytest.mark.parametrize(("name", "again"), [("content_wrapped.jinja", "<|CHATBOT_TOKEN|>"),
+                                             ("bare_json.jinja", "<|end_header_id|>"),
+                                             ("instructed_wrappers.jinja", "[ASSISTANT]")])
+def test_the_headers_last_marker_written_again_first_is_markup(name: str, again: str) -> None:
+    """A model that writes the prompt's last marker again at the very start of its output
+    (`<|CHATBOT_TOKEN|>Hello`): the marker is dropped, streamed or whole; anywhere later, and
+    where the output continues a message the prompt began, it is text."""
+    analysis = analyze_family(name)
+    header = analysis.generation_prompt
+    parser = analysis.parser()
+    for text in (again + "Hello, world!", "\n" + again + "Hello, world!"):
+        message = parser.parse(text)
+        assert message["content"] == "Hello, world!"
+        assert _streamed(parser, list(text)) == without_generated_ids(message)
+    assert again in parser.parse("Hello " + again)["content"]
+    continued = analysis.parser(prompt=header + "Hello")
+    assert continued.parse(again + " world")["content"].startswith(again)
+
+
+def test_a_plain_text_header_written_again_stays_text() -> None:
+    """Only a marker written like a token is dropped: a header of words (`### Assistant:`) that
+    the output repeats is the model's text."""
+    analysis = analyze_family("plain_chat.jinja")
+    assert analysis.parser().parse("### Assistant:\nHello")["content"] == "### Assistant:\nHello"
