@@ -45,7 +45,7 @@ from collections.abc import Callable
 from typing import Any
 
 from autoparser.language import ir
-from autoparser.language.jsonscan import string_piece
+from autoparser.language.jsonscan import is_string_text, string_texts
 from autoparser.language.markers import MarkerSet
 from autoparser.language.message import GROUP, Output, ToolCall, new_call_id
 from autoparser.language.policy import UNDECIDED_LIMIT, WHOLE_PIECE
@@ -298,50 +298,44 @@ class LanguageStream(_Recovery, _Stepping):
 
     def feed(self, chunk: str) -> list[dict]:
         call = self.hot
-        if call is not None and chunk:
-            # the hot path: more text of a JSON string in streamed arguments. Most chunks hold no
-            # quote, backslash or unprintable character, a test cheaper than a regular expression;
-            # `ToolCall.append` is written out, as a call costs a tenth of what a chunk takes here.
-            if '"' not in chunk and "\\" not in chunk and chunk.isprintable():
-                piece = chunk
-            else:
-                found = string_piece(chunk)
-                if found is None:  # the string ends or goes wrong: the reading reads on
-                    return self._feed(chunk)
-                piece = found[1]
-                if found[2]:  # a backslash cut from its escape waits for the next chunk
-                    self.escape, self.hot = True, None
-                    if not piece:
-                        return []
-            recent = call.recent
-            recent.append(piece)
-            if len(recent) >= GROUP:
-                call.group()
-            return [{"tool_calls": [{"index": call.index, "function": {"arguments": piece}}]}]
+        if call is not None:
+            # the hot path: more text of a JSON string in streamed arguments, mostly whole string
+            # text that goes straight out. `ToolCall.append` is written out, as a call costs a
+            # tenth of what a chunk takes here.
+            if chunk in string_texts or is_string_text(chunk):
+                recent = call.recent
+                recent.append(chunk)
+                if len(recent) >= GROUP:
+                    call.group()
+                return [{"tool_calls": [{"index": call.index, "function": {"arguments": chunk}}]}]
+            return self._string_rest(call, chunk)
+        if self.escape:  # the hot path after a backslash held back: it goes before the chunk
+            chunk = "\\" + chunk
+            call = self.string_call
+            if chunk in string_texts or is_string_text(chunk):
+                self.escape, self.hot = False, call
+                call.append(chunk)
+                return [{"tool_calls": [{"index": call.index, "function": {"arguments": chunk}}]}]
+            return self._string_rest(call, chunk)
         return self._feed(chunk)
 
-    def _feed_string(self, call: ToolCall, chunk: str) -> list[dict]:
-        """More of a JSON string in streamed arguments after a backslash held back: `feed`'s hot
-        path with that backslash before the chunk."""
-        chunk = "\\" + chunk
-        found = string_piece(chunk)
-        if found is None:  # the string ends or goes wrong: the reading reads on
-            self.escape = False
-            self.hot = self.string_call = None
-            return self._feed(chunk)
-        piece = found[1]
-        self.escape = bool(found[2])
-        self.hot = None if self.escape else call
-        if not piece:
-            return []
-        call.append(piece)
-        return [{"tool_calls": [{"index": call.index, "function": {"arguments": piece}}]}]
+    def _string_rest(self, call: ToolCall, text: str) -> list[dict]:
+        """Text of `feed`'s hot path that is not whole string text: where it ends with a
+        backslash cut from its escape, what comes before goes out and the backslash waits for the
+        next chunk; otherwise it ends the string or goes wrong, and the reading reads on."""
+        piece = text[:-1]
+        if text[-1:] == "\\" and (not piece or piece in string_texts or is_string_text(piece)):
+            self.escape, self.hot = True, None
+            if not piece:
+                return []
+            call.append(piece)
+            return [{"tool_calls": [{"index": call.index, "function": {"arguments": piece}}]}]
+        self.escape = False
+        return self._feed(text)
 
     def _feed(self, chunk: str) -> list[dict]:
         if self.finished:
             raise RuntimeError("feed() after finish()")
-        if self.escape:
-            return self._feed_string(self.string_call, chunk)
         if chunk:
             self._trim()
             self.buf += chunk
