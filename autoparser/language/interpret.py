@@ -86,6 +86,10 @@ from autoparser.language.terminals import (
 )
 
 
+def _whole_string_text(text: str) -> bool:
+    return not text or text in string_texts or is_string_text(text)
+
+
 def _twin(entry: list[Any], alike: list[list[Any]]) -> list[Any] | None:
     """The entry of `alike` whose reading is in the state of `entry`'s, or None. Entries are
     [reading, its state], the state computed when first needed: the stacks are compared first,
@@ -136,7 +140,7 @@ class LanguageReader:
         between pieces, so an output of many calls does not keep every reading's events to the end."""
         stream = self.stream(deltas=False)
         for at in range(0, len(text), WHOLE_PIECE):
-            stream.feed(text[at:at + WHOLE_PIECE])
+            stream.feed_piece(text[at:at + WHOLE_PIECE])
         stream.finish()
         return stream.message()
 
@@ -298,40 +302,52 @@ class LanguageStream(_Recovery, _Stepping):
 
     def feed(self, chunk: str) -> list[dict]:
         call = self.hot
-        if call is not None:
-            # the hot path: more text of a JSON string in streamed arguments, mostly whole string
-            # text that goes straight out. `ToolCall.append` is written out, as a call costs a
-            # tenth of what a chunk takes here.
-            if chunk in string_texts or is_string_text(chunk):
-                recent = call.recent
-                recent.append(chunk)
-                if len(recent) >= GROUP:
-                    call.group()
-                return [{"tool_calls": [{"index": call.index, "function": {"arguments": chunk}}]}]
+        if call is None:
+            if not self.escape:
+                return self._feed(chunk)
+            # the hot path after a backslash held back: it goes before the chunk
+            call, chunk = self.string_call, "\\" + chunk
+            if chunk not in string_texts:
+                return self._string_rest(call, chunk)
+            self.escape, self.hot = False, call
+        elif chunk not in string_texts:
             return self._string_rest(call, chunk)
-        if self.escape:  # the hot path after a backslash held back: it goes before the chunk
-            chunk = "\\" + chunk
-            call = self.string_call
-            if chunk in string_texts or is_string_text(chunk):
-                self.escape, self.hot = False, call
-                call.append(chunk)
-                return [{"tool_calls": [{"index": call.index, "function": {"arguments": chunk}}]}]
-            return self._string_rest(call, chunk)
-        return self._feed(chunk)
+        # the hot path: more text of a JSON string in streamed arguments, mostly chunks met before
+        # as whole string text, which go straight out. `ToolCall.append` is written out, as a
+        # call costs a tenth of what a chunk takes here.
+        recent = call.recent
+        recent.append(chunk)
+        if len(recent) >= GROUP:
+            call.group()
+        return [{"tool_calls": [{"index": call.index, "function": {"arguments": chunk}}]}]
+
+    def feed_piece(self, piece: str) -> list[dict]:
+        """`feed` for a long piece of a whole output: inside a string it is tested at once, as
+        such a piece is never one met before."""
+        call = self.hot
+        return self.feed(piece) if call is None else self._string_rest(call, piece)
 
     def _string_rest(self, call: ToolCall, text: str) -> list[dict]:
-        """Text of `feed`'s hot path that is not whole string text: where it ends with a
+        """Text of `feed`'s hot path not known to be whole string text. Where it ends with a
         backslash cut from its escape, what comes before goes out and the backslash waits for the
-        next chunk; otherwise it ends the string or goes wrong, and the reading reads on."""
-        piece = text[:-1]
-        if text[-1:] == "\\" and (not piece or piece in string_texts or is_string_text(piece)):
+        next chunk (tested first: such a chunk is never whole string text, and no expression need
+        say so); where it is whole string text, it goes out; otherwise it ends the string or goes
+        wrong, and the reading reads on."""
+        if text[-1:] == "\\" and _whole_string_text(piece := text[:-1]):
             self.escape, self.hot = True, None
             if not piece:
                 return []
-            call.append(piece)
-            return [{"tool_calls": [{"index": call.index, "function": {"arguments": piece}}]}]
-        self.escape = False
-        return self._feed(text)
+        elif is_string_text(text):
+            piece = text
+            self.escape, self.hot = False, call
+        else:
+            self.escape = False
+            return self._feed(text)
+        recent = call.recent
+        recent.append(piece)
+        if len(recent) >= GROUP:
+            call.group()
+        return [{"tool_calls": [{"index": call.index, "function": {"arguments": piece}}]}]
 
     def _feed(self, chunk: str) -> list[dict]:
         if self.finished:
