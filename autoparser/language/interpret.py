@@ -45,7 +45,7 @@ from collections.abc import Callable
 from typing import Any
 
 from autoparser.language import ir
-from autoparser.language.jsonscan import is_string_text, string_texts
+from autoparser.language.jsonscan import cut_texts, is_string_text, string_texts, text_before_cut
 from autoparser.language.markers import MarkerSet
 from autoparser.language.message import GROUP, Output, ToolCall, new_call_id
 from autoparser.language.policy import UNDECIDED_LIMIT, WHOLE_PIECE
@@ -84,10 +84,6 @@ from autoparser.language.terminals import (
     _Text,
     _Trailer,
 )
-
-
-def _whole_string_text(text: str) -> bool:
-    return not text or text in string_texts or is_string_text(text)
 
 
 def _twin(entry: list[Any], alike: list[list[Any]]) -> list[Any] | None:
@@ -311,7 +307,14 @@ class LanguageStream(_Recovery, _Stepping):
                 return self._string_rest(call, chunk)
             self.escape, self.hot = False, call
         elif chunk not in string_texts:
-            return self._string_rest(call, chunk)
+            piece = cut_texts.get(chunk)
+            if piece is None:
+                return self._string_rest(call, chunk)
+            # a backslash cut from its escape waits for the next chunk
+            self.escape, self.hot = True, None
+            if not piece:
+                return []
+            chunk = piece
         # the hot path: more text of a JSON string in streamed arguments, mostly chunks met before
         # as whole string text, which go straight out. `ToolCall.append` is written out, as a
         # call costs a tenth of what a chunk takes here.
@@ -333,7 +336,8 @@ class LanguageStream(_Recovery, _Stepping):
         next chunk (tested first: such a chunk is never whole string text, and no expression need
         say so); where it is whole string text, it goes out; otherwise it ends the string or goes
         wrong, and the reading reads on."""
-        if text[-1:] == "\\" and _whole_string_text(piece := text[:-1]):
+        piece = text_before_cut(text)
+        if piece is not None:
             self.escape, self.hot = True, None
             if not piece:
                 return []

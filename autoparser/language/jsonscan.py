@@ -421,6 +421,8 @@ is_string_body = _STRING_BODY.fullmatch
 # Short chunks known to be whole string text. A stream's chunks are mostly tokens, and tokens repeat,
 # so one set lookup decides most chunks for less than testing them costs. Cleared when full.
 string_texts: set[str] = set()
+# ... and short chunks known to be whole string text and one backslash cut from its escape: that text
+cut_texts: dict[str, str] = {}
 _REMEMBERED_LENGTH = 32
 _REMEMBERED_COUNT = 1 << 14
 
@@ -436,6 +438,22 @@ def is_string_text(chunk: str) -> bool:
             string_texts.clear()
         string_texts.add(chunk)
     return True
+
+
+def text_before_cut(chunk: str) -> str | None:
+    """The whole string text before the backslash a chunk ends with, where that backslash begins
+    an escape the chunk cuts in two; None where it does not (a short chunk where it does is
+    remembered in `cut_texts`)."""
+    if chunk[-1:] != "\\":
+        return None
+    text = chunk[:-1]
+    if text and text not in string_texts and not is_string_text(text):
+        return None  # the backslash ends an escape, or the text is no string text
+    if len(chunk) <= _REMEMBERED_LENGTH:
+        if len(cut_texts) >= _REMEMBERED_COUNT:
+            cut_texts.clear()
+        cut_texts[chunk] = text
+    return text
 
 
 def skip_whitespace(text: str, pos: int) -> int:

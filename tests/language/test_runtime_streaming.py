@@ -175,9 +175,18 @@ def test_whole_string_text_is_told_apart_and_only_short_chunks_are_remembered() 
         assert text not in jsonscan.string_texts
     long = "x" * 100
     assert jsonscan.is_string_text(long) and long not in jsonscan.string_texts
+    # a backslash that ends a chunk and begins an escape: the text before it goes out, the rest waits
+    for text, before in (("ab\\", "ab"), ("\\", ""), ('a\\"\\\\\\', 'a\\"\\\\'), ("\\n\\", "\\n")):
+        assert jsonscan.text_before_cut(text) == before, text
+        assert jsonscan.cut_texts[text] == before
+    for text in ("ab", "a\\\\", 'a"\\', "\\x\\", "\\u00\\"):
+        assert jsonscan.text_before_cut(text) is None, text
+        assert text not in jsonscan.cut_texts
     for number in range(jsonscan._REMEMBERED_COUNT + 10):
         jsonscan.is_string_text(f"t{number}")
+        jsonscan.text_before_cut(f"t{number}\\")
     assert len(jsonscan.string_texts) <= jsonscan._REMEMBERED_COUNT
+    assert len(jsonscan.cut_texts) <= jsonscan._REMEMBERED_COUNT
 
 
 def test_escapes_cut_anywhere_in_a_streamed_string_arrive_whole() -> None:
