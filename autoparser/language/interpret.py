@@ -26,7 +26,8 @@ cut off keeps the values that were complete.
 Fast paths: free text is searched for its stop markers with one regular expression
 (`markers.MarkerSet`), holding back only a possible marker prefix; JSON values go
 through `jsonscan.JsonScanner` (a long string is consumed by one regular expression, and
-a chunk of plain string text goes straight out); every character is consumed once per thread.
+a chunk of streamed arguments that is whole string text goes straight out, mostly decided by one
+lookup of the short chunks met before); every character is consumed once per thread.
 
 What decides when text goes out is stated in `policy.py`. The reader's parts: this module (the
 compiled language, `LanguageReader`, and a stream's buffer, commits and deltas,
@@ -136,7 +137,7 @@ class LanguageReader:
         between pieces, so an output of many calls does not keep every reading's events to the end."""
         stream = self.stream(deltas=False)
         for at in range(0, len(text), WHOLE_PIECE):
-            stream.feed_piece(text[at:at + WHOLE_PIECE])
+            stream._feed_piece(text[at:at + WHOLE_PIECE])
         stream.finish()
         return stream.message()
 
@@ -324,7 +325,7 @@ class LanguageStream(_Recovery, _Stepping):
             call.group()
         return [{"tool_calls": [{"index": call.index, "function": {"arguments": chunk}}]}]
 
-    def feed_piece(self, piece: str) -> list[dict]:
+    def _feed_piece(self, piece: str) -> list[dict]:
         """`feed` for a long piece of a whole output: inside a string it is tested at once, as
         such a piece is never one met before."""
         call = self.hot
