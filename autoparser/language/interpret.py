@@ -26,7 +26,8 @@ cut off keeps the values that were complete.
 Fast paths: free text is searched for its stop markers with one regular expression
 (`markers.MarkerSet`), holding back only a possible marker prefix; JSON values go
 through `jsonscan.JsonScanner` (a long string is consumed by one regular expression, and
-a chunk of plain string text goes straight out); every character is consumed once per thread.
+a chunk of streamed arguments that is whole string text goes straight out, mostly decided by one
+lookup of the short chunks met before); every character is consumed once per thread.
 
 What decides when text goes out is stated in `policy.py`. The reader's parts: this module (the
 compiled language, `LanguageReader`, and a stream's buffer, commits and deltas,
@@ -45,7 +46,7 @@ from collections.abc import Callable
 from typing import Any
 
 from autoparser.language import ir
-from autoparser.language.jsonscan import string_piece
+from autoparser.language.jsonscan import cut_texts, is_string_text, string_texts, text_before_cut
 from autoparser.language.markers import MarkerSet
 from autoparser.language.message import GROUP, Output, ToolCall, new_call_id
 from autoparser.language.policy import UNDECIDED_LIMIT, WHOLE_PIECE
@@ -136,7 +137,7 @@ class LanguageReader:
         between pieces, so an output of many calls does not keep every reading's events to the end."""
         stream = self.stream(deltas=False)
         for at in range(0, len(text), WHOLE_PIECE):
-            stream.feed(text[at:at + WHOLE_PIECE])
+            stream._feed_piece(text[at:at + WHOLE_PIECE])
         stream.finish()
         return stream.message()
 
@@ -298,50 +299,64 @@ class LanguageStream(_Recovery, _Stepping):
 
     def feed(self, chunk: str) -> list[dict]:
         call = self.hot
-        if call is not None and chunk:
-            # the hot path: more text of a JSON string in streamed arguments. Most chunks hold no
-            # quote, backslash or unprintable character, a test cheaper than a regular expression;
-            # `ToolCall.append` is written out, as a call costs a tenth of what a chunk takes here.
-            if '"' not in chunk and "\\" not in chunk and chunk.isprintable():
-                piece = chunk
-            else:
-                found = string_piece(chunk)
-                if found is None:  # the string ends or goes wrong: the reading reads on
-                    return self._feed(chunk)
-                piece = found[1]
-                if found[2]:  # a backslash cut from its escape waits for the next chunk
-                    self.escape, self.hot = True, None
-                    if not piece:
-                        return []
-            recent = call.recent
-            recent.append(piece)
-            if len(recent) >= GROUP:
-                call.group()
-            return [{"tool_calls": [{"index": call.index, "function": {"arguments": piece}}]}]
-        return self._feed(chunk)
+        if call is None:
+            if not self.escape:
+                return self._feed(chunk)
+            # the hot path after a backslash held back: it goes before the chunk
+            call, chunk = self.string_call, "\\" + chunk
+            if chunk not in string_texts:
+                return self._string_rest(call, chunk)
+            self.escape, self.hot = False, call
+        elif chunk not in string_texts:
+            piece = cut_texts.get(chunk)
+            if piece is None:
+                return self._string_rest(call, chunk)
+            # a backslash cut from its escape waits for the next chunk
+            self.escape, self.hot = True, None
+            if not piece:
+                return []
+            chunk = piece
+        # the hot path: more text of a JSON string in streamed arguments, mostly chunks met before
+        # as whole string text, which go straight out. `ToolCall.append` is written out, as a
+        # call costs a tenth of what a chunk takes here.
+        recent = call.recent
+        recent.append(chunk)
+        if len(recent) >= GROUP:
+            call.group()
+        return [{"tool_calls": [{"index": call.index, "function": {"arguments": chunk}}]}]
 
-    def _feed_string(self, call: ToolCall, chunk: str) -> list[dict]:
-        """More of a JSON string in streamed arguments after a backslash held back: `feed`'s hot
-        path with that backslash before the chunk."""
-        chunk = "\\" + chunk
-        found = string_piece(chunk)
-        if found is None:  # the string ends or goes wrong: the reading reads on
+    def _feed_piece(self, piece: str) -> list[dict]:
+        """`feed` for a long piece of a whole output: inside a string it is tested at once, as
+        such a piece is never one met before."""
+        call = self.hot
+        return self.feed(piece) if call is None else self._string_rest(call, piece)
+
+    def _string_rest(self, call: ToolCall, text: str) -> list[dict]:
+        """Text of `feed`'s hot path not known to be whole string text. Where it ends with a
+        backslash cut from its escape, what comes before goes out and the backslash waits for the
+        next chunk (tested first: such a chunk is never whole string text, and no expression need
+        say so); where it is whole string text, it goes out; otherwise it ends the string or goes
+        wrong, and the reading reads on."""
+        piece = text_before_cut(text)
+        if piece is not None:
+            self.escape, self.hot = True, None
+            if not piece:
+                return []
+        elif is_string_text(text):
+            piece = text
+            self.escape, self.hot = False, call
+        else:
             self.escape = False
-            self.hot = self.string_call = None
-            return self._feed(chunk)
-        piece = found[1]
-        self.escape = bool(found[2])
-        self.hot = None if self.escape else call
-        if not piece:
-            return []
-        call.append(piece)
+            return self._feed(text)
+        recent = call.recent
+        recent.append(piece)
+        if len(recent) >= GROUP:
+            call.group()
         return [{"tool_calls": [{"index": call.index, "function": {"arguments": piece}}]}]
 
     def _feed(self, chunk: str) -> list[dict]:
         if self.finished:
             raise RuntimeError("feed() after finish()")
-        if self.escape:
-            return self._feed_string(self.string_call, chunk)
         if chunk:
             self._trim()
             self.buf += chunk

@@ -417,8 +417,43 @@ def read_string_token(text: str, pos: int, final: bool, limit: int = _LONGEST_HE
 
 # whether a whole text is plain string content (complete escapes included)
 is_string_body = _STRING_BODY.fullmatch
-# a whole text as plain string content (group 1) and a backslash it may end with, cut from its escape
-string_piece = re.compile(r'((?:[^"\\\x00-\x1f]++|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*+)(\\?)').fullmatch
+
+# Short chunks known to be whole string text. A stream's chunks are mostly tokens, and tokens repeat,
+# so one set lookup decides most chunks for less than testing them costs. Cleared when full.
+string_texts: set[str] = set()
+# ... and short chunks known to be whole string text and one backslash cut from its escape: that text
+cut_texts: dict[str, str] = {}
+_REMEMBERED_LENGTH = 32
+_REMEMBERED_COUNT = 1 << 14
+
+
+def is_string_text(chunk: str) -> bool:
+    """Whether a chunk is whole string text: characters that need no escape and complete escapes
+    (a short one that is, is remembered in `string_texts`). Most chunks hold no quote, backslash
+    or unprintable character, a test cheaper than a regular expression."""
+    if not chunk or not ('"' not in chunk and "\\" not in chunk and chunk.isprintable() or is_string_body(chunk)):
+        return False
+    if len(chunk) <= _REMEMBERED_LENGTH:
+        if len(string_texts) >= _REMEMBERED_COUNT:
+            string_texts.clear()
+        string_texts.add(chunk)
+    return True
+
+
+def text_before_cut(chunk: str) -> str | None:
+    """The whole string text before the backslash a chunk ends with, where that backslash begins
+    an escape the chunk cuts in two; None where it does not (a short chunk where it does is
+    remembered in `cut_texts`)."""
+    if chunk[-1:] != "\\":
+        return None
+    text = chunk[:-1]
+    if text and text not in string_texts and not is_string_text(text):
+        return None  # the backslash ends an escape, or the text is no string text
+    if len(chunk) <= _REMEMBERED_LENGTH:
+        if len(cut_texts) >= _REMEMBERED_COUNT:
+            cut_texts.clear()
+        cut_texts[chunk] = text
+    return text
 
 
 def skip_whitespace(text: str, pos: int) -> int:

@@ -162,6 +162,33 @@ def test_a_chunk_with_a_raw_control_character_inside_a_string_is_fast() -> None:
     assert json.loads(stream.message()["tool_calls"][0]["function"]["arguments"])["city"].endswith("\nline")
 
 
+def test_whole_string_text_is_told_apart_and_only_short_chunks_are_remembered() -> None:
+    """The hot path's test of a chunk: whole string text (no quote, control character or
+    escape left open) goes straight out; a chunk that is, is remembered while it is short, and
+    the memory stays bounded."""
+    from autoparser.language import jsonscan
+
+    for text in ("abcd", 'a\\"b', "\\\\", "\\n\\t\\/", "\\u00e9", "\x7f", "é😀"):
+        assert jsonscan.is_string_text(text), text
+    for text in ("", 'a"', "a\\", "\\x", "\\u00", "a\nb", "\x01", '\\\\"'):
+        assert not jsonscan.is_string_text(text), text
+        assert text not in jsonscan.string_texts
+    long = "x" * 100
+    assert jsonscan.is_string_text(long) and long not in jsonscan.string_texts
+    # a backslash that ends a chunk and begins an escape: the text before it goes out, the rest waits
+    for text, before in (("ab\\", "ab"), ("\\", ""), ('a\\"\\\\\\', 'a\\"\\\\'), ("\\n\\", "\\n")):
+        assert jsonscan.text_before_cut(text) == before, text
+        assert jsonscan.cut_texts[text] == before
+    for text in ("ab", "a\\\\", 'a"\\', "\\x\\", "\\u00\\"):
+        assert jsonscan.text_before_cut(text) is None, text
+        assert text not in jsonscan.cut_texts
+    for number in range(jsonscan._REMEMBERED_COUNT + 10):
+        jsonscan.is_string_text(f"t{number}")
+        jsonscan.text_before_cut(f"t{number}\\")
+    assert len(jsonscan.string_texts) <= jsonscan._REMEMBERED_COUNT
+    assert len(jsonscan.cut_texts) <= jsonscan._REMEMBERED_COUNT
+
+
 def test_escapes_cut_anywhere_in_a_streamed_string_arrive_whole() -> None:
     """Inside a JSON string the stream passes chunks straight out; an escape a chunk cuts in
     two, a quote, a control or unprintable character, a bad escape and the string's end must
