@@ -32,6 +32,7 @@ import contextlib
 import http.client
 import json
 import logging
+import re
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -45,7 +46,7 @@ import httpx
 
 from autoparser.llama.logprobs import TokenLogprob
 from autoparser.llama.long_runs import tokenizer_pieces
-from autoparser.server.errors import APIError, bad_request
+from autoparser.server.errors import APIError, EventError, bad_request
 from autoparser.server.worker import GenerationJob, GenerationResult, QueueBound, QueuedWorker
 
 log = logging.getLogger("autoparser.server")
@@ -395,6 +396,19 @@ class UpstreamJob:
         self._pending: list[dict[str, Any]] = []
 
     async def run(self) -> GenerationResult:
+        """The generation's result; an `UpstreamError` raised mid-way carries the message
+        generated until then, whose deltas have all been handed on (the parser's held-back text
+        included), as a stream the own engine fails ends."""
+        try:
+            return await self._phases()
+        except UpstreamError as exc:
+            self._flush()
+            self._emit(self.job.completion.finish())
+            self._flush()
+            exc.generated = self.job.completion.message()
+            raise
+
+    async def _phases(self) -> GenerationResult:
         job = self.job
         if job.reasoning is None:
             self.totals.add(await self._phase(job.prompt_tokens, job.max_tokens, job.grammar,
@@ -670,10 +684,12 @@ class UpstreamWorker(QueuedWorker):
                 await asyncio.wait({work}, timeout=CANCEL_POLL_S)
             if work.cancelled():
                 job.post(("error", "cancelled"))
-            elif work.exception() is not None:
-                exc = work.exception()
-                if not isinstance(exc, UpstreamError):
-                    log.error("generation failed", exc_info=exc)
+            elif isinstance(exc := work.exception(), UpstreamError):
+                log.warning("generation failed: %s", exc.message)
+                job.post(("error", EventError(f"generation failed: {exc.message}", status=exc.status,
+                                              code=exc.code or "upstream_error", generated=exc.generated)))
+            elif exc is not None:
+                log.error("generation failed", exc_info=exc)
                 job.post(("error", f"generation failed: {exc}"))
             else:
                 job.post(("done", work.result()))
@@ -818,7 +834,7 @@ def _parsed(raw_events: list[bytes]) -> tuple[list[dict[str, Any]], UpstreamErro
             if line.startswith(b"data: "):
                 payloads.append(line[6:])
             elif line.startswith(b"error: "):
-                failure = UpstreamError(f"the upstream failed: {line[7:].decode(errors='replace')}")
+                failure = upstream_failure(line[7:].decode(errors="replace"))
                 break
         if failure is not None:
             break
@@ -827,8 +843,27 @@ def _parsed(raw_events: list[bytes]) -> tuple[list[dict[str, Any]], UpstreamErro
         if "error" in payload:
             error = payload["error"]
             message = error.get("message", error) if isinstance(error, dict) else error
-            return events[:index], UpstreamError(f"the upstream failed: {message}")
+            return events[:index], upstream_failure(str(message))
     return events, failure
+
+
+LAZY_TRIGGER_REJECTED = re.compile(r"Unexpected empty grammar stack after accepting piece: (.*) \((\d+)\)", re.S)
+"""What llama.cpp's grammar throws when a lazy grammar's trigger fires and the rest of the
+triggering token is text the grammar does not allow there; llama-server catches it, ends the
+request with an error event and keeps serving. (The own engine resamples such a token:
+`lazy_guard`; llama-server samples on its own, so the front end cannot.)"""
+
+
+def upstream_failure(message: str) -> UpstreamError:
+    """The error for an error event the upstream ended a stream with, in words a client can act on."""
+    rejected = LAZY_TRIGGER_REJECTED.search(message)
+    if rejected is None:
+        return UpstreamError(f"the upstream failed: {message}")
+    piece, token = rejected.groups()
+    return UpstreamError(
+        f"llama-server ended the generation: token {token} fired the tool-call grammar's trigger, and the text "
+        f"from the trigger on, {piece!r}, is not what the grammar allows there; llama-server cannot sample another "
+        f"token in its place (its message: {message})")
 
 
 def _refusal_text(body: bytes) -> str:

@@ -453,3 +453,75 @@ def test_a_kept_connection_the_server_closed_meanwhile_is_replaced() -> None:
     finally:
         listener.close()
     assert len(accepted) == 3
+
+
+# -- a lazy grammar llama-server cannot keep -------------------------------------------------------
+
+LETTER_THEN_DIGITS = 'root ::= "a" [0-9]{1,4} "."'
+"""Woken by the first `a`: most tokens holding an `a` carry more letters after it, which this
+grammar rejects right after its trigger (the own engine resamples such a token; llama-server
+cannot)."""
+
+
+def _generate_upstream(base_url: str, seed: int) -> tuple[str, list[tuple[str, Any]]]:
+    """(the text the deltas carried, the job's events) of one lazy-grammar generation run by an
+    `UpstreamWorker` on the real llama-server."""
+    import asyncio
+
+    from autoparser.llama.sampling import GrammarSpec, SamplingParams
+    from autoparser.server.completion import Completion, OutputOptions
+    from autoparser.server.completions import PlainText
+    from autoparser.server.upstream import UpstreamVocabulary, UpstreamWorker
+    from autoparser.server.worker import GenerationJob
+
+    vocabulary = UpstreamVocabulary(base_url)
+    vocabulary.connect()
+    worker = UpstreamWorker(vocabulary, max_queue=4)
+    grammar = GrammarSpec(gbnf=LETTER_THEN_DIGITS, lazy=True, trigger_patterns=[r"[\s\S]*?(a)[\s\S]*"])
+    events: list[tuple[str, Any]] = []
+
+    async def run() -> None:
+        job = GenerationJob(
+            prompt_tokens=vocabulary.tokenize("Hello, write something:"), max_tokens=60,
+            sampling=SamplingParams(seed=seed), grammar=grammar, stop_token_ids=(), ignore_eos=False,
+            completion=Completion(PlainText(), OutputOptions()), make_stats=lambda: None, post=events.append)
+        worker.submit(job)
+        while not events or events[-1][0] == "deltas":
+            await asyncio.sleep(0.01)
+
+    try:
+        asyncio.run(asyncio.wait_for(run(), 60))
+    finally:
+        worker.stop()
+    text = "".join(delta.get("content") or "" for kind, deltas in events if kind == "deltas" for delta in deltas)
+    return text, events
+
+
+def test_a_lazy_grammar_llama_server_rejects_keeps_the_text_and_says_why(upstream: LlamaServer) -> None:
+    """llama-server ends such a stream with an error event after the tokens it sent and keeps
+    serving: the job hands on every generated text, then a 502 that says what happened and
+    carries the message generated."""
+    failed = 0
+    for seed in range(6):
+        text, events = _generate_upstream(upstream.base_url, seed)
+        kind, payload = events[-1]
+        if kind == "done":
+            continue
+        failed += 1
+        assert kind == "error" and payload.status == 502 and payload.code == "upstream_error"
+        assert "fired the tool-call grammar's trigger" in payload and "cannot sample another token" in payload
+        assert (payload.generated.get("content") or "") == text
+        assert "a" not in text  # the trigger's token is the one refused: none of its text was generated
+        assert upstream.process.poll() is None
+        assert httpx.get(upstream.base_url + "/health", timeout=5).status_code == 200
+    assert failed >= 2, "llama-server accepted every trigger: the failure this test is about did not occur"
+
+
+def test_a_plain_request_that_fails_mid_way_carries_the_generated_message() -> None:
+    from autoparser.server.errors import EventError, event_api_error, event_error
+
+    failure = EventError("generation failed: boom", status=502, code="upstream_error",
+                         generated={"role": "assistant", "content": "so far"})
+    body = event_api_error(failure).body()["error"]
+    assert body["code"] == "upstream_error" and body["generated"]["content"] == "so far"
+    assert "generated" not in event_error(failure)  # a stream has sent it as deltas already
