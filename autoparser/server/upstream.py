@@ -58,6 +58,9 @@ READ_PACE_S = 0.01
 """How often a streaming job reads its upstream socket at most: the tokens that arrived meanwhile
 are parsed and handed on together, one wake-up of the response and one socket write for several
 tokens (the own engine's worker sends every 10 ms likewise)."""
+READ_MARGIN_S = 0.001
+"""Added to the expected time to a phase's token limit (`ReadPace`): a read a little late takes
+the last tokens at once, where one a little early costs another wake-up and read."""
 CONNECT_TIMEOUT_S = 10.0
 STARTUP_WAIT_S = 60.0
 """How long start-up waits for an upstream that is still loading its model (503 on `/health`)."""
@@ -669,7 +672,8 @@ class ReadPace:
     The upstream's last event is only seen at the read after it; without this, a reply that
     ends at its limit would wait up to `READ_PACE_S` for nothing (5 ms a request on average:
     a sixth of a 96-token reply of the tiny model, on one client). Waiting out the expected
-    time to the limit instead reads its last tokens about when they come, in a read or two."""
+    time to the limit (and `READ_MARGIN_S`) instead reads its last tokens about when they come,
+    mostly in one read."""
 
     def __init__(self, limit: int, phase: _Phase) -> None:
         self.limit = limit
@@ -688,7 +692,8 @@ class ReadPace:
         if tokens <= 0:
             return READ_PACE_S
         per_token = (phase.last_token_at - started_at) / tokens
-        return min(READ_PACE_S, (self.limit - phase.count) * per_token)
+        left = self.limit - phase.count
+        return min(READ_PACE_S, left * per_token + READ_MARGIN_S) if left > 0 else 0.0
 
 
 def _logprobs(chunk: dict[str, Any], top: int | None) -> list[TokenLogprob]:

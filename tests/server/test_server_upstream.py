@@ -528,7 +528,7 @@ def test_a_plain_request_that_fails_mid_way_carries_the_generated_message() -> N
 
 
 def test_the_reader_waits_less_as_the_token_limit_nears() -> None:
-    from autoparser.server.upstream import READ_PACE_S, ReadPace, _Phase
+    from autoparser.server.upstream import READ_MARGIN_S, READ_PACE_S, ReadPace, _Phase
 
     phase = _Phase()
     pace = ReadPace(96, phase)
@@ -538,7 +538,7 @@ def test_the_reader_waits_less_as_the_token_limit_nears() -> None:
     phase.count, phase.last_token_at = 50, 1.010  # 40 tokens in 10 ms
     assert pace() == READ_PACE_S  # 46 tokens to go: 11.5 ms away
     phase.count, phase.last_token_at = 90, 1.020
-    assert abs(pace() - 6 * 0.00025) < 1e-9  # 6 tokens to go, 0.25 ms each
+    assert abs(pace() - (6 * 0.00025 + READ_MARGIN_S)) < 1e-9  # 6 tokens to go, 0.25 ms each
     phase.count = 96
     assert pace() == 0.0
 
