@@ -36,12 +36,18 @@ class APIError(Exception):
     code: str | None = None
     type: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
+    generated: dict[str, Any] | None = None
+    """The message generated before a generation failed, carried in the error object so that a
+    plain request that fails mid-way loses none of it (a stream has sent it as deltas)."""
 
     def __post_init__(self) -> None:
         super().__init__(self.message)
 
     def body(self) -> dict[str, Any]:
-        return error_body(self.status, self.message, param=self.param, code=self.code, type=self.type)
+        body = error_body(self.status, self.message, param=self.param, code=self.code, type=self.type)
+        if self.generated is not None:
+            body["error"]["generated"] = self.generated
+        return body
 
 
 def error_body(status: int, message: str, *, param: str | None = None, code: str | None = None,
@@ -68,10 +74,12 @@ class EventError(str):
 
     status: int = 500
     code: str = "generation_error"
+    generated: dict[str, Any] | None = None
 
-    def __new__(cls, text: str, status: int = 500, code: str = "generation_error") -> EventError:
+    def __new__(cls, text: str, status: int = 500, code: str = "generation_error",
+                generated: dict[str, Any] | None = None) -> EventError:
         self = super().__new__(cls, text)
-        self.status, self.code = status, code
+        self.status, self.code, self.generated = status, code, generated
         return self
 
 
@@ -82,7 +90,8 @@ def event_error(text: str) -> dict[str, Any]:
 
 def event_api_error(text: str) -> APIError:
     """The `APIError` a plain request answers with for an `("error", text)` event."""
-    return APIError(getattr(text, "status", 500), str(text), code=getattr(text, "code", "generation_error"))
+    return APIError(getattr(text, "status", 500), str(text), code=getattr(text, "code", "generation_error"),
+                    generated=getattr(text, "generated", None))
 
 
 def shutting_down(message: str) -> EventError:

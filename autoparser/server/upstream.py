@@ -32,8 +32,10 @@ import contextlib
 import http.client
 import json
 import logging
+import re
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,7 +47,7 @@ import httpx
 
 from autoparser.llama.logprobs import TokenLogprob
 from autoparser.llama.long_runs import tokenizer_pieces
-from autoparser.server.errors import APIError, bad_request
+from autoparser.server.errors import APIError, EventError, bad_request
 from autoparser.server.worker import GenerationJob, GenerationResult, QueueBound, QueuedWorker
 
 log = logging.getLogger("autoparser.server")
@@ -56,6 +58,9 @@ READ_PACE_S = 0.01
 """How often a streaming job reads its upstream socket at most: the tokens that arrived meanwhile
 are parsed and handed on together, one wake-up of the response and one socket write for several
 tokens (the own engine's worker sends every 10 ms likewise)."""
+READ_MARGIN_S = 0.001
+"""Added to the expected time to a phase's token limit (`ReadPace`): a read a little late takes
+the last tokens at once, where one a little early costs another wake-up and read."""
 CONNECT_TIMEOUT_S = 10.0
 STARTUP_WAIT_S = 60.0
 """How long start-up waits for an upstream that is still loading its model (503 on `/health`)."""
@@ -113,6 +118,9 @@ class UpstreamVocabulary:
         self.n_vocab = 0
         self.special_tokens: set[str] = set()
         self.special_ids: dict[str, int] = {}
+        self._specials: re.Pattern[str] | None = None
+        self._special_id_set: frozenset[int] = frozenset()
+        self.prefixes = PrefixTokens()
 
     # -- start-up ------------------------------------------------------------------------------
 
@@ -166,13 +174,28 @@ class UpstreamVocabulary:
                     plain.add(piece)
         self.special_ids = found
         self.special_tokens = set(found)
+        self._special_id_set = frozenset(found.values())
+        spellings = sorted(found, key=len, reverse=True)
+        self._specials = re.compile("|".join(map(re.escape, spellings))) if spellings else None
+        self.prefixes = PrefixTokens()
 
     # -- the token methods `ChatService` uses --------------------------------------------------
 
     def tokenize(self, text: str, parse_special: bool = True, add_bos: bool = False) -> list[int]:
-        """As `Engine.tokenize`, very long runs of characters in pieces: in one piece they crash
-        llama.cpp's pre-tokenizer for some vocabularies, llama-server's too (27,000 letters
-        killed it with DeepSeek's)."""
+        """As `Engine.tokenize`. A prompt's beginning tokenized before (the earlier turns of a
+        conversation) is taken from `prefixes`; only the rest goes to the upstream."""
+        if not parse_special or add_bos or self._specials is None:
+            return self._tokenize_here(text, parse_special, add_bos)
+        cuts = [found.start() for found in self._specials.finditer(text)]
+        done, tokens = self.prefixes.longest(text, cuts)
+        tokens = tokens + self._tokenize_here(text[done:], True, False) if done < len(text) else list(tokens)
+        self.prefixes.store(text, cuts, tokens, self._special_id_set)
+        return tokens
+
+    def _tokenize_here(self, text: str, parse_special: bool, add_bos: bool) -> list[int]:
+        """`text`'s tokens from the upstream, very long runs of characters in pieces: in one
+        piece they crash llama.cpp's pre-tokenizer for some vocabularies, llama-server's too
+        (27,000 letters killed it with DeepSeek's)."""
         tokens: list[int] = []
         for index, piece in enumerate(tokenizer_pieces(text, self.special_tokens if parse_special else ())):
             body = {"content": piece, "add_special": add_bos and index == 0, "parse_special": parse_special}
@@ -223,6 +246,69 @@ class UpstreamVocabulary:
         if status != 200:
             raise UpstreamError(f"{self.base_url}{path} answered HTTP {status}: {_refusal_text(answer)}")
         return json.loads(answer)
+
+
+class PrefixTokens:
+    """The tokens of prompt beginnings tokenized before, cut where a special token's text begins.
+
+    llama.cpp tokenizes the text between special tokens piece by piece, each on its own, so a
+    prompt cut right before a special token tokenizes as its two parts do, one after the other.
+    Each turn of a conversation renders the earlier turns again: kept at the last few such cuts,
+    a prompt's beginning spares the next turn's tokenizing all but its end (on the upstream, a
+    conversation's whole length every turn). Bounded by the characters kept, least recently used
+    first out; shared by the threads that prepare requests."""
+
+    KEPT_CUTS = 3
+    """Cuts kept per prompt, the last ones: where the next turn's prompt goes on from it (before
+    the generation prompt, or before the last answer, which some templates render otherwise once
+    it is history)."""
+
+    def __init__(self, max_chars: int = 4_000_000) -> None:
+        self.max_chars = max_chars
+        self._tokens: OrderedDict[str, list[int]] = OrderedDict()
+        self._by_length: dict[int, list[str]] = {}
+        self._chars = 0
+        self._lock = threading.Lock()
+
+    def longest(self, text: str, cuts: list[int]) -> tuple[int, list[int]]:
+        """(where the longest kept beginning of `text` ends, its tokens); (0, []) without one."""
+        with self._lock:
+            for cut in reversed(cuts):
+                for prefix in self._by_length.get(cut, ()):
+                    if text.startswith(prefix):
+                        self._tokens.move_to_end(prefix)
+                        return cut, self._tokens[prefix]
+        return 0, []
+
+    def store(self, text: str, cuts: list[int], tokens: list[int], special_ids: frozenset[int]) -> None:
+        """Keep `text`'s beginnings at its last cuts. Each cut's tokens end before the special
+        token its text begins with; where the special tokens among `tokens` are not one for each
+        cut (another special token in the text), nothing is kept."""
+        positions = [index for index, token in enumerate(tokens) if token in special_ids]
+        if len(positions) != len(cuts):
+            return
+        with self._lock:
+            for cut, position in list(zip(cuts, positions, strict=True))[-self.KEPT_CUTS:]:
+                if cut > 0:
+                    self._keep(text[:cut], tokens[:position])
+            while self._chars > self.max_chars and self._tokens:
+                self._forget(next(iter(self._tokens)))
+
+    def _keep(self, prefix: str, tokens: list[int]) -> None:
+        if prefix in self._tokens:
+            self._tokens.move_to_end(prefix)
+            return
+        self._tokens[prefix] = tokens
+        self._by_length.setdefault(len(prefix), []).append(prefix)
+        self._chars += len(prefix)
+
+    def _forget(self, prefix: str) -> None:
+        del self._tokens[prefix]
+        same_length = self._by_length[len(prefix)]
+        same_length.remove(prefix)
+        if not same_length:
+            del self._by_length[len(prefix)]
+        self._chars -= len(prefix)
 
 
 class JsonPoster:
@@ -395,6 +481,19 @@ class UpstreamJob:
         self._pending: list[dict[str, Any]] = []
 
     async def run(self) -> GenerationResult:
+        """The generation's result; an `UpstreamError` raised mid-way carries the message
+        generated until then, whose deltas have all been handed on (the parser's held-back text
+        included), as a stream the own engine fails ends."""
+        try:
+            return await self._phases()
+        except UpstreamError as exc:
+            self._flush()
+            self._emit(self.job.completion.finish())
+            self._flush()
+            exc.generated = self.job.completion.message()
+            raise
+
+    async def _phases(self) -> GenerationResult:
         job = self.job
         if job.reasoning is None:
             self.totals.add(await self._phase(job.prompt_tokens, job.max_tokens, job.grammar,
@@ -454,7 +553,8 @@ class UpstreamJob:
         result = _Phase()
         stops = set(stop_ids)
         self._tail = ""
-        async with contextlib.aclosing(worker.stream_completion(body)) as batches:
+        pace = ReadPace(max_tokens, result)
+        async with contextlib.aclosing(worker.stream_completion(body, pace)) as batches:
             async for chunks in batches:
                 if self._take_all(chunks, result, stops, top, reasoning_end):
                     break
@@ -565,6 +665,37 @@ class UpstreamJob:
             final_deltas=final, cached_tokens=totals.cached_tokens)
 
 
+class ReadPace:
+    """How long a phase's reader leaves the socket unread before its next read: `READ_PACE_S`,
+    or less when the phase's token limit is nearer than that at the rate the tokens come.
+
+    The upstream's last event is only seen at the read after it; without this, a reply that
+    ends at its limit would wait up to `READ_PACE_S` for nothing (5 ms a request on average:
+    a sixth of a 96-token reply of the tiny model, on one client). Waiting out the expected
+    time to the limit (and `READ_MARGIN_S`) instead reads its last tokens about when they come,
+    mostly in one read."""
+
+    def __init__(self, limit: int, phase: _Phase) -> None:
+        self.limit = limit
+        self.phase = phase
+        self._first: tuple[float, int] | None = None
+
+    def __call__(self) -> float:
+        phase = self.phase
+        if phase.count == 0:
+            return READ_PACE_S
+        if self._first is None:  # the rate is timed from the first read that brought tokens
+            self._first = (phase.last_token_at, phase.count)
+            return READ_PACE_S
+        started_at, started_count = self._first
+        tokens = phase.count - started_count
+        if tokens <= 0:
+            return READ_PACE_S
+        per_token = (phase.last_token_at - started_at) / tokens
+        left = self.limit - phase.count
+        return min(READ_PACE_S, left * per_token + READ_MARGIN_S) if left > 0 else 0.0
+
+
 def _logprobs(chunk: dict[str, Any], top: int | None) -> list[TokenLogprob]:
     if top is None:
         return []
@@ -670,10 +801,12 @@ class UpstreamWorker(QueuedWorker):
                 await asyncio.wait({work}, timeout=CANCEL_POLL_S)
             if work.cancelled():
                 job.post(("error", "cancelled"))
-            elif work.exception() is not None:
-                exc = work.exception()
-                if not isinstance(exc, UpstreamError):
-                    log.error("generation failed", exc_info=exc)
+            elif isinstance(exc := work.exception(), UpstreamError):
+                log.warning("generation failed: %s", exc.message)
+                job.post(("error", EventError(f"generation failed: {exc.message}", status=exc.status,
+                                              code=exc.code or "upstream_error", generated=exc.generated)))
+            elif exc is not None:
+                log.error("generation failed", exc_info=exc)
                 job.post(("error", f"generation failed: {exc}"))
             else:
                 job.post(("done", work.result()))
@@ -693,23 +826,24 @@ class UpstreamWorker(QueuedWorker):
             finally:
                 self._running -= 1
 
-    async def stream_completion(self, body: dict[str, Any]) -> AsyncIterator[list[dict[str, Any]]]:
+    async def stream_completion(self, body: dict[str, Any], pace: Callable[[], float] | float = READ_PACE_S,
+                                ) -> AsyncIterator[list[dict[str, Any]]]:
         """The upstream's streamed `/completion` events, in the batches one read brings; leaving
         the loop early closes the connection, which ends the upstream's generation."""
         async for events in stream_events(self.base_url, "/completion", body, self._read_timeout_s,
-                                          pace_s=READ_PACE_S, headers=self.vocabulary.headers):
+                                          pace_s=pace, headers=self.vocabulary.headers):
             yield events
 
 
 async def stream_events(base_url: str, path: str, body: dict[str, Any], read_timeout_s: float,
-                        pace_s: float = 0.0, headers: dict[str, str] | None = None,
+                        pace_s: Callable[[], float] | float = 0.0, headers: dict[str, str] | None = None,
                         ) -> AsyncIterator[list[dict[str, Any]]]:
     """POST `body` as JSON and yield the JSON of each `data:` line of the SSE answer, as lists:
     the events that one read of the socket brought.
 
-    With `pace_s`, once the first event has come, the socket is read at most every `pace_s`:
-    the events of the tokens that arrived meanwhile then cost one wake-up and one read rather
-    than one each.
+    With `pace_s`, once the first event has come, the socket is read at most every `pace_s`
+    seconds (or what `pace_s()` says before each read): the events of the tokens that arrived
+    meanwhile then cost one wake-up and one read rather than one each.
 
     One connection per stream over asyncio's streams, the request written by h11 and the answer
     read by httptools' C parser: the upstream sends each token as an HTTP chunk of its own, and
@@ -739,7 +873,8 @@ async def stream_events(base_url: str, path: str, body: dict[str, Any], read_tim
         read_at = 0.0
         started = False
         while not answer.complete:
-            if started and (wait := read_at + pace_s - loop.time()) > 0:
+            pause = pace_s() if callable(pace_s) else pace_s
+            if started and (wait := read_at + pause - loop.time()) > 0:
                 await _paused(writer.transport, wait)
             read_at = loop.time()
             async with asyncio.timeout(read_timeout_s):  # no task per read, unlike wait_for
@@ -818,7 +953,7 @@ def _parsed(raw_events: list[bytes]) -> tuple[list[dict[str, Any]], UpstreamErro
             if line.startswith(b"data: "):
                 payloads.append(line[6:])
             elif line.startswith(b"error: "):
-                failure = UpstreamError(f"the upstream failed: {line[7:].decode(errors='replace')}")
+                failure = upstream_failure(line[7:].decode(errors="replace"))
                 break
         if failure is not None:
             break
@@ -827,8 +962,27 @@ def _parsed(raw_events: list[bytes]) -> tuple[list[dict[str, Any]], UpstreamErro
         if "error" in payload:
             error = payload["error"]
             message = error.get("message", error) if isinstance(error, dict) else error
-            return events[:index], UpstreamError(f"the upstream failed: {message}")
+            return events[:index], upstream_failure(str(message))
     return events, failure
+
+
+LAZY_TRIGGER_REJECTED = re.compile(r"Unexpected empty grammar stack after accepting piece: (.*) \((\d+)\)", re.S)
+"""What llama.cpp's grammar throws when a lazy grammar's trigger fires and the rest of the
+triggering token is text the grammar does not allow there; llama-server catches it, ends the
+request with an error event and keeps serving. (The own engine resamples such a token:
+`lazy_guard`; llama-server samples on its own, so the front end cannot.)"""
+
+
+def upstream_failure(message: str) -> UpstreamError:
+    """The error for an error event the upstream ended a stream with, in words a client can act on."""
+    rejected = LAZY_TRIGGER_REJECTED.search(message)
+    if rejected is None:
+        return UpstreamError(f"the upstream failed: {message}")
+    piece, token = rejected.groups()
+    return UpstreamError(
+        f"llama-server ended the generation: token {token} fired the tool-call grammar's trigger, and the text "
+        f"from the trigger on, {piece!r}, is not what the grammar allows there; llama-server cannot sample another "
+        f"token in its place (its message: {message})")
 
 
 def _refusal_text(body: bytes) -> str:

@@ -453,3 +453,132 @@ def test_a_kept_connection_the_server_closed_meanwhile_is_replaced() -> None:
     finally:
         listener.close()
     assert len(accepted) == 3
+
+
+# -- a lazy grammar llama-server cannot keep -------------------------------------------------------
+
+LETTER_THEN_DIGITS = 'root ::= "a" [0-9]{1,4} "."'
+"""Woken by the first `a`: most tokens holding an `a` carry more letters after it, which this
+grammar rejects right after its trigger (the own engine resamples such a token; llama-server
+cannot)."""
+
+
+def _generate_upstream(base_url: str, seed: int) -> tuple[str, list[tuple[str, Any]]]:
+    """(the text the deltas carried, the job's events) of one lazy-grammar generation run by an
+    `UpstreamWorker` on the real llama-server."""
+    import asyncio
+
+    from autoparser.llama.sampling import GrammarSpec, SamplingParams
+    from autoparser.server.completion import Completion, OutputOptions
+    from autoparser.server.completions import PlainText
+    from autoparser.server.upstream import UpstreamVocabulary, UpstreamWorker
+    from autoparser.server.worker import GenerationJob
+
+    vocabulary = UpstreamVocabulary(base_url)
+    vocabulary.connect()
+    worker = UpstreamWorker(vocabulary, max_queue=4)
+    grammar = GrammarSpec(gbnf=LETTER_THEN_DIGITS, lazy=True, trigger_patterns=[r"[\s\S]*?(a)[\s\S]*"])
+    events: list[tuple[str, Any]] = []
+
+    async def run() -> None:
+        job = GenerationJob(
+            prompt_tokens=vocabulary.tokenize("Hello, write something:"), max_tokens=60,
+            sampling=SamplingParams(seed=seed), grammar=grammar, stop_token_ids=(), ignore_eos=False,
+            completion=Completion(PlainText(), OutputOptions()), make_stats=lambda: None, post=events.append)
+        worker.submit(job)
+        while not events or events[-1][0] == "deltas":
+            await asyncio.sleep(0.01)
+
+    try:
+        asyncio.run(asyncio.wait_for(run(), 60))
+    finally:
+        worker.stop()
+    text = "".join(delta.get("content") or "" for kind, deltas in events if kind == "deltas" for delta in deltas)
+    return text, events
+
+
+def test_a_lazy_grammar_llama_server_rejects_keeps_the_text_and_says_why(upstream: LlamaServer) -> None:
+    """llama-server ends such a stream with an error event after the tokens it sent and keeps
+    serving: the job hands on every generated text, then a 502 that says what happened and
+    carries the message generated."""
+    failed = 0
+    for seed in range(6):
+        text, events = _generate_upstream(upstream.base_url, seed)
+        kind, payload = events[-1]
+        if kind == "done":
+            continue
+        failed += 1
+        assert kind == "error" and payload.status == 502 and payload.code == "upstream_error"
+        assert "fired the tool-call grammar's trigger" in payload and "cannot sample another token" in payload
+        assert (payload.generated.get("content") or "") == text
+        assert "a" not in text  # the trigger's token is the one refused: none of its text was generated
+        assert upstream.process.poll() is None
+        assert httpx.get(upstream.base_url + "/health", timeout=5).status_code == 200
+    assert failed >= 2, "llama-server accepted every trigger: the failure this test is about did not occur"
+
+
+def test_a_plain_request_that_fails_mid_way_carries_the_generated_message() -> None:
+    from autoparser.server.errors import EventError, event_api_error, event_error
+
+    failure = EventError("generation failed: boom", status=502, code="upstream_error",
+                         generated={"role": "assistant", "content": "so far"})
+    body = event_api_error(failure).body()["error"]
+    assert body["code"] == "upstream_error" and body["generated"]["content"] == "so far"
+    assert "generated" not in event_error(failure)  # a stream has sent it as deltas already
+
+
+def test_the_reader_waits_less_as_the_token_limit_nears() -> None:
+    from autoparser.server.upstream import READ_MARGIN_S, READ_PACE_S, ReadPace, _Phase
+
+    phase = _Phase()
+    pace = ReadPace(96, phase)
+    assert pace() == READ_PACE_S  # no token yet
+    phase.count, phase.last_token_at = 10, 1.000
+    assert pace() == READ_PACE_S  # the first read with tokens: the rate is timed from here
+    phase.count, phase.last_token_at = 50, 1.010  # 40 tokens in 10 ms
+    assert pace() == READ_PACE_S  # 46 tokens to go: 11.5 ms away
+    phase.count, phase.last_token_at = 90, 1.020
+    assert abs(pace() - (6 * 0.00025 + READ_MARGIN_S)) < 1e-9  # 6 tokens to go, 0.25 ms each
+    phase.count = 96
+    assert pace() == 0.0
+
+
+TURN_ONE = "<｜begin▁of▁sentence｜>You are terse.<｜User｜>Weather in Paris?<｜Assistant｜></think>"
+TURN_TWO = TURN_ONE + "Sunny, 21 °C.<｜end▁of▁sentence｜><｜User｜>And in Lima?<｜Assistant｜></think>"
+
+
+def test_a_conversations_earlier_turns_are_not_tokenized_again(upstream: LlamaServer) -> None:
+    """The second turn's prompt sends only what follows the first turn's kept beginning to the
+    upstream, and gets the same tokens as tokenizing it whole."""
+    from autoparser.server.upstream import UpstreamVocabulary
+
+    vocabulary = UpstreamVocabulary(upstream.base_url)
+    vocabulary.connect()
+    vocabulary.learn_special_tokens([TURN_TWO])
+    assert {"<｜User｜>", "<｜Assistant｜>"} <= vocabulary.special_tokens
+    whole = [vocabulary._tokenize_here(text, True, False) for text in (TURN_ONE, TURN_TWO, TURN_TWO + " ")]
+    sent: list[str] = []
+    post = vocabulary._post
+    vocabulary._post = lambda path, body: sent.append(body["content"]) or post(path, body)  # type: ignore[method-assign]
+    assert [vocabulary.tokenize(text) for text in (TURN_ONE, TURN_TWO, TURN_TWO + " ")] == whole
+    assert sent[0] == TURN_ONE
+    # from the first turn's generation prompt on (its answer follows it)
+    assert sent[1] == TURN_TWO[TURN_ONE.rindex("<｜Assistant｜>"):]
+    assert TURN_TWO.endswith(sent[2][:-1]) and len(sent[2]) < 30  # the same prompt again: from its last cut on
+    vocabulary.close()
+
+
+def test_prefix_tokens_are_kept_at_special_tokens_and_bounded() -> None:
+    from autoparser.server.upstream import PrefixTokens
+
+    prefixes = PrefixTokens(max_chars=12)
+    text = "ab<S>cd<S>ef"  # tokens: a b <S>=9 c d <S>=9 e f
+    prefixes.store(text, [2, 7], [1, 2, 9, 3, 4, 9, 5, 6], frozenset({9}))
+    assert prefixes.longest("ab<S>cd<S>gh", [2, 7]) == (7, [1, 2, 9, 3, 4])
+    assert prefixes.longest("ab<S>xx<S>", [2, 7]) == (2, [1, 2])
+    assert prefixes.longest("zz<S>", [2]) == (0, [])
+    prefixes.store("a<S>", [1], [1, 2], frozenset({9}))  # no special token among the tokens: kept nowhere
+    assert prefixes.longest("a<S>b", [1]) == (0, [])
+    prefixes.store("abcdefghij<S>", [10], [1, 9], frozenset({9}))  # 19 characters kept: the least recently used go
+    assert prefixes.longest("ab<S>cd<S>", [2, 7]) == (2, [1, 2])
+    assert prefixes.longest("abcdefghij<S>x", [10]) == (10, [1])
