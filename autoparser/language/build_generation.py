@@ -519,11 +519,15 @@ class _Builder:
             members.append((member, key in required))
         extra = None
         if "properties" not in schema and schema.get("additionalProperties", True) is not False:
-            value = self.extra_value(name, params)
-            extra = Rule(f"{name}-arg-extra",
-                         seq(self.marker(t.arg_start), self.key_chars(), self.marker(t.arg_key_end), value,
-                             EMPTY if between else self.extra_end()), MEMBER)
+            extra = self.extra_member(name, params, self.key_chars())
         return Members(tuple(members), separator, extra, f"{name}-args", name, params, self.any_order)
+
+    def extra_member(self, name: str, params: Any, key: Node) -> Node:
+        """An argument the schema does not name, its key read by `key`."""
+        t = self.t
+        return Rule(f"{name}-arg-extra",
+                    seq(self.marker(t.arg_start), key, self.marker(t.arg_key_end), self.extra_value(name, params),
+                        EMPTY if self.values_between() else self.extra_end()), MEMBER)
 
     any_order = False  # generation writes the arguments in the schema's order
 
