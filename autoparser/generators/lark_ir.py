@@ -101,7 +101,7 @@ class _Writer:
         if isinstance(node, ir.Chars):
             hi = "" if node.max is None else str(node.max)
             allowed = node.allowed.replace("/", "\\/")  # a slash would end Lark's regex literal
-            rx = f"/[{allowed}]{{{max(node.min, 1)},{hi}}}/"
+            rx = f"/{_not_excluded(node.excluded, allowed)}[{allowed}]{{{max(node.min, 1)},{hi}}}/"
             return rx if node.min else self.optional(rx)
         if isinstance(node, ir.Text):
             return self.text(node)
@@ -290,6 +290,14 @@ class _Writer:
         name = self.new("arg", " ".join(p for p in written if p) or "_empty")
         self.members[name] = (owner, key)
         return name
+
+
+def _not_excluded(excluded: tuple[str, ...], allowed: str) -> str:
+    """A lookahead that keeps a run of `allowed` characters from being one of `excluded`."""
+    if not excluded:
+        return ""
+    words = "|".join(re.escape(k).replace("/", "\\/") for k in sorted(excluded))
+    return f"(?!(?:{words})(?![{allowed}]))"
 
 
 def _text_stops(node: ir.Text) -> tuple[list[str], str, list[str]]:

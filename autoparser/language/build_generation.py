@@ -519,11 +519,15 @@ class _Builder:
             members.append((member, key in required))
         extra = None
         if "properties" not in schema and schema.get("additionalProperties", True) is not False:
-            value = self.extra_value(name, params)
-            extra = Rule(f"{name}-arg-extra",
-                         seq(self.marker(t.arg_start), self.key_chars(), self.marker(t.arg_key_end), value,
-                             EMPTY if between else self.extra_end()), MEMBER)
+            extra = self.extra_member(name, params, self.key_chars())
         return Members(tuple(members), separator, extra, f"{name}-args", name, params, self.any_order)
+
+    def extra_member(self, name: str, params: Any, key: Node) -> Node:
+        """An argument the schema does not name, its key read by `key`."""
+        t = self.t
+        return Rule(f"{name}-arg-extra",
+                    seq(self.marker(t.arg_start), key, self.marker(t.arg_key_end), self.extra_value(name, params),
+                        EMPTY if self.values_between() else self.extra_end()), MEMBER)
 
     any_order = False  # generation writes the arguments in the schema's order
 
@@ -603,6 +607,8 @@ class _Builder:
             return self.comma_text()
         end = self.arg_end(key) if key else t.arg_end
         stops = (end, t.arg_start, t.call_end, t.section_end, *self.stop)
+        if self.line_indent() is not None:
+            return one_line_text(stops)
         return Text(stops, end, self.limit, hint="raw-text")
 
     def comma_text(self) -> Node:
@@ -610,6 +616,17 @@ class _Builder:
         t = self.t
         stops = (t.call_end, t.section_end, *self.stop)
         return Text(stops, weak=Weak(",", t.arg_key_end.strip() or "="), hint="comma-text")
+
+
+def one_line_text(stops: tuple[str, ...]) -> Node:
+    """Raw text where each argument is a line of its own: one line, neither beginning nor ending
+    with whitespace (the parser reads a value from its first character on, up to the line break
+    before the next key), holding no character a marker in `stops` begins with."""
+    found = {core(s)[0] for s in stops if core(s)}
+    # a class body both a regex and GBNF read alike: `\` and `]` escaped, `-` last
+    firsts = "".join("\\" + c if c in "\\]" else c for c in sorted(found - {"-"})) + "-" * ("-" in found)
+    edge = Chars(f"^ \\t\\n\\r{firsts}", 1, 1)
+    return seq(edge, optional(seq(Chars(f"^\\n\\r{firsts}", 0, None), edge)))
 
 
 def schema_json_types(sub: Any) -> tuple[str, ...]:

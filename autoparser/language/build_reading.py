@@ -16,7 +16,6 @@ from autoparser.language.build_generation import (
     INDEX_DIGITS,
     JSON_NULL,
     JSON_SPACE,
-    KEY_CHARS,
     MAX_KEY,
     PYTHON_LITERALS,
     _Builder,
@@ -59,6 +58,7 @@ from autoparser.language.ir import (
     optional,
     seq,
 )
+from autoparser.language.mapper import member_key
 from autoparser.language.request import (
     CLOSED,
     IMPLIED,
@@ -316,6 +316,11 @@ class _Reading(_Builder):
         # no slash: after a tag's `<`, `/` begins a closing tag (`</invoke>`), not a key
         return Chars("^/" + NAME_FORBIDDEN + "".join(sorted(re.escape(c) for c in ends)), 1, MAX_KEY)
 
+    def unnamed_key(self, members: Members) -> Chars:
+        """A key that none of `members` names, as the parser reads it (`key_chars`)."""
+        named = tuple(sorted({key for member, _ in members.items if (key := member_key(member)) is not None}))
+        return replace(self.key_chars(), excluded=named) if named else self.key_chars()
+
     def extra_end(self) -> Node:
         """An end marker that names the key (`</{key}>`) as any key: a value the schema does not
         name ends at the first such marker."""
@@ -409,14 +414,19 @@ class _Reading(_Builder):
         return choice(body, seq(Gap(JSON_SPACE), Capture(ARGUMENTS, Json("object"))))
 
     def tagged_args(self, name: str, params: Any) -> Node:
-        """As generated; where the marker after a key says how its value is written (raw text, or
+        """As generated, and arguments the schema does not name among them, as JSON arguments
+        are read whatever their schema says (the value as the format writes a value of no
+        schema); where the marker after a key says how its value is written (raw text, or
         JSON: `string="true"` / `string="false"`), any key may have either marker, and a value
         after the JSON one is read as JSON text whatever the schema says."""
         members = super().tagged_args(name, params)
+        if not isinstance(members, Members):
+            return members
+        unnamed = self.unnamed_key(members)
+        members = replace(members, extra=self.extra_member(name, params, unnamed))
         t = self.t
         json_end = t.arg_key_end_json
-        if not isinstance(members, Members) or self.literal or self.bare_keys or not json_end.strip() \
-                or json_end.strip() == t.arg_key_end.strip():
+        if self.literal or self.bare_keys or not json_end.strip() or json_end.strip() == t.arg_key_end.strip():
             return members
         schema = object_shape(params)
         props = schema.get("properties") or {}
@@ -436,7 +446,7 @@ class _Reading(_Builder):
             text = replace(text, nonempty=True) if isinstance(text, Text) else text
             value = RawString(name, params, None, "$", f"{name}-extra", t.arg_end, text, bounded=False, as_json=True,
                               null=JSON_NULL)
-            extra = choice(extra, Rule(f"{name}-arg-extra-json", seq(self.marker(t.arg_start), KEY_CHARS,
+            extra = choice(extra, Rule(f"{name}-arg-extra-json", seq(self.marker(t.arg_start), unnamed,
                                                                       self.json_key_end(NOT_STRING), value,
                                                                       self.extra_end()),
                                        MEMBER))

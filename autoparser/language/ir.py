@@ -6,7 +6,8 @@ makes it from an analysis and a request; the GBNF backend writes it as a grammar
 * `Lit`: literal text; `special` when it is one special token of the vocabulary (a backend
   references the token, not its spelling), `spelled` when that token is also accepted written
   out as text (where generation resumes from text a trigger matched);
-* `Chars`: a run of characters from a class (`a-zA-Z0-9_`), `min` to `max` long;
+* `Chars`: a run of characters from a class (`a-zA-Z0-9_`), `min` to `max` long, none of the
+  runs in `excluded` (the keys a schema names, where a member reads any other key);
 * `Text`: free text up to a set of markers (`stops`); it may end only where the marker that
   follows (`end`) would be found exactly there, so splitting at the first marker gives it back;
   `limit` bounds its length; `weak` makes one stop count only before the right thing;
@@ -56,6 +57,7 @@ class Chars:
     allowed: str  # a character class body, as written between brackets in a regex
     min: int = 1
     max: int | None = None
+    excluded: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -445,7 +447,8 @@ def _show(node: Node, rules: dict[str, str]) -> str:  # noqa: C901 - one case pe
         flag = " special" if node.special else ""
         return f"{node.text!r}{flag}{' or spelled' if node.spelled else ''}"
     if isinstance(node, Chars):
-        return f"[{node.allowed}]{_bounds(node.min, node.max)}"
+        but = f" but {' '.join(repr(k) for k in node.excluded)}" if node.excluded else ""
+        return f"[{node.allowed}]{_bounds(node.min, node.max)}{but}"
     if isinstance(node, Text):
         stops = " ".join(repr(s) for s in dict.fromkeys(node.stops) if s.strip())
         extra = f" then {node.end!r}" if node.end else ""

@@ -87,7 +87,7 @@ class _Chars:
             return MORE
         if run < self.node.min:
             return FAIL
-        if most is not None and run > most:
+        if most is not None and run > most or found.group() in self.node.excluded:
             return FAIL
         t.pos = found.end()
         t.key_text(found.group())

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 import jsonschema
 import pytest
 from gbnf_fixtures import ANALYSES, TOOLS
 from gbnf_sampler import Gbnf
 
+import autoparser
 from autoparser.generators.gbnf import build_grammar
 from autoparser.language.request import OPEN, start_state
+from autoparser.llama.grammar_check import validate_gbnf
 
 SAMPLES = 40
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
@@ -107,3 +110,34 @@ def without_markers(analysis, text: str) -> str:  # type: ignore[no-untyped-def]
         if marker.strip():
             text = text.replace(marker.strip(), "", 1)
     return text
+
+
+NESTED_TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "required": ["city", "options", "places"], "properties": {
+        "city": {"type": "string"}, "places": {"type": "array", "items": {"type": "string"}},
+        "options": {"type": "object", "properties": {"units": {"type": "string"}, "hourly": {"type": "boolean"},
+                                                     "depth": {"type": "object",
+                                                               "properties": {"level": {"type": "integer"}}}}}}}}}]
+
+
+def test_an_indented_block_layout_writes_nothing_the_parser_reads_differently() -> None:
+    """Arguments one a line (`  key: value`): a string the grammar lets a model write holds no
+    line break (which could begin the next key's line) and neither begins nor ends with
+    whitespace (an empty value would read the next line as its text); objects and arrays come
+    back as the values they are."""
+    template = (Path(__file__).resolve().parents[2] / "fixtures" / "templates" / "indented_block.jinja").read_text()
+    analysis = autoparser.analyze(template, bos_token="<s>", eos_token="</s>")
+    result = build_grammar(analysis, NESTED_TOOLS, tool_choice="required")
+    validate_gbnf(result.gbnf)
+    grammar, rng = Gbnf(result.gbnf), random.Random("indented")
+    parser = analysis.parser(tools=NESTED_TOOLS, tool_choice="required")
+    schema = NESTED_TOOLS[0]["function"]["parameters"]
+    for _ in range(SAMPLES * 3):
+        text = grammar.sample(rng)
+        message = parser.parse(text)
+        assert message["tool_calls"] and not (message["content"] or "").strip(), (text, message)
+        lines = [line.partition("  city: ")[2] for line in text.split("\n") if line.startswith("  city: ")]
+        for call, line in zip(message["tool_calls"], lines, strict=True):
+            arguments = json.loads(call["function"]["arguments"])
+            jsonschema.validate(arguments, schema)
+            assert arguments["city"] == line, text  # the string is its line, as written

@@ -234,3 +234,23 @@ KNOWN_FIXTURE_DISAGREEMENTS = {
     "section_quotes": "after `days:` the grammar reads the rest of the call (a number, then a nested value in "
                       "the template's own quotes) as one raw string where the parser reads a number and an object",
 }
+
+
+UNNAMED = {"location": "Paris", "unit": "celsius", "hours": 6, "days": 3}  # `unit`, `hours`: no schema names them
+
+
+@needs_parser
+@pytest.mark.parametrize("stem", ["indented_block", "xml_parameters", "key_value_tags", "typed_params", "xml_children"])
+def test_an_argument_the_schema_does_not_name_reads_alike(stem: str) -> None:
+    """A tagged argument whose key the tool's schema does not name: the grammar reads the call
+    with it, as the parser does (the named keys read as named members only)."""
+    analysis = analyze((FIXTURES / f"{stem}.jinja").read_text(encoding="utf-8"), bos_token=BOS, eos_token=EOS)
+    weather = [tool for tool in TOOLS if tool["function"]["name"] == "get_weather"]
+    message = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": UNNAMED}}]}
+    history = [{"role": "user", "content": "Weather?"}]
+    prompt = analysis.render(history, tools=weather, add_generation_prompt=True)
+    output = analysis.render(history + [message], tools=weather, add_generation_prompt=False)[len(prompt):]
+    expected = comparable(analysis.parser(tools=weather).parse(output))
+    assert lark_message(analysis, output, None, tools=weather) == expected
+    assert expected["tool_calls"] == [("get_weather", UNNAMED)]

@@ -452,6 +452,36 @@ def test_each_argument_line_ends_its_value_where_the_next_key_or_call_begins() -
         assert _streamed(parser, list(text)) == without_generated_ids(message)
 
 
+UNNAMED = {"location": "Paris", "unit": "celsius", "hours": 6, "days": 3}  # `unit`, `hours`: no schema names them
+
+
+@pytest.mark.parametrize("name", ["indented_block.jinja", "xml_parameters.jinja", "key_value_tags.jinja",
+                                  "typed_params.jinja"])
+def test_an_argument_the_schema_does_not_name_keeps_its_call(name: str) -> None:
+    """With tools given, a tagged argument whose key the tool's schema does not name (`unit:`,
+    `<parameter=unit>`) is read as JSON arguments are, whatever the policy: the call keeps it,
+    its value read as the format reads a value of no schema (as where no tools are given),
+    streamed in any chunks as whole. The strict policy still keeps calls after content as content."""
+    analysis = analyze_family(name)
+    message = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": UNNAMED}}]}
+    history = [{"role": "user", "content": "Weather?"}]
+    prompt = analysis.render(history, tools=TOOLS, add_generation_prompt=True)
+    output = analysis.render(history + [message], tools=TOOLS, add_generation_prompt=False)[len(prompt):]
+    untyped = without_generated_ids(analysis.parser().parse(output))
+    for which in ("lenient", "strict"):
+        parser = analysis.parser(tools=TOOLS, tool_call_policy=which)
+        whole = without_generated_ids(parser.parse(output))
+        assert [json.loads(c["function"]["arguments"]) for c in whole["tool_calls"]] == [UNNAMED], which
+        assert not (whole["content"] or "").strip() and not any(c.get("incomplete") for c in whole["tool_calls"])
+        assert whole == untyped
+        for size in (1, 3, 7):
+            chunks = [output[i:i + size] for i in range(0, len(output), size)]
+            assert _streamed(parser, chunks) == whole, f"{which}, {size}-character chunks"
+    after_text = analysis.parser(tools=TOOLS, tool_call_policy="strict").parse("Sure." + output)
+    assert after_text["tool_calls"] == [] and "unit" in after_text["content"]
+
+
 # -- the assistant header's last marker written again -------------------------------------------------
 
 @pytest.mark.parametrize(("name", "again"), [("content_wrapped.jinja", "<|CHATBOT_TOKEN|>"),
