@@ -11,6 +11,8 @@
    bookkeeping), for 1 generation and for 4. ``--device-sampling on`` samples inside
    ``llama_decode`` on a CPU too (the default does so only with ``--n-gpu-layers``): "the rest"
    is then the host's work on a GPU, while ``llama_decode`` grows by the CPU's sampling passes.
+   ``--decode-stand-in noop|sweep`` tells the step's own work from the cache misses a real
+   decode leaves behind.
 
 Without ``--model`` the tiny random-weight model is built (``--shape``, as in bench_load.py).
 Everything runs on one thread, as ``bench_load.py --threads 1`` serves. CPU time is steadier
@@ -39,6 +41,7 @@ from make_tiny_model import SHAPES  # noqa: E402
 
 IDLE_SEQUENCES = 8
 DEVICE_SAMPLING = {"auto": None, "on": True, "off": False}
+SWEPT_BYTES = 30_000_000  # more than the last-level cache, as a 100,000-token model's output layer
 
 
 class Decoder:
@@ -118,10 +121,18 @@ def engine_steps(model: Path, args: argparse.Namespace) -> None:
 
     spent = [0.0]
     decode = llama_cpp.llama_decode
+    last_size = [0]
+    swept = np.zeros(SWEPT_BYTES // 8) if args.decode_stand_in == "sweep" else None
 
     def timed_decode(ctx: ctypes.c_void_p, batch: object) -> int:
         start = time.thread_time()
         try:
+            # a stand-in only where the last real decode left outputs in the same rows
+            if args.decode_stand_in != "none" and batch.n_tokens == last_size[0]:  # type: ignore[attr-defined]
+                if swept is not None:
+                    np.add(swept, 1.0, out=swept)
+                return 0
+            last_size[0] = batch.n_tokens  # type: ignore[attr-defined]
             return decode(ctx, batch)
         finally:
             spent[0] += time.thread_time() - start
@@ -185,6 +196,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-engine", action="store_true", help="only llama_decode alone")
     parser.add_argument("--device-sampling", choices=sorted(DEVICE_SAMPLING), default="auto",
                         help="the engine's sampling inside llama_decode (default auto: with a GPU)")
+    parser.add_argument("--decode-stand-in", choices=("none", "noop", "sweep"), default="none",
+                        help="in the engine's generation steps, replace llama_decode (after one real step) by "
+                             "nothing or by a sweep over 30 MB of memory: the rest with warm or with "
+                             "swept caches (the tokens then repeat the last real ones)")
     args = parser.parse_args(argv)
     args.sizes = [int(s) for s in args.sizes.split(",")]
     with tempfile.TemporaryDirectory() as tmp:

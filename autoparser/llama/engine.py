@@ -32,7 +32,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import llama_cpp
 import numpy as np
@@ -64,7 +64,7 @@ NOT_DRAWN = -1
 _MAX_TRIGGER_RETRIES = 64
 
 
-@dataclass
+@dataclass(slots=True)
 class GeneratedToken:
     """One sampled token. ``text`` keeps special tokens; it is "" while a UTF-8 sequence is incomplete."""
 
@@ -491,6 +491,9 @@ class Engine:
     # ------------------------------------------------------------------ slots and batches
 
     def _step(self, generations: Sequence[Generation]) -> list[GeneratedToken | None]:
+        usual = self._device_step(generations)
+        if usual is not None:
+            return usual
         results: list[GeneratedToken | None] = [None] * len(generations)
         live: list[int] = []
         for index, generation in enumerate(generations):
@@ -525,6 +528,36 @@ class Engine:
             firsts = self._draw_together(sampling)
             for (index, _generation, _row), (generation, logits), first in zip(on_host, sampling, firsts, strict=True):
                 results[index] = generation.sample(logits, first)
+        return results
+
+    def _device_step(self, generations: Sequence[Generation]) -> list[GeneratedToken | None] | None:
+        """The usual step of generations sampled inside ``llama_decode``, in one pass: each one
+        running and decoding its last token. None, with nothing decoded, when the step is not
+        that one (the general path then plans it); a generation cancelled meanwhile is finished."""
+        if not generations or len(generations) > self.n_batch or self._idle_chains:
+            return None
+        tokens, positions, logits = self._batch_arrays
+        seq_ids = self._batch_seq_ids
+        for row, generation in enumerate(generations):
+            slot, pending = generation.slot, generation.pending
+            if generation.finished or not generation.on_device or slot is None or len(pending) != 1:
+                return None
+            if generation.should_stop is not None and generation.should_stop():
+                generation.finish("cancelled")
+                return None
+            tokens[row] = pending[0]
+            positions[row] = len(slot.cached)
+            seq_ids[row][0] = slot.seq_id
+            logits[row] = 1
+        self._batch.n_tokens = len(generations)
+        self._use_threads(generating_only=True)
+        status = llama_cpp.llama_decode(self._ctx, self._batch)
+        if status != 0:
+            self._decode_failed(status)
+        results: list[GeneratedToken | None] = []
+        for row, generation in enumerate(generations):
+            generation.slot.cached.append(generation.pending.pop())  # type: ignore[union-attr]
+            results.append(generation.sample_on_device(row))
         return results
 
     def _draw_together(self, sampling: list[tuple[Generation, np.ndarray]]) -> list[int | None]:
@@ -716,15 +749,18 @@ class Engine:
         self._use_threads(generating_only=n == len(plan))
         status = llama_cpp.llama_decode(self._ctx, batch)
         if status != 0:
-            # The failed batch may have left partial state: forget the cache entirely.
-            llama_cpp.llama_memory_clear(self._memory, True)
-            for slot in self._slots:
-                slot.cached.clear()
-            raise RuntimeError(f"llama_decode failed with status {status}")
+            self._decode_failed(status)
         for _index, generation, chunk in plan:
             generation.slot.cached.extend(chunk)  # type: ignore[union-attr]
             del generation.pending[: len(chunk)]
         return rows
+
+    def _decode_failed(self, status: int) -> NoReturn:
+        """The failed batch may have left partial state: forget the cache entirely."""
+        llama_cpp.llama_memory_clear(self._memory, True)
+        for slot in self._slots:
+            slot.cached.clear()
+        raise RuntimeError(f"llama_decode failed with status {status}")
 
     def _use_threads(self, generating_only: bool) -> None:
         """A step of one new token per generation runs on the generation thread count, as a lone

@@ -470,6 +470,18 @@ def _token_in_blocks(blocks: np.ndarray, running: np.ndarray, target: float) -> 
     return block * size + index
 
 
+def _best_allowed(logits: np.ndarray, excluded: np.ndarray) -> np.float32:
+    """The largest of ``logits`` outside ``excluded`` (indices or a mask), without copying the
+    row unless an excluded token holds the largest value."""
+    best = logits.max()
+    left_out = logits[excluded]
+    if left_out.size and left_out.max() >= best:
+        kept = logits.copy()
+        kept[excluded] = -np.inf
+        best = kept.max()
+    return best
+
+
 def draw_token(logits: np.ndarray, temperature: float, min_p: float, excluded: np.ndarray | None,
                uniform: float) -> int | None:
     """:func:`draw_tokens` for one row, with the same arithmetic step for step (so the same
@@ -479,15 +491,15 @@ def draw_token(logits: np.ndarray, temperature: float, min_p: float, excluded: n
     weights = np.empty(-(-n_vocab // size) * size, dtype=np.float32)
     weights[n_vocab:] = -np.inf
     scores = weights[:n_vocab]
-    scores[...] = logits
-    if excluded is not None and len(excluded):
-        scores[excluded] = -np.inf
-    best = scores.max()
+    excluding = excluded is not None and len(excluded) > 0
+    best = _best_allowed(logits, excluded) if excluding else logits.max()
     if not math.isfinite(best):
         return None
+    np.subtract(logits, best, out=scores)  # the copy and the shift in one pass: the same values
+    if excluding:
+        scores[excluded] = -np.inf
     if min_p > 0:
-        scores[scores < best + np.log(np.float32(min_p))] = -np.inf
-    scores -= best
+        scores[logits < best + np.log(np.float32(min_p))] = -np.inf
     if temperature != 1:
         scores /= np.float32(temperature)
     np.exp(weights, out=weights)

@@ -151,6 +151,42 @@ def test_device_and_host_generations_share_a_batch(engines: tuple[Engine, Engine
     assert out[id(constrained)] == expected_grammar
 
 
+def test_device_generations_stepped_together_give_their_lone_tokens(engines: tuple[Engine, Engine]) -> None:
+    """Two device-sampled generations in one batch, one of them ending first: each gets the tokens
+    it gets alone, and the step goes on for the other."""
+    device, host = engines
+    greedy = SamplingParams(temperature=0.0)
+    prompts = [PROMPT, "<｜User｜>Say something about trains.<｜Assistant｜>"]
+    budgets = [6, 18]
+    expected = [tokens_of(host, prompt, n, greedy, ignore_eos=True) for prompt, n in zip(prompts, budgets, strict=True)]
+    generations = [device.new_generation(device.tokenize(prompt), n, greedy, ignore_eos=True)
+                   for prompt, n in zip(prompts, budgets, strict=True)]
+    out: list[list[int]] = [[], []]
+    while not all(g.finished for g in generations):
+        for tokens, token in zip(out, device.step(generations), strict=True):
+            if token is not None:
+                tokens.append(token.token_id)
+    for generation in generations:
+        generation.close()
+    assert out == expected
+
+
+def test_a_cancelled_device_generation_stops_at_once(engines: tuple[Engine, Engine]) -> None:
+    device, host = engines
+    greedy = SamplingParams(temperature=0.0)
+    expected = tokens_of(host, PROMPT, 5, greedy, ignore_eos=True)
+    got: list[int] = []
+    generation = device.new_generation(device.tokenize(PROMPT), 20, greedy, ignore_eos=True,
+                                       should_stop=lambda: len(got) >= 5)
+    while not generation.finished:
+        token = device.step([generation])[0]
+        if token is not None:
+            got.append(token.token_id)
+    generation.close()
+    assert got == expected
+    assert generation.stats.finish_reason == "cancelled"
+
+
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]]:
     """The same model served with sampling inside llama_decode and on the host."""

@@ -155,6 +155,25 @@ def test_one_row_alone_draws_what_it_draws_in_a_batch() -> None:
     assert together == alone
 
 
+def test_leaving_out_the_best_token_draws_as_in_a_batch() -> None:
+    """The lone draw finds the best allowed logit without a copy unless a left-out token holds the
+    best value: as indices or as a mask, with and without min-p, the batch's token either way."""
+    rng = np.random.default_rng(9)
+    n, vocab = 24, 5000
+    logits = (rng.standard_normal((n, vocab)) * 4).astype(np.float32)
+    logits[::4, 7] = logits[::4, 9] = logits[::4].max(axis=1) + 1  # a tie for the best: one left out
+    best = [np.flatnonzero(row == row.max()) for row in logits]
+    excluded = [best[i][:1] if i % 2 else np.concatenate((best[i][:1], rng.choice(vocab, 50))) for i in range(n)]
+    min_p = np.where(np.arange(n) % 3 == 0, 0.1, 0.0)
+    temperature, uniforms = np.full(n, 0.8), rng.random(n)
+    together = draw_tokens(logits, temperature, min_p, excluded, uniforms)
+    as_indices = [draw_token(logits[i], 0.8, min_p[i], excluded[i], uniforms[i]) for i in range(n)]
+    masks = [np.isin(np.arange(vocab), ids) for ids in excluded]
+    as_masks = [draw_token(logits[i], 0.8, min_p[i], masks[i], uniforms[i]) for i in range(n)]
+    assert together == as_indices == as_masks
+    assert all(token not in ids for token, ids in zip(as_indices, excluded, strict=True))
+
+
 # -- on the tiny model ---------------------------------------------------------------------------
 
 
