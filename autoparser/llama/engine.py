@@ -45,7 +45,8 @@ from autoparser.llama.device_sampling import (
     chain_key,
     samples_on_device,
 )
-from autoparser.llama.grammar_check import create_grammar_sampler, find_token_refs
+from autoparser.llama.grammar_cache import GrammarTemplates
+from autoparser.llama.grammar_check import find_token_refs
 from autoparser.llama.lazy_guard import LazyTriggerGuard
 from autoparser.llama.logprobs import TokenLogprob, token_logprobs
 from autoparser.llama.long_runs import tokenizer_pieces
@@ -180,6 +181,7 @@ class Engine:
         self._step_rows = np.empty((0, self.n_vocab), dtype=np.float32)
         self._step_base = 0
         self._logits_views: dict[tuple[int, int], np.ndarray] = {}
+        self._grammars = GrammarTemplates(self.vocab_ptr)
 
     # ------------------------------------------------------------------ setup
 
@@ -239,6 +241,7 @@ class Engine:
                 for slot in self._slots:
                     self._set_slot_chain(slot, None, None)
                 llama_cpp.llama_batch_free(self._batch)
+                self._grammars.close()
                 llama_cpp.llama_free(self._ctx)
                 self._ctx = None
             if self._model:
@@ -419,15 +422,10 @@ class Engine:
         grammar_sampler = None
         referenced: list[int] | None = None
         if grammar is not None:
-            referenced = self._referenced_tokens(grammar.gbnf)
-            grammar_sampler = create_grammar_sampler(
-                self.vocab_ptr,
-                grammar.gbnf,
-                grammar.root,
-                grammar.lazy,
-                grammar.trigger_patterns,
-                grammar.trigger_tokens,
-            )
+            # both computed once per grammar: a server sends the same one for the same tools
+            referenced = self._grammars.derived(("referenced", grammar.gbnf),
+                                                lambda: self._referenced_tokens(grammar.gbnf))
+            grammar_sampler = self._grammars.sampler(grammar)
         return TokenSampler(
             self.n_vocab,
             sampling,
