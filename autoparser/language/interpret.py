@@ -103,6 +103,51 @@ def _twin(entry: list[Any], alike: list[list[Any]]) -> list[Any] | None:
     return None
 
 
+def _merged(waiting: list[_Thread]) -> list[_Thread]:
+    """The readings waiting for text, in order, less those another one in the same state is
+    preferred to: readings that reached one state by different paths read alike from here (a full
+    state is computed only where another reading is alike at a glance)."""
+    alive: list[_Thread] = []
+    seen: dict[tuple, _Thread] = {}
+    groups: dict[tuple, list[list[Any]]] = {}
+    for t in waiting:
+        if t.head is None or t.head.__class__ is _Trailer:
+            key = t.key()
+            met = seen.get(key)
+            if met is not None:
+                if _prefer(met, t) is not t:
+                    continue
+                alive.remove(met)
+            seen[key] = t
+        elif len(waiting) > 1:
+            glance = (t.pos, t.role, t.head.__class__)
+            alike = groups.get(glance)
+            if alike is None:
+                groups[glance] = [[t, None]]
+            else:
+                entry = [t, None]
+                twin = _twin(entry, alike)
+                if twin is None:
+                    alike.append(entry)
+                else:
+                    keep = _prefer(twin[0], t)
+                    if keep is twin[0]:
+                        continue
+                    if keep is t:
+                        alive.remove(twin[0])
+                        twin[0] = t
+                    else:
+                        alike.append(entry)
+        alive.append(t)
+    return alive
+
+
+def _in_json_arguments(t: _Thread) -> bool:
+    """Whether the reading is inside a call's arguments written as one JSON value."""
+    call = t.call
+    return call.args_from >= 0 and not call.done and call.mode == "json"
+
+
 # -- the reader --------------------------------------------------------------------------------------------
 
 
@@ -293,6 +338,8 @@ class LanguageStream(_Recovery, _Stepping):
         self.escape = False  # a backslash that ended the last chunk inside that call's string, held
         self.aside: list[str] = []  # the text just before `buf` that recovery may still need
         self.aside_len = 0
+        # the arguments read in this pass, (where they began, where they ended) as absolute positions
+        self.spans: list[tuple[int, float]] = []
 
     # -- public ----------------------------------------------------------------------------
 
@@ -447,55 +494,41 @@ class LanguageStream(_Recovery, _Stepping):
     def _run_all(self, final: bool) -> list[_Thread]:
         """Every reading read on as far as the text goes; those still alive, in order."""
         todo = list(reversed(self.threads))
-        alive: list[_Thread] = []
-        seen: dict[tuple, _Thread] = {}
-        groups: dict[tuple, list[list[Any]]] = {}
+        waiting: list[_Thread] = []
         forks: dict[tuple, tuple[int, int]] = {}
+        self.spans = []
         while todo:
             t = todo.pop()
             result = self._run(t, final)
             if result is None:
+                if _in_json_arguments(t):
+                    self.spans.append((t.call.args_from, t.pos + self.offset[0]))
                 if self._recovers_better(t):
                     self.dead = (t, self.emitted)
             elif result.__class__ is list:
                 todo.extend(reversed([f for f in result if _unseen(f, forks)]))
             else:
-                # readings that reached one state by different paths read alike from here: one is
-                # kept (a full state is computed only where another reading is alike at a glance)
-                if t.head is None or t.head.__class__ is _Trailer:
-                    key = t.key()
-                    met = seen.get(key)
-                    if met is not None:
-                        if _prefer(met, t) is not t:
-                            continue
-                        alive.remove(met)
-                    seen[key] = t
-                elif todo or alive:
-                    glance = (t.pos, t.role, t.head.__class__)
-                    alike = groups.get(glance)
-                    if alike is None:
-                        groups[glance] = [[t, None]]
-                    else:
-                        entry = [t, None]
-                        twin = _twin(entry, alike)
-                        if twin is None:
-                            alike.append(entry)
-                        else:
-                            keep = _prefer(twin[0], t)
-                            if keep is twin[0]:
-                                continue
-                            if keep is t:
-                                alive.remove(twin[0])
-                                twin[0] = t
-                            else:
-                                alike.append(entry)
-                alive.append(t)
+                waiting.append(t)
+        alive = _merged(self._outside_arguments(waiting))
         if final and alive:
             # all are complete: the one with the most calls, then markup, then the first (`_chosen`)
             alive = [_chosen(alive)]
             if self._cut_after_calls(alive[0]):
                 return []  # the reading cut off right after its calls is recovered instead
         return alive
+
+    def _outside_arguments(self, waiting: list[_Thread]) -> list[_Thread]:
+        """The readings, less those whose call began (in this pass) inside text another reading
+        reads as a call's JSON arguments (policy rule `calls-not-inside-arguments`), before any are
+        merged, so that the pass a call began in decides nothing; none are dropped where none would
+        be left."""
+        if not any(t.unchecked for t in waiting):
+            return waiting
+        spans = self.spans + [(t.call.args_from, float("inf")) for t in waiting if _in_json_arguments(t)]
+        kept = [t for t in waiting if not any(s <= at < e for at in t.unchecked for s, e in spans)] or waiting
+        for t in kept:
+            t.unchecked = ()
+        return kept
 
     def _commit(self, final: bool) -> None:
         """Emit the events every reading has (all of them when one reading is left). A call's

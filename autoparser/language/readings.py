@@ -143,7 +143,7 @@ class _Call:
     """The captures of the call being read."""
 
     __slots__ = ("name", "id", "args", "started", "pending", "mode", "scanner", "done", "awaits_id", "confirmed",
-                 "confirm_next", "closed")
+                 "confirm_next", "closed", "args_from")
 
     def __init__(self) -> None:
         self.name: str | None = None
@@ -160,13 +160,14 @@ class _Call:
         self.confirmed = False
         self.confirm_next = False  # the next marker read confirms it
         self.closed = False  # its own structure was read to its end (what holds its arguments)
+        self.args_from = -1  # where its arguments began (absolute), once they did
 
 
 class _Thread:
     __slots__ = ("stack", "pos", "events", "role", "head", "call", "parts", "member", "value", "count", "mark",
                  "skip", "own_id", "after_call", "section_calls", "calls_read",
                  "call_over", "streamed", "spool", "call_from", "section_at", "section_open", "first_in_section",
-                 "offset", "call_at", "calls_held", "shared", "markup")
+                 "offset", "call_at", "calls_held", "shared", "markup", "unchecked")
 
     def __init__(self, stack: Any, pos: int, offset: list[int]) -> None:
         self.stack = stack  # (node, rest) pairs, None at the bottom
@@ -197,6 +198,9 @@ class _Thread:
         self.section_open = False  # no call has begun in that section yet
         self.first_in_section = False  # the call being read is that section's first
         self.markup = 0  # markers read as markup where a text beside them could hold them (`ir.MARKUP`)
+        # where the calls began (absolute) that were not yet checked against the arguments other
+        # readings read (`interpret.LanguageStream._outside_arguments`)
+        self.unchecked: tuple[int, ...] = ()
 
     def fork(self, stack: Any) -> _Thread:
         twin = _Thread(stack, self.pos, self.offset)
@@ -208,7 +212,7 @@ class _Thread:
         copy.name, copy.id, copy.args, copy.started = call.name, call.id, call.args, call.started
         copy.pending, copy.mode, copy.done, copy.awaits_id = list(call.pending), call.mode, call.done, call.awaits_id
         copy.confirmed, copy.confirm_next = call.confirmed, call.confirm_next
-        copy.closed = call.closed
+        copy.closed, copy.args_from = call.closed, call.args_from
         twin.call = copy
         twin.parts = list(self.parts)
         twin.member = None if self.member is None else list(self.member)
@@ -224,6 +228,7 @@ class _Thread:
         twin.section_at, twin.section_open = self.section_at, self.section_open
         twin.first_in_section = self.first_in_section
         twin.markup = self.markup
+        twin.unchecked = self.unchecked
         return twin
 
     def drop_events(self, count: int) -> None:

@@ -1,0 +1,67 @@
+"""Hostile model outputs read in linear time, the stream giving the whole parse's message however
+the output is cut into chunks: an unfinished bare JSON call header repeated, and recovery cases
+where two readings fail at one place."""
+
+from __future__ import annotations
+
+import time
+
+import analyses
+from analyses import without_generated_ids
+
+from autoparser.language.reading import Parser
+
+HEADER = '{"name": "get_weather", "parameters": '
+
+
+def streamed(parser: Parser, text: str, size: int) -> tuple[dict, int]:
+    """The message of `text` fed `size` characters at a time, and the most readings alive at once."""
+    stream = parser.stream()
+    most = 0
+    for start in range(0, len(text), size):
+        stream.feed(text[start:start + size])
+        most = max(most, len(stream.threads))
+    stream.finish()
+    return stream.message(), most
+
+
+def test_a_repeated_unfinished_call_header_keeps_the_readings_few() -> None:
+    """`{"name": "f", "parameters": ` again and again (Llama 3.1's bare JSON calls): each brace may
+    open a call, but one that begins inside another reading's JSON arguments is part of them
+    (policy rule `calls-not-inside-arguments`), so the readings stay few and the time linear."""
+    parser = Parser(analyses.llama31())
+    text = (HEADER * (20_000 // len(HEADER) + 1))[:20_000]
+    started = time.process_time()
+    whole = parser.parse(text)
+    for size in (1, 16, 100):
+        message, most = streamed(parser, text[:4000] if size == 1 else text, size)
+        assert most <= 4, f"{most} readings alive at once, {size}-character chunks"
+        if size > 1:
+            assert without_generated_ids(message) == without_generated_ids(whole)
+    assert time.process_time() - started < 10  # it took 9.8 s for one whole parse when quadratic
+    assert whole["content"] == text.rstrip()  # a call whose arguments never began well is text
+    assert whole["tool_calls"] == []
+
+
+def test_a_call_inside_another_calls_json_arguments_is_part_of_them() -> None:
+    parser = Parser(analyses.llama31())
+    inner = '{"name": "get_weather", "parameters": {}}'
+    for text, incomplete in ((HEADER + inner + "}", False), (HEADER + inner, True)):
+        whole = parser.parse(text)
+        assert [(c["function"]["name"], c["function"]["arguments"]) for c in whole["tool_calls"]] == [
+            ("get_weather", inner)]
+        assert bool(whole["tool_calls"][0].get("incomplete")) is incomplete
+        assert not whole["content"]
+        for size in (1, 5, 16):
+            assert without_generated_ids(streamed(parser, text, size)[0]) == without_generated_ids(whole)
+
+
+def test_a_call_after_one_that_failed_inside_its_arguments_is_still_read() -> None:
+    """Only a living reading's arguments hold a call: where the outer call's JSON breaks before
+    the inner one begins, the inner one is a call."""
+    parser = Parser(analyses.llama31())
+    text = HEADER + 'oops {"name": "get_weather", "parameters": {"location": "Oslo"}}'
+    whole = parser.parse(text)
+    assert [c["function"]["arguments"] for c in whole["tool_calls"]] == ['{"location": "Oslo"}']
+    assert without_generated_ids(streamed(parser, text, 3)[0]) == without_generated_ids(whole)
+
