@@ -65,3 +65,20 @@ def test_a_call_after_one_that_failed_inside_its_arguments_is_still_read() -> No
     assert [c["function"]["arguments"] for c in whole["tool_calls"]] == ['{"location": "Oslo"}']
     assert without_generated_ids(streamed(parser, text, 3)[0]) == without_generated_ids(whole)
 
+
+def test_a_reading_that_failed_further_into_a_marker_is_recovered_wherever_the_chunks_end() -> None:
+    """GLM-4.5: `<think><tool_call><|user|>`. One reading fails at `<|user|>` on its first
+    character (a call's name cannot begin with `<`), another on its second (it is not
+    `</think>`): recovery goes on from the second, whether the first failed in an earlier chunk
+    or in the same one."""
+    parser = Parser(analyses.glm45())
+    text = "<think><tool_call><|user|>"
+    whole = parser.parse(text)
+    assert whole["reasoning_content"] == "<tool_call>"
+    for cut in range(1, len(text)):
+        stream = parser.stream()
+        stream.feed(text[:cut])
+        stream.feed(text[cut:])
+        stream.finish()
+        assert without_generated_ids(stream.message()) == without_generated_ids(whole), cut
+
