@@ -564,13 +564,23 @@ class LanguageStream(_Recovery, _Stepping):
 
     def _before_open_sections(self, events: list[tuple], agreed: int) -> int:
         """How many of the `agreed` events may go out: a section's opener and the text after it
-        are held while a reading is inside a section where no call has begun (a section that
-        holds no call is text)."""
-        for t in self.threads:
-            if t.section_open and _below(t.stack, t.section_at[1]):
-                start = t.section_at[0] + self.offset[0]
-                agreed = bisect_right(events, start, hi=agreed, key=_end_of)  # events lie in text order
+        are held while a reading is inside a section whose first call has not begun, or whose
+        start does not go out with them (a section that holds no call is text)."""
+        held = self._open_section_at(agreed)
+        if held is not None:
+            agreed = bisect_right(events, held, hi=agreed, key=_end_of)  # events lie in text order
         return agreed
+
+    def _open_section_at(self, agreed: int = 0) -> int | None:
+        """Where the earliest section that may yet turn out to hold no call begins (absolute), in
+        the readings inside one: no call in it has begun, or its first call's start is held beyond
+        the first `agreed` events; None where there is none."""
+        found = None
+        for t in self.threads:
+            if (t.section_open or t.first_in_section and t.call_at >= agreed) and _below(t.stack, t.section_at[1]):
+                start = t.section_at[0] + self.offset[0]
+                found = start if found is None else min(found, start)
+        return found
 
     def _commit_common_text(self) -> None:
         """Where the readings part inside a text of one role (reasoning that one reading ends at a
@@ -588,6 +598,9 @@ class LanguageStream(_Recovery, _Stepping):
                 any(e is None or e[0] != first[0] for e in nexts):
             return False
         shared = os.path.commonprefix([e[1] for e in nexts])
+        held = self._open_section_at()
+        if held is not None:  # a section's opener and what follows it wait as in `_before_open_sections`
+            shared = shared[:max(held - (first[2] - len(first[1])), 0)]
         if not shared:
             return False
         self._apply([(first[0], shared, first[2] - len(first[1]) + len(shared))])

@@ -82,3 +82,19 @@ def test_a_reading_that_failed_further_into_a_marker_is_recovered_wherever_the_c
         stream.finish()
         assert without_generated_ids(stream.message()) == without_generated_ids(whole), cut
 
+
+def test_text_after_a_section_opener_waits_until_the_section_holds_a_call() -> None:
+    """R1: `</think><｜tool▁calls▁begin｜><think></think>` read as a section holding text only: the
+    section's opener is text, and the text after it is not let go before it, wherever the chunks
+    end (readings that share the text after the opener wait for the section too)."""
+    analysis = analyses.deepseek_r1()
+    text = "</think>" + analysis.tools.section_start + "<think></think>"
+    parser = Parser(analysis)
+    whole = parser.parse(text)
+    assert whole["content"] == text[len("</think>"):]
+    for cut in range(1, len(text)):
+        stream = parser.stream()
+        stream.feed(text[:cut])
+        stream.feed(text[cut:])
+        stream.finish()
+        assert without_generated_ids(stream.message()) == without_generated_ids(whole), cut
