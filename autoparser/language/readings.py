@@ -167,7 +167,7 @@ class _Thread:
     __slots__ = ("stack", "pos", "events", "role", "head", "call", "parts", "member", "value", "count", "mark",
                  "skip", "own_id", "after_call", "section_calls", "calls_read",
                  "call_over", "streamed", "spool", "call_from", "section_at", "section_open", "first_in_section",
-                 "offset", "call_at", "calls_held", "shared", "markup", "unchecked")
+                 "offset", "call_at", "calls_held", "shared", "markup", "unchecked", "member_at")
 
     def __init__(self, stack: Any, pos: int, offset: list[int]) -> None:
         self.stack = stack  # (node, rest) pairs, None at the bottom
@@ -183,6 +183,7 @@ class _Thread:
         self.parts: list[str] = []  # the text of a name or id capture
         self.member: list[Any] | None = None  # [key, value node] of the tagged argument being read
         self.value: _Value | None = None  # raw text of a tagged value being read
+        self.member_at = -1  # where the text of that argument began (absolute), its key included
         self.count = 0  # tagged arguments read in the current call
         self.mark = pos  # where the last whole part read ends (text, a repeated item): failing later, the rest is text
         self.skip = ""  # a marker that may be left out (the end of reasoning skipped on resuming)
@@ -217,6 +218,7 @@ class _Thread:
         twin.parts = list(self.parts)
         twin.member = None if self.member is None else list(self.member)
         twin.value = None if self.value is None else self.value.copy()
+        twin.member_at = self.member_at
         twin.count = self.count
         twin.mark = self.mark
         twin.skip = self.skip

@@ -172,6 +172,7 @@ class _Stepping:
             return self._members(t, node, final)
         elif cls is _Member:
             t.member = [node.key, None]
+            t.member_at = t.pos + self.offset[0]
             t.stack = (node.body, (_END_MEMBER, t.stack))
         elif cls is _EndMember:
             if not self._may_follow(t):
