@@ -535,16 +535,20 @@ class LanguageStream(_Recovery, _Stepping):
         start waits for its first argument text, so that a call that fails before is text."""
         threads = self.threads
         first = threads[0].events
+        held_whole = not final and any(t.call.started and not t.call.confirmed for t in threads)
         if len(threads) == 1:
             agreed = len(first)
         else:
+            # where a call is held whole, no event past its start goes out: they are not compared,
+            # so that the events held while it waits are not compared again with every chunk
+            most = threads[0].call_at + 1 if held_whole and threads[0].call_at >= 0 else len(first)
             agreed = 0
-            while agreed < len(first) and all(len(t.events) > agreed and t.events[agreed] == first[agreed]
-                                               for t in threads[1:]):
+            while agreed < most and all(len(t.events) > agreed and t.events[agreed] == first[agreed]
+                                        for t in threads[1:]):
                 agreed += 1
         if agreed and not final and first[agreed - 1][0] == OPENS:
             agreed -= 1
-        if agreed and not final and any(t.call.started and not t.call.confirmed for t in threads):
+        if agreed and held_whole:
             agreed = threads[0].last_call(agreed)  # a call not yet known to be one is held whole
         if agreed and not final:
             agreed = self._before_open_sections(first, agreed)
