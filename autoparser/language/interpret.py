@@ -495,6 +495,7 @@ class LanguageStream(_Recovery, _Stepping):
         """Every reading read on as far as the text goes; those still alive, in order."""
         todo = list(reversed(self.threads))
         waiting: list[_Thread] = []
+        failed: list[_Thread] = []
         forks: dict[tuple, tuple[int, int]] = {}
         self.spans = []
         while todo:
@@ -503,13 +504,16 @@ class LanguageStream(_Recovery, _Stepping):
             if result is None:
                 if _in_json_arguments(t):
                     self.spans.append((t.call.args_from, t.pos + self.offset[0]))
-                if self._recovers_better(t):
-                    self.dead = (t, self.emitted)
+                failed.append(t)
             elif result.__class__ is list:
                 todo.extend(reversed([f for f in result if _unseen(f, forks)]))
             else:
                 waiting.append(t)
-        alive = _merged(self._outside_arguments(waiting))
+        waiting, failed = self._outside_arguments(waiting, failed)
+        for t in failed:
+            if self._recovers_better(t):
+                self.dead = (t, self.emitted)
+        alive = _merged(waiting)
         if final and alive:
             # all are complete: the one with the most calls, then markup, then the first (`_chosen`)
             alive = [_chosen(alive)]
@@ -517,18 +521,22 @@ class LanguageStream(_Recovery, _Stepping):
                 return []  # the reading cut off right after its calls is recovered instead
         return alive
 
-    def _outside_arguments(self, waiting: list[_Thread]) -> list[_Thread]:
-        """The readings, less those whose call began (in this pass) inside text another reading
-        reads as a call's JSON arguments (policy rule `calls-not-inside-arguments`), before any are
-        merged, so that the pass a call began in decides nothing; none are dropped where none would
-        be left."""
-        if not any(t.unchecked for t in waiting):
-            return waiting
+    def _outside_arguments(self, waiting: list[_Thread], failed: list[_Thread]) -> tuple[list, list]:
+        """The readings waiting for text and those that failed in this pass, less those whose call
+        began (in this pass) inside text another reading reads as a call's JSON arguments (policy
+        rule `calls-not-inside-arguments`), before any are merged or kept to recover from, so that
+        the pass a call began in decides nothing; none waiting are dropped where none would be left."""
+        if not any(t.unchecked for t in waiting) and not any(t.unchecked for t in failed):
+            return waiting, failed
         spans = self.spans + [(t.call.args_from, float("inf")) for t in waiting if _in_json_arguments(t)]
-        kept = [t for t in waiting if not any(s <= at < e for at in t.unchecked for s, e in spans)] or waiting
+
+        def outside(t: _Thread) -> bool:
+            return not any(s <= at < e for at in t.unchecked for s, e in spans)
+
+        kept = [t for t in waiting if outside(t)] or waiting
         for t in kept:
             t.unchecked = ()
-        return kept
+        return kept, [t for t in failed if outside(t)]
 
     def _commit(self, final: bool) -> None:
         """Emit the events every reading has (all of them when one reading is left). A call's

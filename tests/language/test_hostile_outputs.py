@@ -112,3 +112,14 @@ def test_whitespace_after_a_call_not_yet_confirmed_streams_in_linear_time() -> N
     message, _ = streamed(parser, text, 16)
     assert time.process_time() - started < 5
     assert without_generated_ids(message) == without_generated_ids(parser.parse(text))
+
+
+def test_a_call_inside_arguments_is_not_recovered_from_either() -> None:
+    """A reading whose call began inside another's JSON arguments is dropped also where it fails
+    in the pass it began in (it is not the one recovery goes on from), as it is where it is still
+    alive at the end of a shorter chunk."""
+    parser = Parser(analyses.llama31(), tools=analyses.WEATHER_TOOLS)
+    text = HEADER + '{"name": "get_weather", "parameters": {}}</tool_call><|eot_id|></tool_call>"x": 1[]text'
+    whole = without_generated_ids(parser.parse(text))
+    for size in (1, 7, 16, 512):
+        assert without_generated_ids(streamed(parser, text, size)[0]) == whole, size
