@@ -4,7 +4,8 @@ For each output format family of the corpora, hostile outputs are built from the
 markers and from a real rendered tool call (the round-trip "one_call" output): repeated section
 and call openers, every marker cut one character short and repeated, the call cut at each of its
 parts and repeated, `{` runs, long unclosed keys, names and strings, an unfinished call header
-again and again, `[`, `{"a": ` and `[{"a": ` nesting in a value (cut off, and complete). Each is parsed whole and
+again and again (also with a name that breaks, and an opener followed by the end of turn), `[`,
+`{"a": ` and `[{"a": ` nesting in a value (cut off, and complete). Each is parsed whole and
 streamed in 16-character chunks at 100 KB and at 1 MB. Linear time gives a 1 MB / 100 KB ratio
 near 10; the benchmark fails (exit 1) when any ratio exceeds 12, or when a stream's message
 differs from the whole parse of the same text.
@@ -124,6 +125,9 @@ def adversarial_cases(data: dict, output: str) -> list[Case]:
     for field in ("section_start", "call_start", "reasoning_start"):
         if field in markers:
             cases.append(Case(f"repeated {field}", "", markers[field]))
+    if "stop0" in markers and opener.strip():
+        # reasoning opened, a call opened, the turn ended, again and again (readings failing at one place)
+        cases.append(Case("opener then end of turn", "", markers.get("reasoning_start", "") + opener + markers["stop0"]))
     for field, marker in markers.items():
         if len(marker) > 1:
             cases.append(Case(f"partial {field}", "", marker[:-1]))
@@ -144,6 +148,8 @@ def adversarial_cases(data: dict, output: str) -> list[Case]:
             cases.append(Case("long name", output[:name_at], "get_weather"))
             cases.append(Case("repeated header to name", "", output[:name_at]))
             cases.append(Case("repeated header with name", "", output[:name_at + len("get_weather")]))
+            # a call that fails on its name right after the section's opener (recovery each time)
+            cases.append(Case("repeated header, broken name", "", output[:name_at] + 'get"_weather\n'))
         if key_at >= 0:
             brace = output.rfind("{", 0, key_at)
             cases.append(Case("long key", output[:key_at], "location_"))

@@ -104,6 +104,51 @@ def _twin(entry: list[Any], alike: list[list[Any]]) -> list[Any] | None:
     return None
 
 
+def _merged(waiting: list[_Thread]) -> list[_Thread]:
+    """The readings waiting for text, in order, less those another one in the same state is
+    preferred to: readings that reached one state by different paths read alike from here (a full
+    state is computed only where another reading is alike at a glance)."""
+    alive: list[_Thread] = []
+    seen: dict[tuple, _Thread] = {}
+    groups: dict[tuple, list[list[Any]]] = {}
+    for t in waiting:
+        if t.head is None or t.head.__class__ is _Trailer:
+            key = t.key()
+            met = seen.get(key)
+            if met is not None:
+                if _prefer(met, t) is not t:
+                    continue
+                alive.remove(met)
+            seen[key] = t
+        elif len(waiting) > 1:
+            glance = (t.pos, t.role, t.head.__class__)
+            alike = groups.get(glance)
+            if alike is None:
+                groups[glance] = [[t, None]]
+            else:
+                entry = [t, None]
+                twin = _twin(entry, alike)
+                if twin is None:
+                    alike.append(entry)
+                else:
+                    keep = _prefer(twin[0], t)
+                    if keep is twin[0]:
+                        continue
+                    if keep is t:
+                        alive.remove(twin[0])
+                        twin[0] = t
+                    else:
+                        alike.append(entry)
+        alive.append(t)
+    return alive
+
+
+def _in_json_arguments(t: _Thread) -> bool:
+    """Whether the reading is inside a call's arguments written as one JSON value."""
+    call = t.call
+    return call.args_from >= 0 and not call.done and call.mode == "json"
+
+
 # -- the reader --------------------------------------------------------------------------------------------
 
 
@@ -294,6 +339,8 @@ class LanguageStream(_Recovery, _Stepping):
         self.escape = False  # a backslash that ended the last chunk inside that call's string, held
         self.aside: list[str] = []  # the text just before `buf` that recovery may still need
         self.aside_len = 0
+        # the arguments read in this pass, (where they began, where they ended) as absolute positions
+        self.spans: list[tuple[int, float]] = []
 
     # -- public ----------------------------------------------------------------------------
 
@@ -462,49 +509,26 @@ class LanguageStream(_Recovery, _Stepping):
     def _run_all(self, final: bool) -> list[_Thread]:
         """Every reading read on as far as the text goes; those still alive, in order."""
         todo = list(reversed(self.threads))
-        alive: list[_Thread] = []
-        seen: dict[tuple, _Thread] = {}
-        groups: dict[tuple, list[list[Any]]] = {}
+        waiting: list[_Thread] = []
+        failed: list[_Thread] = []
         forks: dict[tuple, tuple[int, int]] = {}
+        self.spans = []
         while todo:
             t = todo.pop()
             result = self._run(t, final)
             if result is None:
-                if self._recovers_better(t):
-                    self.dead = (t, self.emitted)
+                if _in_json_arguments(t):
+                    self.spans.append((t.call.args_from, t.pos + self.offset[0]))
+                failed.append(t)
             elif result.__class__ is list:
                 todo.extend(reversed([f for f in result if _unseen(f, forks)]))
             else:
-                # readings that reached one state by different paths read alike from here: one is
-                # kept (a full state is computed only where another reading is alike at a glance)
-                if t.head is None or t.head.__class__ is _Trailer:
-                    key = t.key()
-                    met = seen.get(key)
-                    if met is not None:
-                        if _prefer(met, t) is not t:
-                            continue
-                        alive.remove(met)
-                    seen[key] = t
-                elif todo or alive:
-                    glance = (t.pos, t.role, t.head.__class__)
-                    alike = groups.get(glance)
-                    if alike is None:
-                        groups[glance] = [[t, None]]
-                    else:
-                        entry = [t, None]
-                        twin = _twin(entry, alike)
-                        if twin is None:
-                            alike.append(entry)
-                        else:
-                            keep = _prefer(twin[0], t)
-                            if keep is twin[0]:
-                                continue
-                            if keep is t:
-                                alive.remove(twin[0])
-                                twin[0] = t
-                            else:
-                                alike.append(entry)
-                alive.append(t)
+                waiting.append(t)
+        waiting, failed = self._outside_arguments(waiting, failed)
+        for t in failed:
+            if self._recovers_better(t):
+                self.dead = (t, self.emitted)
+        alive = _merged(waiting)
         if final and alive:
             # all are complete: the one with the most calls, then markup, then the first (`_chosen`)
             alive = [_chosen(alive)]
@@ -512,21 +536,42 @@ class LanguageStream(_Recovery, _Stepping):
                 return []  # the reading cut off right after its calls is recovered instead
         return alive
 
+    def _outside_arguments(self, waiting: list[_Thread], failed: list[_Thread]) -> tuple[list, list]:
+        """The readings waiting for text and those that failed in this pass, less those whose call
+        began (in this pass) inside text another reading reads as a call's JSON arguments (policy
+        rule `calls-not-inside-arguments`), before any are merged or kept to recover from, so that
+        the pass a call began in decides nothing; none waiting are dropped where none would be left."""
+        if not any(t.unchecked for t in waiting) and not any(t.unchecked for t in failed):
+            return waiting, failed
+        spans = self.spans + [(t.call.args_from, float("inf")) for t in waiting if _in_json_arguments(t)]
+
+        def outside(t: _Thread) -> bool:
+            return not any(s <= at < e for at in t.unchecked for s, e in spans)
+
+        kept = [t for t in waiting if outside(t)] or waiting
+        for t in kept:
+            t.unchecked = ()
+        return kept, [t for t in failed if outside(t)]
+
     def _commit(self, final: bool) -> None:
         """Emit the events every reading has (all of them when one reading is left). A call's
         start waits for its first argument text, so that a call that fails before is text."""
         threads = self.threads
         first = threads[0].events
+        held_whole = not final and any(t.call.started and not t.call.confirmed for t in threads)
         if len(threads) == 1:
             agreed = len(first)
         else:
+            # where a call is held whole, no event past its start goes out: they are not compared,
+            # so that the events held while it waits are not compared again with every chunk
+            most = threads[0].call_at + 1 if held_whole and threads[0].call_at >= 0 else len(first)
             agreed = 0
-            while agreed < len(first) and all(len(t.events) > agreed and t.events[agreed] == first[agreed]
-                                               for t in threads[1:]):
+            while agreed < most and all(len(t.events) > agreed and t.events[agreed] == first[agreed]
+                                        for t in threads[1:]):
                 agreed += 1
         if agreed and not final and first[agreed - 1][0] == OPENS:
             agreed -= 1
-        if agreed and not final and any(t.call.started and not t.call.confirmed for t in threads):
+        if agreed and held_whole:
             agreed = threads[0].last_call(agreed)  # a call not yet known to be one is held whole
         if agreed and not final:
             agreed = self._before_open_sections(first, agreed)
@@ -546,13 +591,23 @@ class LanguageStream(_Recovery, _Stepping):
 
     def _before_open_sections(self, events: list[tuple], agreed: int) -> int:
         """How many of the `agreed` events may go out: a section's opener and the text after it
-        are held while a reading is inside a section where no call has begun (a section that
-        holds no call is text)."""
-        for t in self.threads:
-            if t.section_open and _below(t.stack, t.section_at[1]):
-                start = t.section_at[0] + self.offset[0]
-                agreed = bisect_right(events, start, hi=agreed, key=_end_of)  # events lie in text order
+        are held while a reading is inside a section whose first call has not begun, or whose
+        start does not go out with them (a section that holds no call is text)."""
+        held = self._open_section_at(agreed)
+        if held is not None:
+            agreed = bisect_right(events, held, hi=agreed, key=_end_of)  # events lie in text order
         return agreed
+
+    def _open_section_at(self, agreed: int = 0) -> int | None:
+        """Where the earliest section that may yet turn out to hold no call begins (absolute), in
+        the readings inside one: no call in it has begun, or its first call's start is held beyond
+        the first `agreed` events; None where there is none."""
+        found = None
+        for t in self.threads:
+            if (t.section_open or t.first_in_section and t.call_at >= agreed) and _below(t.stack, t.section_at[1]):
+                start = t.section_at[0] + self.offset[0]
+                found = start if found is None else min(found, start)
+        return found
 
     def _commit_common_text(self) -> None:
         """Where the readings part inside a text of one role (reasoning that one reading ends at a
@@ -570,6 +625,9 @@ class LanguageStream(_Recovery, _Stepping):
                 any(e is None or e[0] != first[0] for e in nexts):
             return False
         shared = os.path.commonprefix([e[1] for e in nexts])
+        held = self._open_section_at()
+        if held is not None:  # a section's opener and what follows it wait as in `_before_open_sections`
+            shared = shared[:max(held - (first[2] - len(first[1])), 0)]
         if not shared:
             return False
         self._apply([(first[0], shared, first[2] - len(first[1]) + len(shared))])

@@ -45,6 +45,11 @@ RULES: tuple[Rule, ...] = (
          "A call's start is held until its arguments start well (a first key, a first tagged value, a "
          "bare value with the first marker after it that is not punctuation), so a call that fails "
          "before is text; a section's opener is held until a call in it begins."),
+    Rule("calls-not-inside-arguments",
+         "A call does not begin inside text another reading reads as a call's arguments written as "
+         "one JSON value (up to where the value ends, or where that reading failed): the reading that "
+         "begins it is dropped, unless none would be left, so a call written inside another call's "
+         "JSON arguments is part of them."),
     Rule("more-calls-win",
          "At the end of the output, of the complete readings the one with the most calls wins (a text "
          "that reads as content or as a call is a call), then the one that read more markers as markup "

@@ -143,7 +143,7 @@ class _Call:
     """The captures of the call being read."""
 
     __slots__ = ("name", "id", "args", "started", "pending", "mode", "scanner", "done", "awaits_id", "confirmed",
-                 "confirm_next", "closed")
+                 "confirm_next", "closed", "args_from")
 
     def __init__(self) -> None:
         self.name: str | None = None
@@ -160,13 +160,14 @@ class _Call:
         self.confirmed = False
         self.confirm_next = False  # the next marker read confirms it
         self.closed = False  # its own structure was read to its end (what holds its arguments)
+        self.args_from = -1  # where its arguments began (absolute), once they did
 
 
 class _Thread:
     __slots__ = ("stack", "pos", "events", "role", "head", "call", "parts", "member", "value", "count", "mark",
                  "skip", "own_id", "after_call", "section_calls", "calls_read",
                  "call_over", "streamed", "spool", "call_from", "section_at", "section_open", "first_in_section",
-                 "offset", "call_at", "calls_held", "shared", "markup")
+                 "offset", "call_at", "calls_held", "shared", "markup", "unchecked", "member_at")
 
     def __init__(self, stack: Any, pos: int, offset: list[int]) -> None:
         self.stack = stack  # (node, rest) pairs, None at the bottom
@@ -182,6 +183,7 @@ class _Thread:
         self.parts: list[str] = []  # the text of a name or id capture
         self.member: list[Any] | None = None  # [key, value node] of the tagged argument being read
         self.value: _Value | None = None  # raw text of a tagged value being read
+        self.member_at = -1  # where the text of that argument began (absolute), its key included
         self.count = 0  # tagged arguments read in the current call
         self.mark = pos  # where the last whole part read ends (text, a repeated item): failing later, the rest is text
         self.skip = ""  # a marker that may be left out (the end of reasoning skipped on resuming)
@@ -197,6 +199,9 @@ class _Thread:
         self.section_open = False  # no call has begun in that section yet
         self.first_in_section = False  # the call being read is that section's first
         self.markup = 0  # markers read as markup where a text beside them could hold them (`ir.MARKUP`)
+        # where the calls began (absolute) that were not yet checked against the arguments other
+        # readings read (`interpret.LanguageStream._outside_arguments`)
+        self.unchecked: tuple[int, ...] = ()
 
     def fork(self, stack: Any) -> _Thread:
         twin = _Thread(stack, self.pos, self.offset)
@@ -208,11 +213,12 @@ class _Thread:
         copy.name, copy.id, copy.args, copy.started = call.name, call.id, call.args, call.started
         copy.pending, copy.mode, copy.done, copy.awaits_id = list(call.pending), call.mode, call.done, call.awaits_id
         copy.confirmed, copy.confirm_next = call.confirmed, call.confirm_next
-        copy.closed = call.closed
+        copy.closed, copy.args_from = call.closed, call.args_from
         twin.call = copy
         twin.parts = list(self.parts)
         twin.member = None if self.member is None else list(self.member)
         twin.value = None if self.value is None else self.value.copy()
+        twin.member_at = self.member_at
         twin.count = self.count
         twin.mark = self.mark
         twin.skip = self.skip
@@ -224,6 +230,7 @@ class _Thread:
         twin.section_at, twin.section_open = self.section_at, self.section_open
         twin.first_in_section = self.first_in_section
         twin.markup = self.markup
+        twin.unchecked = self.unchecked
         return twin
 
     def drop_events(self, count: int) -> None:

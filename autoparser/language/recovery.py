@@ -200,6 +200,9 @@ class _Recovery:
         (a tagged value running to the end is complete; a JSON member still being written is
         not) and the call is marked incomplete."""
         closed = all(e[0] != OPENS for e in t.events) and self._arguments_closed()
+        # an argument whose value had not begun: its key is text, with what followed it
+        unbegun = t.call.mode == "members" and t.member is not None and not "".join(t.value or ()).strip()
+        member_at = max(t.member_at - self.offset[0], self.safe) if unbegun and t.member_at >= 0 else -1
         if t.call.mode == "members" and t.member is not None and "".join(t.value or ()).strip() and not closed:
             head = t.head
             if head.__class__ is _PyValue and head.quote and head.outer and t.value is not None:
@@ -215,7 +218,7 @@ class _Recovery:
         if self.out.calls:
             self.out.calls[-1].incomplete = True
         # what the arguments could not hold (a member or a marker the output stopped inside) is text
-        rest = self.buf[max(t.pos, self.safe):]
+        rest = self.buf[member_at if 0 <= member_at < t.pos else max(t.pos, self.safe):]
         if t.head.__class__ is _JsonValue:
             rest = t.head.scanner.held_raw() + rest
         if rest.strip():

@@ -95,6 +95,7 @@ class _Stepping:
                 t.section_open = True  # what it reads is held until a call in it begins
             elif node.kind == ir.CALL:
                 t.call_from = t.mark
+                t.unchecked += (t.pos + self.offset[0],)
                 t.after_call = t.stack
                 ends = t.stack is not None and bool(_first_marker(t.stack[0]))
                 t.call_over = t.stack[1] if ends else t.stack
@@ -171,6 +172,7 @@ class _Stepping:
             return self._members(t, node, final)
         elif cls is _Member:
             t.member = [node.key, None]
+            t.member_at = t.pos + self.offset[0]
             t.stack = (node.body, (_END_MEMBER, t.stack))
         elif cls is _EndMember:
             if not self._may_follow(t):
@@ -266,6 +268,7 @@ class _Stepping:
             t.own_id = []
         if role == ir.ARGUMENTS:
             call.args = True
+            call.args_from = t.pos + self.offset[0]
             body = node.body
             call.mode = "members" if isinstance(body, ir.Members) else \
                 "string" if isinstance(body, ir.Json) and body.kind == "string" else "json"
@@ -284,6 +287,8 @@ class _Stepping:
             t.start_call(waited=True)
         elif role == ir.ARGUMENTS:
             call.done = True
+            if call.mode == "json":
+                self.spans.append((call.args_from, t.pos + self.offset[0]))
             call.confirmed = call.confirmed or not call.confirm_next  # a bare word waits for the marker after it
             if call.mode == "members":
                 t.arguments("}")

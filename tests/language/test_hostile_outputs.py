@@ -1,0 +1,137 @@
+"""Hostile model outputs read in linear time, the stream giving the whole parse's message however
+the output is cut into chunks: an unfinished bare JSON call header repeated, and recovery cases
+where two readings fail at one place."""
+
+from __future__ import annotations
+
+import time
+
+import analyses
+import pytest
+from analyses import without_generated_ids
+
+from autoparser.language.reading import Parser
+
+HEADER = '{"name": "get_weather", "parameters": '
+
+
+def streamed(parser: Parser, text: str, size: int) -> tuple[dict, int]:
+    """The message of `text` fed `size` characters at a time, and the most readings alive at once."""
+    stream = parser.stream()
+    most = 0
+    for start in range(0, len(text), size):
+        stream.feed(text[start:start + size])
+        most = max(most, len(stream.threads))
+    stream.finish()
+    return stream.message(), most
+
+
+def test_a_repeated_unfinished_call_header_keeps_the_readings_few() -> None:
+    """`{"name": "f", "parameters": ` again and again (Llama 3.1's bare JSON calls): each brace may
+    open a call, but one that begins inside another reading's JSON arguments is part of them
+    (policy rule `calls-not-inside-arguments`), so the readings stay few and the time linear."""
+    parser = Parser(analyses.llama31())
+    text = (HEADER * (20_000 // len(HEADER) + 1))[:20_000]
+    started = time.process_time()
+    whole = parser.parse(text)
+    for size in (1, 16, 100):
+        message, most = streamed(parser, text[:4000] if size == 1 else text, size)
+        assert most <= 4, f"{most} readings alive at once, {size}-character chunks"
+        if size > 1:
+            assert without_generated_ids(message) == without_generated_ids(whole)
+    assert time.process_time() - started < 10  # it took 9.8 s for one whole parse when quadratic
+    assert whole["content"] == text.rstrip()  # a call whose arguments never began well is text
+    assert whole["tool_calls"] == []
+
+
+def test_a_call_inside_another_calls_json_arguments_is_part_of_them() -> None:
+    parser = Parser(analyses.llama31())
+    inner = '{"name": "get_weather", "parameters": {}}'
+    for text, incomplete in ((HEADER + inner + "}", False), (HEADER + inner, True)):
+        whole = parser.parse(text)
+        assert [(c["function"]["name"], c["function"]["arguments"]) for c in whole["tool_calls"]] == [
+            ("get_weather", inner)]
+        assert bool(whole["tool_calls"][0].get("incomplete")) is incomplete
+        assert not whole["content"]
+        for size in (1, 5, 16):
+            assert without_generated_ids(streamed(parser, text, size)[0]) == without_generated_ids(whole)
+
+
+def test_a_call_after_one_that_failed_inside_its_arguments_is_still_read() -> None:
+    """Only a living reading's arguments hold a call: where the outer call's JSON breaks before
+    the inner one begins, the inner one is a call."""
+    parser = Parser(analyses.llama31())
+    text = HEADER + 'oops {"name": "get_weather", "parameters": {"location": "Oslo"}}'
+    whole = parser.parse(text)
+    assert [c["function"]["arguments"] for c in whole["tool_calls"]] == ['{"location": "Oslo"}']
+    assert without_generated_ids(streamed(parser, text, 3)[0]) == without_generated_ids(whole)
+
+
+def test_a_reading_that_failed_further_into_a_marker_is_recovered_wherever_the_chunks_end() -> None:
+    """GLM-4.5: `<think><tool_call><|user|>`. One reading fails at `<|user|>` on its first
+    character (a call's name cannot begin with `<`), another on its second (it is not
+    `</think>`): recovery goes on from the second, whether the first failed in an earlier chunk
+    or in the same one."""
+    parser = Parser(analyses.glm45())
+    text = "<think><tool_call><|user|>"
+    whole = parser.parse(text)
+    assert whole["reasoning_content"] == "<tool_call>"
+    for cut in range(1, len(text)):
+        stream = parser.stream()
+        stream.feed(text[:cut])
+        stream.feed(text[cut:])
+        stream.finish()
+        assert without_generated_ids(stream.message()) == without_generated_ids(whole), cut
+
+
+def test_text_after_a_section_opener_waits_until_the_section_holds_a_call() -> None:
+    """R1: `</think><｜tool▁calls▁begin｜><think></think>` read as a section holding text only: the
+    section's opener is text, and the text after it is not let go before it, wherever the chunks
+    end (readings that share the text after the opener wait for the section too)."""
+    analysis = analyses.deepseek_r1()
+    text = "</think>" + analysis.tools.section_start + "<think></think>"
+    parser = Parser(analysis)
+    whole = parser.parse(text)
+    assert whole["content"] == text[len("</think>"):]
+    for cut in range(1, len(text)):
+        stream = parser.stream()
+        stream.feed(text[:cut])
+        stream.feed(text[cut:])
+        stream.finish()
+        assert without_generated_ids(stream.message()) == without_generated_ids(whole), cut
+
+
+def test_whitespace_after_a_call_not_yet_confirmed_streams_in_linear_time() -> None:
+    """DeepSeek V3.1 thinking: `</think>...<｜tool▁sep｜>{` then whitespace. The call is held whole
+    until its first key; the events its readings hold meanwhile are not compared again with every
+    chunk (200 KB took 23 s)."""
+    analysis = analyses.deepseek_v31()
+    head = analyses.render_output(analysis, None, "", [("get_weather", {"city": "Paris"})], stop=False)
+    text = "</think>" + head[:head.index("{") + 1] + " \n" * 100_000
+    parser = Parser(analysis, thinking=True)
+    started = time.process_time()
+    message, _ = streamed(parser, text, 16)
+    assert time.process_time() - started < 5
+    assert without_generated_ids(message) == without_generated_ids(parser.parse(text))
+
+
+def test_a_call_inside_arguments_is_not_recovered_from_either() -> None:
+    """A reading whose call began inside another's JSON arguments is dropped also where it fails
+    in the pass it began in (it is not the one recovery goes on from), as it is where it is still
+    alive at the end of a shorter chunk."""
+    parser = Parser(analyses.llama31(), tools=analyses.WEATHER_TOOLS)
+    text = HEADER + '{"name": "get_weather", "parameters": {}}</tool_call><|eot_id|></tool_call>"x": 1[]text'
+    whole = without_generated_ids(parser.parse(text))
+    for size in (1, 7, 16, 512):
+        assert without_generated_ids(streamed(parser, text, size)[0]) == whole, size
+
+
+@pytest.mark.xfail(strict=True, reason="within one pass, a reading pruned at a fork for one in the same state "
+                                       "(`_unseen`) is not brought back when that one is dropped at the end of "
+                                       "the pass (`calls-not-inside-arguments`): read whole, the call before is lost")
+def test_a_call_before_one_whose_arguments_hold_a_call_is_kept_whole_as_streamed() -> None:
+    parser = Parser(analyses.llama31(), tools=analyses.WEATHER_TOOLS)
+    text = ('{"name":"get_weather","parameters":{}}{"name":"get_weather","arguments":'
+            '{"name":"get_weather","parameters":{}}{"')
+    whole = without_generated_ids(parser.parse(text))
+    assert without_generated_ids(streamed(parser, text, 16)[0]) == whole
