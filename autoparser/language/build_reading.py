@@ -485,13 +485,13 @@ class _Reading(_Builder):
             return body
         start, end = r.start.strip(), r.end.strip()
         answer = body if closed is None else closed
-        inside = self.reasoning_to_answer(answer, section, end)
+        inside = self.reasoning_to_answer(answer, section, end, written=not self.forced)
         if self.forced:
             if not start:
                 return choice(*inside)
             # the prompt opened reasoning: a start marker the model writes again first is markup,
             # and one more after it is the reasoning's text
-            repeated = self.reasoning_to_answer(answer, section, end, repeated=True)
+            repeated = self.reasoning_to_answer(answer, section, end, repeated=True, written=True)
             return choice(seq(self.gap(), self.marker(start), choice(*repeated)), choice(*inside))
         ends_answer = stray is not None and self.stray_end()
         options = [unended if unended is not None and (self.implies_reasoning() or ends_answer) else body,
@@ -507,14 +507,17 @@ class _Reading(_Builder):
             options.append(seq(stray, self.marker(end), body))
         return choice(*options)
 
-    def reasoning_to_answer(self, body: Node, section: Node | None, end: str, repeated: bool = False) -> list[Node]:
+    def reasoning_to_answer(self, body: Node, section: Node | None, end: str, repeated: bool = False,
+                            written: bool = False) -> list[Node]:
         """Reasoning, then what ends it: its end marker and `body`; an interrupt and the answer;
         the end of the output; a call whose section opener was left out. `repeated`: the reasoning
-        follows a start marker the model wrote again after the prompt's (one more is its text)."""
+        follows a start marker the model wrote again after the prompt's (one more is its text);
+        `written`: the model wrote a start marker before it."""
         interrupts = self.interrupts()
-        # output that opens the calls at once holds no reasoning, even where an end marker
-        # comes later: the calls are the answer (so a call in it that breaks is no reasoning)
-        opener = self.calls_opener() if section is not None and self.calls_opener() in interrupts else ""
+        # output that opens the calls at once, reasoning unwritten, holds no reasoning even where
+        # an end marker comes later: the calls are the answer (so a call in it that breaks is no
+        # reasoning); after a start marker the model wrote, the calls' opener is its text
+        opener = self.calls_opener() if not written and section is not None and self.calls_opener() in interrupts else ""
         closed = self.reasoning_text(repeated=repeated, not_first=(opener,) if opener else ())
         inside = [seq(closed, self.marker(end), body)]
         if self.forced:

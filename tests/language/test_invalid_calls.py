@@ -100,3 +100,15 @@ def test_the_call_after_a_broken_one_is_kept(family: str, reasoning: str | None)
     assert analyses.calls(message)[-1:] == [("get_weather", {"city": "Paris"})], message
     for seed in range(4):
         assert analyses.calls(streamed(parser, broken, seed)) == analyses.calls(message)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_reasoning_the_model_opened_may_begin_with_the_calls_opener(seed: int) -> None:
+    """Only reasoning the model did not open gives way to calls written at once: after a start
+    marker it wrote, the calls' opener is the reasoning's text up to the end marker."""
+    parser = analyses.glm45().parser()
+    text = "<think><tool_call>x</think>hi"
+    for message in (parser.parse(text), streamed(parser, text, seed)):
+        assert message["reasoning_content"] == "<tool_call>x"
+        assert message["content"] == "hi"
+        assert not message["tool_calls"]
