@@ -1,0 +1,112 @@
+"""Tokenizing a prompt from the longest beginning tokenized before.
+
+Each turn of a conversation renders the earlier turns again. llama.cpp tokenizes the text
+between special tokens piece by piece, each on its own, so a prompt cut right before a special
+token tokenizes as its two parts do, one after the other: kept at such cuts, a prompt's
+beginning spares the next turn's tokenizing all but its end. `PrefixTokenizer` does this over
+any text -> ids function that reads special tokens: the own engine's `tokenize`, or an
+upstream llama-server's `/tokenize`.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from array import array
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+
+TOKEN_BYTES = 4
+"""What one kept token costs (`array('i')`)."""
+
+
+class PrefixTokens:
+    """The tokens of prompt beginnings tokenized before, cut where a special token's text begins.
+
+    Bounded by the bytes kept (each beginning's UTF-8 text and its tokens), least recently used
+    first out; shared by the threads that prepare requests."""
+
+    KEPT_CUTS = 3
+    """Cuts kept per prompt, the last ones: where the next turn's prompt goes on from it (before
+    the generation prompt, or before the last answer, which some templates render otherwise once
+    it is history)."""
+
+    def __init__(self, max_bytes: int = 16 << 20) -> None:
+        self.max_bytes = max_bytes
+        self._tokens: OrderedDict[str, array[int]] = OrderedDict()
+        self._weights: dict[str, int] = {}
+        self._by_length: dict[int, list[str]] = {}
+        self.bytes = 0
+        self._lock = threading.Lock()
+
+    def longest(self, text: str, cuts: list[int]) -> tuple[int, list[int]]:
+        """(where the longest kept beginning of `text` ends, its tokens); (0, []) without one."""
+        with self._lock:
+            for cut in reversed(cuts):
+                for prefix in self._by_length.get(cut, ()):
+                    if text.startswith(prefix):
+                        self._tokens.move_to_end(prefix)
+                        return cut, self._tokens[prefix].tolist()
+        return 0, []
+
+    def store(self, text: str, cuts: list[int], tokens: list[int], special_ids: frozenset[int]) -> None:
+        """Keep `text`'s beginnings at its last cuts. Each cut's tokens end before the special
+        token its text begins with; where the special tokens among `tokens` are not one for each
+        cut (another special token in the text), nothing is kept."""
+        positions = [index for index, token in enumerate(tokens) if token in special_ids]
+        if len(positions) != len(cuts):
+            return
+        with self._lock:
+            for cut, position in list(zip(cuts, positions, strict=True))[-self.KEPT_CUTS:]:
+                if cut > 0:
+                    self._keep(text[:cut], tokens[:position])
+            while self.bytes > self.max_bytes and self._tokens:
+                self._forget(next(iter(self._tokens)))
+
+    def __len__(self) -> int:
+        return len(self._tokens)
+
+    def _keep(self, prefix: str, tokens: list[int]) -> None:
+        if prefix in self._tokens:
+            self._tokens.move_to_end(prefix)
+            return
+        self._tokens[prefix] = array("i", tokens)
+        weight = len(prefix.encode("utf-8", "surrogatepass")) + TOKEN_BYTES * len(tokens)
+        self._weights[prefix] = weight
+        self._by_length.setdefault(len(prefix), []).append(prefix)
+        self.bytes += weight
+
+    def _forget(self, prefix: str) -> None:
+        del self._tokens[prefix]
+        same_length = self._by_length[len(prefix)]
+        same_length.remove(prefix)
+        if not same_length:
+            del self._by_length[len(prefix)]
+        self.bytes -= self._weights.pop(prefix)
+
+
+class PrefixTokenizer:
+    """`tokenize` (text -> ids, special tokens read as such, no BOS added) from the longest
+    beginning of the text tokenized before; the same ids as `tokenize` of the whole text.
+
+    `special_ids`: each special token's spelling and id. A prompt whose special tokens are not
+    exactly its spellings' (one spelled otherwise, or one whose id is unknown) is tokenized
+    whole and kept nowhere."""
+
+    def __init__(self, tokenize: Callable[[str], list[int]], special_ids: Mapping[str, int],
+                 max_bytes: int = 16 << 20) -> None:
+        self._tokenize = tokenize
+        spellings = sorted((text for text in special_ids if text), key=len, reverse=True)
+        self._specials = re.compile("|".join(map(re.escape, spellings))) if spellings else None
+        self._special_id_set = frozenset(special_ids[text] for text in spellings)
+        self.prefixes = PrefixTokens(max_bytes)
+
+    def __call__(self, text: str) -> list[int]:
+        if self._specials is None:
+            return self._tokenize(text)
+        cuts = [found.start() for found in self._specials.finditer(text)]
+        done, tokens = self.prefixes.longest(text, cuts)
+        if done < len(text):
+            tokens += self._tokenize(text[done:])
+        self.prefixes.store(text, cuts, tokens, self._special_id_set)
+        return tokens
