@@ -10,7 +10,9 @@ upstream llama-server's `/tokenize`.
 
 from __future__ import annotations
 
+import bisect
 import re
+import sys
 import threading
 from array import array
 from collections import OrderedDict
@@ -23,7 +25,7 @@ TOKEN_BYTES = 4
 class PrefixTokens:
     """The tokens of prompt beginnings tokenized before, cut where a special token's text begins.
 
-    Bounded by the bytes kept (each beginning's UTF-8 text and its tokens), least recently used
+    Bounded by the bytes kept (each beginning's text, as Python holds it, and its tokens), least recently used
     first out; shared by the threads that prepare requests."""
 
     KEPT_CUTS = 3
@@ -49,15 +51,21 @@ class PrefixTokens:
                         return cut, self._tokens[prefix].tolist()
         return 0, []
 
-    def store(self, text: str, cuts: list[int], tokens: list[int], special_ids: frozenset[int]) -> None:
+    def store(self, text: str, cuts: list[int], tokens: list[int], special_ids: frozenset[int],
+              known: tuple[int, int] = (0, 0)) -> None:
         """Keep `text`'s beginnings at its last cuts. Each cut's tokens end before the special
         token its text begins with; where the special tokens among `tokens` are not one for each
-        cut (another special token in the text), nothing is kept."""
-        positions = [index for index, token in enumerate(tokens) if token in special_ids]
-        if len(positions) != len(cuts):
+        cut (another special token in the text), nothing is kept.
+
+        `known`: (n, length) when `tokens[:length]` are a kept beginning's, which holds the special
+        tokens of the first n cuts: only the tokens after it are counted."""
+        specials, length = known
+        specials += sum(1 for token in tokens[length:] if token in special_ids)
+        if specials != len(cuts):
             return
+        positions = _last_positions(tokens, special_ids, min(self.KEPT_CUTS, len(cuts)))
         with self._lock:
-            for cut, position in list(zip(cuts, positions, strict=True))[-self.KEPT_CUTS:]:
+            for cut, position in zip(cuts[len(cuts) - len(positions):], positions, strict=True):
                 if cut > 0:
                     self._keep(text[:cut], tokens[:position])
             while self.bytes > self.max_bytes and self._tokens:
@@ -71,7 +79,7 @@ class PrefixTokens:
             self._tokens.move_to_end(prefix)
             return
         self._tokens[prefix] = array("i", tokens)
-        weight = len(prefix.encode("utf-8", "surrogatepass")) + TOKEN_BYTES * len(tokens)
+        weight = sys.getsizeof(prefix) + TOKEN_BYTES * len(tokens)
         self._weights[prefix] = weight
         self._by_length.setdefault(len(prefix), []).append(prefix)
         self.bytes += weight
@@ -83,6 +91,17 @@ class PrefixTokens:
         if not same_length:
             del self._by_length[len(prefix)]
         self.bytes -= self._weights.pop(prefix)
+
+
+def _last_positions(tokens: list[int], special_ids: frozenset[int], count: int) -> list[int]:
+    """Where the last `count` special tokens of `tokens` are, in order."""
+    found: list[int] = []
+    for index in range(len(tokens) - 1, -1, -1):
+        if len(found) == count:
+            break
+        if tokens[index] in special_ids:
+            found.append(index)
+    return found[::-1]
 
 
 class PrefixTokenizer:
@@ -106,7 +125,8 @@ class PrefixTokenizer:
             return self._tokenize(text)
         cuts = [found.start() for found in self._specials.finditer(text)]
         done, tokens = self.prefixes.longest(text, cuts)
+        known = (bisect.bisect_left(cuts, done), len(tokens))
         if done < len(text):
             tokens += self._tokenize(text[done:])
-        self.prefixes.store(text, cuts, tokens, self._special_id_set)
+        self.prefixes.store(text, cuts, tokens, self._special_id_set, known)
         return tokens

@@ -4,6 +4,7 @@ DeepSeek V3.1's template); a client's special-token text stays text."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import pytest
@@ -87,16 +88,27 @@ def test_ids_match_whole_tokenization_around_special_tokens(tiny_engine: Any, se
 
 
 def test_prefix_tokens_are_kept_at_special_tokens_and_bounded_in_bytes() -> None:
-    prefixes = PrefixTokens(max_bytes=40)
+    weight = lambda text, tokens: sys.getsizeof(text) + 4 * tokens  # noqa: E731
+    prefixes = PrefixTokens(max_bytes=weight("ab", 2) + weight("ab<S>cd", 5) + 10)
     text = "ab<S>cd<S>ef"  # tokens: a b <S>=9 c d <S>=9 e f
     prefixes.store(text, [2, 7], [1, 2, 9, 3, 4, 9, 5, 6], frozenset({9}))
-    assert prefixes.bytes == (2 + 2 * 4) + (7 + 5 * 4)
+    assert prefixes.bytes == weight("ab", 2) + weight("ab<S>cd", 5)
     assert prefixes.longest("ab<S>cd<S>gh", [2, 7]) == (7, [1, 2, 9, 3, 4])
     assert prefixes.longest("ab<S>xx<S>", [2, 7]) == (2, [1, 2])
     assert prefixes.longest("zz<S>", [2]) == (0, [])
     prefixes.store("a<S>", [1], [1, 2], frozenset({9}))  # no special token among the tokens: kept nowhere
     assert prefixes.longest("a<S>b", [1]) == (0, [])
-    prefixes.store("abcdefghij<S>", [10], [1, 9], frozenset({9}))  # 14 bytes more: the least recently used go
+    prefixes.store("abcdefghij<S>", [10], [1, 9], frozenset({9}))  # over the bound: the least recently used go
     assert prefixes.longest("ab<S>cd<S>", [2, 7]) == (2, [1, 2])
     assert prefixes.longest("abcdefghij<S>x", [10]) == (10, [1])
-    assert prefixes.bytes <= 40
+    assert prefixes.bytes <= prefixes.max_bytes
+
+
+def test_only_the_tokens_after_a_kept_beginning_are_counted() -> None:
+    """`known` vouches for the kept beginning's special tokens; a mismatch after it keeps nothing."""
+    prefixes = PrefixTokens()
+    # "a<S>b<S>c", cuts 1 and 5; "a<S>b"'s 3 tokens, with the first cut's special token, are known
+    prefixes.store("a<S>b<S>c", [1, 5], [1, 9, 2, 9, 3], frozenset({9}), known=(1, 3))
+    assert prefixes.longest("a<S>b<S>", [1, 5]) == (5, [1, 9, 2])
+    prefixes.store("a<S>x<S>y", [1, 5], [1, 9, 2, 3], frozenset({9}), known=(1, 3))  # one special short
+    assert prefixes.longest("a<S>x<S>", [1, 5]) == (1, [1])
