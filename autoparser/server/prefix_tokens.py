@@ -15,7 +15,7 @@ import re
 import sys
 import threading
 from array import array
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping
 
 TOKEN_BYTES = 4
@@ -37,7 +37,8 @@ class PrefixTokens:
         self.max_bytes = max_bytes
         self._tokens: OrderedDict[str, array[int]] = OrderedDict()
         self._weights: dict[str, int] = {}
-        self._by_length: dict[int, list[str]] = {}
+        self._lengths: Counter[int] = Counter()
+        """How many kept beginnings have each length: a cut no beginning ends at costs no lookup."""
         self.bytes = 0
         self._lock = threading.Lock()
 
@@ -45,10 +46,9 @@ class PrefixTokens:
         """(where the longest kept beginning of `text` ends, its tokens); (0, []) without one."""
         with self._lock:
             for cut in reversed(cuts):
-                for prefix in self._by_length.get(cut, ()):
-                    if text.startswith(prefix):
-                        self._tokens.move_to_end(prefix)
-                        return cut, self._tokens[prefix].tolist()
+                if cut in self._lengths and (tokens := self._tokens.get(prefix := text[:cut])) is not None:
+                    self._tokens.move_to_end(prefix)
+                    return cut, tokens.tolist()
         return 0, []
 
     def store(self, text: str, cuts: list[int], tokens: list[int], special_ids: frozenset[int],
@@ -81,15 +81,14 @@ class PrefixTokens:
         self._tokens[prefix] = array("i", tokens)
         weight = sys.getsizeof(prefix) + TOKEN_BYTES * len(tokens)
         self._weights[prefix] = weight
-        self._by_length.setdefault(len(prefix), []).append(prefix)
+        self._lengths[len(prefix)] += 1
         self.bytes += weight
 
     def _forget(self, prefix: str) -> None:
         del self._tokens[prefix]
-        same_length = self._by_length[len(prefix)]
-        same_length.remove(prefix)
-        if not same_length:
-            del self._by_length[len(prefix)]
+        self._lengths[len(prefix)] -= 1
+        if not self._lengths[len(prefix)]:
+            del self._lengths[len(prefix)]
         self.bytes -= self._weights.pop(prefix)
 
 

@@ -112,3 +112,12 @@ def test_only_the_tokens_after_a_kept_beginning_are_counted() -> None:
     assert prefixes.longest("a<S>b<S>", [1, 5]) == (5, [1, 9, 2])
     prefixes.store("a<S>x<S>y", [1, 5], [1, 9, 2, 3], frozenset({9}), known=(1, 3))  # one special short
     assert prefixes.longest("a<S>x<S>", [1, 5]) == (1, [1])
+
+
+def test_many_beginnings_of_one_length_are_found_by_their_text() -> None:
+    prefixes = PrefixTokens()
+    for seed in range(1000, 3000):
+        prefixes.store(f"q{seed}<S>", [5], [seed, 9], frozenset({9}))
+    assert prefixes.longest("q2345<S>x", [5]) == (5, [2345])
+    assert prefixes.longest("q0000<S>x", [5]) == (0, [])
+    assert len(prefixes) == 2000
