@@ -31,6 +31,7 @@ from autoparser.server.anomalies import AnomalyFinder
 from autoparser.server.completion import Completion, OutputOptions
 from autoparser.server.errors import APIError, bad_request
 from autoparser.server.preamble import template_hides_tools, tools_preamble, with_preamble
+from autoparser.server.prefix_tokens import PrefixTokenizer
 from autoparser.server.protocol import ChatCompletionRequest, GenerationFields
 from autoparser.server.validation import (
     InvalidInput,
@@ -103,6 +104,8 @@ class PreparedChat:
 PARSER_BYTES_PER_KEY_BYTE = 64
 CACHE_BYTES = 128 << 20
 """The most each of the grammar, parser and preamble caches holds (estimated bytes)."""
+PROMPT_PREFIX_BYTES = 16 << 20
+"""The most the prompt beginnings kept with their tokens take (`PrefixTokenizer`)."""
 
 
 def _grammar_weight(key: Any, result: Any) -> int:
@@ -131,6 +134,8 @@ class ChatService:
                                   if (token := engine.token_id(text)) is not None}
         self._end_of_turn_ids, self._end_of_turn_texts = self._end_of_turn()
         self._unused_specials = self.special_tokens - self._marker_tokens()
+        self.prompt_tokens = PrefixTokenizer(lambda text: engine.tokenize(text, parse_special=True, add_bos=False),
+                                             self.special_token_ids, max_bytes=PROMPT_PREFIX_BYTES)
         # Requests are rendered in child processes that are killed when a render outruns its
         # deadline (see `autoparser.render_process`).
         self.renderer = RenderPool(analysis.source, analysis.bos_token, analysis.eos_token)
@@ -290,7 +295,8 @@ class ChatService:
         `masked`: the same prompt rendered from masked client input (`SpecialMask`)."""
         try:
             return tokenize_prompt(self.engine, prompt, client_texts, self.special_tokens,
-                                   limit=int(self.engine.n_ctx), masked=masked, mask=self._mask)
+                                   limit=int(self.engine.n_ctx), masked=masked, mask=self._mask,
+                                   whole=self.prompt_tokens)
         except PromptTooLong as exc:
             self.clip_max_tokens(exc.at_least, None, at_least=True)
             raise

@@ -35,7 +35,6 @@ import logging
 import re
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -118,9 +117,6 @@ class UpstreamVocabulary:
         self.n_vocab = 0
         self.special_tokens: set[str] = set()
         self.special_ids: dict[str, int] = {}
-        self._specials: re.Pattern[str] | None = None
-        self._special_id_set: frozenset[int] = frozenset()
-        self.prefixes = PrefixTokens()
 
     # -- start-up ------------------------------------------------------------------------------
 
@@ -174,28 +170,14 @@ class UpstreamVocabulary:
                     plain.add(piece)
         self.special_ids = found
         self.special_tokens = set(found)
-        self._special_id_set = frozenset(found.values())
-        spellings = sorted(found, key=len, reverse=True)
-        self._specials = re.compile("|".join(map(re.escape, spellings))) if spellings else None
-        self.prefixes = PrefixTokens()
 
     # -- the token methods `ChatService` uses --------------------------------------------------
 
     def tokenize(self, text: str, parse_special: bool = True, add_bos: bool = False) -> list[int]:
-        """As `Engine.tokenize`. A prompt's beginning tokenized before (the earlier turns of a
-        conversation) is taken from `prefixes`; only the rest goes to the upstream."""
-        if not parse_special or add_bos or self._specials is None:
-            return self._tokenize_here(text, parse_special, add_bos)
-        cuts = [found.start() for found in self._specials.finditer(text)]
-        done, tokens = self.prefixes.longest(text, cuts)
-        tokens = tokens + self._tokenize_here(text[done:], True, False) if done < len(text) else list(tokens)
-        self.prefixes.store(text, cuts, tokens, self._special_id_set)
-        return tokens
-
-    def _tokenize_here(self, text: str, parse_special: bool, add_bos: bool) -> list[int]:
-        """`text`'s tokens from the upstream, very long runs of characters in pieces: in one
-        piece they crash llama.cpp's pre-tokenizer for some vocabularies, llama-server's too
-        (27,000 letters killed it with DeepSeek's)."""
+        """As `Engine.tokenize`: `text`'s tokens from the upstream, very long runs of characters
+        in pieces: in one piece they crash llama.cpp's pre-tokenizer for some vocabularies,
+        llama-server's too (27,000 letters killed it with DeepSeek's). A prompt's beginning
+        tokenized before is reused by `ChatService` (`PrefixTokenizer`), not here."""
         tokens: list[int] = []
         for index, piece in enumerate(tokenizer_pieces(text, self.special_tokens if parse_special else ())):
             body = {"content": piece, "add_special": add_bos and index == 0, "parse_special": parse_special}
@@ -246,69 +228,6 @@ class UpstreamVocabulary:
         if status != 200:
             raise UpstreamError(f"{self.base_url}{path} answered HTTP {status}: {_refusal_text(answer)}")
         return json.loads(answer)
-
-
-class PrefixTokens:
-    """The tokens of prompt beginnings tokenized before, cut where a special token's text begins.
-
-    llama.cpp tokenizes the text between special tokens piece by piece, each on its own, so a
-    prompt cut right before a special token tokenizes as its two parts do, one after the other.
-    Each turn of a conversation renders the earlier turns again: kept at the last few such cuts,
-    a prompt's beginning spares the next turn's tokenizing all but its end (on the upstream, a
-    conversation's whole length every turn). Bounded by the characters kept, least recently used
-    first out; shared by the threads that prepare requests."""
-
-    KEPT_CUTS = 3
-    """Cuts kept per prompt, the last ones: where the next turn's prompt goes on from it (before
-    the generation prompt, or before the last answer, which some templates render otherwise once
-    it is history)."""
-
-    def __init__(self, max_chars: int = 4_000_000) -> None:
-        self.max_chars = max_chars
-        self._tokens: OrderedDict[str, list[int]] = OrderedDict()
-        self._by_length: dict[int, list[str]] = {}
-        self._chars = 0
-        self._lock = threading.Lock()
-
-    def longest(self, text: str, cuts: list[int]) -> tuple[int, list[int]]:
-        """(where the longest kept beginning of `text` ends, its tokens); (0, []) without one."""
-        with self._lock:
-            for cut in reversed(cuts):
-                for prefix in self._by_length.get(cut, ()):
-                    if text.startswith(prefix):
-                        self._tokens.move_to_end(prefix)
-                        return cut, self._tokens[prefix]
-        return 0, []
-
-    def store(self, text: str, cuts: list[int], tokens: list[int], special_ids: frozenset[int]) -> None:
-        """Keep `text`'s beginnings at its last cuts. Each cut's tokens end before the special
-        token its text begins with; where the special tokens among `tokens` are not one for each
-        cut (another special token in the text), nothing is kept."""
-        positions = [index for index, token in enumerate(tokens) if token in special_ids]
-        if len(positions) != len(cuts):
-            return
-        with self._lock:
-            for cut, position in list(zip(cuts, positions, strict=True))[-self.KEPT_CUTS:]:
-                if cut > 0:
-                    self._keep(text[:cut], tokens[:position])
-            while self._chars > self.max_chars and self._tokens:
-                self._forget(next(iter(self._tokens)))
-
-    def _keep(self, prefix: str, tokens: list[int]) -> None:
-        if prefix in self._tokens:
-            self._tokens.move_to_end(prefix)
-            return
-        self._tokens[prefix] = tokens
-        self._by_length.setdefault(len(prefix), []).append(prefix)
-        self._chars += len(prefix)
-
-    def _forget(self, prefix: str) -> None:
-        del self._tokens[prefix]
-        same_length = self._by_length[len(prefix)]
-        same_length.remove(prefix)
-        if not same_length:
-            del self._by_length[len(prefix)]
-        self._chars -= len(prefix)
 
 
 class JsonPoster:

@@ -20,6 +20,7 @@ import json
 import logging
 import re
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from autoparser.generators.schema_gbnf import SchemaError, check_schema
@@ -341,13 +342,15 @@ class PromptTooLong(ValueError):
 
 def tokenize_prompt(engine: Any, prompt: str, untrusted: set[str], special_tokens: Any,
                     limit: int | None = None, masked: str | None = None,
-                    mask: SpecialMask | None = None) -> list[int]:
+                    mask: SpecialMask | None = None,
+                    whole: Callable[[str], list[int]] | None = None) -> list[int]:
     """The prompt's tokens, with special-token text that came from the client read as text.
 
     The template's own markers are special tokens (`parse_special=True`); a client's text that
     holds a special token's spelling (`<|im_end|>` typed into a message) is tokenized as plain
     text, so a user cannot forge a turn boundary or a tool call. Prompts whose client texts hold
-    no special-token spelling are tokenized in one call, exactly as before.
+    no special-token spelling are tokenized in one call, exactly as before (by `whole`, where
+    given: the same ids, e.g. from a beginning tokenized before, see `PrefixTokenizer`).
 
     With `masked` (the same conversation rendered with `mask.mask` applied to the client's
     input), the client's spellings are found by their sentinels (see `SpecialMask`); otherwise,
@@ -371,7 +374,7 @@ def tokenize_prompt(engine: Any, prompt: str, untrusted: set[str], special_token
                            "template's own markers.", param="messages")
     risky = sorted(forged, key=len, reverse=True)
     if not risky:
-        return engine.tokenize(prompt, parse_special=True, add_bos=False)
+        return whole(prompt) if whole is not None else engine.tokenize(prompt, parse_special=True, add_bos=False)
     if len(risky) > MAX_SPECIAL_TEXTS:
         raise InvalidInput(f"{len(risky)} texts in the request spell special tokens of the model; "
                            f"at most {MAX_SPECIAL_TEXTS} may", param="messages")

@@ -548,37 +548,23 @@ TURN_TWO = TURN_ONE + "Sunny, 21 °C.<｜end▁of▁sentence｜><｜User｜>And 
 
 
 def test_a_conversations_earlier_turns_are_not_tokenized_again(upstream: LlamaServer) -> None:
-    """The second turn's prompt sends only what follows the first turn's kept beginning to the
-    upstream, and gets the same tokens as tokenizing it whole."""
+    """With the upstream's /tokenize as its tokenizer, the second turn's prompt sends only what
+    follows the first turn's kept beginning, and gets the same tokens as tokenizing it whole."""
+    from autoparser.server.prefix_tokens import PrefixTokenizer
     from autoparser.server.upstream import UpstreamVocabulary
 
     vocabulary = UpstreamVocabulary(upstream.base_url)
     vocabulary.connect()
     vocabulary.learn_special_tokens([TURN_TWO])
     assert {"<｜User｜>", "<｜Assistant｜>"} <= vocabulary.special_tokens
-    whole = [vocabulary._tokenize_here(text, True, False) for text in (TURN_ONE, TURN_TWO, TURN_TWO + " ")]
+    whole = [vocabulary.tokenize(text) for text in (TURN_ONE, TURN_TWO, TURN_TWO + " ")]
     sent: list[str] = []
     post = vocabulary._post
     vocabulary._post = lambda path, body: sent.append(body["content"]) or post(path, body)  # type: ignore[method-assign]
-    assert [vocabulary.tokenize(text) for text in (TURN_ONE, TURN_TWO, TURN_TWO + " ")] == whole
+    tokenizer = PrefixTokenizer(vocabulary.tokenize, vocabulary.special_ids)
+    assert [tokenizer(text) for text in (TURN_ONE, TURN_TWO, TURN_TWO + " ")] == whole
     assert sent[0] == TURN_ONE
     # from the first turn's generation prompt on (its answer follows it)
     assert sent[1] == TURN_TWO[TURN_ONE.rindex("<｜Assistant｜>"):]
     assert TURN_TWO.endswith(sent[2][:-1]) and len(sent[2]) < 30  # the same prompt again: from its last cut on
     vocabulary.close()
-
-
-def test_prefix_tokens_are_kept_at_special_tokens_and_bounded() -> None:
-    from autoparser.server.upstream import PrefixTokens
-
-    prefixes = PrefixTokens(max_chars=12)
-    text = "ab<S>cd<S>ef"  # tokens: a b <S>=9 c d <S>=9 e f
-    prefixes.store(text, [2, 7], [1, 2, 9, 3, 4, 9, 5, 6], frozenset({9}))
-    assert prefixes.longest("ab<S>cd<S>gh", [2, 7]) == (7, [1, 2, 9, 3, 4])
-    assert prefixes.longest("ab<S>xx<S>", [2, 7]) == (2, [1, 2])
-    assert prefixes.longest("zz<S>", [2]) == (0, [])
-    prefixes.store("a<S>", [1], [1, 2], frozenset({9}))  # no special token among the tokens: kept nowhere
-    assert prefixes.longest("a<S>b", [1]) == (0, [])
-    prefixes.store("abcdefghij<S>", [10], [1, 9], frozenset({9}))  # 19 characters kept: the least recently used go
-    assert prefixes.longest("ab<S>cd<S>", [2, 7]) == (2, [1, 2])
-    assert prefixes.longest("abcdefghij<S>x", [10]) == (10, [1])
