@@ -6,8 +6,6 @@ Standard library only: the standalone module embeds it.
 
 from __future__ import annotations
 
-import os
-
 from autoparser.language import ir
 from autoparser.language.readings import (
     _WHITESPACE,
@@ -34,15 +32,12 @@ def _origin(t: _Thread) -> int:
 
 def _reach(t: _Thread, buf: str) -> int:
     """Where a failed reading's text ends: the end of the output where it failed inside the
-    marker the output ends with (a cut-off `<param`), else where it failed, past as much of the
-    marker it failed in as the text holds (a reading that failed on the second character of a
-    marker saw more of the text than one that failed on its first, however the chunks came)."""
+    marker the output ends with (a cut-off `<param`), else where it failed."""
     head = t.head
     if head.__class__ is _Lit and not head.done and t.pos >= 0:
         rest = buf[t.pos:].lstrip(_WHITESPACE)
         if rest and head.core.startswith(rest):
             return len(buf)
-        return len(buf) - len(rest) + len(os.path.commonprefix([head.core, rest[:len(head.core)]]))
     return t.pos
 
 
