@@ -435,3 +435,12 @@ def streamed_in_random_chunks(parser: Any, text: str, seed: int, largest: int = 
         at += size
     stream.finish()
     return stream.message()
+
+
+def streamed_in_two(parser: Any, text: str, cut: int) -> dict[str, Any]:
+    """The message of `text` fed to a new stream in two chunks, cut at `cut`."""
+    stream = parser.stream()
+    stream.feed(text[:cut])
+    stream.feed(text[cut:])
+    stream.finish()
+    return stream.message()

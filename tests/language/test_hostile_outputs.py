@@ -8,7 +8,7 @@ import time
 
 import analyses
 import pytest
-from analyses import without_generated_ids
+from analyses import streamed_in_two, without_generated_ids
 
 from autoparser.language.reading import Parser
 
@@ -80,11 +80,7 @@ def test_a_reading_that_failed_further_into_a_marker_is_recovered_wherever_the_c
     whole = parser.parse(text)
     assert whole["reasoning_content"] == "<tool_call>"
     for cut in range(1, len(text)):
-        stream = parser.stream()
-        stream.feed(text[:cut])
-        stream.feed(text[cut:])
-        stream.finish()
-        assert without_generated_ids(stream.message()) == without_generated_ids(whole), cut
+        assert without_generated_ids(streamed_in_two(parser, text, cut)) == without_generated_ids(whole), cut
 
 
 def test_text_after_a_section_opener_waits_until_the_section_holds_a_call() -> None:
@@ -97,11 +93,7 @@ def test_text_after_a_section_opener_waits_until_the_section_holds_a_call() -> N
     whole = parser.parse(text)
     assert whole["content"] == text[len("</think>"):]
     for cut in range(1, len(text)):
-        stream = parser.stream()
-        stream.feed(text[:cut])
-        stream.feed(text[cut:])
-        stream.finish()
-        assert without_generated_ids(stream.message()) == without_generated_ids(whole), cut
+        assert without_generated_ids(streamed_in_two(parser, text, cut)) == without_generated_ids(whole), cut
 
 
 def test_whitespace_after_a_call_not_yet_confirmed_streams_in_linear_time() -> None:

@@ -14,7 +14,7 @@ import json
 import analyses
 import corpora
 import pytest
-from analyses import WEATHER_TOOLS, streamed_in_random_chunks, without_generated_ids
+from analyses import WEATHER_TOOLS, streamed_in_random_chunks, streamed_in_two, without_generated_ids
 from test_runtime_properties import TOOLS as PROPERTY_TOOLS
 
 import autoparser
@@ -360,11 +360,7 @@ def test_a_bare_name_that_may_be_a_call_without_arguments_stays_undecided() -> N
     message = parser.parse(text)
     assert (message["content"], message["tool_calls"]) == ("get_weather00", [])
     for cut in range(len(text) + 1):
-        stream = parser.stream()
-        stream.feed(text[:cut])
-        stream.feed(text[cut:])
-        stream.finish()
-        assert without_generated_ids(stream.message()) == without_generated_ids(message), cut
+        assert without_generated_ids(streamed_in_two(parser, text, cut)) == without_generated_ids(message), cut
 
 
 def test_a_call_read_whole_inside_a_block_leaves_the_text_reading_be() -> None:
