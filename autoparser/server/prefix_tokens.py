@@ -36,7 +36,6 @@ class PrefixTokens:
     def __init__(self, max_bytes: int = 16 << 20) -> None:
         self.max_bytes = max_bytes
         self._tokens: OrderedDict[str, array[int]] = OrderedDict()
-        self._weights: dict[str, int] = {}
         self._lengths: Counter[int] = Counter()
         """How many kept beginnings have each length: a cut no beginning ends at costs no lookup."""
         self.bytes = 0
@@ -78,18 +77,20 @@ class PrefixTokens:
         if prefix in self._tokens:
             self._tokens.move_to_end(prefix)
             return
-        self._tokens[prefix] = array("i", tokens)
-        weight = sys.getsizeof(prefix) + TOKEN_BYTES * len(tokens)
-        self._weights[prefix] = weight
+        kept = self._tokens[prefix] = array("i", tokens)
         self._lengths[len(prefix)] += 1
-        self.bytes += weight
+        self.bytes += _weight(prefix, kept)
 
     def _forget(self, prefix: str) -> None:
-        del self._tokens[prefix]
+        self.bytes -= _weight(prefix, self._tokens.pop(prefix))
         self._lengths[len(prefix)] -= 1
         if not self._lengths[len(prefix)]:
             del self._lengths[len(prefix)]
-        self.bytes -= self._weights.pop(prefix)
+
+
+def _weight(prefix: str, tokens: array[int]) -> int:
+    """What a kept beginning costs: its text, as Python holds it, and its tokens."""
+    return sys.getsizeof(prefix) + TOKEN_BYTES * len(tokens)
 
 
 def _last_positions(tokens: list[int], special_ids: frozenset[int], count: int) -> list[int]:

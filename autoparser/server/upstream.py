@@ -21,8 +21,9 @@ Two pieces stand in for the own engine's, behind the interfaces the server alrea
   string the completion finds, closes the upstream stream, which ends the upstream's generation.
 
 The short requests at start-up and `/health` go through httpx, the ones on every request's path
-(`/tokenize`) through `http.client` (`JsonPoster`); the token streams are read with h11 over
-asyncio's streams (`stream_events`), at half httpx's CPU cost per streamed token.
+(`/tokenize`) through `http.client` (`JsonPoster`); a token stream's request is written by h11
+and its answer read by httptools over asyncio's streams (`stream_events`), at a fraction of
+httpx's CPU cost per streamed token.
 """
 
 from __future__ import annotations
