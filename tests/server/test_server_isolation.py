@@ -23,8 +23,9 @@ from typing import Any
 import httpx
 import pytest
 
+from autoparser.server.completion import Completion, OutputOptions
 from autoparser.server.supervisor import EngineFacts, EngineSettings, SupervisedWorker
-from autoparser.server.worker import GenerationJob
+from autoparser.server.worker import GenerationEnd, GenerationJob
 
 # -- stand-in worker processes (module level: the spawned child imports them) ----------------------
 
@@ -42,8 +43,9 @@ def crashing_worker(_settings: EngineSettings, conn: Connection, _busy_since: An
         if not os.path.exists(marker):
             open(marker, "w").close()
             os._exit(139)
-        spec = rest[0]
-        conn.send([(spec.job_id, ("done", ("answered", spec.completion)))])  # one message holds a list of events
+        job_id = rest[0]
+        end = GenerationEnd("stop", prompt_tokens=2, completion_tokens=1, prefill_ms=0.0, decode_ms=[])
+        conn.send([(job_id, ("tokens", (["answered"], None))), (job_id, ("done", end))])  # one message, several events
 
 
 def wedged_worker(_settings: EngineSettings, conn: Connection, _busy_since: Any) -> None:
@@ -54,13 +56,27 @@ def wedged_worker(_settings: EngineSettings, conn: Connection, _busy_since: Any)
             conn.recv()
 
 
-class Completion:
-    """What the front end holds for a job; the worker's final copy replaces its state."""
+class PlainText:
+    """A parser stream that reads everything as content."""
+
+    def __init__(self) -> None:
+        self.text = ""
+
+    def feed(self, text: str) -> list[dict[str, Any]]:
+        self.text += text
+        return [{"content": text}]
+
+    def finish(self) -> list[dict[str, Any]]:
+        return []
+
+    def message(self) -> dict[str, Any]:
+        return {"role": "assistant", "content": self.text or None}
 
 
 def job(events: list[tuple[str, Any]]) -> GenerationJob:
     return GenerationJob(prompt_tokens=[1, 2], max_tokens=4, sampling=None, grammar=None, stop_token_ids=(),
-                         ignore_eos=False, completion=Completion(), make_stats=lambda: None, post=events.append)
+                         ignore_eos=False, completion=Completion(PlainText(), OutputOptions()),
+                         make_stats=lambda: None, post=events.append)
 
 
 def wait_for(condition: Any, within: float) -> None:
@@ -93,8 +109,10 @@ def test_a_crashed_worker_fails_its_jobs_and_restarts(tmp_path) -> None:  # type
         assert worker.pid != first_pid
         after: list[tuple[str, Any]] = []
         worker.submit(job(after))
-        wait_for(lambda: after, 60)
-        assert after == [("done", "answered")]
+        wait_for(lambda: len(after) == 2, 60)
+        assert after[0] == ("deltas", [{"content": "answered"}])  # the front end parsed the worker's text
+        kind, result = after[1]
+        assert kind == "done" and result.message["content"] == "answered" and result.finish_reason == "stop"
         assert not worker.busy
     finally:
         worker.stop()
