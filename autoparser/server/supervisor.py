@@ -168,7 +168,10 @@ class SupervisedWorker(QueuedWorker):
                 raise APIError(503, SHUTTING_DOWN, code="server_shutting_down")
             job_id = self._next_id
             self._next_id += 1
-            self._entries[job_id] = _Entry(job, CompletionFeed.of(job), submitted=time.perf_counter())
+            # A stream keeps about a chunk per token; a reply not streamed shows no deltas, and its
+            # texts are parsed together (the same message for any split of the text)
+            feed = CompletionFeed.of(job, join=not job.stream_deltas)
+            self._entries[job_id] = _Entry(job, feed, submitted=time.perf_counter())
             self._send_waiting()
 
     def drain(self) -> None:
