@@ -119,8 +119,6 @@ class GenerationJob:
     stop_token_ids: tuple[int, ...]
     ignore_eos: bool
     completion: Completion
-    make_stats: Callable[[], Any]
-    """Creates the engine's `GenerationStats`, which `Engine.generate` fills in."""
     post: Callable[[tuple[str, Any]], None]
     """Delivers `("deltas", list)`, `("done", GenerationResult)` or `("error", str)`."""
     reasoning: ReasoningPhase | None = None

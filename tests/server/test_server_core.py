@@ -222,7 +222,7 @@ def test_the_model_worker_sends_token_texts_and_the_front_end_parses_them(stream
                                                            stops=["world"]))
     received: list[tuple[str, Any]] = []
     job = GenerationJob(prompt_tokens=[1, 2], max_tokens=16, sampling=None, grammar=None, stop_token_ids=(),
-                        ignore_eos=False, completion=completion, make_stats=new_stats, post=received.append,
+                        ignore_eos=False, completion=completion, post=received.append,
                         stream_deltas=stream)
     sent: list[tuple[str, Any]] = []
     run = JobRun(TokenJob(pickle.loads(pickle.dumps(JobSpec.of(job))), make_stats=new_stats, post=sent.append),
@@ -407,7 +407,7 @@ def sse_events(events: list[tuple[str, Any]], **fields: Any) -> list[Any]:
                                 prompt_tokens=[1, 2], max_tokens=4, sampling=None, grammar=None, reasoning=None,
                                 stop_token_ids=(), completion=completion)
         job = GenerationJob(prompt_tokens=[1, 2], max_tokens=4, sampling=None, grammar=None, stop_token_ids=(),
-                            ignore_eos=False, completion=completion, make_stats=dict, post=channel.post)
+                            ignore_eos=False, completion=completion, post=channel.post)
         for event in events:
             channel.post(event)
         out = [chunk async for chunk in stream_chunks(Run(prepared, job, channel), ResponseMeta("m"))]

@@ -76,7 +76,7 @@ class PlainText:
 def job(events: list[tuple[str, Any]]) -> GenerationJob:
     return GenerationJob(prompt_tokens=[1, 2], max_tokens=4, sampling=None, grammar=None, stop_token_ids=(),
                          ignore_eos=False, completion=Completion(PlainText(), OutputOptions()),
-                         make_stats=lambda: None, post=events.append)
+                         post=events.append)
 
 
 def wait_for(condition: Any, within: float) -> None:
