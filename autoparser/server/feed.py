@@ -59,10 +59,13 @@ class CompletionFeed:
         if deltas and self.stream_deltas:
             self._pending += deltas
 
-    def flush(self) -> None:
-        if self._pending:
-            pending, self._pending = self._pending, []
-            self.post(("deltas", pending))
+    def flush(self) -> bool:
+        """Hand the held deltas on; whether there were any."""
+        if not self._pending:
+            return False
+        pending, self._pending = self._pending, []
+        self.post(("deltas", pending))
+        return True
 
     def result(self, end: GenerationEnd) -> GenerationResult:
         """The generation ended: the held deltas go out, and the completion's final state makes

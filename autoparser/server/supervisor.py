@@ -10,8 +10,10 @@ jobs (`GenerationJob`) on the front end's side:
   grammar, the stop strings, ...) down a pipe. Little comes back per token: the worker process
   sends each job's token texts (with their log-probabilities where the request asked for them),
   then how it ended (`GenerationEnd`), or `error`; the events of all running jobs in one message,
-  at most every `FLUSH_S` while tokens stream and at once when a job begins or ends: one
-  crossing and one wake-up for several tokens. The worker only decodes, samples and decides
+  at most every `FLUSH_S` while tokens stream and at once when a job ends: one crossing and one
+  wake-up for several tokens. A stream's tokens go out with the step that made them until its
+  first delta (the parser may hold its first tokens back, a marker's beginning, say): the
+  supervisor then tells the worker (`shown`), for the time to first token. The worker only decodes, samples and decides
   where the generation ends (stop tokens and strings, the token budget, the reasoning phase);
   the texts are parsed here, on the supervisor's thread, by the request's `Completion`
   (`CompletionFeed`), which the routes read: the worker's time per token is what bounds the
@@ -118,6 +120,8 @@ class _Entry:
     cancel_sent_at: float | None = None
     submitted: float = 0.0
     paused_sent: bool = False
+    shown: bool = False
+    """The stream's first delta went out (and the worker was told)."""
 
 
 class SupervisedWorker(QueuedWorker):
@@ -278,7 +282,9 @@ class SupervisedWorker(QueuedWorker):
         try:
             if kind == "tokens":
                 entry.feed.texts(*payload)
-                entry.feed.flush()
+                if entry.feed.flush() and not entry.shown:
+                    entry.shown = True
+                    self._send(("shown", job_id))
                 return
             if kind == "done":
                 payload = entry.feed.result(payload)
@@ -519,20 +525,19 @@ def _serve_jobs(engine: Any, conn: Connection) -> None:
     from autoparser.server.worker import GenerationWorker
 
     jobs: dict[int, TokenJob] = {}
+    unshown: set[int] = set()
+    """Streams whose first delta the front end has not shown yet: their tokens are urgent."""
     outbox = _Outbox(conn)
     worker = GenerationWorker(engine, max_queue=1 << 30, after_round=outbox.flush_when_due)
     worker.start()
 
     def poster(job_id: int) -> Any:
-        started = False
-
         def post(event: tuple[str, Any]) -> None:
-            nonlocal started
             kind = event[0]
-            outbox.add(job_id, event, urgent=kind != "tokens" or not started)
-            started = True
+            outbox.add(job_id, event, urgent=kind != "tokens" or job_id in unshown)
             if kind in ("done", "error"):
                 jobs.pop(job_id, None)
+                unshown.discard(job_id)
         return post
 
     try:
@@ -545,6 +550,9 @@ def _serve_jobs(engine: Any, conn: Connection) -> None:
                 if job is not None:
                     job.cancel()
                 continue
+            if message[0] == "shown":
+                unshown.discard(message[1])
+                continue
             if message[0] == "pause":
                 job = jobs.get(message[1])
                 if job is not None:
@@ -552,6 +560,8 @@ def _serve_jobs(engine: Any, conn: Connection) -> None:
                 continue
             _, job_id, spec = message
             job = jobs[job_id] = TokenJob(spec, make_stats=GenerationStats, post=poster(job_id))
+            if spec.stream:
+                unshown.add(job_id)
             worker.submit(job)
     except (EOFError, OSError):  # the front end went away
         pass
@@ -564,8 +574,9 @@ def _serve_jobs(engine: Any, conn: Connection) -> None:
 
 class _Outbox:
     """The worker process' events for the front end, sent together: at the end of a round of
-    the generation thread when one is urgent (a job's first token, for the time to first token;
-    its end, which frees a slot the supervisor fills), else once `FLUSH_S` has passed."""
+    the generation thread when one is urgent (a stream's tokens before its first delta, for the
+    time to first token; a job's end, which frees a slot the supervisor fills), else once
+    `FLUSH_S` has passed."""
 
     def __init__(self, conn: Connection):
         self._conn = conn
@@ -578,7 +589,7 @@ class _Outbox:
         self._sent = time.monotonic()
 
     def add(self, job_id: int, event: tuple[str, Any], urgent: bool) -> None:
-        """`urgent`: send with this round (a job's first token, its end), not after `FLUSH_S`."""
+        """`urgent`: send with this round, not after `FLUSH_S`."""
         kind, payload = event
         with self._lock:
             if kind != "tokens":

@@ -149,11 +149,13 @@ class JobSpec:
     stops: TokenStops
     """The completion's stop strings (`Completion.stop_check`), which end the generation."""
     reasoning: ReasoningPhase | None = None
+    stream: bool = True
+    """The reply is streamed: its time to first token counts (see `supervisor`)."""
 
     @classmethod
     def of(cls, job: GenerationJob) -> JobSpec:
         return cls(list(job.prompt_tokens), job.max_tokens, job.sampling, job.grammar, tuple(job.stop_token_ids),
-                   job.ignore_eos, job.completion.stop_check(), job.reasoning)
+                   job.ignore_eos, job.completion.stop_check(), job.reasoning, job.stream_deltas)
 
 
 @dataclass

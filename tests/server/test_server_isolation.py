@@ -48,6 +48,19 @@ def crashing_worker(_settings: EngineSettings, conn: Connection, _busy_since: An
         conn.send([(job_id, ("tokens", (["answered"], None))), (job_id, ("done", end))])  # one message, several events
 
 
+def telling_worker(settings: EngineSettings, conn: Connection, _busy_since: Any) -> None:
+    """Sends a stream's first text, writes down the front end's next message, then ends the job."""
+    conn.send(("ready", EngineFacts(os.getpid(), 64, 1, False)))
+    _, job_id, _spec = conn.recv()
+    conn.send([(job_id, ("tokens", (["first"], None)))])
+    with open(settings.model_path, "w") as told:
+        told.write(repr(conn.recv()))
+    end = GenerationEnd("stop", prompt_tokens=2, completion_tokens=1, prefill_ms=0.0, decode_ms=[])
+    conn.send([(job_id, ("done", end))])
+    with contextlib.suppress(EOFError):
+        conn.recv()
+
+
 def wedged_worker(_settings: EngineSettings, conn: Connection, _busy_since: Any) -> None:
     """Takes jobs and never answers or honours a cancellation, like a thread stuck in native code."""
     conn.send(("ready", EngineFacts(os.getpid(), 64, 1, False)))
@@ -114,6 +127,21 @@ def test_a_crashed_worker_fails_its_jobs_and_restarts(tmp_path) -> None:  # type
         kind, result = after[1]
         assert kind == "done" and result.message["content"] == "answered" and result.finish_reason == "stop"
         assert not worker.busy
+    finally:
+        worker.stop()
+
+
+def test_the_worker_hears_when_a_stream_has_shown_its_first_text(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Until then it sends the stream's tokens with each step, for the time to first token."""
+    told = tmp_path / "told"
+    worker = SupervisedWorker(EngineSettings(str(told), n_ctx=64, n_parallel=1), max_queue=4, target=telling_worker)
+    worker.start(timeout=60)
+    try:
+        events: list[tuple[str, Any]] = []
+        worker.submit(job(events))
+        wait_for(lambda: len(events) == 2, 60)
+        assert events[0] == ("deltas", [{"content": "first"}])
+        assert told.read_text() == "('shown', 0)"
     finally:
         worker.stop()
 
