@@ -1,9 +1,11 @@
 """One request's output, token by token: stop strings, special tokens, parsing, extras.
 
-`Completion` is the sans-IO core of the server. The generation loop feeds it each token's
-text and forwards the OpenAI deltas it returns; it knows nothing about HTTP, threads or
-llama.cpp, so the same object gives the streamed chunks and the non-streamed message, which
-therefore agree by construction. The steps, in order:
+`Completion` is the sans-IO core of the server. The front end feeds it each token's text as
+the generation hands them over (`feed.CompletionFeed`) and forwards the OpenAI deltas it
+returns; it knows nothing about HTTP, threads or llama.cpp, so the same object gives the
+streamed chunks and the non-streamed message, which therefore agree by construction. Where the
+generation runs, a `TokenStops` with the same rules (`stop_check`) ends it at the same stop
+string. The steps, in order:
 
 1. tokens whose text is a special token the output language does not use are dropped when
    `skip_special_tokens` is set (markers the parser needs are always kept);
@@ -35,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from autoparser.llama.logprobs import TokenLogprob
 
-from autoparser.server.stops import StopMatcher
+from autoparser.server.stops import TokenStops
 
 log = logging.getLogger("autoparser.server")
 
@@ -218,7 +220,7 @@ class Completion:
         self.warnings: list[str] = [] if warnings is None else warnings
         self._stream = FailSafeStream(stream, self.warnings)
         self._options = options
-        self._stops = StopMatcher(options.stops, kept=options.kept_stops)
+        self._stops = TokenStops(options.stops, kept=options.kept_stops, dropped=options.dropped_tokens)
         self._inliner = (None if options.separate_reasoning
                          else ReasoningInliner(options.reasoning_start, options.reasoning_end))
         self._extensions = ExtensionsRecorder() if options.collect_extensions else None
@@ -246,12 +248,17 @@ class Completion:
         if logprob is not None and self._options.logprobs:
             self.logprobs.append(logprob)
             self._pending_logprobs.append(logprob)
-        if token_text in self._options.dropped_tokens:
-            return []
         match = self._stops.feed(token_text)
+        if match is None:
+            return []
         if match.stop is not None:
             self.stop_string = match.stop
         return self._annotate(self._parse(match.text))
+
+    def stop_check(self) -> TokenStops:
+        """Stop strings with this completion's rules, nothing fed: what the generation loop runs
+        over the same token texts to end the generation where this completion ends the output."""
+        return self._stops.fresh()
 
     @property
     def joins_texts(self) -> bool:
@@ -264,7 +271,7 @@ class Completion:
         `joins_texts` (the parser's deltas are the same for any split of a text; fewer of them)."""
         if not self.joins_texts:
             return [delta for text in token_texts for delta in self.feed(text)]
-        dropped = self._options.dropped_tokens
+        dropped = self._stops.dropped
         return self._annotate(self._parse("".join(text for text in token_texts if text not in dropped)))
 
     def take_pending_logprobs(self) -> list[TokenLogprob]:

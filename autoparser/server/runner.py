@@ -128,7 +128,7 @@ def start(worker: GenerationWorker, prepared: PreparedChat, stream: bool, reserv
         prompt_tokens=prepared.prompt_tokens, max_tokens=prepared.max_tokens,
         sampling=prepared.sampling, grammar=prepared.grammar,
         stop_token_ids=prepared.stop_token_ids, ignore_eos=request.ignore_eos,
-        completion=prepared.completion, make_stats=_new_stats, post=channel.post,
+        completion=prepared.completion, post=channel.post,
         reasoning=prepared.reasoning, stream_deltas=stream, paused=paused)
     if tracker is not None:
         tracker.on_submit(prepared)
@@ -244,9 +244,3 @@ def public(delta: dict[str, Any]) -> dict[str, Any]:
     if not any(key.startswith("_") for key in delta):
         return delta
     return {key: value for key, value in delta.items() if not key.startswith("_")}
-
-
-def _new_stats() -> Any:
-    from autoparser.llama.engine import GenerationStats
-
-    return GenerationStats()

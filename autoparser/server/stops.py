@@ -86,3 +86,37 @@ class StopMatcher:
             if any(len(stop) > len(rest) and stop.startswith(rest) for stop in self.stops):
                 return start
         return None
+
+
+class TokenStops:
+    """Stop strings over token texts as the output sees them: the text of a token in `dropped`
+    (special tokens the output leaves out) never reaches the matcher.
+
+    The request's `Completion` runs one to cut its output; the model worker, which ends the
+    generation, runs another with the same rules (`Completion.stop_check`) over the same texts,
+    so both find the same end."""
+
+    def __init__(self, stops: list[str], kept: frozenset[str] = frozenset(), dropped: frozenset[str] = frozenset()):
+        self._matcher = StopMatcher(stops, kept=kept)
+        self.dropped = dropped
+
+    @property
+    def stops(self) -> list[str]:
+        return self._matcher.stops
+
+    @property
+    def done(self) -> bool:
+        return self._matcher.done
+
+    def feed(self, token_text: str) -> StopMatch | None:
+        """The text released by one token's text; None for a dropped token."""
+        if token_text in self.dropped:
+            return None
+        return self._matcher.feed(token_text)
+
+    def flush(self) -> StopMatch:
+        return self._matcher.flush()
+
+    def fresh(self) -> TokenStops:
+        """The same rules, nothing fed yet."""
+        return TokenStops(self._matcher.stops, self._matcher.kept, self.dropped)

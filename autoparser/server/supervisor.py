@@ -3,14 +3,21 @@
 llama.cpp is native code fed untrusted input; a crash in it (a stack overflow in a tokenizer,
 an assertion in a sampler) kills whatever process runs it. The HTTP front end therefore keeps
 only the model's vocabulary (`Vocabulary`) and prepares requests; a worker process loads the
-weights and runs the usual `GenerationWorker` over its `Engine`. `SupervisedWorker` is a
-drop-in for `GenerationWorker` on the front end's side:
+weights and runs `GenerationWorker` over its `Engine`. `SupervisedWorker` takes the routes'
+jobs (`GenerationJob`) on the front end's side:
 
-- `submit` sends a picklable description of the job (prompt tokens, sampling, grammar, the
-  `Completion` that parses the output, ...) down a pipe; the worker process sends the jobs'
-  events back (`deltas`, then `done` with the finished `Completion`'s state, or `error`), the
-  events of all running jobs in one message, at most every `FLUSH_S` while tokens stream and at
-  once when a job ends: one crossing and one wake-up for several tokens.
+- `submit` sends a picklable description of the job (`JobSpec`: prompt tokens, sampling,
+  grammar, the stop strings, ...) down a pipe. Little comes back per token: the worker process
+  sends each job's token texts (with their log-probabilities where the request asked for them),
+  then how it ended (`GenerationEnd`), or `error`; the events of all running jobs in one message,
+  at most every `FLUSH_S` while tokens stream and at once when a job ends: one crossing and one
+  wake-up for several tokens. A stream's tokens go out with the step that made them until its
+  first delta (the parser may hold its first tokens back, a marker's beginning, say): the
+  supervisor then tells the worker (`shown`), for the time to first token. The worker only decodes, samples and decides
+  where the generation ends (stop tokens and strings, the token budget, the reasoning phase);
+  the texts are parsed here, on the supervisor's thread, by the request's `Completion`
+  (`CompletionFeed`), which the routes read: the worker's time per token is what bounds the
+  tokens a second on a fast device, and the front end is another process on another core.
 - A cancelled job (the client went away) is cancelled in the worker process too, and a job
   whose reader fell behind (`AsyncChannel`'s backpressure) is paused there until it catches up. A job that
   is still running `CANCEL_GRACE_S` after its cancellation, or one step of the generation
@@ -46,7 +53,15 @@ from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 from autoparser.server.errors import APIError, shutting_down
-from autoparser.server.worker import GenerationJob, GenerationResult, QueueBound, QueuedWorker, ReasoningPhase
+from autoparser.server.feed import CompletionFeed
+from autoparser.server.worker import (
+    GenerationJob,
+    GenerationResult,
+    JobSpec,
+    QueueBound,
+    QueuedWorker,
+    TokenJob,
+)
 
 log = logging.getLogger("autoparser.server")
 
@@ -93,28 +108,6 @@ class EngineFacts:
     device_sampling: bool = False
 
 
-@dataclass
-class JobSpec:
-    """A `GenerationJob` without its callbacks and thread objects: what crosses the pipe."""
-
-    job_id: int
-    prompt_tokens: list[int]
-    max_tokens: int
-    sampling: Any
-    grammar: Any
-    stop_token_ids: tuple[int, ...]
-    ignore_eos: bool
-    completion: Any
-    reasoning: ReasoningPhase | None
-    stream_deltas: bool
-
-    @classmethod
-    def of(cls, job_id: int, job: GenerationJob) -> JobSpec:
-        return cls(job_id, list(job.prompt_tokens), job.max_tokens, job.sampling, job.grammar,
-                   tuple(job.stop_token_ids), job.ignore_eos, job.completion, job.reasoning,
-                   job.stream_deltas)
-
-
 class WorkerStartError(RuntimeError):
     """The worker process could not load the model."""
 
@@ -122,10 +115,13 @@ class WorkerStartError(RuntimeError):
 @dataclass
 class _Entry:
     job: GenerationJob
+    feed: CompletionFeed
     sent: bool = False
     cancel_sent_at: float | None = None
     submitted: float = 0.0
     paused_sent: bool = False
+    shown: bool = False
+    """The stream's first delta went out (and the worker was told)."""
 
 
 class SupervisedWorker(QueuedWorker):
@@ -176,7 +172,10 @@ class SupervisedWorker(QueuedWorker):
                 raise APIError(503, SHUTTING_DOWN, code="server_shutting_down")
             job_id = self._next_id
             self._next_id += 1
-            self._entries[job_id] = _Entry(job, submitted=time.perf_counter())
+            # A stream keeps about a chunk per token; a reply not streamed shows no deltas, and its
+            # texts are parsed together (the same message for any split of the text)
+            feed = CompletionFeed.of(job, join=not job.stream_deltas)
+            self._entries[job_id] = _Entry(job, feed, submitted=time.perf_counter())
             self._send_waiting()
 
     def drain(self) -> None:
@@ -280,12 +279,23 @@ class SupervisedWorker(QueuedWorker):
                 self._send_waiting()
         if entry is None:
             return
-        if kind == "done":
-            result, completion = payload
-            # The request's `Completion` ran in the worker; its final state comes back with
-            # the result, and the routes read it from the object they already hold.
-            entry.job.completion.__dict__.update(completion.__dict__)
-            payload = result
+        try:
+            if kind == "tokens":
+                entry.feed.texts(*payload)
+                if entry.feed.flush() and not entry.shown:
+                    entry.shown = True
+                    self._send(("shown", job_id))
+                return
+            if kind == "done":
+                payload = entry.feed.result(payload)
+        except Exception as exc:  # noqa: BLE001 - a bug in reading the output fails its request only
+            log.exception("reading the generated text failed")
+            failure = f"generation failed: {type(exc).__name__}: {exc}"
+            if kind == "tokens":
+                self._send(("cancel", job_id))
+                self._end(job_id, failure)
+                return
+            kind, payload = "error", failure
         entry.job.post((kind, payload))
 
     def _forward_cancellations(self) -> None:
@@ -394,7 +404,7 @@ class SupervisedWorker(QueuedWorker):
         """Under `_lock`. A job that cannot be pickled fails alone; if the worker is gone, the
         supervisor fails the job with the others it held."""
         try:
-            data = bytes(ForkingPickler.dumps(("job", JobSpec.of(job_id, entry.job))))
+            data = bytes(ForkingPickler.dumps(("job", job_id, JobSpec.of(entry.job))))
         except Exception as exc:  # noqa: BLE001 - a bug in what a request carries, reported to it
             log.exception("cannot hand a request to the model worker")
             del self._entries[job_id]
@@ -514,23 +524,20 @@ def _serve_jobs(engine: Any, conn: Connection) -> None:
     from autoparser.llama.engine import GenerationStats
     from autoparser.server.worker import GenerationWorker
 
-    jobs: dict[int, GenerationJob] = {}
+    jobs: dict[int, TokenJob] = {}
+    unshown: set[int] = set()
+    """Streams whose first delta the front end has not shown yet: their tokens are urgent."""
     outbox = _Outbox(conn)
     worker = GenerationWorker(engine, max_queue=1 << 30, after_round=outbox.flush_when_due)
     worker.start()
 
-    def poster(job_id: int, job: GenerationJob) -> Any:
-        started = False
-
+    def poster(job_id: int) -> Any:
         def post(event: tuple[str, Any]) -> None:
-            nonlocal started
-            kind, payload = event
-            if kind == "done":
-                payload = (payload, job.completion)
-            outbox.add(job_id, (kind, payload), urgent=kind != "deltas" or not started)
-            started = True
+            kind = event[0]
+            outbox.add(job_id, event, urgent=kind != "tokens" or job_id in unshown)
             if kind in ("done", "error"):
                 jobs.pop(job_id, None)
+                unshown.discard(job_id)
         return post
 
     try:
@@ -543,19 +550,18 @@ def _serve_jobs(engine: Any, conn: Connection) -> None:
                 if job is not None:
                     job.cancel()
                 continue
+            if message[0] == "shown":
+                unshown.discard(message[1])
+                continue
             if message[0] == "pause":
                 job = jobs.get(message[1])
                 if job is not None:
                     (job.paused.set if message[2] else job.paused.clear)()
                 continue
-            spec: JobSpec = message[1]
-            job = GenerationJob(
-                prompt_tokens=spec.prompt_tokens, max_tokens=spec.max_tokens, sampling=spec.sampling,
-                grammar=spec.grammar, stop_token_ids=spec.stop_token_ids, ignore_eos=spec.ignore_eos,
-                completion=spec.completion, make_stats=GenerationStats, post=_unset_post,
-                reasoning=spec.reasoning, stream_deltas=spec.stream_deltas)
-            job.post = poster(spec.job_id, job)
-            jobs[spec.job_id] = job
+            _, job_id, spec = message
+            job = jobs[job_id] = TokenJob(spec, make_stats=GenerationStats, post=poster(job_id))
+            if spec.stream:
+                unshown.add(job_id)
             worker.submit(job)
     except (EOFError, OSError):  # the front end went away
         pass
@@ -568,31 +574,35 @@ def _serve_jobs(engine: Any, conn: Connection) -> None:
 
 class _Outbox:
     """The worker process' events for the front end, sent together: at the end of a round of
-    the generation thread when one is urgent (a job's first text, for the time to first token;
-    its end, which frees a slot the supervisor fills), else once `FLUSH_S` has passed."""
+    the generation thread when one is urgent (a stream's tokens before its first delta, for the
+    time to first token; a job's end, which frees a slot the supervisor fills), else once
+    `FLUSH_S` has passed."""
 
     def __init__(self, conn: Connection):
         self._conn = conn
         self._lock = threading.Lock()
         self._events: list[tuple[int, tuple[str, Any]]] = []
-        self._open: dict[int, list[Any]] = {}
-        """Each job's deltas not yet sent, when its last event is deltas: later ones join them,
-        so the front end handles one event per job and send, not one per token."""
+        self._open: dict[int, tuple[list[str], list[Any] | None]] = {}
+        """Each job's token texts (and log-probabilities) not yet sent, when its last event is
+        tokens: later ones join them, so the front end handles one event per job and send."""
         self._urgent = False
         self._sent = time.monotonic()
 
     def add(self, job_id: int, event: tuple[str, Any], urgent: bool) -> None:
-        """`urgent`: send with this round (a job's first text, its end), not after `FLUSH_S`."""
+        """`urgent`: send with this round, not after `FLUSH_S`."""
         kind, payload = event
         with self._lock:
-            if kind != "deltas":
+            if kind != "tokens":
                 self._open.pop(job_id, None)
                 self._events.append((job_id, event))
-            elif job_id in self._open:
-                self._open[job_id].extend(payload)
+            elif (joined := self._open.get(job_id)) is not None and (joined[1] is None) == (payload[1] is None):
+                joined[0].extend(payload[0])
+                if joined[1] is not None:
+                    joined[1].extend(payload[1])
             else:
-                deltas = self._open[job_id] = list(payload)
-                self._events.append((job_id, ("deltas", deltas)))
+                texts, logprobs = payload
+                joined = self._open[job_id] = (list(texts), None if logprobs is None else list(logprobs))
+                self._events.append((job_id, ("tokens", joined)))
             self._urgent = self._urgent or urgent
 
     def flush_when_due(self) -> None:
@@ -606,10 +616,6 @@ class _Outbox:
             self._sent = time.monotonic()
             if events:
                 self._conn.send(events)
-
-
-def _unset_post(_event: tuple[str, Any]) -> None:
-    raise AssertionError("replaced before the job is submitted")
 
 
 __all__ = ["EngineFacts", "EngineSettings", "GenerationResult", "SupervisedWorker", "WorkerStartError"]

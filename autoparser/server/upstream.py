@@ -48,7 +48,8 @@ import httpx
 from autoparser.llama.logprobs import TokenLogprob
 from autoparser.llama.long_runs import tokenizer_pieces
 from autoparser.server.errors import APIError, EventError, bad_request
-from autoparser.server.worker import GenerationJob, GenerationResult, QueueBound, QueuedWorker
+from autoparser.server.feed import CompletionFeed
+from autoparser.server.worker import GenerationEnd, GenerationJob, GenerationResult, QueueBound, QueuedWorker
 
 log = logging.getLogger("autoparser.server")
 
@@ -397,8 +398,8 @@ class UpstreamJob:
         self.worker = worker
         self.job = job
         self.totals = _Totals()
+        self.feed = CompletionFeed.of(job, join=True)
         self._tail = ""
-        self._pending: list[dict[str, Any]] = []
 
     async def run(self) -> GenerationResult:
         """The generation's result; an `UpstreamError` raised mid-way carries the message
@@ -407,10 +408,7 @@ class UpstreamJob:
         try:
             return await self._phases()
         except UpstreamError as exc:
-            self._flush()
-            self._emit(self.job.completion.finish())
-            self._flush()
-            exc.generated = self.job.completion.message()
+            exc.generated = self.feed.message_so_far()
             raise
 
     async def _phases(self) -> GenerationResult:
@@ -454,8 +452,8 @@ class UpstreamJob:
         else:
             return None
         if appended:
-            self._emit(job.completion.feed(phase.end_text))
-            self._flush()
+            self.feed.text(phase.end_text)
+            self.feed.flush()
         thought.count += len(appended)
         # The ids the upstream gave, or where it left some out, the text tokenized again
         generated = thought.generated if thought.ids_complete else await asyncio.to_thread(
@@ -494,8 +492,8 @@ class UpstreamJob:
         else:
             texts: list[str] = []
             ended = any(self._take(chunk, result, stops, top, reasoning_end, texts.append) for chunk in chunks)
-            self._emit(completion.feed_texts(texts))
-        self._flush()
+            self.feed.texts(texts)
+        self.feed.flush()
         return ended
 
     def _take(self, chunk: dict[str, Any], result: _Phase, stops: set[int], top: int | None,
@@ -542,13 +540,12 @@ class UpstreamJob:
         return text[: -len(spelled)] if spelled and text.endswith(spelled) else text
 
     def _feed(self, text: str, logprobs: list[TokenLogprob]) -> None:
-        completion = self.job.completion
+        """One event's text; where it carries several tokens' log-probabilities, the text comes
+        with the first."""
         if not logprobs:
-            self._emit(completion.feed(text))
+            self.feed.text(text)
             return
-        self._emit(completion.feed(text, logprobs[0]))
-        for entry in logprobs[1:]:
-            self._emit(completion.feed("", entry))
+        self.feed.texts([text] + [""] * (len(logprobs) - 1), list(logprobs))
 
     def _reasoning_end_in(self, text: str, end_text: str) -> bool:
         self._tail = (self._tail + text)[-2 * len(end_text):]
@@ -564,25 +561,12 @@ class UpstreamJob:
         limited = chunk.get("stop_type") == "limit" or chunk.get("truncated")
         result.finish_reason = "length" if limited else "stop"
 
-    def _emit(self, deltas: list[dict[str, Any]]) -> None:
-        """Hold deltas for `_flush`, which hands on those of one read of the upstream together."""
-        if deltas and self.job.stream_deltas:
-            self._pending += deltas
-
-    def _flush(self) -> None:
-        if self._pending:
-            pending, self._pending = self._pending, []
-            self.job.post(("deltas", pending))
-
     def _result(self) -> GenerationResult:
-        self._flush()
-        completion, totals = self.job.completion, self.totals
-        final = completion.finish()
-        return GenerationResult(
-            finish_reason=completion.finish_reason(totals.finish_reason),
-            prompt_tokens=len(self.job.prompt_tokens), completion_tokens=totals.completion_tokens,
-            prefill_ms=totals.prefill_ms or 0.0, decode_ms=totals.decode_ms, message=completion.message(),
-            final_deltas=final, cached_tokens=totals.cached_tokens)
+        totals = self.totals
+        return self.feed.result(GenerationEnd(
+            finish_reason=totals.finish_reason, prompt_tokens=len(self.job.prompt_tokens),
+            completion_tokens=totals.completion_tokens, prefill_ms=totals.prefill_ms or 0.0,
+            decode_ms=totals.decode_ms, cached_tokens=totals.cached_tokens))
 
 
 class ReadPace:

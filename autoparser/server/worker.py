@@ -8,11 +8,15 @@ The worker thread runs continuous batching: each step, every running job gets on
 one shared `llama_decode` (`Engine.step`), so a long generation does not hold the others up;
 jobs join and leave between steps.
 
-The worker talks to the event loop through a `post` callback per job (thread-safe, usually
-`AsyncChannel.post`). It checks the job's `cancelled` flag before starting it and, through the
-engine's `should_stop`, before every token, so a client that goes away frees its slot within a
-token or two. Token texts are run through the job's `Completion` here, on the worker thread,
-because stop strings must end the generation itself.
+This runs in the model worker process (`supervisor`). It hands each job's output on through the
+job's `post` callback as it comes: the token texts (`("tokens", (texts, logprobs))`, the
+log-probabilities None unless the request asked for them), then how the generation ended
+(`("done", GenerationEnd)`) or `("error", str)`. Parsing them is the front end's work
+(`feed.CompletionFeed`), in its own process; here stays only what decides the generation: stop
+tokens and, over the same texts as the front end's `Completion`, stop strings (`TokenStops`), the
+token budget, the reasoning phase. The worker checks the job's `cancelled` flag before starting
+it and, through the engine's `should_stop`, before every token, so a client that goes away frees
+its slot within a token or two.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from typing import Any
 
 from autoparser.server.completion import Completion
 from autoparser.server.errors import APIError, overloaded
+from autoparser.server.stops import TokenStops
 
 log = logging.getLogger("autoparser.server")
 
@@ -52,6 +57,21 @@ class GenerationResult:
     """Prompt tokens whose keys and values were reused from the cache."""
     started_at: float = 0.0
     """`time.monotonic()` when the job took its slot (the same clock in every process)."""
+
+
+@dataclass
+class GenerationEnd:
+    """How a generation ended, as the model worker reports it; with the request's `Completion`,
+    which read its texts, it makes the `GenerationResult` (`CompletionFeed.result`)."""
+
+    finish_reason: str
+    """The generation's: `stop` or `length` (the completion may make it `tool_calls`)."""
+    prompt_tokens: int
+    completion_tokens: int
+    prefill_ms: float
+    decode_ms: list[float]
+    cached_tokens: int = 0
+    started_at: float = 0.0
 
 
 @dataclass
@@ -99,8 +119,6 @@ class GenerationJob:
     stop_token_ids: tuple[int, ...]
     ignore_eos: bool
     completion: Completion
-    make_stats: Callable[[], Any]
-    """Creates the engine's `GenerationStats`, which `Engine.generate` fills in."""
     post: Callable[[tuple[str, Any]], None]
     """Delivers `("deltas", list)`, `("done", GenerationResult)` or `("error", str)`."""
     reasoning: ReasoningPhase | None = None
@@ -108,6 +126,50 @@ class GenerationJob:
     cancelled: threading.Event = field(default_factory=threading.Event)
     paused: threading.Event = field(default_factory=threading.Event)
     """Set while the reader is behind (`AsyncChannel`): the job keeps its slot but takes no steps."""
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+
+    @property
+    def held_back(self) -> bool:
+        """Paused, and not cancelled (a cancelled job runs on to its end, which frees the slot)."""
+        return self.paused.is_set() and not self.cancelled.is_set()
+
+
+@dataclass
+class JobSpec:
+    """What the model worker needs of a `GenerationJob` (picklable: it crosses the pipe)."""
+
+    prompt_tokens: list[int]
+    max_tokens: int
+    sampling: Any
+    grammar: Any
+    stop_token_ids: tuple[int, ...]
+    ignore_eos: bool
+    stops: TokenStops
+    """The completion's stop strings (`Completion.stop_check`), which end the generation."""
+    reasoning: ReasoningPhase | None = None
+    stream: bool = True
+    """The reply is streamed: its time to first token counts (see `supervisor`)."""
+
+    @classmethod
+    def of(cls, job: GenerationJob) -> JobSpec:
+        return cls(list(job.prompt_tokens), job.max_tokens, job.sampling, job.grammar, tuple(job.stop_token_ids),
+                   job.ignore_eos, job.completion.stop_check(), job.reasoning, job.stream_deltas)
+
+
+@dataclass
+class TokenJob:
+    """A job as the model worker runs it: its `JobSpec`, and `post`, which takes its token texts
+    and its end (see the module docstring)."""
+
+    spec: JobSpec
+    make_stats: Callable[[], Any]
+    """Creates the engine's `GenerationStats`, which the engine fills in."""
+    post: Callable[[tuple[str, Any]], None]
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    paused: threading.Event = field(default_factory=threading.Event)
+    """Set while the front end's reader is behind: the job keeps its slot but takes no steps."""
 
     def cancel(self) -> None:
         self.cancelled.set()
@@ -332,7 +394,7 @@ class GenerationWorker(QueuedWorker):
         self._after_round = after_round
         self.n_parallel = n_parallel or int(getattr(engine, "n_parallel", 1))
         self._bound = QueueBound(max_queue, self.n_parallel)
-        self._jobs: queue.Queue[GenerationJob | None] = queue.Queue()
+        self._jobs: queue.Queue[TokenJob | None] = queue.Queue()
         self._lock = threading.Lock()
         self._runs: list[JobRun] = []
         self._stopping = False
@@ -343,7 +405,7 @@ class GenerationWorker(QueuedWorker):
     def start(self) -> None:
         self._thread.start()
 
-    def submit(self, job: GenerationJob, reserved: bool = False) -> None:
+    def submit(self, job: TokenJob, reserved: bool = False) -> None:
         """Queue a job, or raise a 503 `APIError` when `max_queue` jobs are already waiting
         (`QueueBound`). With `reserved`, the job takes the place `reserve` kept for it."""
         if not reserved:
@@ -441,60 +503,67 @@ class GenerationWorker(QueuedWorker):
 
 
 class JobRun:
-    """One job inside the batch: its phases (reasoning, then answer), the completion it feeds.
+    """One job inside the batch: its phases (reasoning, then answer), the texts it hands on.
 
     `begin` starts the first generation; `advance` takes each step's result. A phase ends when
-    the engine finishes it or the completion asks to stop (a stop string, the reasoning's end);
-    the next phase continues from the prompt plus everything generated, in the slot the engine
-    picks for the longest shared prefix (the one just left, normally).
+    the engine finishes it or the output does (a stop string, the reasoning's end); the next
+    phase continues from the prompt plus everything generated, in the slot the engine picks for
+    the longest shared prefix (the one just left, normally).
     """
 
-    def __init__(self, job: GenerationJob, engine: Any):
+    def __init__(self, job: TokenJob, engine: Any):
         self.job = job
+        self.spec = job.spec
         self.engine = engine
         self.totals = _Totals()
         self.generation: Any = None
         self.done = False
         self.started = time.perf_counter()
         self.started_at = time.monotonic()
+        self._stops = job.spec.stops
         self._phase = "answer"
         self._stats: Any = None
         self._generated: list[int] = []
         self._tail = ""
         self._end_seen = False
-        self._answer_grammar = job.reasoning.answer_grammar if job.reasoning else job.grammar
+        self._answer_grammar = job.spec.reasoning.answer_grammar if job.spec.reasoning else job.spec.grammar
 
     def begin(self) -> None:
-        job = self.job
-        if job.reasoning is None:
-            self._start(job.prompt_tokens, job.max_tokens, job.grammar, job.stop_token_ids, job.ignore_eos)
+        spec = self.spec
+        if spec.reasoning is None:
+            self._start(spec.prompt_tokens, spec.max_tokens, spec.grammar, spec.stop_token_ids, spec.ignore_eos)
             return
-        phase = job.reasoning
+        phase = spec.reasoning
         self._phase = "reasoning"
-        limit = job.max_tokens if phase.budget is None else min(phase.budget, job.max_tokens)
-        self._start(job.prompt_tokens, limit, None, job.stop_token_ids + phase.stops(),
-                    job.ignore_eos or phase.no_eos)
+        limit = spec.max_tokens if phase.budget is None else min(phase.budget, spec.max_tokens)
+        self._start(spec.prompt_tokens, limit, None, spec.stop_token_ids + phase.stops(),
+                    spec.ignore_eos or phase.no_eos)
 
     def _start(self, prompt: list[int], max_tokens: int, grammar: Any, stop_ids: tuple[int, ...],
                ignore_eos: bool) -> None:
         self._stats = self.job.make_stats()
         self._generated, self._tail, self._end_seen = [], "", False
         self.generation = self.engine.new_generation(
-            prompt, max_tokens, self.job.sampling, grammar=grammar, stop_token_ids=stop_ids,
+            prompt, max_tokens, self.spec.sampling, grammar=grammar, stop_token_ids=stop_ids,
             ignore_eos=ignore_eos, should_stop=self.job.cancelled.is_set, stats=self._stats)
 
     def advance(self, token: Any) -> None:
-        """Take one step's result: a token to feed, or the end of the current phase."""
+        """Take one step's result: a token to hand on, or the end of the current phase."""
         if token is not None:
             self._generated.append(token.token_id)
-            self._emit(self.job.completion.feed(token.text, token.logprobs))
-            if self.job.completion.stopped or self._reasoning_end_in(token.text):
+            self._hand_on(token.text, token.logprobs)
+            if self._stops.done or self._reasoning_end_in(token.text):
                 self.generation.finish("cancelled")  # ended here, not by the engine
         if self.generation.finished:
             self._end_phase()
 
+    def _hand_on(self, text: str, logprob: Any = None) -> None:
+        self._stops.feed(text)
+        self.job.post(("tokens", ([text], None if logprob is None else [logprob])))
+
     def _reasoning_end_in(self, text: str) -> bool:
-        end_text = self.job.reasoning.end_text if self._phase == "reasoning" and self.job.reasoning else ""
+        reasoning = self.spec.reasoning
+        end_text = reasoning.end_text if self._phase == "reasoning" and reasoning else ""
         if not end_text:
             return False
         self._tail = (self._tail + text)[-2 * len(end_text):]
@@ -514,40 +583,40 @@ class JobRun:
 
     def _after_reasoning(self) -> list[int] | None:
         """The tokens the answer continues from, or None when the job ends with its reasoning."""
-        job, phase, stats = self.job, self.job.reasoning, self._stats
+        spec, phase, stats = self.spec, self.spec.reasoning, self._stats
         assert phase is not None
         generated = self._generated
-        if job.cancelled.is_set() or job.completion.stopped:
+        if self.job.cancelled.is_set() or self._stops.done:
             return None
         single_end = phase.end_tokens[0] if len(phase.end_tokens) == 1 else None
-        limit = job.max_tokens if phase.budget is None else min(phase.budget, job.max_tokens)
+        limit = spec.max_tokens if phase.budget is None else min(phase.budget, spec.max_tokens)
         if single_end is not None and stats.stop_token_id == single_end:
             appended = [single_end]  # the model closed its reasoning; the stop token was not yielded
         elif stats.stop_token_id is not None and stats.stop_token_id in phase.call_tokens:
             self._answer_grammar = phase.call_grammar  # a call begun in reasoning: the answer makes it
-            return list(job.prompt_tokens) + generated
+            return list(spec.prompt_tokens) + generated
         elif self._end_seen:
-            return list(job.prompt_tokens) + generated  # a multi-token end marker, already generated
-        elif stats.finish_reason == "length" and limit < job.max_tokens:
+            return list(spec.prompt_tokens) + generated  # a multi-token end marker, already generated
+        elif stats.finish_reason == "length" and limit < spec.max_tokens:
             appended = list(phase.end_tokens)  # the budget is spent: close the reasoning
             self.totals.completion_tokens += len(appended)
         else:
             return None  # end of generation, a stop token, or max_tokens
-        self._emit(job.completion.feed(phase.end_text))
+        self._hand_on(phase.end_text)
         self._generated = generated + appended
-        return list(job.prompt_tokens) + self._generated
+        return list(spec.prompt_tokens) + self._generated
 
     def _answer(self, prompt: list[int]) -> None:
-        job = self.job
-        budget = job.max_tokens - (len(prompt) - len(job.prompt_tokens))
+        spec = self.spec
+        budget = spec.max_tokens - (len(prompt) - len(spec.prompt_tokens))
         self._phase = "answer"
         if budget <= 0:
             self.totals.finish_reason = "length"
             self._finish()
-        elif job.completion.stopped or job.cancelled.is_set():
+        elif self._stops.done or self.job.cancelled.is_set():
             self._finish()
         else:
-            self._start(prompt, budget, self._answer_grammar, job.stop_token_ids, job.ignore_eos)
+            self._start(prompt, budget, self._answer_grammar, spec.stop_token_ids, spec.ignore_eos)
 
     def abandon(self) -> None:
         """Free the current generation after a failure."""
@@ -556,22 +625,15 @@ class JobRun:
             self.generation = None
         self.done = True
 
-    def _emit(self, deltas: list[dict[str, Any]]) -> None:
-        if deltas and self.job.stream_deltas:
-            self.job.post(("deltas", deltas))
-
     def _finish(self) -> None:
         self.done = True
-        completion, totals = self.job.completion, self.totals
-        final = completion.finish()
-        self.job.post(("done", GenerationResult(
-            finish_reason=completion.finish_reason(totals.finish_reason),
-            prompt_tokens=len(self.job.prompt_tokens),
+        totals = self.totals
+        self.job.post(("done", GenerationEnd(
+            finish_reason=totals.finish_reason,
+            prompt_tokens=len(self.spec.prompt_tokens),
             completion_tokens=totals.completion_tokens,
             prefill_ms=totals.prefill_ms or 0.0,
             decode_ms=totals.decode_ms,
-            message=completion.message(),
-            final_deltas=final,
             cached_tokens=totals.cached_tokens,
             started_at=self.started_at,
         )))

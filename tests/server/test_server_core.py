@@ -7,6 +7,7 @@ These run without llama.cpp or HTTP. The whole server is exercised through a rea
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -173,6 +174,84 @@ def test_completion_drops_unused_special_tokens() -> None:
     assert joined(deltas) == {"reasoning_content": "a", "content": "b"}
 
 
+# -- the model worker hands on token texts, the front end parses them -----------------------------
+
+
+class ScriptedGeneration:
+    """An engine's generation that yields the given texts, one token each, up to its budget."""
+
+    def __init__(self, texts: list[str], stats: SimpleNamespace):
+        self.texts, self.stats, self.finished = texts, stats, False
+
+    def next_token(self) -> SimpleNamespace:
+        text = self.texts.pop(0)
+        self.stats.completion_tokens += 1
+        if not self.texts:
+            self.finish("length")
+        return SimpleNamespace(token_id=len(self.texts), text=text, logprobs=None)
+
+    def finish(self, reason: str) -> None:
+        self.finished, self.stats.finish_reason = True, reason
+
+    def close(self) -> None:
+        pass
+
+
+class ScriptedEngine:
+    def __init__(self, texts: list[str]):
+        self.texts = texts
+
+    def new_generation(self, prompt: list[int], max_tokens: int, sampling: Any, stats: Any, **_: Any) -> Any:
+        return ScriptedGeneration(list(self.texts[:max_tokens]), stats)
+
+
+def new_stats() -> SimpleNamespace:
+    return SimpleNamespace(prefill_ms=1.0, completion_tokens=0, decode_ms=[], finish_reason=None,
+                           stop_token_id=None, cached_tokens=0)
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_the_model_worker_sends_token_texts_and_the_front_end_parses_them(stream: bool) -> None:
+    import pickle
+
+    from autoparser.server.feed import CompletionFeed
+    from autoparser.server.worker import GenerationEnd, GenerationJob, JobRun, JobSpec, TokenJob
+
+    tokens = ["think", "</r>", "Hello ", "wor", "ld", " more"]
+    completion = Completion(SplitAtMarker(), OutputOptions(reasoning_start="<r>", reasoning_end="</r>",
+                                                           stops=["world"]))
+    received: list[tuple[str, Any]] = []
+    job = GenerationJob(prompt_tokens=[1, 2], max_tokens=16, sampling=None, grammar=None, stop_token_ids=(),
+                        ignore_eos=False, completion=completion, post=received.append,
+                        stream_deltas=stream)
+    sent: list[tuple[str, Any]] = []
+    run = JobRun(TokenJob(pickle.loads(pickle.dumps(JobSpec.of(job))), make_stats=new_stats, post=sent.append),
+                 ScriptedEngine(tokens))
+    run.begin()
+    while not run.done:
+        run.advance(run.generation.next_token())
+    # The worker ends the generation at the stop string and sends only texts, then how it ended
+    assert [kind for kind, _ in sent] == ["tokens"] * 5 + ["done"]
+    assert [text for _, (texts, _) in sent[:-1] for text in texts] == tokens[:5]
+    end = sent[-1][1]
+    assert isinstance(end, GenerationEnd) and end.completion_tokens == 5 and end.prompt_tokens == 2
+    pickle.dumps(sent)
+    feed = CompletionFeed.of(job)
+    for kind, payload in sent:
+        if kind == "tokens":
+            feed.texts(*payload)
+            feed.flush()
+        else:
+            received.append(("done", feed.result(payload)))
+    expected, expected_deltas = run_completion(tokens, stops=["world"])
+    deltas = [delta for kind, payload in received if kind == "deltas" for delta in payload]
+    result = received[-1][1]
+    assert deltas == (expected_deltas[:-len(result.final_deltas) or None] if stream else [])
+    assert result.final_deltas == expected_deltas[len(expected_deltas) - len(result.final_deltas):]
+    assert result.message == expected.message() and result.finish_reason == "stop"
+    assert completion.text == "think</r>Hello "
+
+
 @pytest.mark.parametrize("tokens", [["why", "</r>", "answer"], ["why", "</", "r>"], ["why"], ["wh", "y</r", ">"]])
 def test_reasoning_back_in_content_streams_like_the_message(tokens: list[str]) -> None:
     completion, deltas = run_completion(tokens, separate_reasoning=False)
@@ -328,7 +407,7 @@ def sse_events(events: list[tuple[str, Any]], **fields: Any) -> list[Any]:
                                 prompt_tokens=[1, 2], max_tokens=4, sampling=None, grammar=None, reasoning=None,
                                 stop_token_ids=(), completion=completion)
         job = GenerationJob(prompt_tokens=[1, 2], max_tokens=4, sampling=None, grammar=None, stop_token_ids=(),
-                            ignore_eos=False, completion=completion, make_stats=dict, post=channel.post)
+                            ignore_eos=False, completion=completion, post=channel.post)
         for event in events:
             channel.post(event)
         out = [chunk async for chunk in stream_chunks(Run(prepared, job, channel), ResponseMeta("m"))]

@@ -23,8 +23,9 @@ from typing import Any
 import httpx
 import pytest
 
+from autoparser.server.completion import Completion, OutputOptions
 from autoparser.server.supervisor import EngineFacts, EngineSettings, SupervisedWorker
-from autoparser.server.worker import GenerationJob
+from autoparser.server.worker import GenerationEnd, GenerationJob
 
 # -- stand-in worker processes (module level: the spawned child imports them) ----------------------
 
@@ -42,8 +43,22 @@ def crashing_worker(_settings: EngineSettings, conn: Connection, _busy_since: An
         if not os.path.exists(marker):
             open(marker, "w").close()
             os._exit(139)
-        spec = rest[0]
-        conn.send([(spec.job_id, ("done", ("answered", spec.completion)))])  # one message holds a list of events
+        job_id = rest[0]
+        end = GenerationEnd("stop", prompt_tokens=2, completion_tokens=1, prefill_ms=0.0, decode_ms=[])
+        conn.send([(job_id, ("tokens", (["answered"], None))), (job_id, ("done", end))])  # one message, several events
+
+
+def telling_worker(settings: EngineSettings, conn: Connection, _busy_since: Any) -> None:
+    """Sends a stream's first text, writes down the front end's next message, then ends the job."""
+    conn.send(("ready", EngineFacts(os.getpid(), 64, 1, False)))
+    _, job_id, _spec = conn.recv()
+    conn.send([(job_id, ("tokens", (["first"], None)))])
+    with open(settings.model_path, "w") as told:
+        told.write(repr(conn.recv()))
+    end = GenerationEnd("stop", prompt_tokens=2, completion_tokens=1, prefill_ms=0.0, decode_ms=[])
+    conn.send([(job_id, ("done", end))])
+    with contextlib.suppress(EOFError):
+        conn.recv()
 
 
 def wedged_worker(_settings: EngineSettings, conn: Connection, _busy_since: Any) -> None:
@@ -54,13 +69,27 @@ def wedged_worker(_settings: EngineSettings, conn: Connection, _busy_since: Any)
             conn.recv()
 
 
-class Completion:
-    """What the front end holds for a job; the worker's final copy replaces its state."""
+class PlainText:
+    """A parser stream that reads everything as content."""
+
+    def __init__(self) -> None:
+        self.text = ""
+
+    def feed(self, text: str) -> list[dict[str, Any]]:
+        self.text += text
+        return [{"content": text}]
+
+    def finish(self) -> list[dict[str, Any]]:
+        return []
+
+    def message(self) -> dict[str, Any]:
+        return {"role": "assistant", "content": self.text or None}
 
 
 def job(events: list[tuple[str, Any]]) -> GenerationJob:
     return GenerationJob(prompt_tokens=[1, 2], max_tokens=4, sampling=None, grammar=None, stop_token_ids=(),
-                         ignore_eos=False, completion=Completion(), make_stats=lambda: None, post=events.append)
+                         ignore_eos=False, completion=Completion(PlainText(), OutputOptions()),
+                         post=events.append)
 
 
 def wait_for(condition: Any, within: float) -> None:
@@ -93,9 +122,26 @@ def test_a_crashed_worker_fails_its_jobs_and_restarts(tmp_path) -> None:  # type
         assert worker.pid != first_pid
         after: list[tuple[str, Any]] = []
         worker.submit(job(after))
-        wait_for(lambda: after, 60)
-        assert after == [("done", "answered")]
+        wait_for(lambda: len(after) == 2, 60)
+        assert after[0] == ("deltas", [{"content": "answered"}])  # the front end parsed the worker's text
+        kind, result = after[1]
+        assert kind == "done" and result.message["content"] == "answered" and result.finish_reason == "stop"
         assert not worker.busy
+    finally:
+        worker.stop()
+
+
+def test_the_worker_hears_when_a_stream_has_shown_its_first_text(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Until then it sends the stream's tokens with each step, for the time to first token."""
+    told = tmp_path / "told"
+    worker = SupervisedWorker(EngineSettings(str(told), n_ctx=64, n_parallel=1), max_queue=4, target=telling_worker)
+    worker.start(timeout=60)
+    try:
+        events: list[tuple[str, Any]] = []
+        worker.submit(job(events))
+        wait_for(lambda: len(events) == 2, 60)
+        assert events[0] == ("deltas", [{"content": "first"}])
+        assert told.read_text() == "('shown', 0)"
     finally:
         worker.stop()
 

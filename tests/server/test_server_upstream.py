@@ -484,7 +484,7 @@ def _generate_upstream(base_url: str, seed: int) -> tuple[str, list[tuple[str, A
         job = GenerationJob(
             prompt_tokens=vocabulary.tokenize("Hello, write something:"), max_tokens=60,
             sampling=SamplingParams(seed=seed), grammar=grammar, stop_token_ids=(), ignore_eos=False,
-            completion=Completion(PlainText(), OutputOptions()), make_stats=lambda: None, post=events.append)
+            completion=Completion(PlainText(), OutputOptions()), post=events.append)
         worker.submit(job)
         while not events or events[-1][0] == "deltas":
             await asyncio.sleep(0.01)

@@ -1,6 +1,6 @@
-"""A parser stream crosses a process boundary: the server builds a request's stream and hands it,
-pickled, to the model worker process that generates the output. A stream pickled mid-output must
-carry on exactly as the original would, for every kind of stream (message formats included)."""
+"""A parser stream can cross a process boundary (a server that parses where it generates hands
+it over pickled): a stream pickled mid-output must carry on exactly as the original would, for
+every kind of stream (message formats included)."""
 
 from __future__ import annotations
 
