@@ -22,7 +22,7 @@ from autoparser.server.protocol import ChatCompletionRequest, parse_json_body, p
 from autoparser.server.runner import StreamResponse, prepare_and_start
 from autoparser.server.segments import Segment, Segmenter, Step
 from autoparser.server.service import ChatService
-from autoparser.server.worker import GenerationWorker
+from autoparser.server.worker import ChatWorker
 
 # `forwardedProps` keys that reach the chat request.
 FORWARDED = ("model", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p", "seed",
@@ -147,7 +147,7 @@ class EventBuilder:
         return [self.core.RunErrorEvent(message=message, code="generation_error")]
 
 
-def add_routes(app: FastAPI, service: ChatService, worker: GenerationWorker) -> None:
+def add_routes(app: FastAPI, service: ChatService, worker: ChatWorker) -> None:
     from autoparser.server.app import tracker
 
     @app.post("/v1/ag-ui")

@@ -32,7 +32,7 @@ from autoparser.server.metrics import CONTENT_TYPE, RequestTracker, ServerMetric
 from autoparser.server.protocol import parse_request
 from autoparser.server.runner import Run, StreamResponse, prepare_and_start, public
 from autoparser.server.service import ChatService, PreparedChat
-from autoparser.server.worker import GenerationResult, GenerationWorker
+from autoparser.server.worker import ChatWorker, GenerationResult
 
 log = logging.getLogger("autoparser.server")
 
@@ -40,7 +40,7 @@ OPEN_PATHS = {"/health"}
 """Paths answered without the API key, so load balancers can probe liveness."""
 
 
-def create_app(service: ChatService, worker: GenerationWorker) -> FastAPI:
+def create_app(service: ChatService, worker: ChatWorker) -> FastAPI:
     """The ASGI app for one loaded model. `worker` must be started by the caller."""
     app = FastAPI(title="autoparser", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.service = service

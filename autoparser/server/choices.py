@@ -22,7 +22,7 @@ from autoparser.server.errors import error_body
 from autoparser.server.protocol import ChatCompletionRequest
 from autoparser.server.runner import Run, StreamResponse, prepare_and_start
 from autoparser.server.service import ChatService, PreparedChat
-from autoparser.server.worker import GenerationResult, GenerationWorker
+from autoparser.server.worker import ChatWorker, GenerationResult
 
 
 def prepare_choice(service: ChatService, chat: ChatCompletionRequest, index: int) -> PreparedChat:
@@ -32,7 +32,7 @@ def prepare_choice(service: ChatService, chat: ChatCompletionRequest, index: int
     return prepared
 
 
-async def several_choices(request: Request, service: ChatService, worker: GenerationWorker,
+async def several_choices(request: Request, service: ChatService, worker: ChatWorker,
                           chat: ChatCompletionRequest, model_name: str) -> Any:
     from autoparser.server.app import ResponseMeta, tracker
 

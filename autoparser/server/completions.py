@@ -25,7 +25,7 @@ from autoparser.server.protocol import (
 from autoparser.server.runner import StreamResponse, prepare_and_start
 from autoparser.server.service import ChatService, PreparedChat
 from autoparser.server.validation import PromptTooLong, check_fits
-from autoparser.server.worker import GenerationWorker
+from autoparser.server.worker import ChatWorker
 
 DEFAULT_MAX_TOKENS = 16
 """OpenAI's default for this endpoint."""
@@ -106,7 +106,7 @@ def prepare_text(service: ChatService, request: CompletionRequest) -> PreparedCh
         completion=Completion(PlainText(), service.output_options(request, parsed=False)))
 
 
-def add_routes(app: FastAPI, service: ChatService, worker: GenerationWorker) -> None:
+def add_routes(app: FastAPI, service: ChatService, worker: ChatWorker) -> None:
     from autoparser.server.app import ResponseMeta, sse, tracker, usage
 
     @app.post("/v1/completions")

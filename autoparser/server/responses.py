@@ -25,7 +25,7 @@ from autoparser.server.protocol import ChatCompletionRequest, parse_json_body, p
 from autoparser.server.runner import StreamResponse, prepare_and_start
 from autoparser.server.segments import Segment, Segmenter, Step, segments_of
 from autoparser.server.service import ChatService, PreparedChat
-from autoparser.server.worker import GenerationResult, GenerationWorker
+from autoparser.server.worker import ChatWorker, GenerationResult
 
 # Request fields passed to the chat request unchanged (this server's and vLLM's extras).
 PASSED_THROUGH = ("top_k", "min_p", "seed", "stop", "presence_penalty", "frequency_penalty",
@@ -351,7 +351,7 @@ class ResponseBuilder:
         return [self.event("response.failed", response=body)]
 
 
-def add_routes(app: FastAPI, service: ChatService, worker: GenerationWorker) -> None:
+def add_routes(app: FastAPI, service: ChatService, worker: ChatWorker) -> None:
     from autoparser.server.app import add_debug_fields, sse, tracker
 
     @app.post("/v1/responses")

@@ -25,9 +25,9 @@ from autoparser.server.service import PreparedChat
 from autoparser.server.worker import (
     CHANNEL_BOUND,
     AsyncChannel,
+    ChatWorker,
     GenerationJob,
     GenerationResult,
-    GenerationWorker,
 )
 
 if TYPE_CHECKING:
@@ -103,7 +103,7 @@ class Run:
             self.tracker.on_end("error" if kind == "error" and payload != "cancelled" else "cancelled")
 
 
-async def prepare_and_start(worker: GenerationWorker, prepare: Callable[[], PreparedChat], stream: bool,
+async def prepare_and_start(worker: ChatWorker, prepare: Callable[[], PreparedChat], stream: bool,
                             tracker: RequestTracker | None = None) -> Run:
     """Prepare a request on the thread pool (render, tokenize, grammar), then queue it.
 
@@ -118,7 +118,7 @@ async def prepare_and_start(worker: GenerationWorker, prepare: Callable[[], Prep
     return start(worker, prepared, stream, reserved=True, tracker=tracker)
 
 
-def start(worker: GenerationWorker, prepared: PreparedChat, stream: bool, reserved: bool = False,
+def start(worker: ChatWorker, prepared: PreparedChat, stream: bool, reserved: bool = False,
           tracker: RequestTracker | None = None) -> Run:
     """Queue the generation (503 when the queue is full) and return its handle."""
     request = prepared.request

@@ -55,11 +55,11 @@ from typing import Any
 from autoparser.server.errors import APIError, shutting_down
 from autoparser.server.feed import CompletionFeed
 from autoparser.server.worker import (
+    ChatWorker,
     GenerationJob,
     GenerationResult,
     JobSpec,
     QueueBound,
-    QueuedWorker,
     TokenJob,
 )
 
@@ -124,8 +124,8 @@ class _Entry:
     """The stream's first delta went out (and the worker was told)."""
 
 
-class SupervisedWorker(QueuedWorker):
-    """`GenerationWorker`'s interface, with the generation in a worker process it restarts."""
+class SupervisedWorker(ChatWorker):
+    """A `ChatWorker` whose generation runs in a worker process it restarts."""
 
     def __init__(self, settings: EngineSettings, max_queue: int, cancel_grace_s: float = CANCEL_GRACE_S,
                  step_limit_s: float = STEP_LIMIT_S, target: Callable[[EngineSettings, Connection, Any], None]

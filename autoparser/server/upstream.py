@@ -14,7 +14,7 @@ Two pieces stand in for the own engine's, behind the interfaces the server alrea
   `/v1/models`. The upstream does not list its special tokens, so the ones the front end needs
   are found among the template's markers (`learn_special_tokens`): a token that spelled alone
   does not come back as itself is special.
-- `UpstreamWorker` is `GenerationWorker`'s interface (`submit`, the queue bound, `/health`):
+- `UpstreamWorker` is a `ChatWorker` (`submit`, the queue bound, `/health`):
   each job runs as a task on the event loop with one streamed `/completion` request per phase
   (reasoning, then the answer under its grammar, as the own engine runs them), at most one per
   upstream slot at a time, the others waiting here in order. A client that goes away, or a stop
@@ -49,7 +49,7 @@ from autoparser.llama.logprobs import TokenLogprob
 from autoparser.llama.long_runs import tokenizer_pieces
 from autoparser.server.errors import APIError, EventError, bad_request
 from autoparser.server.feed import CompletionFeed
-from autoparser.server.worker import GenerationEnd, GenerationJob, GenerationResult, QueueBound, QueuedWorker
+from autoparser.server.worker import ChatWorker, GenerationEnd, GenerationJob, GenerationResult, QueueBound
 
 log = logging.getLogger("autoparser.server")
 
@@ -612,8 +612,8 @@ def _logprobs(chunk: dict[str, Any], top: int | None) -> list[TokenLogprob]:
     return out
 
 
-class UpstreamWorker(QueuedWorker):
-    """`GenerationWorker`'s interface, with each generation streamed from the upstream llama-server."""
+class UpstreamWorker(ChatWorker):
+    """A `ChatWorker` whose generations are streamed from the upstream llama-server."""
 
     def __init__(self, vocabulary: UpstreamVocabulary, max_queue: int, timeout: float = 600.0):
         self.vocabulary = vocabulary

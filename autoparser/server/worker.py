@@ -29,7 +29,7 @@ import queue
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -381,6 +381,29 @@ class QueuedWorker:
     @property
     def max_queue(self) -> int:
         return self._bound.max_queue
+
+
+class ChatWorker(QueuedWorker):
+    """What the routes hand a request's `GenerationJob` to: the model worker process's
+    supervisor (`SupervisedWorker`) or an upstream llama-server's (`UpstreamWorker`). Both parse
+    the job's token texts in the front end's process (`feed.CompletionFeed`)."""
+
+    n_parallel: int
+
+    def submit(self, job: GenerationJob, reserved: bool = False) -> None:
+        raise NotImplementedError
+
+    @property
+    def running(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def busy(self) -> bool:
+        raise NotImplementedError
+
+    def health(self) -> dict[str, Any] | Awaitable[dict[str, Any]]:
+        """The worker's part of `/health`; awaitable where it asks another server."""
+        raise NotImplementedError
 
 
 class GenerationWorker(QueuedWorker):
