@@ -595,9 +595,11 @@ class LanguageStream(_Recovery, _Stepping):
             self.emitted += agreed
             for t in threads:
                 t.drop_events(agreed)
-        if len(threads) > 1 and not final and self._dead_pending() is None:
+        if len(threads) == 1 or not any(t.events for t in threads):
+            return  # nothing held that readings could share or be undecided on
+        if not final and self._dead_pending() is None:
             self._commit_common_text()
-        if len(threads) > 1 and sum(len(t.events) for t in threads) > UNDECIDED_LIMIT:
+        if sum(len(t.events) for t in threads) > UNDECIDED_LIMIT:
             # readings undecided for too long: the one that began the most calls wins, as at the end
             self.threads = [_chosen(threads)]
             self._commit(final)
