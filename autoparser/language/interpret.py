@@ -508,14 +508,19 @@ class LanguageStream(_Recovery, _Stepping):
 
     def _run_all(self, final: bool) -> list[_Thread]:
         """Every reading read on as far as the text goes; those still alive, in order."""
-        todo = list(reversed(self.threads))
+        self.spans = []
+        threads = self.threads
+        if not threads:
+            return []
+        todo = list(reversed(threads))
+        t = todo.pop()
+        result = self._run(t, final)
+        if result is t and not todo and not final and not t.unchecked:
+            return threads  # one reading, waiting for text, with no call to check: nothing to compare
         waiting: list[_Thread] = []
         failed: list[_Thread] = []
         forks: dict[tuple, tuple[int, int]] = {}
-        self.spans = []
-        while todo:
-            t = todo.pop()
-            result = self._run(t, final)
+        while True:
             if result is None:
                 if _in_json_arguments(t):
                     self.spans.append((t.call.args_from, t.pos + self.offset[0]))
@@ -524,6 +529,10 @@ class LanguageStream(_Recovery, _Stepping):
                 todo.extend(reversed([f for f in result if _unseen(f, forks)]))
             else:
                 waiting.append(t)
+            if not todo:
+                break
+            t = todo.pop()
+            result = self._run(t, final)
         waiting, failed = self._outside_arguments(waiting, failed)
         for t in failed:
             if self._recovers_better(t):
@@ -558,10 +567,14 @@ class LanguageStream(_Recovery, _Stepping):
         start waits for its first argument text, so that a call that fails before is text."""
         threads = self.threads
         first = threads[0].events
-        held_whole = not final and any(t.call.started and not t.call.confirmed for t in threads)
         if len(threads) == 1:
+            if not first:
+                return  # one reading, with nothing new to emit
+            call = threads[0].call
+            held_whole = not final and call.started and not call.confirmed
             agreed = len(first)
         else:
+            held_whole = not final and any(t.call.started and not t.call.confirmed for t in threads)
             # where a call is held whole, no event past its start goes out: they are not compared,
             # so that the events held while it waits are not compared again with every chunk
             most = threads[0].call_at + 1 if held_whole and threads[0].call_at >= 0 else len(first)
@@ -582,9 +595,11 @@ class LanguageStream(_Recovery, _Stepping):
             self.emitted += agreed
             for t in threads:
                 t.drop_events(agreed)
-        if len(threads) > 1 and not final and self._dead_pending() is None:
+        if len(threads) == 1 or not any(t.events for t in threads):
+            return  # nothing held that readings could share or be undecided on
+        if not final and self._dead_pending() is None:
             self._commit_common_text()
-        if len(threads) > 1 and sum(len(t.events) for t in threads) > UNDECIDED_LIMIT:
+        if sum(len(t.events) for t in threads) > UNDECIDED_LIMIT:
             # readings undecided for too long: the one that began the most calls wins, as at the end
             self.threads = [_chosen(threads)]
             self._commit(final)

@@ -446,11 +446,14 @@ def _holds_object(parts: list[str]) -> bool:
 
 
 def _same_stack(one: Any, other: Any, here: int) -> bool:
-    """Whether two stacks are alike as data (`_frame_state`), compared down to a tail they share."""
+    """Whether two stacks are alike as data (`_frame_state`), compared down to a tail they share.
+    Two entries of which one is an IR node compared by identity differ unless they are one."""
     while one is not other:
         if one is None or other is None:
             return False
-        if one[0] is not other[0] and _frame_state(one[0], here) != _frame_state(other[0], here):
+        mine, theirs = one[0], other[0]
+        if mine is not theirs and (mine.__class__ not in _BY_CONTENT or theirs.__class__ not in _BY_CONTENT
+                                   or _frame_state(mine, here) != _frame_state(theirs, here)):
             return False
         one, other = one[1], other[1]
     return True
@@ -473,3 +476,7 @@ def _frame_state(frame: Any, here: int) -> Any:
     if cls is _EndCapture:
         return cls, frame.role
     return id(frame)
+
+
+# the stack entries `_frame_state` compares by their content (all others by identity)
+_BY_CONTENT = frozenset({_Again, ir.Repeat, _MembersFrom, _Member, _EndCapture})
