@@ -58,7 +58,9 @@ RULES: tuple[Rule, ...] = (
     Rule("nothing-lost",
          "Where no reading continues, the one that got furthest keeps what it read (a call whose "
          "arguments had started is closed and marked incomplete), the text from there to where it "
-         "failed is content, and the language is read again from there with reasoning over."),
+         "failed is content, and the language is read again from there with reasoning over; but "
+         "reasoning whose end marker never came ends where calls began, valid or broken: the "
+         "reading that broke in them is the one kept."),
     Rule("cut-off-calls",
          "At the end of the output, a call cut off keeps its complete values and is marked "
          "incomplete; the member or marker it stopped inside is content."),

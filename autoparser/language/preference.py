@@ -128,6 +128,12 @@ def _closed_more(t: _Thread, other: _Thread, buf: str) -> bool:
     return rank(t) > rank(other)
 
 
+def _broke_in_calls(t: _Thread) -> bool:
+    """Whether a failed reading broke inside a call or a call section, after reasoning text."""
+    section = t.section_at
+    return t.reasoned and (_inside_call(t) or (section is not None and _below(t.stack, section[1])))
+
+
 def _further(t: _Thread, other: _Thread) -> bool | None:
     """Whether failed reading `t` got further than `other` (None: as far)."""
     mine, theirs = (t.calls_read, t.pos, t.call.done), (other.calls_read, other.pos, other.call.done)

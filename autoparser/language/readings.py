@@ -167,7 +167,7 @@ class _Thread:
     __slots__ = ("stack", "pos", "events", "role", "head", "call", "parts", "member", "value", "count", "mark",
                  "skip", "own_id", "after_call", "section_calls", "calls_read",
                  "call_over", "streamed", "spool", "call_from", "section_at", "section_open", "first_in_section",
-                 "offset", "call_at", "calls_held", "shared", "markup", "unchecked", "member_at")
+                 "offset", "call_at", "calls_held", "shared", "markup", "unchecked", "member_at", "reasoned")
 
     def __init__(self, stack: Any, pos: int, offset: list[int]) -> None:
         self.stack = stack  # (node, rest) pairs, None at the bottom
@@ -202,6 +202,7 @@ class _Thread:
         # where the calls began (absolute) that were not yet checked against the arguments other
         # readings read (`interpret.LanguageStream._outside_arguments`)
         self.unchecked: tuple[int, ...] = ()
+        self.reasoned = False  # it read reasoning text (not in `state`: for recovery only)
 
     def fork(self, stack: Any) -> _Thread:
         twin = _Thread(stack, self.pos, self.offset)
@@ -231,6 +232,7 @@ class _Thread:
         twin.first_in_section = self.first_in_section
         twin.markup = self.markup
         twin.unchecked = self.unchecked
+        twin.reasoned = self.reasoned
         return twin
 
     def drop_events(self, count: int) -> None:
@@ -309,6 +311,8 @@ class _Thread:
         up to a bound, so that a text read in many parts (a `{` run where `{` may open a call) is a
         few events a fork copies, and a long text held is not copied again with every part."""
         end = self.pos + self.offset[0]
+        if self.role == ir.REASONING and not self.reasoned and not piece.isspace():
+            self.reasoned = True
         events = self.events
         if events:
             last = events[-1]

@@ -12,6 +12,7 @@ from typing import Any
 from autoparser.language import ir
 from autoparser.language.jsonscan import is_whole_json
 from autoparser.language.preference import (
+    _broke_in_calls,
     _calls_begun,
     _closed_more,
     _further,
@@ -31,6 +32,7 @@ from autoparser.language.shapes import (
 )
 from autoparser.language.terminals import (
     _JsonValue,
+    _Lit,
     _PyValue,
     _Trailer,
 )
@@ -53,6 +55,9 @@ class _Recovery:
         if dead is None:
             return True
         other, emitted = dead
+        ended = self._ended_reasoning_at_calls(t, other)
+        if ended is not None:
+            return ended
         further = _further(t, other)
         if further:
             return True
@@ -63,6 +68,28 @@ class _Recovery:
         return _closed_more(t, other, self.buf) or (
             other.head.__class__ is _Trailer and t.head.__class__ is not _Trailer
             and not _closed_more(other, t, self.buf))
+
+    def _ended_reasoning_at_calls(self, t: _Thread, other: _Thread) -> bool | None:
+        """Of two failed readings, one that went on reading reasoning its end marker never ended
+        loses to one that ended it where calls begin and broke inside them (the reasoning ends
+        where the calls begin, the broken call's text is content): whether `t` wins that way, None
+        where the two do not differ so."""
+        if not self.reader.reasoning_end:
+            return None
+        if self._reasoning_unended(other) and not self._reasoning_unended(t) and _broke_in_calls(t):
+            return True
+        if self._reasoning_unended(t) and not self._reasoning_unended(other) and _broke_in_calls(other):
+            return False
+        return None
+
+    def _reasoning_unended(self, t: _Thread) -> bool:
+        """Whether a reading is inside reasoning whose end marker has not come: reading its text,
+        or (failed) waiting for the marker where the output ended."""
+        head = t.head
+        if t.role == ir.REASONING:
+            return True
+        return (self.finished and head.__class__ is _Lit and not head.done and head.core == self.reader.reasoning_end
+                and self.buf[t.pos:].strip() in ("", *self.reader.end_of_turn))
 
     def _cut_after_calls(self, best: _Thread) -> bool:
         """Whether the reading that failed only at the end of the output, right after a whole
@@ -95,7 +122,8 @@ class _Recovery:
         if dead is None:
             return None
         reached = (dead[0].calls_read, dead[0].pos if dead[0].head.__class__ is not _Trailer else -1)
-        if any((t.calls_read, _origin(t)) > reached for t in self.threads):
+        if any((t.calls_read, _origin(t)) > reached for t in self.threads) and not all(
+                self._ended_reasoning_at_calls(dead[0], t) for t in self.threads):
             return None
         return dead[0].events[self.emitted - dead[1]:] if self.emitted >= dead[1] else []
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import analyses
 import pytest
-from analyses import WEATHER_TOOLS, streamed_in_random_chunks
+from analyses import WEATHER_TOOLS, streamed_in_random_chunks, without_generated_ids
 
 import autoparser
 
@@ -112,3 +112,34 @@ def test_reasoning_the_model_opened_may_begin_with_the_calls_opener(seed: int) -
         assert message["reasoning_content"] == "<tool_call>x"
         assert message["content"] == "hi"
         assert not message["tool_calls"]
+
+
+REASONING = sorted(name for name, make in analyses.FAMILIES.items()
+                   if make().tools.supported and make().reasoning.mode != "none" and make().reasoning.end)
+
+
+@pytest.mark.parametrize("family", REASONING)
+def test_a_broken_call_ends_reasoning_that_no_end_marker_closes(family: str) -> None:
+    """Reasoning with no end marker after it ends where the calls begin, whether the call there
+    is valid or broken: the broken call is recovered from as anywhere else (its text is content,
+    a call whose arguments had begun is kept incomplete), as where the request has no calls, and
+    as SGLang's reasoning parsers cut reasoning at a call marker; none of it is reasoning,
+    streamed or not. With the end marker later, all before it stays reasoning."""
+    analysis = analyses.FAMILIES[family]()
+    opener = "" if analysis.reasoning.forced_open else analysis.reasoning.start
+    calls = analyses.render_output(analysis, None, calls=[("get_weather", {"city": "Oslo"})], stop=False)
+    parser = analysis.parser(tools=WEATHER_TOOLS, thinking=True)
+    if analyses.calls(parser.parse(opener + "Plan." + calls)) != [("get_weather", {"city": "Oslo"})]:
+        pytest.skip("a call written in reasoning without its end marker is no call in this format")
+    broken = re.sub(r"""["']?Oslo["']?""", "", calls, count=1)
+    text = opener + "Plan." + broken + " More."
+    message = parser.parse(text)
+    if [c for c in message["tool_calls"] if not c.get("incomplete")]:
+        pytest.skip("the format reads the call without its value")
+    assert message["reasoning_content"] == "Plan."
+    assert message["content"].endswith("More.")
+    for seed in range(4):
+        assert without_generated_ids(streamed(parser, text, seed)) == without_generated_ids(message)
+    closed = text + analysis.reasoning.end + "Answer."
+    later = parser.parse(closed)
+    assert (later["reasoning_content"], later["content"]) == (text[len(opener):].strip(), "Answer.")
