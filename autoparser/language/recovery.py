@@ -28,6 +28,7 @@ from autoparser.language.request import is_weak
 from autoparser.language.shapes import (
     _below,
     _inside_reasoning,
+    _without_spent_repeats,
 )
 from autoparser.language.terminals import (
     _JsonValue,
@@ -185,14 +186,15 @@ class _Recovery:
             return None
         first = not kept and not t.section_calls
         rest = self.reader.call_rest(after[0], after[1], kept)
+        following = _without_spent_repeats(after[1], t.pos + self.offset[0])
         if rest is None or first and is_weak(rest[2]):
             # punctuation ends no call reliably: the text goes on to where a later call may begin
             resync = self.reader.resync_rest(after)
             if resync is None:
                 return None  # the section is text
-            stack = (resync[0], (resync[1], after[1]))
+            stack = (resync[0], (resync[1], following))
         else:
-            stack = (rest[0], (rest[1], after[1]))
+            stack = (rest[0], (rest[1], following))
         return [(self.reader.root, None), stack] if first else [stack]
 
     def _cut_off(self, t: _Thread) -> None:

@@ -13,6 +13,7 @@ from autoparser.language import ir
 from autoparser.language.readings import (
     _MADE_WHILE_READING,
     _WHITESPACE,
+    _Again,
     _EndCapture,
 )
 
@@ -163,3 +164,26 @@ def _below(stack: Any, part: Any) -> bool:
             return True
         stack = stack[1]
     return part is None
+
+
+def _without_spent_repeats(stack: Any, here: int) -> Any:
+    """`stack` less the rests of repetitions that may read no more items and whose last item began
+    before `here` (absolute): from here they read nothing. A reading that resumes inside the part
+    a failed one was reading keeps what follows it, and a failure repeated again and again would
+    otherwise pile up one such rest each time (`recovery._Recovery._rest_of_section`)."""
+    def spent(frame: Any) -> bool:
+        return frame.__class__ is _Again and frame.left_max == 0 and frame.start < here
+
+    entries, last, node = [], -1, stack
+    while node is not None:
+        if spent(node[0]):
+            last = len(entries)
+        entries.append(node)
+        node = node[1]
+    if last < 0:
+        return stack
+    tail = entries[last][1]
+    for frame, _ in reversed(entries[:last]):
+        if not spent(frame):
+            tail = (frame, tail)
+    return tail

@@ -130,3 +130,47 @@ def test_a_call_before_one_whose_arguments_hold_a_call_is_kept_whole_as_streamed
             '{"name":"get_weather","parameters":{}}{"')
     whole = without_generated_ids(parser.parse(text))
     assert without_generated_ids(streamed(parser, text, 16)[0]) == whole
+
+
+def _depth(stack: object) -> int:
+    depth = 0
+    while stack is not None:
+        depth, stack = depth + 1, stack[1]  # type: ignore[index]
+    return depth
+
+
+def _deepest_stack(parser: Parser, text: str, size: int) -> tuple[dict, int]:
+    """The message of `text` fed `size` characters at a time, and the deepest stack a reading had."""
+    stream = parser.stream()
+    deepest = 0
+    for start in range(0, len(text), size):
+        stream.feed(text[start:start + size])
+        deepest = max([deepest, *(_depth(t.stack) for t in stream.threads)])
+    stream.finish()
+    return stream.message(), deepest
+
+
+@pytest.mark.parametrize("unit", [
+    "[TOOL_CALLS]</s>",  # a call opened, then the end of turn: it fails on its name
+    '[TOOL_CALLS]get_weather[ARGS]{"',  # a call cut off before its first key
+    '[TOOL_CALLS]get_weather[ARGS]{"location": "',  # ... and inside its first value
+])
+def test_a_call_that_fails_again_and_again_is_recovered_in_linear_time(unit: str) -> None:
+    """Mistral Small 3.2: each failed call is recovered from inside the calls' section, and the
+    reading that resumes there keeps what follows the call. The rest of the optional part it
+    resumed in, spent, was kept too, one more with every failure: the stack grew with the output
+    and the time with its square (50 KB took 10 to 90 times what 5 KB took)."""
+    parser = Parser(analyses.mistral_compact())
+    text = unit * (40_000 // len(unit))
+    started = time.process_time()
+    whole = parser.parse(text)
+    messages = [_deepest_stack(parser, text, size) for size in (16, 509)]
+    assert time.process_time() - started < 5
+    assert max(deepest for _, deepest in messages) <= 16
+    if unit.endswith("</s>"):  # no call: all of it is text, but the end of turn it ends with
+        assert not whole["tool_calls"] and whole["content"] == text.removesuffix("</s>")
+    for message, _ in messages:
+        assert without_generated_ids(message) == without_generated_ids(whole)
+    short = text[:len(unit) * 6]
+    for cut in range(1, len(unit) * 3):
+        assert without_generated_ids(streamed_in_two(parser, short, cut)) == without_generated_ids(parser.parse(short))
