@@ -167,7 +167,7 @@ class _Thread:
     __slots__ = ("stack", "pos", "events", "role", "head", "call", "parts", "member", "value", "count", "mark",
                  "skip", "own_id", "after_call", "section_calls", "calls_read",
                  "call_over", "streamed", "spool", "call_from", "section_at", "section_open", "first_in_section",
-                 "offset", "call_at", "calls_held", "shared", "markup", "unchecked", "member_at")
+                 "offset", "call_at", "calls_held", "shared", "markup", "unchecked", "member_at", "after_dead")
 
     def __init__(self, stack: Any, pos: int, offset: list[int]) -> None:
         self.stack = stack  # (node, rest) pairs, None at the bottom
@@ -202,6 +202,9 @@ class _Thread:
         # where the calls began (absolute) that were not yet checked against the arguments other
         # readings read (`interpret.LanguageStream._outside_arguments`)
         self.unchecked: tuple[int, ...] = ()
+        # it comes after the failed reading kept to recover from (`interpret.LanguageStream.dead`)
+        # in the order of the readings, the language's order of options
+        self.after_dead = False
 
     def fork(self, stack: Any) -> _Thread:
         twin = _Thread(stack, self.pos, self.offset)
@@ -231,6 +234,7 @@ class _Thread:
         twin.first_in_section = self.first_in_section
         twin.markup = self.markup
         twin.unchecked = self.unchecked
+        twin.after_dead = self.after_dead
         return twin
 
     def drop_events(self, count: int) -> None:

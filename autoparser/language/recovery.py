@@ -40,7 +40,7 @@ from autoparser.language.terminals import (
 class _Recovery:
     """Recovery of a stream whose readings all failed."""
 
-    def _recovers_better(self, t: _Thread) -> bool:
+    def _recovers_better(self, t: _Thread, first: bool) -> bool:
         """Whether recovery goes on from `t`, a reading that just failed, rather than from the
         failed reading kept so far. The one that read more calls whole wins (a reading that runs
         on past a call's end, say inside a quoted value, to the end of the output, takes none);
@@ -49,7 +49,8 @@ class _Recovery:
         events; and at the same place whatever those say, one that read further into a marker
         the output ends inside, or closed the call the other was still inside (`_closed_more`);
         last, one still inside the language over one that read it whole and failed after it
-        (recovering from that one drops what its trailer read), whichever failed first."""
+        (recovering from that one drops what its trailer read), then the `first` in the readings'
+        order (whichever failed first in that pass, where both failed in one)."""
         dead = self.dead
         if dead is None:
             return True
@@ -61,9 +62,13 @@ class _Recovery:
             return True
         if t.pos != other.pos:
             return False
-        return _closed_more(t, other, self.buf) or (
-            other.head.__class__ is _Trailer and t.head.__class__ is not _Trailer
-            and not _closed_more(other, t, self.buf))
+        if _closed_more(t, other, self.buf):
+            return True
+        if _closed_more(other, t, self.buf):
+            return False
+        if (other.head.__class__ is _Trailer) != (t.head.__class__ is _Trailer):
+            return other.head.__class__ is _Trailer
+        return first
 
     def _cut_after_calls(self, best: _Thread) -> bool:
         """Whether the reading that failed only at the end of the output, right after a whole

@@ -9,7 +9,9 @@ import time
 import analyses
 import pytest
 from analyses import streamed_in_two, without_generated_ids
+from corpora import llamacpp_templates
 
+import autoparser
 from autoparser.language.reading import Parser
 
 HEADER = '{"name": "get_weather", "parameters": '
@@ -67,20 +69,36 @@ def test_a_call_after_one_that_failed_inside_its_arguments_is_still_read() -> No
     assert without_generated_ids(streamed(parser, text, 3)[0]) == without_generated_ids(whole)
 
 
-@pytest.mark.xfail(strict=True, reason="recovery keeps the reading that failed first where two failed at one place, "
-                   "so the chunks decide; ranking by how far into its marker each read made Kimi-K3 outputs "
-                   "cut in whitespace after a marker stream differently from their whole parse")
-def test_a_reading_that_failed_further_into_a_marker_is_recovered_wherever_the_chunks_end() -> None:
+def test_of_two_readings_that_fail_alike_the_first_in_order_is_recovered_wherever_the_chunks_end() -> None:
     """GLM-4.5: `<think><tool_call><|user|>`. One reading fails at `<|user|>` on its first
     character (a call's name cannot begin with `<`), another on its second (it is not
-    `</think>`): recovery goes on from the second, whether the first failed in an earlier chunk
-    or in the same one."""
+    `</think>`): of two readings that fail alike, recovery goes on from the first in the
+    readings' order, whether the other failed in an earlier chunk or in the same one."""
     parser = Parser(analyses.glm45())
     text = "<think><tool_call><|user|>"
     whole = parser.parse(text)
     assert whole["reasoning_content"] == "<tool_call>"
     for cut in range(1, len(text)):
         assert without_generated_ids(streamed_in_two(parser, text, cut)) == without_generated_ids(whole), cut
+
+
+def test_a_call_opened_then_the_end_of_turn_is_recovered_from_the_first_reading_wherever_the_chunks_end() -> None:
+    """Kimi-K3 thinking: reasoning opened, a call opened, the end of turn, again. The reading of
+    reasoning fails at the end of turn (it is not the reasoning's end marker) only once that
+    marker is whole; the reading of a call fails on its first character (no tool name begins
+    with `<`): where the chunks cut the marker, the call's reading failed first, and recovery went
+    on from it, unlike the whole parse."""
+    path = next(p for p in llamacpp_templates() if p.name == "Kimi-K3.jinja")
+    parser = autoparser.load(str(path)).parser(tools=analyses.WEATHER_TOOLS, thinking=True)
+    unit = '<|open|>think<|sep|><|open|>tools<|sep|><|open|>call tool="<|end_of_msg|>'
+    for text in (unit, unit * 3):
+        whole = without_generated_ids(parser.parse(text))
+        assert whole["reasoning_content"] == '<|open|>tools<|sep|><|open|>call tool="'
+        assert not whole["tool_calls"]
+        for cut in range(1, len(text)):
+            assert without_generated_ids(streamed_in_two(parser, text, cut)) == whole, cut
+        for size in (1, 7, 16):
+            assert without_generated_ids(streamed(parser, text, size)[0]) == whole, size
 
 
 def test_text_after_a_section_opener_waits_until_the_section_holds_a_call() -> None:
