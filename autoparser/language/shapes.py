@@ -11,6 +11,7 @@ from typing import Any
 
 from autoparser.language import ir
 from autoparser.language.readings import (
+    _FRAMES,
     _MADE_WHILE_READING,
     _WHITESPACE,
     _Again,
@@ -32,7 +33,7 @@ class _Firsts:
         key = id(node)
         found = self._cache.get(key)
         if found is None:
-            if node.__class__ in _MADE_WHILE_READING:
+            if _of_reading(node):
                 return None, True  # decided by reading; not kept, or a long output would pile them up
             self._cache[key] = (None, True)  # a recursive reference reads as "anything"
             found = self._cache[key] = self._compute(node)
@@ -84,6 +85,16 @@ class _Firsts:
         if any(f is None for f, _ in found):
             return None, empty
         return frozenset().union(*(f for f, _ in found)), empty
+
+
+def _of_reading(node: Any) -> bool:
+    """Whether `node` was made while reading (a frame, the rest of a repetition, the members left)
+    or is an optional part around one (what follows a failed call, `interpret.LanguageReader.resync_rest`):
+    the reader's caches keep none of them, or a long output would pile them up."""
+    cls = node.__class__
+    if cls is ir.Repeat:
+        cls = node.item.__class__
+    return cls in _MADE_WHILE_READING or cls in _FRAMES
 
 
 def _lead_markers(node: Any, depth: int) -> set[str]:

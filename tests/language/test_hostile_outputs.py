@@ -192,3 +192,29 @@ def test_a_call_that_fails_again_and_again_is_recovered_in_linear_time(unit: str
     short = text[:len(unit) * 6]
     for cut in range(1, len(unit) * 3):
         assert without_generated_ids(streamed_in_two(parser, short, cut)) == without_generated_ids(parser.parse(short))
+
+
+def _cached(parser: Parser) -> tuple[int, ...]:
+    reader = parser._reader
+    return (len(reader._keep), len(reader._rests), len(reader._markers), len(reader._ids), len(getattr(reader, "_lead_sets", ())),
+            len(reader.firsts._keep))
+
+
+@pytest.mark.parametrize(("analysis", "unit"), [
+    (analyses.mistral_compact, "[TOOL_CALLS]</s>"),
+    (analyses.mistral_compact, "[TOOL_CALLS]"),
+    (analyses.mistral_compact, '[TOOL_CALLS]get_weather[ARGS]{"'),
+    (analyses.kimi_k2, "<|tool_calls_section_begin|><|tool_call_begin|><|im_end|>"),
+    (analyses.qwen3_coder, "<tool_call>\n<function=get_weather>\n<parameter=city>\n<|im_end|>"),
+])
+def test_failed_calls_leave_the_readers_caches_as_they_were(analysis, unit: str) -> None:
+    """The reader is shared by every stream of a language: what recovery builds after a failed
+    call is kept by the markers it stops at, not by the frames a reading made (new with every
+    failure), so a hostile output does not grow the reader for as long as it lives."""
+    parser = Parser(analysis(), tools=analyses.WEATHER_TOOLS)
+    parser.parse(unit * 20)
+    streamed(parser, unit * 20, 16)
+    before = _cached(parser)
+    parser.parse(unit * 400)
+    streamed(parser, unit * 400, 16)
+    assert _cached(parser) == before
