@@ -535,7 +535,7 @@ class LanguageStream(_Recovery, _Stepping):
         waiting: list[_Thread] = []
         failed: list[_Thread] = []
         forks: dict[tuple, tuple[int, int]] = {}
-        order: dict[int, int] = {}  # where each reading stands in the readings' order, as each ends its pass
+        before: dict[int, int] = {}  # for each reading that failed, how many in the readings' order wait before it
         self.spans = []
         while todo:
             t = todo.pop()
@@ -543,15 +543,16 @@ class LanguageStream(_Recovery, _Stepping):
             if result is None:
                 if _in_json_arguments(t):
                     self.spans.append((t.call.args_from, t.pos + self.offset[0]))
-                order[id(t)] = len(order)
+                before[id(t)] = len(waiting)
                 failed.append(t)
             elif result.__class__ is list:
                 todo.extend(reversed([f for f in result if _unseen(f, forks)]))
             else:
-                order[id(t)] = len(order)
                 waiting.append(t)
+        in_order = waiting
         waiting, failed = self._outside_arguments(waiting, failed)
-        self._keep_dead(failed, waiting, order)
+        if failed:
+            self._keep_dead(failed, in_order, before)
         alive = _merged(waiting)
         if final and alive:
             # all are complete: the one with the most calls, then markup, then the first (`_chosen`)
@@ -560,18 +561,19 @@ class LanguageStream(_Recovery, _Stepping):
                 return []  # the reading cut off right after its calls is recovered instead
         return alive
 
-    def _keep_dead(self, failed: list[_Thread], waiting: list[_Thread], order: dict[int, int]) -> None:
+    def _keep_dead(self, failed: list[_Thread], waiting: list[_Thread], before: dict[int, int]) -> None:
         """Keep the reading to recover from among those that failed in this pass (`_recovers_better`),
-        and mark the living ones that come after it in the readings' order. Where two fail alike,
-        the first in that order is kept, as a whole parse, where both fail in one pass, keeps it,
-        not the first to fail: a reading that waits for more text to fail fails later in a stream."""
+        and mark the `waiting` ones (all of this pass, in order) that come after it in the readings'
+        order. Where two fail alike, the first in that order is kept, as a whole parse, where both
+        fail in one pass, keeps it, not the first to fail: a reading that waits for more text to
+        fail fails later in a stream."""
         kept = None
         for t in failed:  # in the readings' order: one kept in this pass comes first
             if self._recovers_better(t, kept is None and not t.after_dead):
-                self.dead, kept = (t, self.emitted), order[id(t)]
+                self.dead, kept = (t, self.emitted), before[id(t)]
         if kept is not None:
-            for t in waiting:
-                t.after_dead = order[id(t)] > kept
+            for index, t in enumerate(waiting):
+                t.after_dead = index >= kept
 
     def _outside_arguments(self, waiting: list[_Thread], failed: list[_Thread]) -> tuple[list, list]:
         """The readings waiting for text and those that failed in this pass, less those whose call

@@ -13,7 +13,7 @@ from autoparser.language import ir
 from autoparser.language.jsonscan import is_whole_json
 from autoparser.language.preference import (
     _calls_begun,
-    _closed_more,
+    _closing_rank,
     _further,
     _inside_call,
     _origin,
@@ -47,7 +47,7 @@ class _Recovery:
         then the one that got further; at the same place, one inside a call's arguments (it keeps
         what they hold, wherever the chunks ended), then the one that saw the latest emitted
         events; and at the same place whatever those say, one that read further into a marker
-        the output ends inside, or closed the call the other was still inside (`_closed_more`);
+        the output ends inside, or closed the call the other was still inside (`_closing_rank`);
         last, one still inside the language over one that read it whole and failed after it
         (recovering from that one drops what its trailer read), then the `first` in the readings'
         order (whichever failed first in that pass, where both failed in one)."""
@@ -62,10 +62,9 @@ class _Recovery:
             return True
         if t.pos != other.pos:
             return False
-        if _closed_more(t, other, self.buf):
-            return True
-        if _closed_more(other, t, self.buf):
-            return False
+        mine, theirs = _closing_rank(t, self.buf), _closing_rank(other, self.buf)
+        if mine != theirs:
+            return mine > theirs
         if (other.head.__class__ is _Trailer) != (t.head.__class__ is _Trailer):
             return other.head.__class__ is _Trailer
         return first
