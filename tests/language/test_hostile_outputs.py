@@ -5,6 +5,7 @@ where two readings fail at one place."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import analyses
 import pytest
@@ -82,23 +83,37 @@ def test_of_two_readings_that_fail_alike_the_first_in_order_is_recovered_whereve
         assert without_generated_ids(streamed_in_two(parser, text, cut)) == without_generated_ids(whole), cut
 
 
-def test_a_call_opened_then_the_end_of_turn_is_recovered_from_the_first_reading_wherever_the_chunks_end() -> None:
-    """Kimi-K3 thinking: reasoning opened, a call opened, the end of turn, again. The reading of
-    reasoning fails at the end of turn (it is not the reasoning's end marker) only once that
-    marker is whole; the reading of a call fails on its first character (no tool name begins
-    with `<`): where the chunks cut the marker, the call's reading failed first, and recovery went
-    on from it, unlike the whole parse."""
+def _kimi_k3() -> Parser:
     path = next(p for p in llamacpp_templates() if p.name == "Kimi-K3.jinja")
-    parser = autoparser.load(str(path)).parser(tools=analyses.WEATHER_TOOLS, thinking=True)
-    unit = '<|open|>think<|sep|><|open|>tools<|sep|><|open|>call tool="<|end_of_msg|>'
-    for text in (unit, unit * 3):
-        whole = without_generated_ids(parser.parse(text))
-        assert whole["reasoning_content"] == '<|open|>tools<|sep|><|open|>call tool="'
+    return autoparser.load(str(path)).parser(tools=analyses.WEATHER_TOOLS, thinking=True)
+
+
+def _deepseek(analysis) -> Callable[[], Parser]:
+    return lambda: Parser(analysis(), tools=analyses.WEATHER_TOOLS, thinking=True)
+
+
+@pytest.mark.parametrize(("parser", "opener", "end"), [
+    (_kimi_k3, '<|open|>think<|sep|><|open|>tools<|sep|><|open|>call tool="', "<|end_of_msg|>"),
+    (_deepseek(analyses.deepseek_v31), "<think><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>", "<｜end▁of▁sentence｜>"),
+    (_deepseek(analyses.deepseek_r1), "<think><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>", "<｜end▁of▁sentence｜>"),
+], ids=["Kimi-K3", "DeepSeek-V3.1", "DeepSeek-R1"])
+def test_a_call_opened_then_the_end_of_turn_is_recovered_from_the_first_reading_wherever_the_chunks_end(
+        parser: Callable[[], Parser], opener: str, end: str) -> None:
+    """Reasoning opened, a call opened, the end of turn, again. The reading of reasoning fails at
+    the end of turn (it is not the reasoning's end marker) only once that marker is whole; the
+    reading of a call fails on its first character (no tool name begins with it): where the
+    chunks cut the marker, the call's reading failed first, and recovery went on from it, unlike
+    the whole parse."""
+    reader = parser()
+    reasoning = opener.split(">", 1)[1] if opener.startswith("<think>") else opener.split("<|sep|>", 1)[1]
+    for text in (opener + end, (opener + end) * 3):
+        whole = without_generated_ids(reader.parse(text))
+        assert whole["reasoning_content"] == reasoning
         assert not whole["tool_calls"]
         for cut in range(1, len(text)):
-            assert without_generated_ids(streamed_in_two(parser, text, cut)) == whole, cut
+            assert without_generated_ids(streamed_in_two(reader, text, cut)) == whole, cut
         for size in (1, 7, 16):
-            assert without_generated_ids(streamed(parser, text, size)[0]) == whole, size
+            assert without_generated_ids(streamed(reader, text, size)[0]) == whole, size
 
 
 def test_text_after_a_section_opener_waits_until_the_section_holds_a_call() -> None:
