@@ -76,6 +76,7 @@ from autoparser.language.shapes import (
     _Firsts,
     _holds_arguments,
     _lead_markers,
+    _of_reading,
     _parts,
 )
 from autoparser.language.stepping import _Stepping
@@ -169,6 +170,7 @@ class LanguageReader:
         self._splits: dict[str, re.Pattern[str]] = {}
         self._ids: dict[int, bool] = {}
         self._rests: dict[tuple, Any] = {}
+        self._lead_sets: dict[int, frozenset[str]] = {}
         self._calls: dict[int, bool] = {}
         self._keep: list[Any] = []
         self.reasoning_end = language.reasoning_end
@@ -240,6 +242,8 @@ class LanguageReader:
     def _holds_id(self, node: Any) -> bool:
         found = self._ids.get(id(node))
         if found is None:
+            if _of_reading(node):
+                return False  # the members left to read, or what follows a failed call: values and markers
             self._ids[id(node)] = False  # a recursive reference holds nothing more
             found = self._ids[id(node)] = any(self._holds_id(part) for part in _parts(node)) or (
                 isinstance(node, ir.Capture) and node.role == ir.CALL_ID)
@@ -249,16 +253,18 @@ class LanguageReader:
     def call_rest(self, closing: Any, after: Any, kept: bool) -> tuple[Any, Any, str] | None:
         """After a call that failed: content up to its end marker (`closing`) or to what may
         follow the call (`after`: more calls, the section's end), then that marker if it is
-        there, as markup (`kept`) or as content; None where the call ends with no marker."""
-        key = (id(closing), id(after[0]) if after is not None else 0, kept)
+        there, as markup (`kept`) or as content; None where the call ends with no marker. Kept by
+        the markers, not by what follows (frames made while reading, new with every failure)."""
+        end = _first_marker(closing)
+        if not end:
+            return None
+        stops = (end, *sorted(self._leads(after)))
+        key = (id(closing), stops, kept)
         found = self._rests.get(key)
         if found is None:
-            end = _first_marker(closing)
-            stops = (end, *sorted(self._leads(after)))
-            found = (ir.Capture(ir.CONTENT, ir.Text(stops, hint="content")),
-                     ir.optional(closing if kept else ir.Capture(ir.CONTENT, closing)), end) if end else None
-            self._rests[key] = found
-            self._keep.append((closing, after))
+            found = self._rests[key] = (self._content_to(stops),
+                                        ir.optional(closing if kept else ir.Capture(ir.CONTENT, closing)), end)
+            self._keep.append(closing)
         return found
 
     def resync_rest(self, after: Any) -> tuple[Any, Any] | None:
@@ -268,12 +274,22 @@ class LanguageReader:
         left out; None where the language states no such place."""
         if not self.language.resync:
             return None
-        key = (id(after[0]), "resync")
+        stops = (*self.language.resync, *sorted(m for m in self._leads(after) if not is_weak(m)))
+        following = after[0]
+        if _of_reading(following):
+            return self._content_to(stops), ir.optional(following)
+        key = (id(following), "optional")
         found = self._rests.get(key)
         if found is None:
-            stops = (*self.language.resync, *sorted(m for m in self._leads(after) if not is_weak(m)))
-            found = self._rests[key] = (ir.Capture(ir.CONTENT, ir.Text(stops, hint="content")), ir.optional(after[0]))
-            self._keep.append(after)
+            found = self._rests[key] = ir.optional(following)
+            self._keep.append(following)
+        return self._content_to(stops), found
+
+    def _content_to(self, stops: tuple[str, ...]) -> Any:
+        """Content up to the first of `stops`, one node for each set of them."""
+        found = self._rests.get(stops)
+        if found is None:
+            found = self._rests[stops] = ir.Capture(ir.CONTENT, ir.Text(stops, hint="content"))
         return found
 
     def _leads(self, stack: Any) -> set[str]:
@@ -281,13 +297,20 @@ class LanguageReader:
         found: set[str] = set()
         while stack is not None:
             node, stack = stack
-            if node.__class__ in _FRAMES:
-                continue
             if node.__class__ is _Again:
                 node = node.repeat
-            found |= _lead_markers(node, 8)
+            if _of_reading(node):
+                continue
+            found |= self._lead_markers(node)
             if not self.firsts.of(node)[1]:
                 break
+        return found
+
+    def _lead_markers(self, node: Any) -> frozenset[str]:
+        found = self._lead_sets.get(id(node))
+        if found is None:
+            found = self._lead_sets[id(node)] = frozenset(_lead_markers(node, 8))
+            self._keep.append(node)
         return found
 
     def split(self, follow: frozenset[str] | None) -> re.Pattern[str] | None:
@@ -520,10 +543,12 @@ class LanguageStream(_Recovery, _Stepping):
         waiting: list[_Thread] = []
         failed: list[_Thread] = []
         forks: dict[tuple, tuple[int, int]] = {}
+        before: dict[int, int] = {}  # for each reading that failed, how many in the readings' order wait before it
         while True:
             if result is None:
                 if _in_json_arguments(t):
                     self.spans.append((t.call.args_from, t.pos + self.offset[0]))
+                before[id(t)] = len(waiting)
                 failed.append(t)
             elif result.__class__ is list:
                 todo.extend(reversed([f for f in result if _unseen(f, forks)]))
@@ -533,10 +558,10 @@ class LanguageStream(_Recovery, _Stepping):
                 break
             t = todo.pop()
             result = self._run(t, final)
+        in_order = waiting
         waiting, failed = self._outside_arguments(waiting, failed)
-        for t in failed:
-            if self._recovers_better(t):
-                self.dead = (t, self.emitted)
+        if failed:
+            self._keep_dead(failed, in_order, before)
         alive = _merged(waiting)
         if final and alive:
             # all are complete: the one with the most calls, then markup, then the first (`_chosen`)
@@ -544,6 +569,20 @@ class LanguageStream(_Recovery, _Stepping):
             if self._cut_after_calls(alive[0]):
                 return []  # the reading cut off right after its calls is recovered instead
         return alive
+
+    def _keep_dead(self, failed: list[_Thread], waiting: list[_Thread], before: dict[int, int]) -> None:
+        """Keep the reading to recover from among those that failed in this pass (`_recovers_better`),
+        and mark the `waiting` ones (all of this pass, in order) that come after it in the readings'
+        order. Where two fail alike, the first in that order is kept, as a whole parse, where both
+        fail in one pass, keeps it, not the first to fail: a reading that waits for more text to
+        fail fails later in a stream."""
+        kept = None
+        for t in failed:  # in the readings' order: one kept in this pass comes first
+            if self._recovers_better(t, kept is None and not t.after_dead):
+                self.dead, kept = (t, self.emitted), before[id(t)]
+        if kept is not None:
+            for index, t in enumerate(waiting):
+                t.after_dead = index >= kept
 
     def _outside_arguments(self, waiting: list[_Thread], failed: list[_Thread]) -> tuple[list, list]:
         """The readings waiting for text and those that failed in this pass, less those whose call

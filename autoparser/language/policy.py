@@ -56,7 +56,8 @@ RULES: tuple[Rule, ...] = (
          "where a text could hold them (a marker the language states as markup), then the first in the "
          "language's order."),
     Rule("nothing-lost",
-         "Where no reading continues, the one that got furthest keeps what it read (a call whose "
+         "Where no reading continues, the one that got furthest keeps what it read (of those that got "
+         "as far, the first in the language's order, however the chunks came; a call whose "
          "arguments had started is closed and marked incomplete), the text from there to where it "
          "failed is content, and the language is read again from there with reasoning over; but "
          "reasoning whose end marker never came ends where calls began, valid or broken: the "

@@ -118,14 +118,11 @@ def _past_whole_call(t: _Thread) -> bool:
     return whole and any(e[0] == ARGS and e[1].strip("{} \t\n") for e in t.events)
 
 
-def _closed_more(t: _Thread, other: _Thread, buf: str) -> bool:
-    """Of two readings that failed at one place: whether `t` read further into a marker the
-    output ends inside, or had closed the part `other` was still inside (a call whose arguments
-    ended, where the other began one more argument), or read more whole calls."""
-    def rank(r: _Thread) -> tuple[int, bool, int]:
-        return _reach(r, buf), r.role is None and r.call.done, _calls_begun(r)
-
-    return rank(t) > rank(other)
+def _closing_rank(t: _Thread, buf: str) -> tuple[int, bool, int]:
+    """What ranks two readings that failed at one place, higher first: how far into a marker the
+    output ends inside it read, whether it had closed the part it was inside (a call whose
+    arguments ended, where the other began one more argument), how many whole calls it read."""
+    return _reach(t, buf), t.role is None and t.call.done, _calls_begun(t)
 
 
 def _broke_in_calls(t: _Thread) -> bool:

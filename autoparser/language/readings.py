@@ -167,7 +167,8 @@ class _Thread:
     __slots__ = ("stack", "pos", "events", "role", "head", "call", "parts", "member", "value", "count", "mark",
                  "skip", "own_id", "after_call", "section_calls", "calls_read",
                  "call_over", "streamed", "spool", "call_from", "section_at", "section_open", "first_in_section",
-                 "offset", "call_at", "calls_held", "shared", "markup", "unchecked", "member_at", "reasoned")
+                 "offset", "call_at", "calls_held", "shared", "markup", "unchecked", "member_at", "reasoned",
+                 "after_dead")
 
     def __init__(self, stack: Any, pos: int, offset: list[int]) -> None:
         self.stack = stack  # (node, rest) pairs, None at the bottom
@@ -203,6 +204,9 @@ class _Thread:
         # readings read (`interpret.LanguageStream._outside_arguments`)
         self.unchecked: tuple[int, ...] = ()
         self.reasoned = False  # it read reasoning text (not in `state`: for recovery only)
+        # it comes after the failed reading kept to recover from (`interpret.LanguageStream.dead`)
+        # in the order of the readings, the language's order of options
+        self.after_dead = False
 
     def fork(self, stack: Any) -> _Thread:
         twin = _Thread(stack, self.pos, self.offset)
@@ -233,6 +237,7 @@ class _Thread:
         twin.markup = self.markup
         twin.unchecked = self.unchecked
         twin.reasoned = self.reasoned
+        twin.after_dead = self.after_dead
         return twin
 
     def drop_events(self, count: int) -> None:

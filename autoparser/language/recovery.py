@@ -14,7 +14,7 @@ from autoparser.language.jsonscan import is_whole_json
 from autoparser.language.preference import (
     _broke_in_calls,
     _calls_begun,
-    _closed_more,
+    _closing_rank,
     _further,
     _inside_call,
     _origin,
@@ -29,6 +29,7 @@ from autoparser.language.request import is_weak
 from autoparser.language.shapes import (
     _below,
     _inside_reasoning,
+    _without_spent_repeats,
 )
 from autoparser.language.terminals import (
     _JsonValue,
@@ -41,16 +42,17 @@ from autoparser.language.terminals import (
 class _Recovery:
     """Recovery of a stream whose readings all failed."""
 
-    def _recovers_better(self, t: _Thread) -> bool:
+    def _recovers_better(self, t: _Thread, first: bool) -> bool:
         """Whether recovery goes on from `t`, a reading that just failed, rather than from the
         failed reading kept so far. The one that read more calls whole wins (a reading that runs
         on past a call's end, say inside a quoted value, to the end of the output, takes none);
         then the one that got further; at the same place, one inside a call's arguments (it keeps
         what they hold, wherever the chunks ended), then the one that saw the latest emitted
         events; and at the same place whatever those say, one that read further into a marker
-        the output ends inside, or closed the call the other was still inside (`_closed_more`);
+        the output ends inside, or closed the call the other was still inside (`_closing_rank`);
         last, one still inside the language over one that read it whole and failed after it
-        (recovering from that one drops what its trailer read), whichever failed first."""
+        (recovering from that one drops what its trailer read), then the `first` in the readings'
+        order (whichever failed first in that pass, where both failed in one)."""
         dead = self.dead
         if dead is None:
             return True
@@ -65,9 +67,12 @@ class _Recovery:
             return True
         if t.pos != other.pos:
             return False
-        return _closed_more(t, other, self.buf) or (
-            other.head.__class__ is _Trailer and t.head.__class__ is not _Trailer
-            and not _closed_more(other, t, self.buf))
+        mine, theirs = _closing_rank(t, self.buf), _closing_rank(other, self.buf)
+        if mine != theirs:
+            return mine > theirs
+        if (other.head.__class__ is _Trailer) != (t.head.__class__ is _Trailer):
+            return other.head.__class__ is _Trailer
+        return first
 
     def _ended_reasoning_at_calls(self, t: _Thread, other: _Thread) -> bool | None:
         """Of two failed readings, one that went on reading reasoning its end marker never ended
@@ -213,14 +218,15 @@ class _Recovery:
             return None
         first = not kept and not t.section_calls
         rest = self.reader.call_rest(after[0], after[1], kept)
+        following = _without_spent_repeats(after[1], t.pos + self.offset[0])
         if rest is None or first and is_weak(rest[2]):
             # punctuation ends no call reliably: the text goes on to where a later call may begin
             resync = self.reader.resync_rest(after)
             if resync is None:
                 return None  # the section is text
-            stack = (resync[0], (resync[1], after[1]))
+            stack = (resync[0], (resync[1], following))
         else:
-            stack = (rest[0], (rest[1], after[1]))
+            stack = (rest[0], (rest[1], following))
         return [(self.reader.root, None), stack] if first else [stack]
 
     def _cut_off(self, t: _Thread) -> None:

@@ -11,8 +11,10 @@ from typing import Any
 
 from autoparser.language import ir
 from autoparser.language.readings import (
+    _FRAMES,
     _MADE_WHILE_READING,
     _WHITESPACE,
+    _Again,
     _EndCapture,
 )
 
@@ -31,7 +33,7 @@ class _Firsts:
         key = id(node)
         found = self._cache.get(key)
         if found is None:
-            if node.__class__ in _MADE_WHILE_READING:
+            if _of_reading(node):
                 return None, True  # decided by reading; not kept, or a long output would pile them up
             self._cache[key] = (None, True)  # a recursive reference reads as "anything"
             found = self._cache[key] = self._compute(node)
@@ -83,6 +85,16 @@ class _Firsts:
         if any(f is None for f, _ in found):
             return None, empty
         return frozenset().union(*(f for f, _ in found)), empty
+
+
+def _of_reading(node: Any) -> bool:
+    """Whether `node` was made while reading (a frame, the rest of a repetition, the members left)
+    or is an optional part around one (what follows a failed call, `interpret.LanguageReader.resync_rest`):
+    the reader's caches keep none of them, or a long output would pile them up."""
+    cls = node.__class__
+    if cls is ir.Repeat:
+        cls = node.item.__class__
+    return cls in _MADE_WHILE_READING or cls in _FRAMES
 
 
 def _lead_markers(node: Any, depth: int) -> set[str]:
@@ -163,3 +175,26 @@ def _below(stack: Any, part: Any) -> bool:
             return True
         stack = stack[1]
     return part is None
+
+
+def _without_spent_repeats(stack: Any, here: int) -> Any:
+    """`stack` less the rests of repetitions that may read no more items and whose last item began
+    before `here` (absolute): from here they read nothing. A reading that resumes inside the part
+    a failed one was reading keeps what follows it, and a failure repeated again and again would
+    otherwise pile up one such rest each time (`recovery._Recovery._rest_of_section`)."""
+    def spent(frame: Any) -> bool:
+        return frame.__class__ is _Again and frame.left_max == 0 and frame.start < here
+
+    entries, last, node = [], -1, stack
+    while node is not None:
+        if spent(node[0]):
+            last = len(entries)
+        entries.append(node)
+        node = node[1]
+    if last < 0:
+        return stack
+    tail = entries[last][1]
+    for frame, _ in reversed(entries[:last]):
+        if not spent(frame):
+            tail = (frame, tail)
+    return tail

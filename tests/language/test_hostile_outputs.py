@@ -5,11 +5,14 @@ where two readings fail at one place."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import analyses
 import pytest
 from analyses import streamed_in_two, without_generated_ids
+from corpora import llamacpp_templates
 
+import autoparser
 from autoparser.language.reading import Parser
 
 HEADER = '{"name": "get_weather", "parameters": '
@@ -67,20 +70,50 @@ def test_a_call_after_one_that_failed_inside_its_arguments_is_still_read() -> No
     assert without_generated_ids(streamed(parser, text, 3)[0]) == without_generated_ids(whole)
 
 
-@pytest.mark.xfail(strict=True, reason="recovery keeps the reading that failed first where two failed at one place, "
-                   "so the chunks decide; ranking by how far into its marker each read made Kimi-K3 outputs "
-                   "cut in whitespace after a marker stream differently from their whole parse")
-def test_a_reading_that_failed_further_into_a_marker_is_recovered_wherever_the_chunks_end() -> None:
+def test_of_two_readings_that_fail_alike_the_first_in_order_is_recovered_wherever_the_chunks_end() -> None:
     """GLM-4.5: `<think><tool_call><|user|>`. One reading fails at `<|user|>` on its first
     character (a call's name cannot begin with `<`), another on its second (it is not
-    `</think>`): recovery goes on from the second, whether the first failed in an earlier chunk
-    or in the same one."""
+    `</think>`): of two readings that fail alike, recovery goes on from the first in the
+    readings' order, whether the other failed in an earlier chunk or in the same one."""
     parser = Parser(analyses.glm45())
     text = "<think><tool_call><|user|>"
     whole = parser.parse(text)
     assert whole["reasoning_content"] == "<tool_call>"
     for cut in range(1, len(text)):
         assert without_generated_ids(streamed_in_two(parser, text, cut)) == without_generated_ids(whole), cut
+
+
+def _kimi_k3() -> Parser:
+    path = next(p for p in llamacpp_templates() if p.name == "Kimi-K3.jinja")
+    return autoparser.load(str(path)).parser(tools=analyses.WEATHER_TOOLS, thinking=True)
+
+
+def _deepseek(analysis) -> Callable[[], Parser]:
+    return lambda: Parser(analysis(), tools=analyses.WEATHER_TOOLS, thinking=True)
+
+
+@pytest.mark.parametrize(("parser", "opener", "end"), [
+    (_kimi_k3, '<|open|>think<|sep|><|open|>tools<|sep|><|open|>call tool="', "<|end_of_msg|>"),
+    (_deepseek(analyses.deepseek_v31), "<think><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>", "<｜end▁of▁sentence｜>"),
+    (_deepseek(analyses.deepseek_r1), "<think><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>", "<｜end▁of▁sentence｜>"),
+], ids=["Kimi-K3", "DeepSeek-V3.1", "DeepSeek-R1"])
+def test_a_call_opened_then_the_end_of_turn_is_recovered_from_the_first_reading_wherever_the_chunks_end(
+        parser: Callable[[], Parser], opener: str, end: str) -> None:
+    """Reasoning opened, a call opened, the end of turn, again. The reading of reasoning fails at
+    the end of turn (it is not the reasoning's end marker) only once that marker is whole; the
+    reading of a call fails on its first character (no tool name begins with it): where the
+    chunks cut the marker, the call's reading failed first, and recovery went on from it, unlike
+    the whole parse."""
+    reader = parser()
+    reasoning = opener.split(">", 1)[1] if opener.startswith("<think>") else opener.split("<|sep|>", 1)[1]
+    for text in (opener + end, (opener + end) * 3):
+        whole = without_generated_ids(reader.parse(text))
+        assert whole["reasoning_content"] == reasoning
+        assert not whole["tool_calls"]
+        for cut in range(1, len(text)):
+            assert without_generated_ids(streamed_in_two(reader, text, cut)) == whole, cut
+        for size in (1, 7, 16):
+            assert without_generated_ids(streamed(reader, text, size)[0]) == whole, size
 
 
 def test_text_after_a_section_opener_waits_until_the_section_holds_a_call() -> None:
@@ -130,3 +163,73 @@ def test_a_call_before_one_whose_arguments_hold_a_call_is_kept_whole_as_streamed
             '{"name":"get_weather","parameters":{}}{"')
     whole = without_generated_ids(parser.parse(text))
     assert without_generated_ids(streamed(parser, text, 16)[0]) == whole
+
+
+def _depth(stack: object) -> int:
+    depth = 0
+    while stack is not None:
+        depth, stack = depth + 1, stack[1]  # type: ignore[index]
+    return depth
+
+
+def _deepest_stack(parser: Parser, text: str, size: int) -> tuple[dict, int]:
+    """The message of `text` fed `size` characters at a time, and the deepest stack a reading had."""
+    stream = parser.stream()
+    deepest = 0
+    for start in range(0, len(text), size):
+        stream.feed(text[start:start + size])
+        deepest = max([deepest, *(_depth(t.stack) for t in stream.threads)])
+    stream.finish()
+    return stream.message(), deepest
+
+
+@pytest.mark.parametrize("unit", [
+    "[TOOL_CALLS]</s>",  # a call opened, then the end of turn: it fails on its name
+    '[TOOL_CALLS]get_weather[ARGS]{"',  # a call cut off before its first key
+    '[TOOL_CALLS]get_weather[ARGS]{"location": "',  # ... and inside its first value
+])
+def test_a_call_that_fails_again_and_again_is_recovered_in_linear_time(unit: str) -> None:
+    """Mistral Small 3.2: each failed call is recovered from inside the calls' section, and the
+    reading that resumes there keeps what follows the call. The rest of the optional part it
+    resumed in, spent, was kept too, one more with every failure: the stack grew with the output
+    and the time with its square (50 KB took 10 to 90 times what 5 KB took)."""
+    parser = Parser(analyses.mistral_compact())
+    text = unit * (40_000 // len(unit))
+    started = time.process_time()
+    whole = parser.parse(text)
+    messages = [_deepest_stack(parser, text, size) for size in (16, 509)]
+    assert time.process_time() - started < 5
+    assert max(deepest for _, deepest in messages) <= 16
+    if unit.endswith("</s>"):  # no call: all of it is text, but the end of turn it ends with
+        assert not whole["tool_calls"] and whole["content"] == text.removesuffix("</s>")
+    for message, _ in messages:
+        assert without_generated_ids(message) == without_generated_ids(whole)
+    short = text[:len(unit) * 6]
+    for cut in range(1, len(unit) * 3):
+        assert without_generated_ids(streamed_in_two(parser, short, cut)) == without_generated_ids(parser.parse(short))
+
+
+def _cached(parser: Parser) -> tuple[int, ...]:
+    reader = parser._reader
+    return (len(reader._keep), len(reader._rests), len(reader._markers), len(reader._ids), len(getattr(reader, "_lead_sets", ())),
+            len(reader.firsts._keep))
+
+
+@pytest.mark.parametrize(("analysis", "unit"), [
+    (analyses.mistral_compact, "[TOOL_CALLS]</s>"),
+    (analyses.mistral_compact, "[TOOL_CALLS]"),
+    (analyses.mistral_compact, '[TOOL_CALLS]get_weather[ARGS]{"'),
+    (analyses.kimi_k2, "<|tool_calls_section_begin|><|tool_call_begin|><|im_end|>"),
+    (analyses.qwen3_coder, "<tool_call>\n<function=get_weather>\n<parameter=city>\n<|im_end|>"),
+])
+def test_failed_calls_leave_the_readers_caches_as_they_were(analysis, unit: str) -> None:
+    """The reader is shared by every stream of a language: what recovery builds after a failed
+    call is kept by the markers it stops at, not by the frames a reading made (new with every
+    failure), so a hostile output does not grow the reader for as long as it lives."""
+    parser = Parser(analysis(), tools=analyses.WEATHER_TOOLS)
+    parser.parse(unit * 20)
+    streamed(parser, unit * 20, 16)
+    before = _cached(parser)
+    parser.parse(unit * 400)
+    streamed(parser, unit * 400, 16)
+    assert _cached(parser) == before
