@@ -6,6 +6,8 @@ Standard library only: the standalone module embeds it.
 
 from __future__ import annotations
 
+import os
+
 from autoparser.language import ir
 from autoparser.language.readings import (
     _WHITESPACE,
@@ -39,6 +41,18 @@ def _reach(t: _Thread, buf: str) -> int:
         if rest and head.core.startswith(rest):
             return len(buf)
     return t.pos
+
+
+def _into_marker(t: _Thread, buf: str) -> int:
+    """How many characters of the marker a failed reading failed in the text matched (0 where it
+    failed in no marker): where two failed at one place, one that failed on a marker's second
+    character read more of the text than one that failed on its first character, and a whole
+    parse sees both fail at once where a stream may see the first fail a chunk earlier."""
+    head = t.head
+    if head.__class__ is not _Lit or head.done or t.pos < 0:
+        return 0
+    rest = buf[t.pos:].lstrip(_WHITESPACE)
+    return len(os.path.commonprefix([head.core, rest[:len(head.core)]]))
 
 
 def _unseen(t: _Thread, seen: dict[tuple, tuple[int, int, int]]) -> bool:
@@ -121,9 +135,10 @@ def _past_whole_call(t: _Thread) -> bool:
 def _closed_more(t: _Thread, other: _Thread, buf: str) -> bool:
     """Of two readings that failed at one place: whether `t` read further into a marker the
     output ends inside, or had closed the part `other` was still inside (a call whose arguments
-    ended, where the other began one more argument), or read more whole calls."""
-    def rank(r: _Thread) -> tuple[int, bool, int]:
-        return _reach(r, buf), r.role is None and r.call.done, _calls_begun(r)
+    ended, where the other began one more argument), or read more whole calls, or failed
+    further into the marker it failed in (`_into_marker`)."""
+    def rank(r: _Thread) -> tuple[int, bool, int, int]:
+        return _reach(r, buf), r.role is None and r.call.done, _calls_begun(r), _into_marker(r, buf)
 
     return rank(t) > rank(other)
 

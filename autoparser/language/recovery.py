@@ -46,7 +46,8 @@ class _Recovery:
         then the one that got further; at the same place, one inside a call's arguments (it keeps
         what they hold, wherever the chunks ended), then the one that saw the latest emitted
         events; and at the same place whatever those say, one that read further into a marker
-        the output ends inside, or closed the call the other was still inside (`_closed_more`);
+        the output ends inside, or closed the call the other was still inside, or failed further
+        into the marker it failed in (`_closed_more`: the text decides, not which failed first);
         last, one still inside the language over one that read it whole and failed after it
         (recovering from that one drops what its trailer read), whichever failed first."""
         dead = self.dead
