@@ -511,19 +511,12 @@ class LanguageStream(_Recovery, _Stepping):
         todo = list(reversed(self.threads))
         waiting: list[_Thread] = []
         failed: list[_Thread] = []
-        forks: dict[tuple, tuple[int, int]] = {}
+        forks: dict[tuple, tuple[tuple[int, int, int], _Thread]] = {}
+        pruned: list[tuple[_Thread, _Thread]] = []
         self.spans = []
         while todo:
-            t = todo.pop()
-            result = self._run(t, final)
-            if result is None:
-                if _in_json_arguments(t):
-                    self.spans.append((t.call.args_from, t.pos + self.offset[0]))
-                failed.append(t)
-            elif result.__class__ is list:
-                todo.extend(reversed([f for f in result if _unseen(f, forks)]))
-            else:
-                waiting.append(t)
+            self._read_all(todo, waiting, failed, forks, pruned, final)
+            todo = self._revived(waiting, failed, forks, pruned)
         waiting, failed = self._outside_arguments(waiting, failed)
         for t in failed:
             if self._recovers_better(t):
@@ -536,22 +529,67 @@ class LanguageStream(_Recovery, _Stepping):
                 return []  # the reading cut off right after its calls is recovered instead
         return alive
 
-    def _outside_arguments(self, waiting: list[_Thread], failed: list[_Thread]) -> tuple[list, list]:
-        """The readings waiting for text and those that failed in this pass, less those whose call
-        began (in this pass) inside text another reading reads as a call's JSON arguments (policy
-        rule `calls-not-inside-arguments`), before any are merged or kept to recover from, so that
-        the pass a call began in decides nothing; none waiting are dropped where none would be left."""
+    def _read_all(self, todo: list[_Thread], waiting: list[_Thread], failed: list[_Thread],
+                  forks: dict[tuple, tuple[tuple[int, int, int], _Thread]],
+                  pruned: list[tuple[_Thread, _Thread]], final: bool) -> None:
+        """Read the readings of `todo` on as far as the text goes, into `waiting` and `failed`;
+        a fork met again in the same state goes into `pruned` with the reading it met (`_unseen`)."""
+        while todo:
+            t = todo.pop()
+            result = self._run(t, final)
+            if result is None:
+                if _in_json_arguments(t):
+                    self.spans.append((t.call.args_from, t.pos + self.offset[0]))
+                failed.append(t)
+            elif result.__class__ is list:
+                todo.extend(reversed([f for f in result if _unseen(f, forks, pruned)]))
+            else:
+                waiting.append(t)
+
+    def _revived(self, waiting: list[_Thread], failed: list[_Thread],
+                 forks: dict[tuple, tuple[tuple[int, int, int], _Thread]],
+                 pruned: list[tuple[_Thread, _Thread]]) -> list[_Thread]:
+        """The readings pruned at a fork for one that the end of the pass drops (`_dropped`), to
+        be read on from there: a reading dropped for a call inside arguments prunes nothing, as
+        in a stream, which drops it at the end of a shorter chunk, before the two meet. The forks
+        such readings passed are forgotten."""
+        if not pruned:
+            return []
+        dropped = self._dropped(waiting, failed)
+        if not dropped:
+            return []
+        revived = [t for t, met in pruned if id(met) in dropped]
+        if revived:
+            pruned[:] = [(t, met) for t, met in pruned if id(met) not in dropped]
+            for state in [state for state, (_, met) in forks.items() if id(met) in dropped]:
+                del forks[state]
+        return list(reversed(revived))
+
+    def _dropped(self, waiting: list[_Thread], failed: list[_Thread]) -> set[int]:
+        """The ids of the readings, waiting for text or failed in this pass, whose call began (in
+        this pass) inside text another reading reads as a call's JSON arguments (policy rule
+        `calls-not-inside-arguments`); none waiting where none would be left."""
         if not any(t.unchecked for t in waiting) and not any(t.unchecked for t in failed):
-            return waiting, failed
+            return set()
         spans = self.spans + [(t.call.args_from, float("inf")) for t in waiting if _in_json_arguments(t)]
 
-        def outside(t: _Thread) -> bool:
-            return not any(s <= at < e for at in t.unchecked for s, e in spans)
+        def inside(t: _Thread) -> bool:
+            return any(s <= at < e for at in t.unchecked for s, e in spans)
 
-        kept = [t for t in waiting if outside(t)] or waiting
+        dropped = {id(t) for t in waiting if inside(t)}
+        if len(dropped) == len(waiting):
+            dropped = set()
+        return dropped | {id(t) for t in failed if inside(t)}
+
+    def _outside_arguments(self, waiting: list[_Thread], failed: list[_Thread]) -> tuple[list, list]:
+        """The readings waiting for text and those that failed in this pass, less those `_dropped`
+        (policy rule `calls-not-inside-arguments`), before any are merged or kept to recover from,
+        so that the pass a call began in decides nothing."""
+        dropped = self._dropped(waiting, failed)
+        kept = [t for t in waiting if id(t) not in dropped]
         for t in kept:
             t.unchecked = ()
-        return kept, [t for t in failed if outside(t)]
+        return kept, [t for t in failed if id(t) not in dropped]
 
     def _commit(self, final: bool) -> None:
         """Emit the events every reading has (all of them when one reading is left). A call's

@@ -55,16 +55,20 @@ def _into_marker(t: _Thread, buf: str) -> int:
     return len(os.path.commonprefix([head.core, rest[:len(head.core)]]))
 
 
-def _unseen(t: _Thread, seen: dict[tuple, tuple[int, int, int]]) -> bool:
+def _unseen(t: _Thread, seen: dict[tuple, tuple[tuple[int, int, int], _Thread]],
+            pruned: list[tuple[_Thread, _Thread]]) -> bool:
     """Whether a reading that forked goes on: not where one in the same state (met at a fork
-    earlier in this pass) would be chosen over it (`_prefer`). Readings that meet again within
-    one pass are pruned at once, so that a long piece read whole does not multiply them."""
+    earlier in this pass) would be chosen over it (`_prefer`); one that does not goes into
+    `pruned` with the one it met, to be read on should that one be dropped at the end of the
+    pass. Readings that meet again within one pass are pruned at once, so that a long piece
+    read whole does not multiply them."""
     state = t.state()  # taken now, as the one met later will have read on from here
     counts = _counts(t)
     met = seen.get(state)
-    if met is not None and _preferred(met, counts) == 0:
+    if met is not None and _preferred(met[0], counts) == 0:
+        pruned.append((t, met[1]))
         return False
-    seen[state] = counts
+    seen[state] = counts, t
     return True
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import time
 
 import analyses
-import pytest
 from analyses import WEATHER_TOOLS, streamed_in_two, without_generated_ids
 from corpora import llamacpp_templates
 
@@ -136,9 +135,6 @@ def test_a_call_inside_arguments_is_not_recovered_from_either() -> None:
         assert without_generated_ids(streamed(parser, text, size)[0]) == whole, size
 
 
-@pytest.mark.xfail(strict=True, reason="within one pass, a reading pruned at a fork for one in the same state "
-                                       "(`_unseen`) is not brought back when that one is dropped at the end of "
-                                       "the pass (`calls-not-inside-arguments`): read whole, the call before is lost")
 def test_a_call_before_one_whose_arguments_hold_a_call_is_kept_whole_as_streamed() -> None:
     """Llama 3.1: a whole call, then one whose JSON arguments hold a call and break off. Read whole,
     the readings that begin a call inside those arguments meet the one that reads the first call
