@@ -149,6 +149,20 @@ def _in_json_arguments(t: _Thread) -> bool:
     return call.args_from >= 0 and not call.done and call.mode == "json"
 
 
+def _covered(spans: list[tuple[int, float]]) -> tuple[list[int], list[float]]:
+    """The text the spans (start, end) cover, as the starts and ends of the runs they join into,
+    in order: where a position lies is then found by bisection, however many spans there are."""
+    starts: list[int] = []
+    ends: list[float] = []
+    for start, end in sorted(spans):
+        if ends and start <= ends[-1]:
+            ends[-1] = max(ends[-1], end)
+        else:
+            starts.append(start)
+            ends.append(end)
+    return starts, ends
+
+
 # -- the reader --------------------------------------------------------------------------------------------
 
 
@@ -511,7 +525,7 @@ class LanguageStream(_Recovery, _Stepping):
         todo = list(reversed(self.threads))
         waiting: list[_Thread] = []
         failed: list[_Thread] = []
-        forks: dict[tuple, tuple[tuple[int, int, int], _Thread]] = {}
+        forks: dict[tuple, tuple[tuple[int, int, int], _Thread, tuple[int, ...]]] = {}
         pruned: list[tuple[_Thread, _Thread]] = []
         self.spans = []
         while todo:
@@ -530,7 +544,7 @@ class LanguageStream(_Recovery, _Stepping):
         return alive
 
     def _read_all(self, todo: list[_Thread], waiting: list[_Thread], failed: list[_Thread],
-                  forks: dict[tuple, tuple[tuple[int, int, int], _Thread]],
+                  forks: dict[tuple, tuple[tuple[int, int, int], _Thread, tuple[int, ...]]],
                   pruned: list[tuple[_Thread, _Thread]], final: bool) -> None:
         """Read the readings of `todo` on as far as the text goes, into `waiting` and `failed`;
         a fork met again in the same state goes into `pruned` with the reading it met (`_unseen`)."""
@@ -547,21 +561,22 @@ class LanguageStream(_Recovery, _Stepping):
                 waiting.append(t)
 
     def _revived(self, waiting: list[_Thread], failed: list[_Thread],
-                 forks: dict[tuple, tuple[tuple[int, int, int], _Thread]],
+                 forks: dict[tuple, tuple[tuple[int, int, int], _Thread, tuple[int, ...]]],
                  pruned: list[tuple[_Thread, _Thread]]) -> list[_Thread]:
-        """The readings pruned at a fork for one that the end of the pass drops (`_dropped`), to
-        be read on from there: a reading dropped for a call inside arguments prunes nothing, as
-        in a stream, which drops it at the end of a shorter chunk, before the two meet. The forks
-        such readings passed are forgotten."""
+        """The readings pruned at a fork for one waiting for text that the end of the pass drops
+        (`_dropped`), to be read on from there: a reading dropped for a call inside arguments
+        prunes nothing, as in a stream, which drops it at the end of a shorter chunk, before the
+        two meet. The forks such readings passed are forgotten. (One pruned for a reading that
+        failed would fail where it did.)"""
         if not pruned:
             return []
-        dropped = self._dropped(waiting, failed)
+        dropped = self._dropped(waiting, failed) & {id(t) for t in waiting}
         if not dropped:
             return []
         revived = [t for t, met in pruned if id(met) in dropped]
         if revived:
             pruned[:] = [(t, met) for t, met in pruned if id(met) not in dropped]
-            for state in [state for state, (_, met) in forks.items() if id(met) in dropped]:
+            for state in [state for state, (_, met, _) in forks.items() if id(met) in dropped]:
                 del forks[state]
         return list(reversed(revived))
 
@@ -571,10 +586,15 @@ class LanguageStream(_Recovery, _Stepping):
         `calls-not-inside-arguments`); none waiting where none would be left."""
         if not any(t.unchecked for t in waiting) and not any(t.unchecked for t in failed):
             return set()
-        spans = self.spans + [(t.call.args_from, float("inf")) for t in waiting if _in_json_arguments(t)]
+        starts, ends = _covered(self.spans + [(t.call.args_from, float("inf")) for t in waiting
+                                              if _in_json_arguments(t)])
 
         def inside(t: _Thread) -> bool:
-            return any(s <= at < e for at in t.unchecked for s, e in spans)
+            for at in t.unchecked:
+                index = bisect_right(starts, at) - 1
+                if index >= 0 and at < ends[index]:
+                    return True
+            return False
 
         dropped = {id(t) for t in waiting if inside(t)}
         if len(dropped) == len(waiting):
