@@ -150,6 +150,20 @@ def _in_json_arguments(t: _Thread) -> bool:
     return call.args_from >= 0 and not call.done and call.mode == "json"
 
 
+def _covered(spans: list[tuple[int, float]]) -> tuple[list[int], list[float]]:
+    """The text the spans (start, end) cover, as the starts and ends of the runs they join into,
+    in order: where a position lies is then found by bisection, however many spans there are."""
+    starts: list[int] = []
+    ends: list[float] = []
+    for start, end in sorted(spans):
+        if ends and start <= ends[-1]:
+            ends[-1] = max(ends[-1], end)
+        else:
+            starts.append(start)
+            ends.append(end)
+    return starts, ends
+
+
 # -- the reader --------------------------------------------------------------------------------------------
 
 
@@ -542,22 +556,13 @@ class LanguageStream(_Recovery, _Stepping):
             return threads  # one reading, waiting for text, with no call to check: nothing to compare
         waiting: list[_Thread] = []
         failed: list[_Thread] = []
-        forks: dict[tuple, tuple[int, int]] = {}
+        forks: dict[tuple, tuple[tuple[int, int, int], _Thread, tuple[int, ...]]] = {}
+        pruned: list[tuple[_Thread, _Thread]] = []
         before: dict[int, int] = {}  # for each reading that failed, how many in the readings' order wait before it
-        while True:
-            if result is None:
-                if _in_json_arguments(t):
-                    self.spans.append((t.call.args_from, t.pos + self.offset[0]))
-                before[id(t)] = len(waiting)
-                failed.append(t)
-            elif result.__class__ is list:
-                todo.extend(reversed([f for f in result if _unseen(f, forks)]))
-            else:
-                waiting.append(t)
-            if not todo:
-                break
-            t = todo.pop()
-            result = self._run(t, final)
+        self._sort(t, result, waiting, failed, todo, forks, pruned, before)
+        while todo:
+            self._read_all(todo, waiting, failed, forks, pruned, before, final)
+            todo = self._revived(waiting, failed, forks, pruned)
         in_order = waiting
         waiting, failed = self._outside_arguments(waiting, failed)
         if failed:
@@ -584,22 +589,80 @@ class LanguageStream(_Recovery, _Stepping):
             for index, t in enumerate(waiting):
                 t.after_dead = index >= kept
 
-    def _outside_arguments(self, waiting: list[_Thread], failed: list[_Thread]) -> tuple[list, list]:
-        """The readings waiting for text and those that failed in this pass, less those whose call
-        began (in this pass) inside text another reading reads as a call's JSON arguments (policy
-        rule `calls-not-inside-arguments`), before any are merged or kept to recover from, so that
-        the pass a call began in decides nothing; none waiting are dropped where none would be left."""
+    def _read_all(self, todo: list[_Thread], waiting: list[_Thread], failed: list[_Thread],
+                  forks: dict[tuple, tuple[tuple[int, int, int], _Thread, tuple[int, ...]]],
+                  pruned: list[tuple[_Thread, _Thread]], before: dict[int, int], final: bool) -> None:
+        """Read the readings of `todo` on as far as the text goes, into `waiting` and `failed`;
+        a fork met again in the same state goes into `pruned` with the reading it met (`_unseen`)."""
+        while todo:
+            t = todo.pop()
+            self._sort(t, self._run(t, final), waiting, failed, todo, forks, pruned, before)
+
+    def _sort(self, t: _Thread, result: Any, waiting: list[_Thread], failed: list[_Thread], todo: list[_Thread],
+              forks: dict[tuple, tuple[tuple[int, int, int], _Thread, tuple[int, ...]]],
+              pruned: list[tuple[_Thread, _Thread]], before: dict[int, int]) -> None:
+        """Put a reading read on into `failed` (noting how many wait before it), `waiting`, or,
+        where it forked, its forks not met before into `todo`."""
+        if result is None:
+            if _in_json_arguments(t):
+                self.spans.append((t.call.args_from, t.pos + self.offset[0]))
+            before[id(t)] = len(waiting)
+            failed.append(t)
+        elif result.__class__ is list:
+            todo.extend(reversed([f for f in result if _unseen(f, forks, pruned)]))
+        else:
+            waiting.append(t)
+
+    def _revived(self, waiting: list[_Thread], failed: list[_Thread],
+                 forks: dict[tuple, tuple[tuple[int, int, int], _Thread, tuple[int, ...]]],
+                 pruned: list[tuple[_Thread, _Thread]]) -> list[_Thread]:
+        """The readings pruned at a fork for one waiting for text that the end of the pass drops
+        (`_dropped`), to be read on from there: a reading dropped for a call inside arguments
+        prunes nothing, as in a stream, which drops it at the end of a shorter chunk, before the
+        two meet. The forks such readings passed are forgotten. (One pruned for a reading that
+        failed would fail where it did.)"""
+        if not pruned:
+            return []
+        dropped = self._dropped(waiting, failed) & {id(t) for t in waiting}
+        if not dropped:
+            return []
+        revived = [t for t, met in pruned if id(met) in dropped]
+        if revived:
+            pruned[:] = [(t, met) for t, met in pruned if id(met) not in dropped]
+            for state in [state for state, (_, met, _) in forks.items() if id(met) in dropped]:
+                del forks[state]
+        return list(reversed(revived))
+
+    def _dropped(self, waiting: list[_Thread], failed: list[_Thread]) -> set[int]:
+        """The ids of the readings, waiting for text or failed in this pass, whose call began (in
+        this pass) inside text another reading reads as a call's JSON arguments (policy rule
+        `calls-not-inside-arguments`); none waiting where none would be left."""
         if not any(t.unchecked for t in waiting) and not any(t.unchecked for t in failed):
-            return waiting, failed
-        spans = self.spans + [(t.call.args_from, float("inf")) for t in waiting if _in_json_arguments(t)]
+            return set()
+        starts, ends = _covered(self.spans + [(t.call.args_from, float("inf")) for t in waiting
+                                              if _in_json_arguments(t)])
 
-        def outside(t: _Thread) -> bool:
-            return not any(s <= at < e for at in t.unchecked for s, e in spans)
+        def inside(t: _Thread) -> bool:
+            for at in t.unchecked:
+                index = bisect_right(starts, at) - 1
+                if index >= 0 and at < ends[index]:
+                    return True
+            return False
 
-        kept = [t for t in waiting if outside(t)] or waiting
+        dropped = {id(t) for t in waiting if inside(t)}
+        if len(dropped) == len(waiting):
+            dropped = set()
+        return dropped | {id(t) for t in failed if inside(t)}
+
+    def _outside_arguments(self, waiting: list[_Thread], failed: list[_Thread]) -> tuple[list, list]:
+        """The readings waiting for text and those that failed in this pass, less those `_dropped`
+        (policy rule `calls-not-inside-arguments`), before any are merged or kept to recover from,
+        so that the pass a call began in decides nothing."""
+        dropped = self._dropped(waiting, failed)
+        kept = [t for t in waiting if id(t) not in dropped]
         for t in kept:
             t.unchecked = ()
-        return kept, [t for t in failed if outside(t)]
+        return kept, [t for t in failed if id(t) not in dropped]
 
     def _commit(self, final: bool) -> None:
         """Emit the events every reading has (all of them when one reading is left). A call's

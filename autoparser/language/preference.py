@@ -41,16 +41,22 @@ def _reach(t: _Thread, buf: str) -> int:
     return t.pos
 
 
-def _unseen(t: _Thread, seen: dict[tuple, tuple[int, int, int]]) -> bool:
+def _unseen(t: _Thread, seen: dict[tuple, tuple[tuple[int, int, int], _Thread, tuple[int, ...]]],
+            pruned: list[tuple[_Thread, _Thread]]) -> bool:
     """Whether a reading that forked goes on: not where one in the same state (met at a fork
     earlier in this pass) would be chosen over it (`_prefer`). Readings that meet again within
-    one pass are pruned at once, so that a long piece read whole does not multiply them."""
+    one pass are pruned at once, so that a long piece read whole does not multiply them. One
+    pruned where the one it met had begun a call it had not (in this pass) goes into `pruned`
+    with that one, to be read on should the end of the pass drop it for that call (from here
+    on, the two read alike)."""
     state = t.state()  # taken now, as the one met later will have read on from here
     counts = _counts(t)
     met = seen.get(state)
-    if met is not None and _preferred(met, counts) == 0:
+    if met is not None and _preferred(met[0], counts) == 0:
+        if not set(met[2]) <= set(t.unchecked):
+            pruned.append((t, met[1]))
         return False
-    seen[state] = counts
+    seen[state] = counts, t, t.unchecked
     return True
 
 

@@ -198,6 +198,10 @@ class _Text:
             # line, which the end of output ends as a line break would)
             if t.value is not None and t.call.started and not (self.weak_prefix and self.weak_prefix[0] == "\n"):
                 t.emit((CUT, stop + t.offset[0]))
+            if t.value is not None:
+                # ... and where it was cut inside a marker (`</param`), the value ends before it:
+                # the marker that failed there is text (policy rule `cut-off-calls`)
+                stop = self.markers.safe_end(buf, pos)
         lead = self.lead
         if lead and stop - len(lead) >= pos and buf.startswith(lead, stop - len(lead)):
             stop -= len(lead)

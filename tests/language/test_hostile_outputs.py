@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import analyses
 import pytest
-from analyses import streamed_in_two, without_generated_ids
+from analyses import WEATHER_TOOLS, streamed_in_two, without_generated_ids
 from corpora import llamacpp_templates
 
 import autoparser
@@ -116,6 +116,22 @@ def test_a_call_opened_then_the_end_of_turn_is_recovered_from_the_first_reading_
             assert without_generated_ids(streamed(reader, text, size)[0]) == whole, size
 
 
+def test_a_reading_that_closed_its_call_is_recovered_over_one_further_into_a_marker() -> None:
+    """Kimi-K3: a call's header, `<|sep|><|open|>`, then whitespace. One reading closed the call
+    and fails in `<|sep|><|close|>call<|sep|>`, another failed further into `<|sep|><|open|>argument
+    key="` with the call still open: the call that closed is kept, whichever failed first (a stream
+    in 16-character chunks lost the call when how far into its marker each read came first)."""
+    analysis = autoparser.load(str(next(p for p in llamacpp_templates() if p.name == "Kimi-K3.jinja")))
+    parser = analysis.parser(tools=WEATHER_TOOLS, thinking=True)
+    text = ('I should call a tool.<|close|>think<|sep|><|open|>response<|sep|><|close|>response<|sep|>'
+            '<|open|>tools<|sep|><|open|>call tool="get_weather" index="1"<|sep|><|open|>' + " \n" * 60)
+    whole = without_generated_ids(parser.parse(text))
+    assert [(c["function"]["name"], c["function"]["arguments"]) for c in whole["tool_calls"]] == [
+        ("get_weather", "{}")]
+    for size in (1, 3, 16, 64):
+        assert without_generated_ids(streamed(parser, text, size)[0]) == whole, size
+
+
 def test_text_after_a_section_opener_waits_until_the_section_holds_a_call() -> None:
     """R1: `</think><｜tool▁calls▁begin｜><think></think>` read as a section holding text only: the
     section's opener is text, and the text after it is not let go before it, wherever the chunks
@@ -154,15 +170,21 @@ def test_a_call_inside_arguments_is_not_recovered_from_either() -> None:
         assert without_generated_ids(streamed(parser, text, size)[0]) == whole, size
 
 
-@pytest.mark.xfail(strict=True, reason="within one pass, a reading pruned at a fork for one in the same state "
-                                       "(`_unseen`) is not brought back when that one is dropped at the end of "
-                                       "the pass (`calls-not-inside-arguments`): read whole, the call before is lost")
 def test_a_call_before_one_whose_arguments_hold_a_call_is_kept_whole_as_streamed() -> None:
+    """Llama 3.1: a whole call, then one whose JSON arguments hold a call and break off. Read whole,
+    the readings that begin a call inside those arguments meet the one that reads the first call
+    and the rest as text at a fork in one pass: they are dropped at the end of the pass
+    (`calls-not-inside-arguments`), and the one they met is not lost with them."""
     parser = Parser(analyses.llama31(), tools=analyses.WEATHER_TOOLS)
-    text = ('{"name":"get_weather","parameters":{}}{"name":"get_weather","arguments":'
-            '{"name":"get_weather","parameters":{}}{"')
+    first = '{"name":"get_weather","parameters":{}}'
+    rest = '{"name":"get_weather","arguments":{"name":"get_weather","parameters":{}}{"'
+    text = first + rest
     whole = without_generated_ids(parser.parse(text))
-    assert without_generated_ids(streamed(parser, text, 16)[0]) == whole
+    assert [(c["function"]["name"], c["function"]["arguments"]) for c in whole["tool_calls"]] == [
+        ("get_weather", "{}")]
+    assert whole["content"] == rest
+    for size in (1, 16, 512):
+        assert without_generated_ids(streamed(parser, text, size)[0]) == whole, size
 
 
 def _depth(stack: object) -> int:

@@ -247,6 +247,22 @@ def test_a_key_whose_value_had_not_begun_is_content(family: str) -> None:
         assert "days" in (message["content"] or ""), (text[:cut], message)
 
 
+@pytest.mark.parametrize("family", ["qwen3_coder", "glm45"])
+def test_a_value_cut_inside_its_end_marker_keeps_the_marker_out_of_it(family: str) -> None:
+    """Cut inside the marker that ends a tagged value (`Paris\n</param`), the value is what came
+    before the marker, the call is marked incomplete, and the part of the marker written is
+    content (`cut-off-calls`), streamed as whole."""
+    analysis = getattr(analyses, family)()
+    text = analyses.render_output(analysis, None, "", [("get_weather", {"city": "Paris", "days": 3})], stop=False)
+    value_end = text.index("Paris") + len("Paris")
+    marker_end = text.index(">", value_end) + 1
+    for cut in range(text.index("<", value_end) + 1, marker_end):
+        message = analyses.parse(analysis, text[:cut], tools=TOOLS)
+        [call] = message["tool_calls"]
+        assert call.get("incomplete") and json.loads(call["function"]["arguments"]) == {"city": "Paris"}, cut
+        assert message["content"] == text[value_end:cut].strip(), cut
+
+
 @pytest.mark.parametrize("family", ["hermes", "deepseek_r1", "qwen3_coder"])
 def test_a_long_number_cut_off_keeps_its_digits(family: str) -> None:
     analysis = getattr(analyses, family)()
