@@ -53,9 +53,10 @@ plain_text = st.text(st.characters(blacklist_categories=("Cs", "Cc"), blacklist_
 # JSON string values: anything, markers included (JSON escaping protects them)
 json_strings = st.text(st.characters(blacklist_categories=("Cs",)), max_size=30)
 # strings written unquoted where `, key=` and `)` end a value (`name(key=value, ...)`): a value holding
-# them could not be told from the call's structure, in any parser
+# them could not be told from the call's structure, in any parser, nor whitespace around it from the
+# whitespace around `=` and `)` (`query= )`)
 kwargs_text = st.text(st.characters(blacklist_categories=("Cs", "Cc"), blacklist_characters="<>[]{}|｜◁▷`,()='\""),
-                      max_size=40)
+                      max_size=40).map(str.strip)
 
 
 def _json_values(strings):
