@@ -98,7 +98,8 @@ def _compared_constants(tree: ast.AST) -> list[tuple[int, str]]:
 
 
 READERS = ["language/interpret.py", "language/readings.py", "language/terminals.py", "language/stepping.py",
-           "language/recovery.py", "language/preference.py", "language/shapes.py", "language/mapper.py",
+           "language/passes.py", "language/recovery.py", "language/preference.py", "language/shapes.py",
+           "language/mapper.py",
            "generators/lark_ir.py"]
 
 

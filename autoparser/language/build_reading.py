@@ -20,10 +20,10 @@ from autoparser.language.build_generation import (
     PYTHON_LITERALS,
     _Builder,
 )
+from autoparser.language.build_messages import _Messages
 from autoparser.language.build_tools import (
     chosen_tools,
     object_shape,
-    tool_function,
     tool_name,
 )
 from autoparser.language.ir import (
@@ -37,7 +37,6 @@ from autoparser.language.ir import (
     NEXT_CALL,
     REASONING,
     SECTION,
-    TOOL_NAME,
     Bracketed,
     Capture,
     Chars,
@@ -98,7 +97,7 @@ def _named_without_tools(request: Request) -> Request:
 NOT_STRING: Mapping[str, Any] = {"type": [kind for kind in JSON_TYPES if kind != "string"]}
 
 
-class _Reading(_Builder):
+class _Reading(_Messages, _Builder):
     """The language the parser reads, which holds the generation language and more: what the
     lenient parser accepts from a model that writes outside the grammar.
 
@@ -692,117 +691,4 @@ class _Reading(_Builder):
         return "[" if t.array else "{"
 
 
-    # -- a reply written as messages ----------------------------------------------------------
-
-    def messages(self) -> Node:
-        """A reply written as messages (`analysis.messages`), each read by its header, the text
-        before the body marker: a header holding the reasoning header's own words opens
-        reasoning; one naming a tool after the call header's prefix (`to=functions.NAME`), a call;
-        any other header, the answer. Models vary headers (channel and recipient in either order,
-        more words), so only those words decide. Text with no header is content, whatever markup
-        it holds; so is a message whose header is none of these (a tool not asked for). Between
-        messages: the separator, the turn re-opened, a call's or the answer's end marker."""
-        m = self.m
-        enders = self.message_enders()
-        betweens = [core(m.separator), core(m.opener), core(self.until_stop(self.t.call_end)),
-                    core(self.c.end)]
-        betweens = [b for b in dict.fromkeys(betweens) if b and b not in [core(s) for s in self.stop]]
-        messages = [self.reasoning_message(), *self.call_messages(), self.answer_message(),
-                    Capture(CONTENT, Text(enders[1:], hint="content", nonempty=True, not_first=self.header_leads()))]
-        reply = Repeat(choice(*[self.marker(b) for b in betweens], *[m for m in messages if m != EMPTY]))
-        if self.continues == CONTENT or self.forced:  # the prompt opened a message's body
-            role = REASONING if self.forced else CONTENT
-            return seq(Capture(role, Text(enders[1:], hint=role)), reply)
-        return reply
-
-    def message_enders(self) -> tuple[str, ...]:
-        """The body marker, then what ends a message's body: the separator, an end of turn, the
-        answer's end marker."""
-        m = self.m
-        found = [core(m.body_start), core(m.separator), *[core(s) for s in self.stop], core(self.c.end)]
-        return tuple(dict.fromkeys(f for f in found if f))
-
-    def header_leads(self) -> tuple[str, ...]:
-        """How the template's message headers begin: a tag, a word (`to=`), or a symbol."""
-        m = self.m
-        headers = (m.reasoning_header, m.content_header, m.call_header.replace("{name}", ""))
-        leads = [_HEADER_LEAD.match(core(h)) for h in headers if core(h)]
-        return tuple(dict.fromkeys(lead.group() for lead in leads if lead))
-
-    def call_prefix(self) -> str:
-        """What names a call's recipient in a header (`to=functions.`); "" where calls are off."""
-        head, hole, _ = self.m.call_header.partition("{name}")
-        return core(head) if hole and self.choice != "none" else ""
-
-    def header_words(self, which: str, other: str) -> list[str]:
-        """The words of one header (`which`) that the other does not hold, in order."""
-        others = set(_HEADER_WORD.findall(getattr(self.m, other)))
-        return [w for w in dict.fromkeys(_HEADER_WORD.findall(getattr(self.m, which))) if w not in others]
-
-    def header_text(self, *also_stop: str, lead: str = "") -> Node:
-        """Header text up to the body marker (or a word that decides the header); after `lead`,
-        it does not begin with the rest of the call prefix (that header is a call's)."""
-        prefix = self.call_prefix()
-        rest = prefix[len(lead):] if lead and prefix.startswith(lead) and prefix != lead else ""
-        stops = (*self.message_enders(), *also_stop)
-        return Text(tuple(s for s in dict.fromkeys(stops) if s), hint="header", not_first=(rest,) if rest else ())
-
-    def reasoning_message(self) -> Node:
-        if self.r.mode == "none":
-            return EMPTY
-        words = self.header_words("reasoning_header", "content_header")
-        if not words:
-            return EMPTY
-        prefix = self.call_prefix()
-        # a call prefix in a header ends the reasoning (that header is a call's), unless the
-        # reasoning header is itself written with it (`to=self`)
-        cut = (prefix,) if prefix and prefix not in core(self.m.reasoning_header) else ()
-        body = Capture(REASONING, Text(self.message_enders()[1:], hint="reasoning"))
-        options = []
-        for lead in self.header_leads():
-            parts: list[Node] = [self.marker(lead)]
-            for index, word in enumerate(words):
-                parts += [self.header_text(word, *cut, lead=lead if index == 0 else ""), Lit(word)]
-            parts += [self.header_text(*cut), self.marker(self.message_enders()[0]), body]
-            options.append(seq(*parts))
-        return choice(*options)
-
-    def answer_message(self) -> Node:
-        words = self.header_words("reasoning_header", "content_header") if self.r.mode != "none" else []
-        prefix = self.call_prefix()
-        body = Capture(CONTENT, Text(self.message_enders()[1:], hint="content"))
-        stops = (*words, prefix) if prefix else tuple(words)
-        return choice(*[seq(self.marker(lead), self.header_text(*stops, lead=lead),
-                            self.marker(self.message_enders()[0]), body) for lead in self.header_leads()])
-
-    def call_messages(self) -> list[Node]:
-        """A call's message: the header naming the tool, then the call's arguments (or, where
-        the body names the tool itself, the whole call)."""
-        prefix = self.call_prefix()
-        if not prefix:
-            return []
-        body_start = self.marker(self.message_enders()[0])
-        others = [lead for lead in self.header_leads() if not prefix.startswith(lead)]
-        before = choice(EMPTY, *[seq(self.marker(lead), self.header_text(prefix)) for lead in others])
-        if self.m.call_body_named:
-            t = self.t
-            call = Rule("call", choice(*[self.call(tool) for tool in self.tools]), CALL)
-            body = seq(self.gap(), self.marker(t.call_start), call, self.call_closing())
-            return [seq(before, self.marker(prefix), self.recipient(), self.header_text(), body_start, body)]
-        calls = []
-        for tool in self.tools:
-            name = tool_name(tool)
-            params = tool_function(tool).get("parameters") or {"type": "object", "properties": {}}
-            if self.t.format == "tag_tagged":
-                args = seq(Capture(ARGUMENTS, self.tagged_args(name, params)))
-            else:
-                args = seq(self.args_opener(), Capture(ARGUMENTS, self.json_arguments(name, params)),
-                           self.marker(self.t.args_end))
-            head = seq(before, self.marker(prefix), Capture(TOOL_NAME, self.name_node(name, quoted=False)))
-            calls.append(Rule(f"{name}-message", seq(head, self.header_text(), body_start, self.gap(), args)))
-        return calls
-
-
 _LAST_TAG = re.compile(r"(?:<[^<>\s]+>|\[[^\[\]\s]+\])\Z")  # a header's last marker, written as a token is
-_HEADER_LEAD = re.compile(r"<[^<>]*>|\w+=?|\S")  # how a header begins: a tag, a word (`to=`), a symbol
-_HEADER_WORD = re.compile(r"[A-Za-z_]\w*")

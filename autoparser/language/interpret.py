@@ -33,7 +33,7 @@ What decides when text goes out is stated in `policy.py`. The reader's parts: th
 compiled language, `LanguageReader`, and a stream's buffer, commits and deltas,
 `LanguageStream`); `readings.py` (one reading and its events); `stepping.py` (how a reading moves
 through the IR); `terminals.py` (free text, markers, JSON and literal values); `preference.py`
-(which reading wins); `recovery.py` (what is kept where every reading failed); `shapes.py` (what
+(which reading wins); `passes.py` (one pass of the readings over the text); `recovery.py` (what is kept where every reading failed); `shapes.py` (what
 nodes begin with and where a reading stands); `mapper.py` (captured text to the message's JSON).
 """
 
@@ -49,13 +49,12 @@ from autoparser.language import ir
 from autoparser.language.jsonscan import cut_texts, is_string_text, string_texts, text_before_cut
 from autoparser.language.markers import MarkerSet
 from autoparser.language.message import GROUP, Output, ToolCall, new_call_id
+from autoparser.language.passes import _Passes
 from autoparser.language.policy import UNDECIDED_LIMIT, WHOLE_PIECE
 from autoparser.language.preference import (
     _calls_over_text,
     _chosen,
     _origin,
-    _prefer,
-    _unseen,
 )
 from autoparser.language.readings import (
     _FRAMES,
@@ -65,7 +64,6 @@ from autoparser.language.readings import (
     OPENS,
     _Again,
     _end_of,
-    _same_stack,
     _Thread,
 )
 from autoparser.language.recovery import _Recovery
@@ -86,83 +84,6 @@ from autoparser.language.terminals import (
     _Text,
     _Trailer,
 )
-
-
-def _twin(entry: list[Any], alike: list[list[Any]]) -> list[Any] | None:
-    """The entry of `alike` whose reading is in the state of `entry`'s, or None. Entries are
-    [reading, its state], the state computed when first needed: the stacks are compared first,
-    frame by frame up to a tail they share, as readings that read one text alike (reasoning that
-    a marker or the output's end may end) part there, and a state costs more."""
-    t = entry[0]
-    for other in alike:
-        if _same_stack(other[0].stack, t.stack, t.pos + t.offset[0]):
-            if other[1] is None:
-                other[1] = other[0].state()
-            if entry[1] is None:
-                entry[1] = t.state()
-            if other[1] == entry[1]:
-                return other
-    return None
-
-
-def _merged(waiting: list[_Thread]) -> list[_Thread]:
-    """The readings waiting for text, in order, less those another one in the same state is
-    preferred to: readings that reached one state by different paths read alike from here (a full
-    state is computed only where another reading is alike at a glance)."""
-    alive: list[_Thread] = []
-    seen: dict[tuple, _Thread] = {}
-    groups: dict[tuple, list[list[Any]]] = {}
-    for t in waiting:
-        if t.head is None or t.head.__class__ is _Trailer:
-            key = t.key()
-            met = seen.get(key)
-            if met is not None:
-                if _prefer(met, t) is not t:
-                    continue
-                alive.remove(met)
-            seen[key] = t
-        elif len(waiting) > 1:
-            glance = (t.pos, t.role, t.head.__class__)
-            alike = groups.get(glance)
-            if alike is None:
-                groups[glance] = [[t, None]]
-            else:
-                entry = [t, None]
-                twin = _twin(entry, alike)
-                if twin is None:
-                    alike.append(entry)
-                else:
-                    keep = _prefer(twin[0], t)
-                    if keep is twin[0]:
-                        continue
-                    if keep is t:
-                        alive.remove(twin[0])
-                        twin[0] = t
-                    else:
-                        alike.append(entry)
-        alive.append(t)
-    return alive
-
-
-def _in_json_arguments(t: _Thread) -> bool:
-    """Whether the reading is inside a call's arguments written as one JSON value."""
-    call = t.call
-    return call.args_from >= 0 and not call.done and call.mode == "json"
-
-
-def _covered(spans: list[tuple[int, float]]) -> tuple[list[int], list[float]]:
-    """The text the spans (start, end) cover, as the starts and ends of the runs they join into,
-    in order: where a position lies is then found by bisection, however many spans there are."""
-    starts: list[int] = []
-    ends: list[float] = []
-    for start, end in sorted(spans):
-        if ends and start <= ends[-1]:
-            ends[-1] = max(ends[-1], end)
-        else:
-            starts.append(start)
-            ends.append(end)
-    return starts, ends
-
 
 # -- the reader --------------------------------------------------------------------------------------------
 
@@ -346,7 +267,7 @@ class LanguageReader:
         return pattern
 
 
-class LanguageStream(_Recovery, _Stepping):
+class LanguageStream(_Passes, _Recovery, _Stepping):
     """One output read incrementally: `feed(chunk)` and `finish()` give deltas, `message()` the
     assistant message (CONTRACT sections 4 and 5)."""
 
@@ -542,127 +463,6 @@ class LanguageStream(_Recovery, _Stepping):
             self.threads = []
             self._give_up()
         self._content_rest()
-
-    def _run_all(self, final: bool) -> list[_Thread]:
-        """Every reading read on as far as the text goes; those still alive, in order."""
-        self.spans = []
-        threads = self.threads
-        if not threads:
-            return []
-        todo = list(reversed(threads))
-        t = todo.pop()
-        result = self._run(t, final)
-        if result is t and not todo and not final and not t.unchecked:
-            return threads  # one reading, waiting for text, with no call to check: nothing to compare
-        waiting: list[_Thread] = []
-        failed: list[_Thread] = []
-        forks: dict[tuple, tuple[tuple[int, int, int], _Thread, tuple[int, ...]]] = {}
-        pruned: list[tuple[_Thread, _Thread]] = []
-        before: dict[int, int] = {}  # for each reading that failed, how many in the readings' order wait before it
-        self._sort(t, result, waiting, failed, todo, forks, pruned, before)
-        while todo:
-            self._read_all(todo, waiting, failed, forks, pruned, before, final)
-            todo = self._revived(waiting, failed, forks, pruned)
-        in_order = waiting
-        waiting, failed = self._outside_arguments(waiting, failed)
-        if failed:
-            self._keep_dead(failed, in_order, before)
-        alive = _merged(waiting)
-        if final and alive:
-            # all are complete: the one with the most calls, then markup, then the first (`_chosen`)
-            alive = [_chosen(alive)]
-            if self._cut_after_calls(alive[0]):
-                return []  # the reading cut off right after its calls is recovered instead
-        return alive
-
-    def _keep_dead(self, failed: list[_Thread], waiting: list[_Thread], before: dict[int, int]) -> None:
-        """Keep the reading to recover from among those that failed in this pass (`_recovers_better`),
-        and mark the `waiting` ones (all of this pass, in order) that come after it in the readings'
-        order. Where two fail alike, the first in that order is kept, as a whole parse, where both
-        fail in one pass, keeps it, not the first to fail: a reading that waits for more text to
-        fail fails later in a stream."""
-        kept = None
-        for t in failed:  # in the readings' order: one kept in this pass comes first
-            if self._recovers_better(t, kept is None and not t.after_dead):
-                self.dead, kept = (t, self.emitted), before[id(t)]
-        if kept is not None:
-            for index, t in enumerate(waiting):
-                t.after_dead = index >= kept
-
-    def _read_all(self, todo: list[_Thread], waiting: list[_Thread], failed: list[_Thread],
-                  forks: dict[tuple, tuple[tuple[int, int, int], _Thread, tuple[int, ...]]],
-                  pruned: list[tuple[_Thread, _Thread]], before: dict[int, int], final: bool) -> None:
-        """Read the readings of `todo` on as far as the text goes, into `waiting` and `failed`;
-        a fork met again in the same state goes into `pruned` with the reading it met (`_unseen`)."""
-        while todo:
-            t = todo.pop()
-            self._sort(t, self._run(t, final), waiting, failed, todo, forks, pruned, before)
-
-    def _sort(self, t: _Thread, result: Any, waiting: list[_Thread], failed: list[_Thread], todo: list[_Thread],
-              forks: dict[tuple, tuple[tuple[int, int, int], _Thread, tuple[int, ...]]],
-              pruned: list[tuple[_Thread, _Thread]], before: dict[int, int]) -> None:
-        """Put a reading read on into `failed` (noting how many wait before it), `waiting`, or,
-        where it forked, its forks not met before into `todo`."""
-        if result is None:
-            if _in_json_arguments(t):
-                self.spans.append((t.call.args_from, t.pos + self.offset[0]))
-            before[id(t)] = len(waiting)
-            failed.append(t)
-        elif result.__class__ is list:
-            todo.extend(reversed([f for f in result if _unseen(f, forks, pruned)]))
-        else:
-            waiting.append(t)
-
-    def _revived(self, waiting: list[_Thread], failed: list[_Thread],
-                 forks: dict[tuple, tuple[tuple[int, int, int], _Thread, tuple[int, ...]]],
-                 pruned: list[tuple[_Thread, _Thread]]) -> list[_Thread]:
-        """The readings pruned at a fork for one waiting for text that the end of the pass drops
-        (`_dropped`), to be read on from there: a reading dropped for a call inside arguments
-        prunes nothing, as in a stream, which drops it at the end of a shorter chunk, before the
-        two meet. The forks such readings passed are forgotten. (One pruned for a reading that
-        failed would fail where it did.)"""
-        if not pruned:
-            return []
-        dropped = self._dropped(waiting, failed) & {id(t) for t in waiting}
-        if not dropped:
-            return []
-        revived = [t for t, met in pruned if id(met) in dropped]
-        if revived:
-            pruned[:] = [(t, met) for t, met in pruned if id(met) not in dropped]
-            for state in [state for state, (_, met, _) in forks.items() if id(met) in dropped]:
-                del forks[state]
-        return list(reversed(revived))
-
-    def _dropped(self, waiting: list[_Thread], failed: list[_Thread]) -> set[int]:
-        """The ids of the readings, waiting for text or failed in this pass, whose call began (in
-        this pass) inside text another reading reads as a call's JSON arguments (policy rule
-        `calls-not-inside-arguments`); none waiting where none would be left."""
-        if not any(t.unchecked for t in waiting) and not any(t.unchecked for t in failed):
-            return set()
-        starts, ends = _covered(self.spans + [(t.call.args_from, float("inf")) for t in waiting
-                                              if _in_json_arguments(t)])
-
-        def inside(t: _Thread) -> bool:
-            for at in t.unchecked:
-                index = bisect_right(starts, at) - 1
-                if index >= 0 and at < ends[index]:
-                    return True
-            return False
-
-        dropped = {id(t) for t in waiting if inside(t)}
-        if len(dropped) == len(waiting):
-            dropped = set()
-        return dropped | {id(t) for t in failed if inside(t)}
-
-    def _outside_arguments(self, waiting: list[_Thread], failed: list[_Thread]) -> tuple[list, list]:
-        """The readings waiting for text and those that failed in this pass, less those `_dropped`
-        (policy rule `calls-not-inside-arguments`), before any are merged or kept to recover from,
-        so that the pass a call began in decides nothing."""
-        dropped = self._dropped(waiting, failed)
-        kept = [t for t in waiting if id(t) not in dropped]
-        for t in kept:
-            t.unchecked = ()
-        return kept, [t for t in failed if id(t) not in dropped]
 
     def _commit(self, final: bool) -> None:
         """Emit the events every reading has (all of them when one reading is left). A call's
