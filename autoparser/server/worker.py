@@ -110,19 +110,10 @@ class ReasoningPhase:
         return single_end + self.call_tokens
 
 
-@dataclass
-class GenerationJob:
-    prompt_tokens: list[int]
-    max_tokens: int
-    sampling: Any
-    grammar: Any
-    stop_token_ids: tuple[int, ...]
-    ignore_eos: bool
-    completion: Completion
-    post: Callable[[tuple[str, Any]], None]
-    """Delivers `("deltas", list)`, `("done", GenerationResult)` or `("error", str)`."""
-    reasoning: ReasoningPhase | None = None
-    stream_deltas: bool = True
+@dataclass(kw_only=True)
+class Pausable:
+    """A job the client may cancel, or hold back while it reads slowly."""
+
     cancelled: threading.Event = field(default_factory=threading.Event)
     paused: threading.Event = field(default_factory=threading.Event)
     """Set while the reader is behind (`AsyncChannel`): the job keeps its slot but takes no steps."""
@@ -134,6 +125,21 @@ class GenerationJob:
     def held_back(self) -> bool:
         """Paused, and not cancelled (a cancelled job runs on to its end, which frees the slot)."""
         return self.paused.is_set() and not self.cancelled.is_set()
+
+
+@dataclass
+class GenerationJob(Pausable):
+    prompt_tokens: list[int]
+    max_tokens: int
+    sampling: Any
+    grammar: Any
+    stop_token_ids: tuple[int, ...]
+    ignore_eos: bool
+    completion: Completion
+    post: Callable[[tuple[str, Any]], None]
+    """Delivers `("deltas", list)`, `("done", GenerationResult)` or `("error", str)`."""
+    reasoning: ReasoningPhase | None = None
+    stream_deltas: bool = True
 
 
 @dataclass
@@ -159,7 +165,7 @@ class JobSpec:
 
 
 @dataclass
-class TokenJob:
+class TokenJob(Pausable):
     """A job as the model worker runs it: its `JobSpec`, and `post`, which takes its token texts
     and its end (see the module docstring)."""
 
@@ -167,17 +173,6 @@ class TokenJob:
     make_stats: Callable[[], Any]
     """Creates the engine's `GenerationStats`, which the engine fills in."""
     post: Callable[[tuple[str, Any]], None]
-    cancelled: threading.Event = field(default_factory=threading.Event)
-    paused: threading.Event = field(default_factory=threading.Event)
-    """Set while the front end's reader is behind: the job keeps its slot but takes no steps."""
-
-    def cancel(self) -> None:
-        self.cancelled.set()
-
-    @property
-    def held_back(self) -> bool:
-        """Paused, and not cancelled (a cancelled job runs on to its end, which frees the slot)."""
-        return self.paused.is_set() and not self.cancelled.is_set()
 
 
 @dataclass
