@@ -128,13 +128,19 @@ class Pausable:
 
 
 @dataclass
-class GenerationJob(Pausable):
+class Generation:
+    """What a generation is asked for: the prompt, the budget, sampling, grammar, stop tokens."""
+
     prompt_tokens: list[int]
     max_tokens: int
     sampling: Any
     grammar: Any
     stop_token_ids: tuple[int, ...]
     ignore_eos: bool
+
+
+@dataclass
+class GenerationJob(Generation, Pausable):
     completion: Completion
     post: Callable[[tuple[str, Any]], None]
     """Delivers `("deltas", list)`, `("done", GenerationResult)` or `("error", str)`."""
@@ -143,15 +149,9 @@ class GenerationJob(Pausable):
 
 
 @dataclass
-class JobSpec:
+class JobSpec(Generation):
     """What the model worker needs of a `GenerationJob` (picklable: it crosses the pipe)."""
 
-    prompt_tokens: list[int]
-    max_tokens: int
-    sampling: Any
-    grammar: Any
-    stop_token_ids: tuple[int, ...]
-    ignore_eos: bool
     stops: TokenStops
     """The completion's stop strings (`Completion.stop_check`), which end the generation."""
     reasoning: ReasoningPhase | None = None
