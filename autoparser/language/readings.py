@@ -167,7 +167,7 @@ class _Thread:
     __slots__ = ("stack", "pos", "events", "role", "head", "call", "parts", "member", "value", "count", "mark",
                  "skip", "own_id", "after_call", "section_calls", "calls_read",
                  "call_over", "streamed", "spool", "call_from", "section_at", "section_open", "first_in_section",
-                 "offset", "call_at", "calls_held", "shared", "markup", "unchecked", "member_at", "reasoned",
+                 "offset", "call_at", "calls_held", "shared", "markup", "unchecked", "member_at", "value_end", "reasoned",
                  "after_dead")
 
     def __init__(self, stack: Any, pos: int, offset: list[int]) -> None:
@@ -185,6 +185,7 @@ class _Thread:
         self.member: list[Any] | None = None  # [key, value node] of the tagged argument being read
         self.value: _Value | None = None  # raw text of a tagged value being read
         self.member_at = -1  # where the text of that argument began (absolute), its key included
+        self.value_end = -1  # where the text of its value read so far ends (absolute): its end marker follows
         self.count = 0  # tagged arguments read in the current call
         self.mark = pos  # where the last whole part read ends (text, a repeated item): failing later, the rest is text
         self.skip = ""  # a marker that may be left out (the end of reasoning skipped on resuming)
@@ -223,7 +224,7 @@ class _Thread:
         twin.parts = list(self.parts)
         twin.member = None if self.member is None else list(self.member)
         twin.value = None if self.value is None else self.value.copy()
-        twin.member_at = self.member_at
+        twin.member_at, twin.value_end = self.member_at, self.value_end
         twin.count = self.count
         twin.mark = self.mark
         twin.skip = self.skip
@@ -299,6 +300,7 @@ class _Thread:
             self.own_id.append(piece)
         if self.value is not None:
             self.value.append(piece)
+            self.value_end = self.pos + self.offset[0]
             if not self.call.confirmed and not piece.isspace():
                 self.call.confirmed = True  # a tagged value began
             if self.streamed is not None and self.spool is None:
@@ -361,6 +363,7 @@ class _Thread:
         as it begins; a bare word (`1` in `x=1])`) only with the marker read after it."""
         if piece and self.value is not None:
             self.value.append(piece)
+            self.value_end = self.pos + len(piece) + self.offset[0]  # the piece begins at `pos`
             call = self.call
             if not call.confirmed and not call.confirm_next and not piece.isspace():
                 if opened:

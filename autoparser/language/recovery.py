@@ -237,6 +237,11 @@ class _Recovery:
         # an argument whose value had not begun: its key is text, with what followed it
         unbegun = t.call.mode == "members" and t.member is not None and not "".join(t.value or ()).strip()
         member_at = max(t.member_at - self.offset[0], self.safe) if unbegun and t.member_at >= 0 else -1
+        if not unbegun and t.call.mode == "members" and t.member is not None and not closed:
+            # a value read whole and the marker that ends it begun (`</lo` of `</{key}>`): that marker is text
+            value_end = t.value_end - self.offset[0]
+            if self.safe <= value_end < t.pos and self.buf[value_end:t.pos].strip():
+                member_at = value_end
         if t.call.mode == "members" and t.member is not None and "".join(t.value or ()).strip() and not closed:
             head = t.head
             if head.__class__ is _PyValue and head.quote and head.outer and t.value is not None:

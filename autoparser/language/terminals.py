@@ -329,6 +329,7 @@ class _JsonValue:
         t.pos = pos
         if t.value is not None:
             t.value.append(buf[start:pos])
+            t.value_end = pos + t.offset[0]
         elif t.role == ir.ARGUMENTS and t.call.mode == "json":
             self._stream(t, pos, emitted)
         else:

@@ -22,6 +22,7 @@ from collections import Counter
 
 import analyses
 import pytest
+from analyses import without_generated_ids
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_runtime_properties import (
@@ -247,19 +248,22 @@ def test_a_key_whose_value_had_not_begun_is_content(family: str) -> None:
         assert "days" in (message["content"] or ""), (text[:cut], message)
 
 
-@pytest.mark.parametrize("family", ["qwen3_coder", "glm45"])
-def test_a_value_cut_inside_its_end_marker_keeps_the_marker_out_of_it(family: str) -> None:
-    """Cut inside the marker that ends a tagged value (`Paris\n</param`), the value is what came
-    before the marker, the call is marked incomplete, and the part of the marker written is
-    content (`cut-off-calls`), streamed as whole."""
+@pytest.mark.parametrize("tools", [TOOLS, None], ids=["named", "unnamed"])
+@pytest.mark.parametrize(("family", "key"), [("qwen3_coder", "city"), ("glm45", "city"), ("keyed_tags", "city"),
+                                             ("keyed_tags", "loc")])
+def test_a_value_cut_inside_its_end_marker_keeps_the_marker_out_of_it(family: str, key: str, tools) -> None:
+    """Cut inside the marker that ends a tagged value (`Paris\n</param`; `Paris</lo` of an end tag
+    named after a key the schema does not name), the value is what came before the marker, the
+    call is marked incomplete, and the part of the marker written is content (`cut-off-calls`),
+    streamed as whole."""
     analysis = getattr(analyses, family)()
-    text = analyses.render_output(analysis, None, "", [("get_weather", {"city": "Paris", "days": 3})], stop=False)
+    text = analyses.render_output(analysis, None, "", [("get_weather", {key: "Paris", "days": 3})], stop=False)
     value_end = text.index("Paris") + len("Paris")
     marker_end = text.index(">", value_end) + 1
     for cut in range(text.index("<", value_end) + 1, marker_end):
-        message = analyses.parse(analysis, text[:cut], tools=TOOLS)
+        message = analyses.parse(analysis, text[:cut], tools=tools)
         [call] = message["tool_calls"]
-        assert call.get("incomplete") and json.loads(call["function"]["arguments"]) == {"city": "Paris"}, cut
+        assert call.get("incomplete") and json.loads(call["function"]["arguments"]) == {key: "Paris"}, cut
         assert message["content"] == text[value_end:cut].strip(), cut
 
 
@@ -308,3 +312,24 @@ def test_json_arguments_cut_anywhere_lose_nothing(family: str) -> None:
     for cut in range(len(text) + 1):
         message = analyses.parse(analysis, text[:cut])
         assert not _lost(analysis, text[:cut], message), (text[:cut], message)
+
+
+@pytest.mark.parametrize("tools", [TOOLS, None], ids=["named", "unnamed"])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_two_arguments_cut_anywhere_lose_nothing(family: str, tools) -> None:
+    """Reasoning, content and a call of two arguments cut at every character: every letter and
+    digit written is a whole marker or is in the message (a marker the output stopped inside
+    included: it is content), and the stream equals the whole parse however the cut text is
+    split in two and fed one character at a time."""
+    analysis = getattr(analyses, family)()
+    reasoning = "Think." if analysis.reasoning.mode != "none" else None
+    text = analyses.render_output(analysis, reasoning, "Hi.", [("get_weather", {"city": "Paris", "days": 3})],
+                                  stop=False)
+    parser = Parser(analysis, tools=tools)
+    for cut in range(len(text) + 1):
+        written = text[:cut]
+        message = analyses.parse(analysis, written, tools=tools)  # whole and one character at a time
+        assert not _lost(analysis, written, message), (written, message)
+        for split in range(0, cut + 1, max(1, cut // 5)):
+            assert without_generated_ids(analyses.streamed_in_two(parser, written, split)) == \
+                without_generated_ids(message), (written, split)
