@@ -431,9 +431,11 @@ class _Thread:
         self.first_in_section, self.section_open = self.section_open, False
         self.call_at = len(self.events)
         self.calls_held += 1
-        self.emit((OPENS, call.name, call.id, self.pos + self.offset[0]))
+        # a whole call that waited in vain for its id goes out where it ended: what followed is text
+        at = min(self.pos, self.mark) if waited and call.done else self.pos
+        self.emit((OPENS, call.name, call.id, at + self.offset[0]))
         if call.pending:
-            self.emit((ARGS, "".join(call.pending), self.pos + self.offset[0]))
+            self.emit((ARGS, "".join(call.pending), at + self.offset[0]))
             call.pending = []
 
 

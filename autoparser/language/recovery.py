@@ -18,6 +18,7 @@ from autoparser.language.preference import (
     _further,
     _inside_call,
     _origin,
+    _reach,
 )
 from autoparser.language.readings import (
     _WHITESPACE,
@@ -98,12 +99,14 @@ class _Recovery:
 
     def _cut_after_calls(self, best: _Thread) -> bool:
         """Whether the reading that failed only at the end of the output, right after a whole
-        call (its end markers not written), read more calls than `best` (a complete reading)."""
+        call (its end markers not written, or the header of the next call begun: `, {"name":`),
+        read more calls than `best` (a complete reading)."""
         dead = self.dead
         if dead is None or dead[1] != self.emitted:
             return False
         t = dead[0]
-        return t.pos >= len(self.buf) and t.role is None and t.call.done and _calls_begun(t) > _calls_begun(best)
+        after_call = not t.call.started or (t.role is None and t.call.done)
+        return _reach(t, self.buf) >= len(self.buf) and after_call and _calls_begun(t) > _calls_begun(best)
 
     def _shared_with_dead(self, events: list[tuple], agreed: int) -> int:
         """How many of the `agreed` events may go out while a failed reading that read more calls
@@ -175,7 +178,8 @@ class _Recovery:
             section = None
         self._apply(events)
         self.emitted += len(events)
-        if opened and self.out.calls and (self._closed_by(best) or _inside_call(best)):
+        inside = _inside_call(best) and not _next_call_begun(best, self.offset[0])
+        if opened and self.out.calls and (self._closed_by(best) or inside):
             self.out.calls[-1].incomplete = True  # its arguments, or the call around them, broke off
         elif opened and self.out.calls and best.call.done and not best.call.closed:
             self.out.calls[-1].incomplete = True  # the call went on with text it has no place for
@@ -184,7 +188,7 @@ class _Recovery:
         cut = min(best.mark, best.pos)
         if unopened and best.call.done:
             cut = max(self.safe, best.call_from)  # a call read whole but withdrawn: its text is content
-        elif best.call.done and opened and _inside_call(best):
+        elif best.call.done and opened and inside:
             cut = best.pos
             while cut > self.safe and self.buf[cut - 1] in _WHITESPACE:
                 cut -= 1
@@ -287,3 +291,10 @@ class _Recovery:
         self._restore()
         self.out.add_content(self.buf[self.safe:])
         self.buf, self.safe = "", 0
+
+
+def _next_call_begun(t: _Thread, offset: int) -> bool:
+    """Whether the call `t` is inside began after the last call read whole, its header not read
+    yet (`, {"` after a call in a JSON array): its text, the separator before it included, is
+    content, not the end of the call before it."""
+    return 0 <= t.call.args_from < t.call_from + offset

@@ -21,6 +21,7 @@ import re
 from collections import Counter
 
 import analyses
+import corpora
 import pytest
 from analyses import without_generated_ids
 from hypothesis import HealthCheck, given, settings
@@ -39,6 +40,7 @@ from test_runtime_properties import (
     plain_text,
 )
 
+import autoparser
 from autoparser.language.reading import Parser
 
 SETTINGS = settings(max_examples=int(os.environ.get("AUTOPARSER_HYPOTHESIS_EXAMPLES", "40")), deadline=None,
@@ -333,3 +335,68 @@ def test_two_arguments_cut_anywhere_lose_nothing(family: str, tools) -> None:
         for split in range(0, cut + 1, max(1, cut // 5)):
             assert without_generated_ids(analyses.streamed_in_two(parser, written, split)) == \
                 without_generated_ids(message), (written, split)
+
+
+# -- calls as the elements of a JSON array --------------------------------------------------------
+
+ARRAY_CALLS = ('[{"name": "get_weather", "arguments": {"city": "NY"}}, '
+               '{"name": "get_weather", "arguments": {"city": "Paris"}}] Bye')
+SECOND_CALL = ARRAY_CALLS.index(", {") + len(", ")
+# the templates of the shared corpus that write their calls as a bare JSON array
+BARE_ARRAY_TEMPLATES = ["vllm__tool_chat_template_xlam_llama.jinja", "vllm__tool_chat_template_xlam_qwen.jinja"]
+
+
+def _array_parsers() -> list:
+    """Parsers of calls written as a JSON array, each with the text before the array: the
+    fixtures', and each bare-array corpus template's with and without tools."""
+    parsers = [pytest.param((Parser(analyses.bare_json_array()), "Hello"), id="bare_json_array"),
+               pytest.param((Parser(analyses.mistral_array()), "Hello[TOOL_CALLS]"), id="mistral_array")]
+    for path in corpora.shared_templates():
+        if path.name in BARE_ARRAY_TEMPLATES:
+            loaded = autoparser.load(str(path))
+            parsers += [pytest.param((loaded.parser(tools=analyses.WEATHER_TOOLS), "Hello"), id=f"{path.stem}-tools"),
+                        pytest.param((loaded.parser(), "Hello"), id=f"{path.stem}-no-tools")]
+    return parsers
+
+
+@pytest.fixture(scope="module", params=_array_parsers())
+def array_parser(request):
+    return request.param
+
+
+def test_the_shared_corpus_holds_the_bare_array_templates() -> None:
+    names = {path.name for path in corpora.shared_templates()}
+    assert set(BARE_ARRAY_TEMPLATES) <= names
+
+
+@pytest.mark.parametrize("tail", ['', '{', '{"', '{"name":', '{"name": "get_weather", "argu'])
+def test_an_array_call_cut_in_its_header_is_content(array_parser, tail: str) -> None:
+    """Cut inside the header of a call after a whole one (`, {"`), the whole call stays a call
+    and what was written of the next one, the separator before it included, is content, as a
+    failed call's separator is elsewhere (`cut-off-calls`); streamed in two as whole at every cut."""
+    parser, before = array_parser
+    text = before + ARRAY_CALLS[:SECOND_CALL] + tail
+    message = without_generated_ids(parser.parse(text))
+    assert message["content"] == "Hello" + (", " + tail).rstrip(), message
+    [call] = message["tool_calls"]
+    assert json.loads(call["function"]["arguments"]) == {"city": "NY"} and not call.get("incomplete")
+    for cut in range(len(text) + 1):
+        assert without_generated_ids(analyses.streamed_in_two(parser, text, cut)) == message, cut
+
+
+def test_an_array_cut_anywhere_loses_nothing(array_parser) -> None:
+    """Cut at every character: every letter and digit written is in the message (the members'
+    keys and the section's marker aside, which are the calls' structure), and the stream equals
+    the whole parse however the cut text is split in two."""
+    parser, before = array_parser
+    text = before + ARRAY_CALLS
+    for end in range(len(text) + 1):
+        written = text[:end]
+        message = without_generated_ids(parser.parse(written))
+        produced = " ".join([message["content"] or ""] + [f"{c['function']['name']} {c['function']['arguments']}"
+                                                          for c in message["tool_calls"]])
+        structure = re.sub(r'"(?:name|arguments)"|\[TOOL_CALLS\]', " ", written)
+        assert not _words(structure) - _words(produced), (written, message)
+        for split in range(0, end + 1, max(1, end // 12)):
+            assert without_generated_ids(analyses.streamed_in_two(parser, written, split)) == message, \
+                (written, split)
