@@ -353,10 +353,7 @@ class LanguageStream(_Passes, _Recovery, _Stepping):
         else:
             self.escape = False
             return self._feed(text)
-        recent = call.recent
-        recent.append(piece)
-        if len(recent) >= GROUP:
-            call.group()
+        call.append(piece)
         return [{"tool_calls": [{"index": call.index, "function": {"arguments": piece}}]}]
 
     def _feed(self, chunk: str) -> list[dict]:

@@ -82,9 +82,12 @@ class _Recovery:
         where the two do not differ so."""
         if not self.reader.reasoning_end:
             return None
-        if self._reasoning_unended(other) and not self._reasoning_unended(t) and _broke_in_calls(t):
+        mine, theirs = self._reasoning_unended(t), self._reasoning_unended(other)
+        if mine == theirs:
+            return None
+        if theirs and _broke_in_calls(t):
             return True
-        if self._reasoning_unended(t) and not self._reasoning_unended(other) and _broke_in_calls(other):
+        if mine and _broke_in_calls(other):
             return False
         return None
 
