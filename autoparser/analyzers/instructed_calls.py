@@ -33,6 +33,7 @@ _PLACEHOLDER = re.compile(r"<[^<>{}\n]{1,48}>|\.\.\.|\u2026")
 _KEY = re.compile(r"""\s*(?:"([A-Za-z_][\w-]{0,31})"|'([A-Za-z_][\w-]{0,31})')\s*:\s*""")
 _NAME_WORD = re.compile(r"name", re.IGNORECASE)
 _ARGS_WORD = re.compile(r"arg|param", re.IGNORECASE)
+_WINDOW = 240  # how far a marker next to the example is looked for: longer than any marker
 _GAP = re.compile(r"[ \t]*\n?[ \t]*")  # the whitespace an example shows between a marker and the object
 
 
@@ -94,9 +95,10 @@ def example_calls(text: str) -> list[InstructedCall]:
             continue
         members, end = parsed
         fields = _call_fields(members)
-        opener = _marker_before(text, at)
-        closer = _marker_after(text, end)
-        if fields is None or opener is None or closer is None or closer[0] not in closing_counterpart(opener[0]):
+        if fields is None:
+            continue
+        opener, closer = _marker_before(text, at), _marker_after(text, end)
+        if opener is None or closer is None or closer[0] not in closing_counterpart(opener[0]):
             continue
         start_at, call_start = opener[1], text[opener[1]:at]
         call_end = text[end:closer[1]]
@@ -162,21 +164,21 @@ def _is_args(member: Member) -> bool:
 
 def _marker_before(text: str, at: int) -> tuple[str, int] | None:
     """The marker right before `at` (across the whitespace shown) and where it starts."""
-    head = text[:at]
+    head = text[max(0, at - _WINDOW):at]
     gap = len(head) - len(head.rstrip(" \t\n"))
     if not _GAP.fullmatch(head[len(head) - gap:]):
         return None
     pieces = segments(head[:len(head) - gap])
     if not pieces or not is_marker(pieces[-1]):
         return None
-    return pieces[-1], len(head) - gap - len(pieces[-1])
+    return pieces[-1], at - gap - len(pieces[-1])
 
 
 def _marker_after(text: str, at: int) -> tuple[str, int] | None:
     """The marker right after `at` (across the whitespace shown) and where it ends."""
     gap = _GAP.match(text, at)
     pos = gap.end() if gap else at
-    pieces = segments(text[pos:pos + 200])
+    pieces = segments(text[pos:pos + _WINDOW])
     if not pieces or not is_marker(pieces[0]):
         return None
     return pieces[0], pos + len(pieces[0])

@@ -24,10 +24,14 @@ from gbnf_sampler import Gbnf
 from lark_cases import comparable
 
 import autoparser
+from autoparser.analyzers.instructed_calls import instructed_tools
+from autoparser.analyzers.probes import Prober
+from autoparser.analyzers.tools import TOOL_SHAPES
 from autoparser.generators.gbnf import build_grammar
 from autoparser.generators.lark import parse_with_lark
 from autoparser.roundtrip import TOOLS as ROUND_TRIP_TOOLS
 from autoparser.roundtrip import probe_messages, run_case
+from autoparser.summary import summary_rows
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "templates"
 BOS, EOS = "<s>", "</s>"
@@ -56,6 +60,7 @@ def test_the_example_in_the_instructions_gives_the_call_format() -> None:
     assert "<|call|>" in analysis.preserved_tokens and "<|/call|>" in analysis.preserved_tokens
     [warning] = analysis.warnings
     assert "learned from the example call its instructions show" in warning and "<|call|>" in warning
+    assert ("tool calls", "json, parallel (from the instructions' example)") in summary_rows(analysis)
 
 
 def test_the_flag_reads_back_and_is_written_only_when_set() -> None:
@@ -178,6 +183,53 @@ def test_a_tool_call_example_gives_the_hermes_format(name: str) -> None:
               "</tool_call>")
     message = analysis.parser(tools=ROUND_TRIP_TOOLS, thinking=False).parse(output)
     assert (message["content"], _calls(message)) == ("I will look.", [("get_weather", {"location": "Paris"})])
+
+
+# templates that render their calls and show an example too, where the two formats differ (and why)
+EXAMPLE_DIFFERS_FROM_RENDER = {
+    "xinference__qwen1.5-chat": "the rendered call quotes its arguments' JSON and closes with '\"}', unlike the example",
+}
+
+
+def _example_and_render(path: Path) -> tuple[tuple, tuple] | None:
+    source = path.read_text(encoding="utf-8")
+    try:
+        analysis = autoparser.analyze(source, bos_token=BOS, eos_token=EOS)
+    except Exception:  # noqa: BLE001 - the analyzer's refusals are its own tests' business
+        return None
+    rendered = analysis.tools
+    if not rendered.supported or rendered.from_instructions:
+        return None
+    prober = Prober(source, BOS, EOS, inputs=dict(analysis.template_inputs))
+    prober.choose_shape()
+    found = instructed_tools(prober, TOOL_SHAPES, analysis.thinking_kwargs(None))
+    if found is None:
+        return None
+    example = found[0]
+
+    def key(tools: autoparser.ToolsAnalysis) -> tuple:
+        return (tools.format, tools.section_start.strip() + tools.call_start.strip(),
+                tools.call_end.strip() + tools.section_end.strip(), tools.name_field, tools.args_field)
+
+    return key(example), key(rendered)
+
+
+def test_where_a_template_renders_its_calls_too_the_example_gives_the_same_format() -> None:
+    """The reading checked against the render: where a template shows an example and renders
+    calls, both give the same format (markers compared without the whitespace around them)."""
+    templates = corpora.all_templates()
+    if not templates:
+        pytest.skip("no corpus available")
+    compared, differing = 0, {}
+    for path in templates:
+        pair = _example_and_render(path)
+        if pair is None:
+            continue
+        compared += 1
+        if pair[0] != pair[1]:
+            differing[path.stem] = pair
+    assert set(differing) == set(EXAMPLE_DIFFERS_FROM_RENDER) & {p.stem for p in templates}, differing
+    assert compared >= 20
 
 
 # -- what is not a call example ---------------------------------------------------------------------
