@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import random
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import corpora
@@ -29,6 +31,7 @@ from autoparser.analyzers.probes import Prober
 from autoparser.analyzers.tools import TOOL_SHAPES
 from autoparser.generators.gbnf import build_grammar
 from autoparser.generators.lark import parse_with_lark
+from autoparser.generators.module import generate_module
 from autoparser.roundtrip import TOOLS as ROUND_TRIP_TOOLS
 from autoparser.roundtrip import probe_messages, run_case
 from autoparser.summary import summary_rows
@@ -160,6 +163,35 @@ def test_the_grammar_writes_the_example_keys_between_the_markers() -> None:
     grammar = fixture_analysis().gbnf(tools=TOOLS, tool_choice="required")
     assert 'call-wrapped ::= "<|call|> " call gap "<|/call|>"' in grammar
     assert '"\\"tool\\"" ws ":" ws "\\"get_weather\\""' in grammar and '"\\"params\\""' in grammar
+
+
+DRIVER = r"""
+import importlib.util, json, sys
+spec = importlib.util.spec_from_file_location("generated_parser", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+out = []
+for text, tools in json.load(sys.stdin):
+    stream = module.stream(tools)
+    for char in text:
+        stream.feed(char)
+    stream.finish()
+    out.append([module.parse(text, tools), stream.message()])
+json.dump(out, sys.stdout)
+"""
+
+
+def test_the_standalone_module_reads_the_calls_as_the_parser_does(tmp_path: Path) -> None:
+    analysis = fixture_analysis()
+    path = tmp_path / "instructed_parser.py"
+    path.write_text(generate_module(analysis), encoding="utf-8")
+    cases = [(output, TOOLS) for output, _content, _calls in OUTPUTS.values()]
+    done = subprocess.run([sys.executable, "-I", "-S", "-c", DRIVER, str(path)], input=json.dumps(cases),
+                          capture_output=True, text=True, encoding="utf-8", timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    for (output, tools), (whole, streamed) in zip(cases, json.loads(done.stdout), strict=True):
+        expected = comparable(analysis.parser(tools=tools).parse(output))
+        assert comparable(whole) == expected == comparable(streamed), output
 
 
 # -- real templates that show the call syntax only in their instructions ------------------------------
