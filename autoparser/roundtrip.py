@@ -85,6 +85,9 @@ def run_case(analysis: Analysis, case: str, message: dict[str, Any]) -> CaseResu
         return CaseResult(case, "skipped", "template does not support tool calls")
     if calls and len(calls) > 1 and not analysis.tools.parallel:
         return CaseResult(case, "skipped", "template refuses parallel calls")
+    if calls and analysis.tools.from_instructions:
+        return CaseResult(case, "not_applicable", "the template renders no tool call (their syntax comes from "
+                          "its instructions), so there is no rendered call to read back")
     thinking = True if message.get("reasoning_content") else None
     kwargs = analysis.thinking_kwargs(thinking)
     prober = Prober(analysis.source, analysis.bos_token, analysis.eos_token, base_kwargs=kwargs,

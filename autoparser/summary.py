@@ -31,7 +31,8 @@ def summary_rows(analysis: Analysis) -> list[tuple[str, str]]:
     if not t.supported:
         rows.append(("tool calls", "not supported"))
     else:
-        rows.append(("tool calls", f"{t.format}{', parallel' if t.parallel else ', one at a time'}"))
+        source = " (from the instructions' example)" if t.from_instructions else ""
+        rows.append(("tool calls", f"{t.format}{', parallel' if t.parallel else ', one at a time'}{source}"))
         rows.append(("tool call layout", _layout(analysis)))
     m = analysis.messages
     if m.body_start:

@@ -249,6 +249,9 @@ class ToolsAnalysis:
     `opened_by_prompt`: the generation prompt ends with the call opener (`>>>`), so the output
     starts inside a call header, where `content.start` (a recipient such as `all\\n`) introduces
     plain content instead.
+
+    `from_instructions`: the template renders no call; the format is the example call its
+    instructions show. Serialized only when set.
     """
 
     supported: bool = False
@@ -257,6 +260,7 @@ class ToolsAnalysis:
     calls: JsonCalls | TagCalls | None = None
     opened_by_prompt: bool = False
     content_allowed: bool = True
+    from_instructions: bool = False
 
     @property
     def format(self) -> str:
@@ -264,9 +268,10 @@ class ToolsAnalysis:
 
     def to_dict(self) -> dict[str, Any]:
         """The flat serialized form (CONTRACT section 3)."""
-        return {**FLAT_DEFAULTS, "supported": self.supported, "format": self.format, **self.markers.flat(),
+        flat = {**FLAT_DEFAULTS, "supported": self.supported, "format": self.format, **self.markers.flat(),
                 "parallel": self.parallel, **(self.calls.flat() if self.calls else {}),
                 "content_allowed": self.content_allowed, "opened_by_prompt": self.opened_by_prompt}
+        return {**flat, "from_instructions": True} if self.from_instructions else flat
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ToolsAnalysis:
@@ -277,7 +282,7 @@ class ToolsAnalysis:
             JsonCalls.from_flat(flat) if flat["format"] == "json"
             else TagCalls.from_flat(flat) if flat["format"] in ("tag_json", "tag_tagged") else None)
         return cls(flat["supported"], flat["parallel"], CallMarkers.from_flat(flat), calls,
-                   flat["opened_by_prompt"], flat["content_allowed"])
+                   flat["opened_by_prompt"], flat["content_allowed"], bool(data.get("from_instructions")))
 
     def flat_view(self) -> FlatTools:
         """The serialized keys read as attributes, the flat form taken once (`FlatTools`)."""

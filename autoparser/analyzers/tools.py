@@ -22,6 +22,7 @@ from typing import Any
 from autoparser.analysis import ContentAnalysis, MessagesAnalysis, ReasoningAnalysis
 from autoparser.analyzers.call_markers import Span, call_markers, reopened_by_prompt
 from autoparser.analyzers.diff import is_marker, segments
+from autoparser.analyzers.instructed_calls import instructed_tools
 from autoparser.analyzers.json_calls import find_json_call, json_args_span, json_calls
 from autoparser.analyzers.probes import ARGS_A, ARGS_B, ID_A, ID_B, NAME_A, NAME_B, PROBE_TOOLS, Prober
 from autoparser.analyzers.prompt import generation_prompt
@@ -49,7 +50,7 @@ def analyze_tools(prober: Prober, reasoning: ReasoningAnalysis, stop: list[str],
                   content: ContentAnalysis | None = None) -> ToolsAnalysis:
     renders = _render_calls(prober, kwargs)
     if renders is None:
-        return ToolsAnalysis()
+        return _from_instructions(prober, kwargs, warnings)
     if messages is not None and messages.call_body_named:
         renders = _without_call_headers(renders, messages)
     if not renders.definitions_shown:
@@ -79,6 +80,18 @@ def analyze_tools(prober: Prober, reasoning: ReasoningAnalysis, stop: list[str],
             calls = dataclasses.replace(calls, arguments=arguments)
     return ToolsAnalysis(supported=True, parallel=two is not None, markers=markers, calls=calls,
                          opened_by_prompt=reopened is not None)
+
+
+def _from_instructions(prober: Prober, kwargs: dict[str, Any], warnings: list[str]) -> ToolsAnalysis:
+    """No call renders: the format the instructions show by example, if they show one."""
+    found = instructed_tools(prober, TOOL_SHAPES, kwargs)
+    if found is None:
+        return ToolsAnalysis()
+    tools, example = found
+    warnings.append("the template renders no tool call: the call syntax was learned from the example call its "
+                    f"instructions show ({example.text!r}), not from a rendered call; the history it renders "
+                    "leaves past calls out")
+    return tools
 
 
 def _calls_and_spans(one: str, two: str | None) -> tuple[JsonCalls | TagCalls, list[Span]] | None:

@@ -89,6 +89,12 @@ FAMILIES: dict[tuple[str, str], tuple[str, tuple[str, str], Any]] = {
                                    analyses.qwen3_thinking),
 }
 
+# further template for a family: one that writes the family's format in its own way (the Hermes
+# call shown only as an example in the instructions, never rendered)
+EXTRA_PAIRINGS: dict[str, tuple[str, tuple[str, str]]] = {
+    "hermes": ("shared:hfjs-e2e__HuggingFaceTB-SmolLM3-3B.jinja", QWEN_TOKENS),
+}
+
 GLM_SCHEMA_TOOLS = [
     {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {
         "city": {"type": "string"}, "count": {"type": "number"}, "filters": {"type": "object"}}}}},
@@ -282,6 +288,25 @@ def test_peer_case_real_template(case: dict[str, Any]) -> None:
     if case["parser_layer"] == "reasoning" and analysis.reasoning.mode == "none" and \
             case["expected"].get("reasoning_content"):
         pytest.xfail(f"the analyzer finds no reasoning markers in {template}")
+    _run_case(case, analysis)
+
+
+def _extra_pairing_params() -> list:
+    try:
+        cases = corpora.peer_cases()
+    except pytest.skip.Exception:
+        cases = []
+    params = [pytest.param(case, template, tokens, id=f"{case['id']}@{template.split(':', 1)[1]}")
+              for case in cases if case["family"] in EXTRA_PAIRINGS
+              for template, tokens in [EXTRA_PAIRINGS[case["family"]]]]
+    return params or [pytest.param(None, "", ("", ""), marks=pytest.mark.skip(reason="no peer cases"))]
+
+
+@pytest.mark.parametrize("case, template, tokens", _extra_pairing_params())
+def test_peer_case_extra_template(case: dict[str, Any], template: str, tokens: tuple[str, str]) -> None:
+    """The family's expectation with the analysis inferred from another template that writes it."""
+    analysis = _real_analysis(template, *tokens)
+    assert analysis.tools.supported, f"the analyzer finds no tool calls in {template}"
     _run_case(case, analysis)
 
 
