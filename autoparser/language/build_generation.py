@@ -76,6 +76,22 @@ JSON_NULL = "null"
 KEY_CHARS = Chars("a-zA-Z0-9_.\\-", 1, 64)
 MAX_KEY = 256  # the longest key or name the parser reads
 INDEX_DIGITS = Chars("0-9", 1, 4)
+# An id that holds the tool's name (`tools.name_in_id`): the name between identifier boundaries,
+# after runs of name characters each ended by a boundary character (`call.`), and before a
+# boundary character and the rest of the id (`.0`). No whitespace, quote, bracket or markup.
+NAME_CHARS = "a-zA-Z0-9_\\-"
+NOT_IN_ID = " \t\n\r\"'<>{}[](),;=|`"
+
+
+def class_chars(chars: str) -> str:
+    """`chars` written in a character class, as regular expressions and GBNF both read it."""
+    escapes = {"\t": "\\t", "\n": "\\n", "\r": "\\r", "\\": "\\\\", "]": "\\]", "[": "\\[", "^": "\\^",
+               "-": "\\-"}
+    return "".join(escapes.get(c, c) for c in chars)
+
+
+ID_WORD = Chars(NAME_CHARS, 0, 64)
+ID_SEGMENTS = 8  # the most boundaries before the name
 CALL_FORMATS = ("json", "tag_json", "tag_tagged")
 
 CDATA = ("<![CDATA[", "]]>")  # the section a raw value may be wrapped in (`ir.Language.value_section`)
@@ -112,6 +128,9 @@ class _Builder:
         self.opened = t.opened_by_prompt and t.format in CALL_FORMATS and self.start != CLOSED
         if self.choice != "none" and not self.tools:
             self.choice = "none"
+        if t.name_in_id:
+            # where two names are in one id, the longest is the call's: its reading comes first
+            self.tools = sorted(self.tools, key=lambda tool: -len(tool_name(tool)))
         self.check_call_format()
 
     def check_call_format(self) -> None:
@@ -413,7 +432,8 @@ class _Builder:
         hint = f"{name}-call"
         if t.format == "json":
             return Rule(hint, self.json_call(name, params))
-        head = self.call_head(Capture(TOOL_NAME, self.name_node(name, quoted=False)), opened)
+        named = Capture(TOOL_NAME, self.name_node(name, quoted=False))
+        head = self.call_head(self.id_holding(named) if t.name_in_id else named, opened)
         if t.id_start or t.id_end:
             head = seq(self.call_id(), head) if t.id_before_name else seq(head, self.call_id())
         if t.format == "tag_json":
@@ -425,6 +445,16 @@ class _Builder:
         """A tagged call's id with its markers."""
         t = self.t
         return seq(self.marker(t.id_start), Capture(CALL_ID, ID_CHARS), self.marker(t.id_end))
+
+    def id_holding(self, named: Node) -> Node:
+        """The call's id written where its name would be, holding the name (`named`) between
+        identifier boundaries; the rest of the id stops before the marker that follows it."""
+        follows = core(self.indexed_name_end()[0] if self.indexed_name_end() else self.t.name_end)
+        not_in_id = class_chars(NOT_IN_ID + follows[:1])
+        boundary = Chars("^" + NAME_CHARS + not_in_id, 1, 1)
+        rest = Chars("^" + not_in_id, 0, 64)
+        before = Repeat(seq(ID_WORD, boundary), 0, ID_SEGMENTS)
+        return Capture(CALL_ID, seq(before, named, optional(seq(boundary, rest))))
 
     def tagged_body(self, name: str, params: Any) -> Node:
         """A tagged call's arguments, captured."""
