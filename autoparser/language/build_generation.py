@@ -77,21 +77,22 @@ KEY_CHARS = Chars("a-zA-Z0-9_.\\-", 1, 64)
 MAX_KEY = 256  # the longest key or name the parser reads
 INDEX_DIGITS = Chars("0-9", 1, 4)
 # An id that holds the tool's name (`tools.name_in_id`): the name between identifier boundaries,
-# after runs of name characters each ended by a boundary character (`call.`), and before a
-# boundary character and the rest of the id (`.0`). No whitespace, quote, bracket or markup.
+# with words and runs of boundary characters before and after it, in turn (`call.NAME.0`). Name
+# characters are ASCII letters, digits, `_` and `-`; a boundary is ASCII punctuation that is no
+# quote, bracket or separator. The two never meet in one run, so a reader that takes each run
+# whole splits an id as generation wrote it.
 NAME_CHARS = "a-zA-Z0-9_\\-"
-NOT_IN_ID = " \t\n\r\"'<>{}[](),;=|`"
+ID_BOUNDARIES = "!#$%&*+./:?@^~"
+ID_WORD = Chars(NAME_CHARS, 1, 64)
+ID_SEGMENTS = 8  # the most words before the name, and after it
 
 
 def class_chars(chars: str) -> str:
-    """`chars` written in a character class, as regular expressions and GBNF both read it."""
-    escapes = {"\t": "\\t", "\n": "\\n", "\r": "\\r", "\\": "\\\\", "]": "\\]", "[": "\\[", "^": "\\^",
-               "-": "\\-"}
-    return "".join(escapes.get(c, c) for c in chars)
+    """`chars` written in a character class, as regular expressions and GBNF both read it (not
+    first in the class: a `^` there is itself)."""
+    return "".join("\\" + c if c in "\\]-[" else c for c in chars)
 
 
-ID_WORD = Chars(NAME_CHARS, 0, 64)
-ID_SEGMENTS = 8  # the most boundaries before the name
 CALL_FORMATS = ("json", "tag_json", "tag_tagged")
 
 CDATA = ("<![CDATA[", "]]>")  # the section a raw value may be wrapped in (`ir.Language.value_section`)
@@ -450,11 +451,12 @@ class _Builder:
         """The call's id written where its name would be, holding the name (`named`) between
         identifier boundaries; the rest of the id stops before the marker that follows it."""
         follows = core(self.indexed_name_end()[0] if self.indexed_name_end() else self.t.name_end)
-        not_in_id = class_chars(NOT_IN_ID + follows[:1])
-        boundary = Chars("^" + NAME_CHARS + not_in_id, 1, 1)
-        rest = Chars("^" + not_in_id, 0, 64)
-        before = Repeat(seq(ID_WORD, boundary), 0, ID_SEGMENTS)
-        return Capture(CALL_ID, seq(before, named, optional(seq(boundary, rest))))
+        # a boundary that begins the marker after the id would be read into the id
+        boundary = Chars(class_chars(ID_BOUNDARIES.replace(follows[:1], "") if follows else ID_BOUNDARIES), 1, 4)
+        before = seq(optional(boundary), Repeat(seq(ID_WORD, boundary), 0, ID_SEGMENTS))
+        after = seq(Repeat(seq(boundary, ID_WORD), 0, ID_SEGMENTS), optional(boundary))
+        # whitespace before the id is the marker's, as before a name written as it is
+        return seq(self.gap(), Capture(CALL_ID, seq(before, named, after)))
 
     def tagged_body(self, name: str, params: Any) -> Node:
         """A tagged call's arguments, captured."""
