@@ -94,7 +94,7 @@ def run_case(analysis: Analysis, case: str, message: dict[str, Any]) -> CaseResu
                     inputs=dict(analysis.template_inputs))
     prober.choose_shape()
     history = prober.history()
-    message = _shaped(prober, message)
+    message = _shaped(prober, _ids_holding_names(message) if analysis.tools.name_in_id else message)
     tools = TOOLS if calls else None
     try:
         base = analysis.render(history, tools=tools, add_generation_prompt=True, **kwargs)
@@ -137,6 +137,15 @@ def _shaped(prober: Prober, message: dict[str, Any]) -> dict[str, Any]:
         message["content"] = prober.text(message["content"])
     if message.get("content") is None and message.get("tool_calls"):
         message["content"] = prober.shape.empty_content
+    return message
+
+
+def _ids_holding_names(message: dict[str, Any]) -> dict[str, Any]:
+    """The message with call ids that hold their tool's name, as models write them for a template
+    that renders the id where the name would be (the parser takes the name from the id)."""
+    message = copy.deepcopy(message)
+    for index, call in enumerate(message.get("tool_calls") or []):
+        call["id"] = f"call.{call['function']['name']}.{index}"
     return message
 
 

@@ -59,7 +59,7 @@ def _layout(analysis: Analysis) -> str:
         if calls.array:
             call = "[" + call + markers.call_separator + "…]"
     elif isinstance(calls, TagCalls):
-        name = calls.name.start + "NAME" + calls.name.end
+        name = calls.name.start + ("ID(NAME)" if calls.name.in_id else "NAME") + calls.name.end
         if calls.id:
             ident = calls.id.start + "ID" + calls.id.end
             name = ident + name if calls.id.before_name else name + ident

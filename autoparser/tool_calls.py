@@ -10,7 +10,8 @@ A CALL is either
   holds (optionally nested under `function_field`); with `array` the calls are the elements of one
   JSON array and the markers above are its punctuation; or
 * `TagCalls`: ``name.start NAME name.end [id] ARGUMENTS``, where the id (`CallId`) sits after the
-  name or, `before_name`, right after `call_start`, and ARGUMENTS are either `JsonArguments` (one
+  name or, `before_name`, right after `call_start` (or, `name.in_id`, the id stands where the
+  name would and holds it), and ARGUMENTS are either `JsonArguments` (one
   JSON object, maybe in a wrapper such as a fence) or `TaggedArguments` (each argument in its own
   markup, values encoded as raw strings, JSON or Python literals).
 
@@ -38,7 +39,7 @@ FLAT_DEFAULTS: dict[str, Any] = {
     "arg_nested_start": "", "arg_nested_key_end": "", "arg_nested_end": "",
     "id_start": "", "id_end": "", "id_before_name": False,
     "content_allowed": True, "opened_by_prompt": False,
-    "call_index": "", "call_index_base": 0,
+    "call_index": "", "call_index_base": 0, "name_in_id": False,
 }
 
 INDEX_HOLE = "{index}"
@@ -105,21 +106,24 @@ class CallIndex:
 
 @dataclass(frozen=True)
 class CallName:
-    """``start NAME end``; `end` as the first call writes it."""
+    """``start NAME end``; `end` as the first call writes it. `in_id`: the template never writes
+    the name, only the call's id, there (``start ID end``): the id holds the name, as models
+    write it (`call.get_weather.0`)."""
 
     start: str = ""
     end: str = ""
     index: CallIndex | None = None
+    in_id: bool = False
 
     def flat(self) -> dict[str, Any]:
         return {"name_start": self.start, "name_end": self.end,
                 "call_index": self.index.marker if self.index else "",
-                "call_index_base": self.index.base if self.index else 0}
+                "call_index_base": self.index.base if self.index else 0, "name_in_id": self.in_id}
 
     @classmethod
     def from_flat(cls, data: dict[str, Any]) -> CallName:
         index = CallIndex(data["call_index"], data["call_index_base"]) if data["call_index"] else None
-        return cls(data["name_start"], data["name_end"], index)
+        return cls(data["name_start"], data["name_end"], index, bool(data["name_in_id"]))
 
 
 @dataclass(frozen=True)

@@ -448,9 +448,11 @@ def _markers_from_history(prober: Prober, kwargs: dict[str, Any]) -> tuple[str, 
             if not full or REASONING_TEXT not in full:
                 continue
             r_at = full.index(REASONING_TEXT)
-            next_at = full.find(after, r_at)
-            if next_at < 0:
+            # a call is found by its name, or by its id where the template writes that instead
+            found = [at for at in (full.find(text, r_at) for text in (after, ID_A if tools else after)) if at >= 0]
+            if not found:
                 continue
+            next_at = min(found)
             closing = full[r_at + len(REASONING_TEXT):next_at]
             if not any(is_marker(s) for s in segments(closing)):
                 continue

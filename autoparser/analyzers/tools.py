@@ -9,6 +9,11 @@ The probe calls use known names, ids and arguments, so each can be found in the 
 * not found as JSON, but A's argument keys and values are there one by one: tag calls with
   tagged arguments.
 
+Some templates write a call's id where its name would be, and never the name: models write ids
+that hold the name (`call.get_weather.0`). Rendering the call under another name changes
+nothing, under another id only the id: then the calls are rendered with the names as their ids,
+which shows the layout, and the name is read from the id (`CallName.in_id`).
+
 With the span of each call known, the markers around the calls follow (`call_markers`), and
 each step adds its typed part to the `ToolsAnalysis` assembled at the end.
 """
@@ -42,6 +47,7 @@ class CallRenders:
     two: str | None
     as_text: bool
     definitions_shown: bool
+    name_in_id: bool = False  # the template writes the id where the name would be, and never the name
 
 
 def analyze_tools(prober: Prober, reasoning: ReasoningAnalysis, stop: list[str],
@@ -69,8 +75,14 @@ def analyze_tools(prober: Prober, reasoning: ReasoningAnalysis, stop: list[str],
     markers, id_before_name = call_markers(one, two, spans, array, reasoning, stop, content or ContentAnalysis())
     reopened = reopened_by_prompt(markers, generation_prompt(prober, **kwargs) or "")
     markers = reopened or markers
+    if renders.name_in_id and not isinstance(calls, TagCalls):
+        warnings.append("tool calls render only their ids, in a structure that could not be worked out; tool "
+                        "calls will stay in content")
+        return ToolsAnalysis(supported=False)
     if isinstance(calls, TagCalls):
         markers, calls = split_tag_markup(markers, calls, id_before_name, one, two)
+        if renders.name_in_id:
+            calls = dataclasses.replace(calls, name=dataclasses.replace(calls.name, in_id=True))
         arguments = calls.arguments
         if isinstance(arguments, TaggedArguments) and arguments.encoding != "python":
             nested = nested_values(prober, arguments, renders.as_text, kwargs)
@@ -137,15 +149,31 @@ def _render_calls(prober: Prober, kwargs: dict[str, Any]) -> CallRenders | None:
 
 def _render_call_pair(prober: Prober, tools: list[dict[str, Any]], as_text: bool,
                       kwargs: dict[str, Any]) -> CallRenders | None:
-    one = prober.output(prober.calls_message([(NAME_A, ARGS_A, ID_A)], as_text), tools=tools, **kwargs)
+    def output(calls: list[tuple[str, dict[str, Any], str]]) -> str | None:
+        return prober.output(prober.calls_message(calls, as_text), tools=tools, **kwargs)
+
+    one = output([(NAME_A, ARGS_A, ID_A)])
+    if one is None:
+        return None
+    ids, name_in_id = (ID_A, ID_B), NAME_A not in one and _writes_id_for_name(one, output)
+    if name_in_id:
+        ids = (NAME_A, NAME_B)  # an id that is the name stands where the name would be written
+        one = output([(NAME_A, ARGS_A, NAME_A)])
     if one is None or NAME_A not in one:
         return None
-    two = prober.output(prober.calls_message([(NAME_A, ARGS_A, ID_A), (NAME_B, ARGS_B, ID_B)], as_text),
-                        tools=tools, **kwargs)
+    two = output([(NAME_A, ARGS_A, ids[0]), (NAME_B, ARGS_B, ids[1])])
     if two is not None and (NAME_B not in two or NAME_A not in two):
         two = None
     return CallRenders(one=one, two=two, as_text=as_text,
-                       definitions_shown=_definitions_shown(prober, tools, kwargs))
+                       definitions_shown=_definitions_shown(prober, tools, kwargs), name_in_id=name_in_id)
+
+
+def _writes_id_for_name(one: str, output: Any) -> bool:
+    """Whether a rendered call writes its id and never its name: under another name it renders
+    the same, under another id only the id changes."""
+    if ID_A not in one or ID_B in one:
+        return False
+    return output([(NAME_B, ARGS_A, ID_A)]) == one and output([(NAME_A, ARGS_A, ID_B)]) == one.replace(ID_A, ID_B)
 
 
 def _definitions_shown(prober: Prober, tools: list[dict[str, Any]], kwargs: dict[str, Any]) -> bool:

@@ -452,7 +452,7 @@ class _Reader:
                 name = self.span(capture).strip()
                 name = json.loads(name) if name.startswith('"') else name
             elif role == ir.CALL_ID:
-                call_id = self.span(capture)
+                call_id = self.span(capture).strip()  # an id holds no whitespace: what is there is a gap's
             else:
                 arguments = self.arguments(capture)
         self.out.start_call(call_id or new_call_id(), name)

@@ -76,6 +76,23 @@ JSON_NULL = "null"
 KEY_CHARS = Chars("a-zA-Z0-9_.\\-", 1, 64)
 MAX_KEY = 256  # the longest key or name the parser reads
 INDEX_DIGITS = Chars("0-9", 1, 4)
+# An id that holds the tool's name (`tools.name_in_id`): the name between identifier boundaries,
+# with words and runs of boundary characters before and after it, in turn (`call.NAME.0`). Name
+# characters are ASCII letters, digits, `_` and `-`; a boundary is ASCII punctuation that is no
+# quote, bracket or separator. The two never meet in one run, so a reader that takes each run
+# whole splits an id as generation wrote it.
+NAME_CHARS = "a-zA-Z0-9_\\-"
+ID_BOUNDARIES = "!#$%&*+./:?@^~"
+ID_WORD = Chars(NAME_CHARS, 1, 64)
+ID_SEGMENTS = 8  # the most words before the name, and after it
+
+
+def class_chars(chars: str) -> str:
+    """`chars` written in a character class, as regular expressions and GBNF both read it (not
+    first in the class: a `^` there is itself)."""
+    return "".join("\\" + c if c in "\\]-[" else c for c in chars)
+
+
 CALL_FORMATS = ("json", "tag_json", "tag_tagged")
 
 CDATA = ("<![CDATA[", "]]>")  # the section a raw value may be wrapped in (`ir.Language.value_section`)
@@ -112,6 +129,9 @@ class _Builder:
         self.opened = t.opened_by_prompt and t.format in CALL_FORMATS and self.start != CLOSED
         if self.choice != "none" and not self.tools:
             self.choice = "none"
+        if t.name_in_id:
+            # where two names are in one id, the longest is the call's: its reading comes first
+            self.tools = sorted(self.tools, key=lambda tool: -len(tool_name(tool)))
         self.check_call_format()
 
     def check_call_format(self) -> None:
@@ -413,7 +433,8 @@ class _Builder:
         hint = f"{name}-call"
         if t.format == "json":
             return Rule(hint, self.json_call(name, params))
-        head = self.call_head(Capture(TOOL_NAME, self.name_node(name, quoted=False)), opened)
+        named = Capture(TOOL_NAME, self.name_node(name, quoted=False))
+        head = self.call_head(self.id_holding(named) if t.name_in_id else named, opened)
         if t.id_start or t.id_end:
             head = seq(self.call_id(), head) if t.id_before_name else seq(head, self.call_id())
         if t.format == "tag_json":
@@ -425,6 +446,17 @@ class _Builder:
         """A tagged call's id with its markers."""
         t = self.t
         return seq(self.marker(t.id_start), Capture(CALL_ID, ID_CHARS), self.marker(t.id_end))
+
+    def id_holding(self, named: Node) -> Node:
+        """The call's id written where its name would be, holding the name (`named`) between
+        identifier boundaries; the rest of the id stops before the marker that follows it."""
+        follows = core(self.indexed_name_end()[0] if self.indexed_name_end() else self.t.name_end)
+        # a boundary that begins the marker after the id would be read into the id
+        boundary = Chars(class_chars(ID_BOUNDARIES.replace(follows[:1], "") if follows else ID_BOUNDARIES), 1, 4)
+        before = seq(optional(boundary), Repeat(seq(ID_WORD, boundary), 0, ID_SEGMENTS))
+        after = seq(Repeat(seq(boundary, ID_WORD), 0, ID_SEGMENTS), optional(boundary))
+        # whitespace before the id is the marker's, as before a name written as it is
+        return seq(self.gap(), Capture(CALL_ID, seq(before, named, after)))
 
     def tagged_body(self, name: str, params: Any) -> Node:
         """A tagged call's arguments, captured."""

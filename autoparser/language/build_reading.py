@@ -101,7 +101,8 @@ class _Reading(_Messages, _Builder):
     """The language the parser reads, which holds the generation language and more: what the
     lenient parser accepts from a model that writes outside the grammar.
 
-    * any tool name when the request gives no tools, and JSON arguments of any shape;
+    * any tool name when the request gives no tools (but for a name the id holds, which is one
+      of the request's tools), and JSON arguments of any shape;
     * text before, between and after the calls as content; content markers dropped from it;
     * a reasoning block whatever `thinking` says (templates show closed blocks), its start
       marker repeated where the prompt opened it, and reasoning with no end marker running to
@@ -118,7 +119,8 @@ class _Reading(_Messages, _Builder):
         # the parser reads several calls whenever the request allows them, whatever the template shows
         self.parallel = request.parallel_tool_calls
         wanted, _ = chosen_tools(list(request.tools or []), request.tool_choice)
-        if wanted != "none" and not request.tools:
+        # an id that holds the name names one of the request's tools: without tools, no call
+        if wanted != "none" and not request.tools and not self.t.name_in_id:
             self.choice, self.tools = wanted, [ANY_TOOL]
             self.check_call_format()
 

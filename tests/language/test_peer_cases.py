@@ -179,9 +179,9 @@ def _real_analysis(spec: str, bos: str, eos: str):
     return autoparser.analyze(_template_path(spec).read_text(encoding="utf-8"), bos_token=bos, eos_token=eos)
 
 
-def _parser(case: dict[str, Any], analysis: Any) -> Parser:
+def _parser(case: dict[str, Any], analysis: Any, tools: list[dict[str, Any]] | None = None) -> Parser:
     data = analysis.to_dict() if hasattr(analysis, "to_dict") else dict(analysis)
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, Any] = {"tools": tools} if tools else {}
     if case["parser_layer"] == "tool":
         data = dict(data, reasoning={"mode": "none"})
     else:
@@ -252,8 +252,8 @@ def _expected(case: dict[str, Any]) -> dict[str, Any]:
     return expected
 
 
-def _run_case(case: dict[str, Any], analysis: Any) -> None:
-    parser = _parser(case, analysis)
+def _run_case(case: dict[str, Any], analysis: Any, tools: list[dict[str, Any]] | None = None) -> None:
+    parser = _parser(case, analysis, tools)
     text = case["model_output"]
     whole = parser.parse(text)
     expected = _expected(case)
@@ -308,6 +308,27 @@ def test_peer_case_extra_template(case: dict[str, Any], template: str, tokens: t
     analysis = _real_analysis(template, *tokens)
     assert analysis.tools.supported, f"the analyzer finds no tool calls in {template}"
     _run_case(case, analysis)
+
+
+# Templates of a family that write each call's id where its name would be, never the name: the
+# name is read from the id as one of the request's tools, so the tools a case names are passed.
+ID_NAMING: dict[str, tuple[str, ...]] = {
+    "kimi-k2": ("shared:hfjs-e2e__moonshotai-Kimi-K2-Thinking.jinja", "shared:xinference__Kimi-K2.5.jinja"),
+}
+
+
+def _id_naming_params() -> list[Any]:
+    return [pytest.param(case, spec, id=f"{case['id']}-{spec.split(':', 1)[1]}")
+            for case in corpora.peer_cases() for spec in ID_NAMING.get(case["family"], ())]
+
+
+@pytest.mark.parametrize(("case", "template"), _id_naming_params())
+def test_peer_case_template_writing_the_id_for_the_name(case: dict[str, Any], template: str) -> None:
+    analysis = _real_analysis(template, *QWEN_TOKENS)
+    assert analysis.tools.supported and analysis.tools.name_in_id
+    names = dict.fromkeys(c["name"] for c in case["expected"].get("tool_calls", ()) if "name" in c)
+    tools = [{"type": "function", "function": {"name": name, "parameters": {"type": "object"}}} for name in names]
+    _run_case(case, analysis, tools)
 
 
 def test_every_debatable_case_has_a_decision() -> None:

@@ -1,0 +1,155 @@
+"""Calls written by their id alone, where the name would be (`fixtures/templates/id_for_name.jinja`).
+
+The template never writes a call's name; models write ids that hold it (`call.get_weather.0`).
+The analysis finds that from renders alone (the name changes nothing, the id only itself), and
+the language reads the name as the request's tool the id holds between identifier boundaries,
+the longest where several do; an id that holds none is no call. The id goes out as the call's.
+The round trip, stream == whole for several chunkings and the hold-back bound of this family
+are checked with the other fixture families (`test_template_families.py`).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+from analyses import without_generated_ids
+from gbnf_sampler import Gbnf
+
+import autoparser
+from autoparser.generators.gbnf import build_grammar
+from autoparser.generators.lark import parse_with_lark
+from autoparser.llama.grammar_check import validate_gbnf
+
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "templates" / "id_for_name.jinja"
+MARKERS = ("<<calls>>", "<</calls>>", "<<call id=", "<<over>>")
+
+
+def tool(name: str, **properties: str) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": name, "parameters": {
+        "type": "object", "properties": {key: {"type": kind} for key, kind in properties.items()},
+        "required": list(properties)}}}
+
+
+TOOLS = [tool("get_weather", location="string"), tool("weather", location="string"), tool("search", query="string"),
+         tool("search.docs", query="string")]
+
+
+@cache
+def analysis() -> autoparser.Analysis:
+    return autoparser.analyze(FIXTURE.read_text(encoding="utf-8"), bos_token="<s>", eos_token="</s>")
+
+
+def calls(message: dict[str, Any]) -> list[tuple[str, str, Any]]:
+    return [(c["id"], c["function"]["name"], json.loads(c["function"]["arguments"])) for c in message["tool_calls"]]
+
+
+def section(*calls_written: tuple[str, str]) -> str:
+    return "<<calls>>" + "".join(f"\n<<call id={i}>>{a}" for i, a in calls_written) + "\n<</calls>>"
+
+
+def test_the_analysis_finds_the_id_written_for_the_name() -> None:
+    tools = analysis().tools
+    assert tools.supported and tools.name_in_id and tools.format == "tag_json"
+    assert (tools.section_start, tools.name_start.strip(), tools.name_end, tools.section_end) == (
+        "<<calls>>", "<<call id=", ">>", "<</calls>>")
+    assert (tools.id_start, tools.id_end) == ("", "")
+
+
+ARGS = '{"location": "Oslo"}'
+QUERY = '{"query": "x"}'
+CASES = {
+    "name inside the id": (section(("call.get_weather.0", ARGS)), None, [("call.get_weather.0", "get_weather")]),
+    "the id is the name": (section(("weather", ARGS)), None, [("weather", "weather")]),
+    "two calls": ("Let me look. " + section(("fn/get_weather:0", ARGS), ("fn/search:1", QUERY)), "Let me look.",
+                  [("fn/get_weather:0", "get_weather"), ("fn/search:1", "search")]),
+    # `weather` and `search` are in these ids too, between boundaries: the longest name is the call's
+    "the longest name": (section(("x.search.docs.2", QUERY), ("weather.get_weather", ARGS)), None,
+                         [("x.search.docs.2", "search.docs"), ("weather.get_weather", "get_weather")]),
+    # a name inside a longer word is no name: `get_weather_v2` is not `get_weather`
+    "no boundary": (section(("call.get_weather_v2.0", ARGS)), section(("call.get_weather_v2.0", ARGS)), []),
+    "no tool named": (section(("call.unknown.0", ARGS)), section(("call.unknown.0", ARGS)), []),
+    # the call before one that names no tool stays a call; the rest is content
+    "a call, then an id naming none": (
+        section(("call.get_weather.0", ARGS), ("call.nothing.1", QUERY)),
+        "<<call id=call.nothing.1>>" + QUERY + "\n<</calls>>", [("call.get_weather.0", "get_weather")]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_name_is_read_from_the_id(case: str) -> None:
+    text, content, expected = CASES[case]
+    parser = analysis().parser(tools=TOOLS)
+    message = parser.parse(text)
+    assert (message["content"], [(i, n) for i, n, _ in calls(message)]) == (content, expected)
+    for _, name, arguments in calls(message):
+        assert arguments == json.loads(QUERY if "search" in name else ARGS)
+    for chunks in chunkings(text, random.Random(case)):
+        assert streamed(parser, chunks) == without_generated_ids(message), chunks
+
+
+def test_without_tools_no_id_names_a_call() -> None:
+    text = section(("call.get_weather.0", ARGS))
+    message = analysis().parser().parse(text)
+    assert (message["content"], message["tool_calls"]) == (text, [])
+
+
+def chunkings(text: str, rng: random.Random) -> list[list[str]]:
+    """Random cuts, and each marker alone in its chunk (as a tokenizer's special token comes)."""
+    cuts = sorted(rng.sample(range(1, len(text)), min(len(text) - 1, len(text) // 4)))
+    pieces = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)]
+    by_marker = [p for p in re.split("(" + "|".join(re.escape(m) for m in MARKERS) + ")", text) if p]
+    return [list(text), pieces, by_marker]
+
+
+def streamed(parser: Any, chunks: list[str]) -> dict[str, Any]:
+    stream = parser.stream()
+    for chunk in chunks:
+        stream.feed(chunk)
+    stream.finish()
+    return without_generated_ids(stream.message())
+
+
+@pytest.mark.parametrize("choice", ["required", "auto"])
+def test_what_the_grammar_lets_a_model_write_the_parser_reads_back(choice: str) -> None:
+    """Sampled from the GBNF: the ids hold one of the tools' names, which the parser returns
+    with the id as written; Lark reads the same message."""
+    result = build_grammar(analysis(), TOOLS, tool_choice=choice, lazy=False)
+    validate_gbnf(result.gbnf)
+    grammar, rng = Gbnf(result.gbnf), random.Random(choice)
+    parser = analysis().parser(tools=TOOLS, tool_choice=choice)
+    names = {t["function"]["name"] for t in TOOLS}
+    for _ in range(40):
+        text = grammar.sample(rng)
+        message = parser.parse(text)
+        written = re.findall(r"<<call id=\s*(\S+?)>>", text)
+        assert [i for i, _, _ in calls(message)] == written, text
+        for call_id, name, _ in calls(message):
+            assert name in names and re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", call_id, re.ASCII), (text, message)
+            longer = [n for n in names if len(n) > len(name) and re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])",
+                                                                              call_id, re.ASCII)]
+            assert not longer, (text, message)
+        assert_lark_agrees(text, message, choice)
+
+
+@pytest.mark.parametrize("case", sorted(c for c in CASES if CASES[c][1] is None or CASES[c][1] == "Let me look."))
+def test_lark_reads_what_the_parser_reads(case: str) -> None:
+    """For the outputs in the language (the parser's recovery from a call that names no tool is
+    its own)."""
+    text = CASES[case][0]
+    assert_lark_agrees(text, analysis().parser(tools=TOOLS).parse(text))
+
+
+def assert_lark_agrees(text: str, message: dict[str, Any], choice: str = "auto") -> None:
+    read = parse_with_lark(analysis(), text, TOOLS, tool_choice=choice)
+    assert comparable(read) == comparable(message), text
+
+
+def comparable(message: dict[str, Any]) -> tuple[Any, ...]:
+    return ((message["content"] or "").strip() or None,
+            [(c["id"], c["function"]["name"], json.loads(c["function"]["arguments"])) for c in message["tool_calls"]])
