@@ -64,6 +64,7 @@ from autoparser.language.request import (
     KEY_HOLE,
     NAME_FORBIDDEN,
     Request,
+    asks_for_json,
     assistant_header,
     bare_fence,
     core,
@@ -73,6 +74,7 @@ from autoparser.tool_calls import JSON_TYPES, NAME_HOLE, TagCalls, TaggedArgumen
 
 # -- the language the parser reads ---------------------------------------------------------------
 
+FENCE, JSON_FENCE = "```", "```json"  # the code fence a JSON answer may be wrapped in
 _NOT_IN_ID = re.compile(r"[\s\"'<>]")  # markup around a call number that makes it no id
 
 # a call of any tool, where the request gives no tools (the parser reads any name)
@@ -136,7 +138,8 @@ class _Reading(_Messages, _Builder):
             first = self.text(*implied, calls=False, not_first=lead)
             body = self.text(calls=False, not_first=lead)
             closed = self.closed_answer(lambda: self.text(calls=False, not_first=lead), body)
-            return self.language(self.with_reasoning(body, None, first, first, closed))
+            return self.language(self.with_reasoning(self.fenced(body), None, self.fenced(first), first,
+                                                     self.fenced(closed)))
         section = self.section(lazy_start=True)
         stray = closed = None
         if self.req.policy == "strict":
@@ -146,7 +149,19 @@ class _Reading(_Messages, _Builder):
             stray = self.text(*implied, not_first=lead)
             unended = seq(stray, self.calls_then_text(section))
             closed = self.closed_answer(lambda: seq(self.text(not_first=lead), self.calls_then_text(section)), body)
-        return self.language(self.with_reasoning(body, section, unended, stray, closed))
+        return self.language(self.with_reasoning(self.fenced(body), section, self.fenced(unended), stray,
+                                                 self.fenced(closed)))
+
+    def fenced(self, answer: Node | None) -> Node | None:
+        """Where the request asks for a JSON answer (`response_format`), `answer`, or the JSON
+        wrapped in a code fence (```` ```json ````, or ```` ``` ```` alone): the fence is markup,
+        which every reader prefers to the text that could hold it, and the content is the JSON."""
+        if answer is None or not asks_for_json(self.req.response_format):
+            return answer
+        opening = Rule("answer-fence", choice(Lit(JSON_FENCE), Lit(FENCE)), kind=MARKUP)
+        closing = Rule("answer-fence-end", Lit(FENCE), kind=MARKUP)
+        json = seq(self.gap(), opening, self.gap(), Capture(CONTENT, Json()), self.gap(), closing, self.gap())
+        return choice(answer, json)
 
     def language(self, root: Node) -> Language:
         """As generated, after the assistant header's last marker where the output may write it

@@ -165,6 +165,8 @@ class Request:
     `reading`: the language the parser reads (lenient policy), wider than the one generation
     writes: any tool name when no tools are given, JSON arguments of any shape, text between
     and after the calls as content, a reasoning block whatever `thinking` says (`build_reading._Reading`).
+    `response_format`: the OpenAI `response_format` the answer follows (`json_schema`, `json_object`;
+    `text` or None: free text); the parser reads a JSON answer in a code fence as that JSON.
     """
 
     tools: tuple[Mapping[str, Any], ...] = ()
@@ -178,3 +180,9 @@ class Request:
     end_tokens: tuple[str, ...] = ()
     policy: str = "lenient"
     reading: bool = False
+    response_format: Mapping[str, Any] | None = None
+
+
+def asks_for_json(response_format: Any) -> bool:
+    """Whether an OpenAI `response_format` asks for a JSON answer (`json_schema`, `json_object`)."""
+    return isinstance(response_format, Mapping) and response_format.get("type") in ("json_schema", "json_object")
