@@ -511,7 +511,7 @@ class _Reading(_Messages, _Builder):
         options = [unended if unended is not None and (self.implies_reasoning() or ends_answer) else body,
                    seq(self.gap(), self.marker(end), body)]
         if start:
-            options.append(seq(self.gap(), self.marker(start), choice(*inside)))
+            options.append(seq(self.gap(), self.opener_again(start), self.marker(start), choice(*inside)))
         if self.implies_reasoning():
             # reasoning the output did not open ends at its end marker only: call markup before
             # one makes it the answer
@@ -520,6 +520,15 @@ class _Reading(_Messages, _Builder):
         elif ends_answer:
             options.append(seq(stray, self.marker(end), body))
         return choice(*options)
+
+    def opener_again(self, start: str) -> Node:
+        """Where the reasoning's start marker is a token-like tag and a word after it
+        (`<|channel>thought`), that tag written once more just before the marker
+        (`<|channel><|channel>thought`): markup, a channel opened twice (nothing otherwise)."""
+        tag = _FIRST_TAG.match(start)
+        if tag is None or not start[tag.end():].strip():
+            return EMPTY
+        return optional(Rule("opener-again", self.marker(tag.group()), kind=MARKUP))
 
     def reasoning_to_answer(self, body: Node, section: Node | None, end: str, repeated: bool = False,
                             written: bool = False) -> list[Node]:
@@ -706,4 +715,5 @@ class _Reading(_Messages, _Builder):
         return "[" if t.array else "{"
 
 
+_FIRST_TAG = re.compile(r"<[^<>\s]+>|\[[^\[\]\s]+\]")  # a marker's first part, written as a token is
 _LAST_TAG = re.compile(r"(?:<[^<>\s]+>|\[[^\[\]\s]+\])\Z")  # a header's last marker, written as a token is
