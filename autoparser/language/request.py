@@ -133,6 +133,19 @@ def value_kind(schema: Any) -> str:
     return "auto"
 
 
+def has_string_alternative(schema: Any) -> bool:
+    """Whether a union (`anyOf` / `oneOf`, or a list of types) has a string among its alternatives:
+    raw text that is no JSON value is then that string, even where it looks structured in the
+    template's own nested syntax."""
+    if not isinstance(schema, dict):
+        return False
+    kind = schema.get("type")
+    if isinstance(kind, list) and "string" in kind and len([k for k in kind if k != "null"]) > 1:
+        return True
+    return any(isinstance(options, list) and any(value_kind(o) == "string" for o in options)
+               for options in (schema.get("anyOf"), schema.get("oneOf")))
+
+
 def schema_type(schema: Any) -> str | None:
     if isinstance(schema, dict) and isinstance(schema.get("type"), str):
         return schema["type"]
