@@ -160,8 +160,8 @@ class _Reading(_Messages, _Builder):
             return answer
         opening = Rule("answer-fence", choice(Lit(JSON_FENCE), Lit(FENCE)), kind=MARKUP)
         closing = Rule("answer-fence-end", Lit(FENCE), kind=MARKUP)
-        json = seq(self.gap(), opening, self.gap(), Capture(CONTENT, Json()), self.gap(), closing, self.gap())
-        return choice(answer, json)
+        fenced = seq(self.gap(), opening, self.gap(), Capture(CONTENT, Json()), self.gap(), closing, self.gap())
+        return choice(answer, fenced)
 
     def language(self, root: Node) -> Language:
         """As generated, after the assistant header's last marker where the output may write it
