@@ -37,11 +37,12 @@ class Analysis(AnalysisData):
 
     def parser(self, tools: list[dict[str, Any]] | None = None, thinking: bool | None = None,
                parallel_tool_calls: bool = True, tool_choice: Any = "auto",
-               tool_call_policy: str = "lenient", prompt: str | None = None):
+               tool_call_policy: str = "lenient", prompt: str | None = None, response_format: Any = None):
         from autoparser.language.reading import Parser
 
         return Parser(self, tools=tools, thinking=thinking, parallel_tool_calls=parallel_tool_calls,
-                      tool_choice=tool_choice, tool_call_policy=tool_call_policy, prompt=prompt)
+                      tool_choice=tool_choice, tool_call_policy=tool_call_policy, prompt=prompt,
+                      response_format=response_format)
 
     def gbnf(self, tools: list[dict[str, Any]] | None = None, tool_choice: Any = "auto",
              thinking: bool | None = None, parallel_tool_calls: bool = True,

@@ -601,6 +601,13 @@ def continued_analysis(case: Case, analysis: Any) -> Any:
     return data
 
 
+def response_format(case: Case) -> dict[str, Any] | None:
+    """The OpenAI `response_format` of a case that asks for an answer by a JSON schema."""
+    if not case.json_schema:
+        return None
+    return {"type": "json_schema", "json_schema": {"name": "answer", "schema": json.loads(case.json_schema)}}
+
+
 def run_case(case: Case, analysis: Any) -> Outcome:
     from autoparser.language.reading import Parser
 
@@ -611,7 +618,7 @@ def run_case(case: Case, analysis: Any) -> Outcome:
     try:
         # llama.cpp returns every call the output holds whatever `parallel_tool_calls` says
         parser = Parser(continued_analysis(case, analysis), tools=tools, thinking=case.enable_thinking,
-                        parallel_tool_calls=True, tool_choice=choice)
+                        parallel_tool_calls=True, tool_choice=choice, response_format=response_format(case))
         if case.is_partial:
             got = _accumulate(parser.stream().feed(case.input))
         else:

@@ -24,15 +24,18 @@ CDATA = ("<![CDATA[", "]]>")
 
 
 def reading_grammar(analysis: Analysis, tools: list[dict[str, Any]] | None = None, thinking: bool | None = None,
-                    parallel_tool_calls: bool = True, tool_choice: Any = "auto") -> LarkLanguage:
+                    parallel_tool_calls: bool = True, tool_choice: Any = "auto",
+                    response_format: Any = None) -> LarkLanguage:
     """The output language the parser reads for this request, written for Lark.
 
     `tools` restricts tool names to the given tools (None or empty: any name); `thinking`
     selects the thinking mode as in `Analysis.thinking_enabled`; `tool_choice` is the OpenAI
     request field: "none" leaves calls out, "required" makes one necessary, a named function
-    is the only name allowed."""
+    is the only name allowed; `response_format` asking for JSON lets the answer be that JSON in a
+    code fence."""
     request = Request(tools=tuple(tools or ()), tool_choice=tool_choice, thinking=thinking,
-                      parallel_tool_calls=parallel_tool_calls, lazy=False, reading=True)
+                      parallel_tool_calls=parallel_tool_calls, lazy=False, reading=True,
+                      response_format=response_format)
     return write_lark(build_language(analysis, request), end_of_turn=tuple(analysis.stop))
 
 
@@ -44,11 +47,11 @@ def generate_lark(analysis: Analysis, tools: list[dict[str, Any]] | None = None,
 
 def parse_with_lark(analysis: Analysis, text: str, tools: list[dict[str, Any]] | None = None,
                     thinking: bool | None = None, parallel_tool_calls: bool = True,
-                    tool_choice: Any = "auto") -> dict[str, Any]:
+                    tool_choice: Any = "auto", response_format: Any = None) -> dict[str, Any]:
     """Parse model output with the Lark grammar and build the OpenAI assistant message.
 
     Raises `lark.exceptions.UnexpectedInput` when `text` is not in the grammar's language.
     Reasoning and content are returned with surrounding whitespace removed, None when empty.
     """
-    written = reading_grammar(analysis, tools, thinking, parallel_tool_calls, tool_choice)
+    written = reading_grammar(analysis, tools, thinking, parallel_tool_calls, tool_choice, response_format)
     return read_message(written, text)

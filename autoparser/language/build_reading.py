@@ -64,6 +64,7 @@ from autoparser.language.request import (
     KEY_HOLE,
     NAME_FORBIDDEN,
     Request,
+    asks_for_json,
     assistant_header,
     bare_fence,
     core,
@@ -73,6 +74,7 @@ from autoparser.tool_calls import JSON_TYPES, NAME_HOLE, TagCalls, TaggedArgumen
 
 # -- the language the parser reads ---------------------------------------------------------------
 
+FENCE, JSON_FENCE = "```", "```json"  # the code fence a JSON answer may be wrapped in
 _NOT_IN_ID = re.compile(r"[\s\"'<>]")  # markup around a call number that makes it no id
 
 # a call of any tool, where the request gives no tools (the parser reads any name)
@@ -138,7 +140,8 @@ class _Reading(_Messages, _Builder):
             first = self.text(*implied, calls=False, not_first=lead)
             body = self.text(calls=False, not_first=lead)
             closed = self.closed_answer(lambda: self.text(calls=False, not_first=lead), body)
-            return self.language(self.with_reasoning(body, None, first, first, closed))
+            return self.language(self.with_reasoning(self.fenced(body), None, self.fenced(first), first,
+                                                     self.fenced(closed)))
         section = self.section(lazy_start=True)
         stray = closed = None
         if self.req.policy == "strict":
@@ -148,7 +151,19 @@ class _Reading(_Messages, _Builder):
             stray = self.text(*implied, not_first=lead)
             unended = seq(stray, self.calls_then_text(section))
             closed = self.closed_answer(lambda: seq(self.text(not_first=lead), self.calls_then_text(section)), body)
-        return self.language(self.with_reasoning(body, section, unended, stray, closed))
+        return self.language(self.with_reasoning(self.fenced(body), section, self.fenced(unended), stray,
+                                                 self.fenced(closed)))
+
+    def fenced(self, answer: Node | None) -> Node | None:
+        """Where the request asks for a JSON answer (`response_format`), `answer`, or the JSON
+        wrapped in a code fence (```` ```json ````, or ```` ``` ```` alone): the fence is markup,
+        which every reader prefers to the text that could hold it, and the content is the JSON."""
+        if answer is None or not asks_for_json(self.req.response_format):
+            return answer
+        opening = Rule("answer-fence", choice(Lit(JSON_FENCE), Lit(FENCE)), kind=MARKUP)
+        closing = Rule("answer-fence-end", Lit(FENCE), kind=MARKUP)
+        fenced = seq(self.gap(), opening, self.gap(), Capture(CONTENT, Json()), self.gap(), closing, self.gap())
+        return choice(answer, fenced)
 
     def language(self, root: Node) -> Language:
         """As generated, after the assistant header's last marker where the output may write it
@@ -498,7 +513,7 @@ class _Reading(_Messages, _Builder):
         options = [unended if unended is not None and (self.implies_reasoning() or ends_answer) else body,
                    seq(self.gap(), self.marker(end), body)]
         if start:
-            options.append(seq(self.gap(), self.marker(start), choice(*inside)))
+            options.append(seq(self.gap(), self.opener_again(start), self.marker(start), choice(*inside)))
         if self.implies_reasoning():
             # reasoning the output did not open ends at its end marker only: call markup before
             # one makes it the answer
@@ -507,6 +522,15 @@ class _Reading(_Messages, _Builder):
         elif ends_answer:
             options.append(seq(stray, self.marker(end), body))
         return choice(*options)
+
+    def opener_again(self, start: str) -> Node:
+        """Where the reasoning's start marker is a token-like tag and a word after it
+        (`<|channel>thought`), that tag written once more just before the marker
+        (`<|channel><|channel>thought`): markup, a channel opened twice (nothing otherwise)."""
+        tag = _FIRST_TAG.match(start)
+        if tag is None or not start[tag.end():].strip():
+            return EMPTY
+        return optional(Rule("opener-again", self.marker(tag.group()), kind=MARKUP))
 
     def reasoning_to_answer(self, body: Node, section: Node | None, end: str, repeated: bool = False,
                             written: bool = False) -> list[Node]:
@@ -693,4 +717,5 @@ class _Reading(_Messages, _Builder):
         return "[" if t.array else "{"
 
 
+_FIRST_TAG = re.compile(r"<[^<>\s]+>|\[[^\[\]\s]+\]")  # a marker's first part, written as a token is
 _LAST_TAG = re.compile(r"(?:<[^<>\s]+>|\[[^\[\]\s]+\])\Z")  # a header's last marker, written as a token is

@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 from autoparser.language import ir
-from autoparser.language.request import value_kind
+from autoparser.language.request import has_string_alternative, value_kind
 from autoparser.language.values import (
     allows_null,
     convert_literal_value,
@@ -94,5 +94,9 @@ def argument_json(raw: str, node: Any, section: tuple[str, ...] = ()) -> str:
     if kind == "string":
         null = getattr(node, "null", "")
         return "null" if null and raw.strip() == null and allows_null(schema) else json.dumps(raw, ensure_ascii=False)
+    if kind == "auto" and has_string_alternative(schema):
+        # a union with a string alternative: a JSON value (as the grammar writes one) is that value,
+        # any other text the string, even text in the template's nested syntax
+        return convert_tagged_value(raw, "json", schema)
     nested = nested_to_json(raw, node.nested) if isinstance(node, ir.RawString) and node.nested else None
     return nested if nested is not None else convert_tagged_value(raw, kind, schema)

@@ -29,24 +29,25 @@ def analysis_data(analysis: Any) -> AnalysisData:
 
 def reader(analysis: Any, tools: list[dict[str, Any]] | None = None, thinking: bool | None = None,
            parallel_tool_calls: bool = True, tool_choice: Any = "auto", tool_call_policy: str = "lenient",
-           prompt: str | None = None, eos_token: str | None = None) -> LanguageReader:
+           prompt: str | None = None, eos_token: str | None = None,
+           response_format: Any = None) -> LanguageReader:
     """The reader of the language a request's output is read by. `eos_token` defaults to the
     analysis's own (an `Analysis` keeps it; its dict form does not)."""
     data = analysis_data(analysis)
     request = reading_request(analysis, tools, thinking, parallel_tool_calls, tool_choice, tool_call_policy,
-                              prompt, eos_token)
+                              prompt, eos_token, response_format)
     return LanguageReader(build_language(data, request), end_of_turn=tuple(data.stop))
 
 
 def reading_request(analysis: Any, tools: list[dict[str, Any]] | None = None, thinking: bool | None = None,
                     parallel_tool_calls: bool = True, tool_choice: Any = "auto",
                     tool_call_policy: str = "lenient", prompt: str | None = None,
-                    eos_token: str | None = None) -> Request:
+                    eos_token: str | None = None, response_format: Any = None) -> Request:
     """The `Request` a parser reads its output by."""
     eos = getattr(analysis, "eos_token", "") if eos_token is None else eos_token
     return Request(tools=tuple(tools or ()), thinking=thinking, parallel_tool_calls=parallel_tool_calls,
                    tool_choice=tool_choice, policy=tool_call_policy, prompt=prompt, lazy=False,
-                   reading=True, end_tokens=(eos,) if eos else ())
+                   reading=True, end_tokens=(eos,) if eos else (), response_format=response_format)
 
 
 class Parser:
@@ -66,18 +67,23 @@ class Parser:
     model (inside reasoning only if it opened reasoning, inside the assistant's partial answer
     when it continues one); `thinking` is the fallback when no prompt is given. `eos_token` is the
     text of the model's end-of-generation token, by default the analysis's.
+
+    `response_format` is the OpenAI `response_format` the request asked for: where it asks for
+    JSON (`json_schema`, `json_object`), an answer wrapped in a code fence (```` ```json ````)
+    is the JSON inside it.
     """
 
     def __init__(self, analysis: Any, tools: list[dict[str, Any]] | None = None,
                  thinking: bool | None = None, parallel_tool_calls: bool = True,
                  tool_choice: Any = "auto", tool_call_policy: str = "lenient",
-                 prompt: str | None = None, eos_token: str | None = None) -> None:
+                 prompt: str | None = None, eos_token: str | None = None,
+                 response_format: Any = None) -> None:
         if tool_call_policy not in ("lenient", "strict"):
             raise ValueError(f"tool_call_policy must be 'lenient' or 'strict', not {tool_call_policy!r}")
         self.analysis = analysis
         # what a reader knows of the language is the same for every stream: built once
         self._reader = reader(analysis, tools, thinking, parallel_tool_calls, tool_choice, tool_call_policy,
-                              prompt, eos_token)
+                              prompt, eos_token, response_format)
         self._cut = reasoning_cut(analysis_data(analysis), reading_request(
             analysis, tools, thinking, parallel_tool_calls, tool_choice, tool_call_policy, prompt, eos_token))
         self._ids: dict[int, tuple[Any, ReasoningIds]] = {}

@@ -133,6 +133,19 @@ def value_kind(schema: Any) -> str:
     return "auto"
 
 
+def has_string_alternative(schema: Any) -> bool:
+    """Whether a union (`anyOf` / `oneOf`, or a list of types) has a string among its alternatives:
+    raw text that is no JSON value is then that string, even where it looks structured in the
+    template's own nested syntax."""
+    if not isinstance(schema, dict):
+        return False
+    kind = schema.get("type")
+    if isinstance(kind, list) and "string" in kind and len([k for k in kind if k != "null"]) > 1:
+        return True
+    return any(isinstance(options, list) and any(value_kind(o) == "string" for o in options)
+               for options in (schema.get("anyOf"), schema.get("oneOf")))
+
+
 def schema_type(schema: Any) -> str | None:
     if isinstance(schema, dict) and isinstance(schema.get("type"), str):
         return schema["type"]
@@ -165,6 +178,8 @@ class Request:
     `reading`: the language the parser reads (lenient policy), wider than the one generation
     writes: any tool name when no tools are given, JSON arguments of any shape, text between
     and after the calls as content, a reasoning block whatever `thinking` says (`build_reading._Reading`).
+    `response_format`: the OpenAI `response_format` the answer follows (`json_schema`, `json_object`;
+    `text` or None: free text); the parser reads a JSON answer in a code fence as that JSON.
     """
 
     tools: tuple[Mapping[str, Any], ...] = ()
@@ -178,3 +193,9 @@ class Request:
     end_tokens: tuple[str, ...] = ()
     policy: str = "lenient"
     reading: bool = False
+    response_format: Mapping[str, Any] | None = None
+
+
+def asks_for_json(response_format: Any) -> bool:
+    """Whether an OpenAI `response_format` asks for a JSON answer (`json_schema`, `json_object`)."""
+    return isinstance(response_format, Mapping) and response_format.get("type") in ("json_schema", "json_object")

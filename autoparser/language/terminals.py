@@ -332,6 +332,8 @@ class _JsonValue:
             t.value_end = pos + t.offset[0]
         elif t.role == ir.ARGUMENTS and t.call.mode == "json":
             self._stream(t, pos, emitted)
+        elif t.role == ir.CONTENT:  # an answer written as JSON (a response format's)
+            t.text(buf[start:pos])
         else:
             t.parts.append(buf[start:pos])
         if status == DONE:

@@ -161,11 +161,13 @@ class ServedModel:
         return ReasoningSplit(self.reasoning_cut(thinking, prompt), stream_reasoning)
 
     def answer_parser(self, tools: list[dict[str, Any]] | None, tool_choice: Any,
-                      parallel_tool_calls: bool) -> Any:
+                      parallel_tool_calls: bool, response_format: dict[str, Any] | None = None) -> Any:
         """The tool stage's parser: it reads text the engine's reasoning stage already cut off,
         or (an engine with no reasoning stage) the whole output with reasoning as ordinary text,
-        markers included; either way no reasoning at all, whatever the template's switch."""
-        return self.parser(tools, tool_choice, parallel_tool_calls, None, reasoning_as_text=True)
+        markers included; either way no reasoning at all, whatever the template's switch.
+        `response_format`: the request's, where the engine passes it on."""
+        return self.parser(tools, tool_choice, parallel_tool_calls, None, reasoning_as_text=True,
+                           response_format=response_format)
 
     def answer_has_work(self, text: str) -> bool:
         """Whether the tool stage reads `text` as other than the text itself: a call's opener in
@@ -179,11 +181,14 @@ class ServedModel:
         return bool(message["tool_calls"]) or (message["content"] or "") != text
 
     def parser(self, tools: list[dict[str, Any]] | None, tool_choice: Any, parallel_tool_calls: bool,
-               thinking: bool | None, reasoning_as_text: bool = False) -> Any:
+               thinking: bool | None, reasoning_as_text: bool = False,
+               response_format: dict[str, Any] | None = None) -> Any:
         """An autoparser parser for this request shape, built once and then reused.
 
-        `reasoning_as_text`: the reasoning markers are ordinary text (no reasoning is read)."""
-        key = json.dumps([tools, tool_choice, parallel_tool_calls, thinking, reasoning_as_text],
+        `reasoning_as_text`: the reasoning markers are ordinary text (no reasoning is read).
+        `response_format`: the request's OpenAI `response_format` (a JSON answer in a code fence
+        is read as that JSON)."""
+        key = json.dumps([tools, tool_choice, parallel_tool_calls, thinking, reasoning_as_text, response_format],
                          sort_keys=True, default=str)
         parser = self._parsers.lookup(key)
         if parser is not None:
@@ -193,8 +198,8 @@ class ServedModel:
             from autoparser import ReasoningAnalysis
 
             analysis = dataclasses.replace(analysis, reasoning=ReasoningAnalysis())
-        parser = analysis.parser(tools=tools or None, thinking=thinking,
-                                 parallel_tool_calls=parallel_tool_calls, tool_choice=tool_choice)
+        parser = analysis.parser(tools=tools or None, thinking=thinking, parallel_tool_calls=parallel_tool_calls,
+                                 tool_choice=tool_choice, response_format=response_format)
         self._parsers.store(key, parser)
         return parser
 

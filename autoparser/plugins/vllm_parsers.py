@@ -206,7 +206,7 @@ class AutoparserToolParser(ToolParser):
         tools = [_tool_dict(tool) for tool in getattr(request, "tools", None) or []]
         parallel = getattr(request, "parallel_tool_calls", None)
         return self._served.model.answer_parser(tools, _tool_choice(getattr(request, "tool_choice", None)),
-                                                parallel is not False)
+                                                parallel is not False, _response_format(request))
 
     def adjust_request(self, request: Any) -> Any:
         return _adjust_detokenizer(request, self._served)
@@ -244,6 +244,14 @@ def _tool_dict(tool: Any) -> dict[str, Any]:
         return {"type": "function", "function": data["function"]}
     function = {k: data[k] for k in ("name", "description", "parameters") if k in data}
     return {"type": "function", "function": function}
+
+
+def _response_format(request: Any) -> dict[str, Any] | None:
+    """The request's `response_format` as an OpenAI dict (None: none asked for)."""
+    fmt = getattr(request, "response_format", None)
+    if fmt is None:
+        return None
+    return fmt.model_dump(exclude_none=True) if hasattr(fmt, "model_dump") else dict(fmt)
 
 
 def _tool_choice(choice: Any) -> Any:

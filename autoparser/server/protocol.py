@@ -400,5 +400,11 @@ def response_schema(request: ChatCompletionRequest) -> dict[str, Any] | None:
     return fmt.json_schema.json_schema
 
 
+def response_format(request: ChatCompletionRequest) -> dict[str, Any] | None:
+    """The request's `response_format` as the OpenAI dict (None where it asks for none)."""
+    fmt = request.response_format
+    return None if fmt is None else fmt.model_dump(by_alias=True, exclude_none=True)
+
+
 def requested_max_tokens(request: GenerationFields) -> int | None:
     return getattr(request, "max_completion_tokens", None) or request.max_tokens

@@ -206,7 +206,8 @@ class ChatService:
         else:
             grammar, grammar_warnings = self.grammar(request, tools, tool_choice, thinking, prompt=prompt)
         warnings += grammar_warnings
-        stream = self.parser(tools, thinking, request.parallel_tool_calls, tool_choice, policy, prompt).stream()
+        stream = self.parser(tools, thinking, request.parallel_tool_calls, tool_choice, policy, prompt,
+                             protocol.response_format(request)).stream()
         return PreparedChat(
             request=request, prompt=prompt, prompt_tokens=prompt_tokens, max_tokens=max_tokens,
             sampling=self.sampling(request, request.top_logprobs_wanted()), grammar=grammar, reasoning=phase,
@@ -394,14 +395,16 @@ class ChatService:
         return self._grammar_spec(result), warnings
 
     def parser(self, tools: list[dict[str, Any]] | None, thinking: bool | None, parallel: bool,
-               tool_choice: Any, policy: str, prompt: str | None = None) -> Any:
-        """The parser for one request; with `prompt` it starts where that prompt leaves the model.
+               tool_choice: Any, policy: str, prompt: str | None = None,
+               response_format: dict[str, Any] | None = None) -> Any:
+        """The parser for one request; with `prompt` it starts where that prompt leaves the model;
+        with a `response_format` asking for JSON it reads that JSON in a code fence as the answer.
         Cached by the start state: the prompt matters to it only through that."""
         key = _key(tools, self.analysis.thinking_enabled(thinking), parallel, tool_choice, policy,
-                   self.start_state(thinking, prompt))
+                   self.start_state(thinking, prompt), response_format)
         return self._parsers.get(key, lambda: self.analysis.parser(
             tools=tools, thinking=thinking, parallel_tool_calls=parallel, tool_choice=tool_choice,
-            tool_call_policy=policy, prompt=prompt))
+            tool_call_policy=policy, prompt=prompt, response_format=response_format))
 
     def _answer_analysis(self) -> Analysis:
         """The analysis of what follows reasoning: the same output language without reasoning."""

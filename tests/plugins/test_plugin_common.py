@@ -178,3 +178,16 @@ def test_the_plugin_says_so_once_when_the_model_is_served(caplog) -> None:  # ty
         served_model(tokenizer)
         served_model(tokenizer)
     assert [r.getMessage().count("tool_catalog") for r in caplog.records] == [1]
+
+
+def test_the_tool_stage_reads_a_fenced_json_answer_where_the_request_asks_for_json() -> None:
+    from analyses import qwen3
+
+    from autoparser.plugins.common import ServedModel
+
+    model = ServedModel("test", qwen3())
+    fenced = '```json\n{"a": 1}\n```'
+    asked = model.answer_parser(None, "auto", True, {"type": "json_object"})
+    assert asked.parse(fenced)["content"] == '{"a": 1}'
+    assert model.answer_parser(None, "auto", True).parse(fenced)["content"] == fenced
+    assert asked is model.answer_parser(None, "auto", True, {"type": "json_object"})  # built once

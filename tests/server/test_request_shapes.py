@@ -67,3 +67,21 @@ def test_a_chat_content_part_whose_type_is_an_object_is_a_400() -> None:
 def test_the_preamble_example_survives_odd_schemas(schema: Any) -> None:
     example = example_arguments(schema)
     assert isinstance(example, dict) and json.dumps(example)
+
+
+@pytest.mark.parametrize("fmt", [
+    {"type": "json_object"},
+    {"type": "json_schema", "json_schema": {"name": "n", "schema": {"type": "object"}}},
+])
+def test_the_response_format_reaches_the_parser_which_unwraps_a_fenced_answer(fmt: dict[str, Any]) -> None:
+    from analyses import hermes
+
+    from autoparser.server.protocol import response_format
+
+    request = parse_request({"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "response_format": fmt})
+    asked = response_format(request)
+    assert asked is not None and asked["type"] == fmt["type"]
+    parser = hermes().parser(response_format=asked)
+    assert parser.parse('```json\n{"a": 1}\n```')["content"] == '{"a": 1}'
+    free = parse_request({"model": "tiny", "messages": [{"role": "user", "content": "hi"}]})
+    assert response_format(free) is None
