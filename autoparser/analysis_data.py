@@ -28,8 +28,11 @@ from autoparser.tool_calls import ToolsAnalysis
 REASONING_MODES = ("none", "tagged", "tools_only")
 CONTENT_MODES = ("plain", "wrapped", "wrapped_with_reasoning")
 # What a template variable beyond the conversation carries (`AnalysisData.template_inputs`):
-# the tool definitions as JSON text, or any text (the template only prints it).
-INPUT_KINDS = ("tools_text", "text")
+# the tool definitions as JSON text, any text (the template only prints it), or a list of
+# documents (the template writes tool calls only in the turns it keeps for documents).
+INPUT_KINDS = ("tools_text", "text", "documents")
+# The document a render passes where none is given: a title and a text, as transformers documents them.
+PLACEHOLDER_DOCUMENT = {"title": "", "text": ""}
 
 
 @dataclass
@@ -164,9 +167,18 @@ class AnalysisData:
 
 def input_values(inputs: dict[str, str], tools: list[dict[str, Any]] | None) -> dict[str, Any]:
     """Template variables for `inputs` (name -> one of `INPUT_KINDS`) with these tools: the tool
-    definitions as indented JSON (empty without tools), and empty text for the rest."""
+    definitions as indented JSON (empty without tools), one placeholder document for a list of
+    documents, and empty text for the rest."""
     tools_text = json.dumps(tools, ensure_ascii=False, indent=2) if tools else ""
-    return {name: tools_text if kind == "tools_text" else "" for name, kind in inputs.items()}
+    values: dict[str, Any] = {}
+    for name, kind in inputs.items():
+        if kind == "tools_text":
+            values[name] = tools_text
+        elif kind == "documents":
+            values[name] = [dict(PLACEHOLDER_DOCUMENT)]
+        else:
+            values[name] = ""
+    return values
 
 
 def _known(cls: type, data: dict[str, Any] | None) -> dict[str, Any]:

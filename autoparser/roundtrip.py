@@ -23,6 +23,7 @@ from typing import Any
 from autoparser.analysis import Analysis
 from autoparser.analyzers.diff import is_marker, segments
 from autoparser.analyzers.probes import Prober
+from autoparser.analyzers.tools import EMPTY_CONTENTS
 from autoparser.language.request import OPEN, start_state
 from autoparser.render import TemplateRenderError
 
@@ -94,19 +95,23 @@ def run_case(analysis: Analysis, case: str, message: dict[str, Any]) -> CaseResu
                     inputs=dict(analysis.template_inputs))
     prober.choose_shape()
     history = prober.history()
-    message = _shaped(prober, _ids_holding_names(message) if analysis.tools.name_in_id else message)
+    if analysis.tools.name_in_id:
+        message = _ids_holding_names(message)
     tools = TOOLS if calls else None
     try:
         base = analysis.render(history, tools=tools, add_generation_prompt=True, **kwargs)
-        full = analysis.render(history + [message], tools=tools, add_generation_prompt=False, **kwargs)
     except TemplateRenderError as exc:
-        # retry with the arguments as JSON text: some templates concatenate them as strings
+        return CaseResult(case, "not_applicable", f"template refuses the prompt: {exc}")
+    full, refusal = None, ""
+    for variant in _variants(prober, message):
         try:
-            text_message = _arguments_as_text(message)
-            base = analysis.render(history, tools=tools, add_generation_prompt=True, **kwargs)
-            full = analysis.render(history + [text_message], tools=tools, add_generation_prompt=False, **kwargs)
-        except TemplateRenderError:
-            return CaseResult(case, "not_applicable", f"template refuses the message: {exc}")
+            full = analysis.render(history + [variant], tools=tools, add_generation_prompt=False, **kwargs)
+            message = variant
+            break
+        except TemplateRenderError as exc:
+            refusal = refusal or str(exc)
+    if full is None:
+        return CaseResult(case, "not_applicable", f"template refuses the message: {refusal}")
     if not full.startswith(base):
         return CaseResult(case, "not_applicable", "the conversation does not start with the prompt")
     output = strip_turn_end(full[len(base):], analysis.stop)
@@ -131,12 +136,23 @@ def _answer_without_its_reasoning(analysis: Analysis, prompt: str, thinking: boo
     return bool(end) and end not in output and start_state(analysis, thinking, prompt)[0] == OPEN
 
 
-def _shaped(prober: Prober, message: dict[str, Any]) -> dict[str, Any]:
+def _variants(prober: Prober, message: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The message as clients write it, in the order tried: a call-only message's content as
+    each empty form, each with the arguments as objects, then as JSON text (some templates
+    concatenate them as strings)."""
+    calls_only = message.get("content") is None and bool(message.get("tool_calls"))
+    for empty in EMPTY_CONTENTS if calls_only else (None,):
+        shaped = _shaped(prober, message, empty)
+        yield shaped
+        yield _arguments_as_text(shaped)
+
+
+def _shaped(prober: Prober, message: dict[str, Any], empty_content: Any = None) -> dict[str, Any]:
     message = copy.deepcopy(message)
     if isinstance(message.get("content"), str):
         message["content"] = prober.text(message["content"])
     if message.get("content") is None and message.get("tool_calls"):
-        message["content"] = prober.shape.empty_content
+        message["content"] = copy.deepcopy(empty_content)
     return message
 
 

@@ -17,17 +17,21 @@ from autoparser.analysis import (
 )
 from autoparser.analyzers.content import analyze_content
 from autoparser.analyzers.diff import is_marker, segments
-from autoparser.analyzers.inputs import required_inputs
+from autoparser.analyzers.inputs import documents_for_calls, required_inputs
 from autoparser.analyzers.messages import analyze_messages
 from autoparser.analyzers.probes import Prober
 from autoparser.analyzers.prompt import TurnEnd, generation_prompt, turn_end
 from autoparser.analyzers.reasoning import analyze_reasoning, template_facts
-from autoparser.analyzers.tools import analyze_tools, tool_markers, tool_triggers
+from autoparser.analyzers.tools import analyze_tools, renders_a_call, tool_markers, tool_triggers
 from autoparser.render import TemplateRenderError
 
 NOT_DETERMINISTIC = ("the template renders differently each time (it uses randomness such as lipsum() or "
                      "random, or the current time through strftime_now): the analysis compares renders, "
                      "so its markers may be wrong, and prompts will differ from run to run")
+
+DOCUMENTS_FOR_CALLS = ("the template writes tool calls only when it is given documents (the turns it keeps for "
+                       "retrieval): the analysis and every render pass a placeholder document unless the request "
+                       "passes its own in the template variable 'documents'")
 
 
 def analyze(source: str, bos_token: str = "", eos_token: str = "", **template_kwargs: Any) -> Analysis:
@@ -42,6 +46,9 @@ def analyze(source: str, bos_token: str = "", eos_token: str = "", **template_kw
     if not prober.choose_shape() and not (required_inputs(prober) and prober.choose_shape()):
         reason = prober.errors[-1] if prober.errors else "it renders nothing for a user message"
         raise TemplateRenderError(f"the template cannot render a basic conversation: {reason}")
+    if documents_for_calls(prober, renders_a_call):
+        prober.choose_shape()
+        warnings.append(DOCUMENTS_FOR_CALLS)
 
     if not prober.renders_the_same():
         warnings.append(NOT_DETERMINISTIC)

@@ -5,11 +5,16 @@ and fail with "'X' is undefined" when it is missing. Each such variable is found
 error, one at a time, and given text; a variable that carries the tool definitions (its name
 speaks of tools or functions, or it is the only one, and the template never prints `tools`
 itself) is given them as JSON text, kept only where the prompt then shows the probe tools.
+
+A template may also write tool calls only in the turns it keeps for documents (a retrieval
+branch taken when `documents` are passed): where no call renders without them and one does
+with a document, `documents` is an input too, and every render passes one.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from jinja2 import meta
 
@@ -19,6 +24,7 @@ from autoparser.render import compile_template
 MAX_INPUTS = 8
 _UNDEFINED = re.compile(r"'([A-Za-z_]\w*)' is undefined")
 _TOOL_WORDS = ("tool", "function")
+DOCUMENTS = "documents"  # the variable transformers' `apply_chat_template(documents=...)` sets
 
 
 def required_inputs(prober: Prober) -> dict[str, str]:
@@ -40,6 +46,19 @@ def required_inputs(prober: Prober) -> dict[str, str]:
     if carrier is not None and _shows_probe_tools(prober, {**inputs, carrier: "tools_text"}):
         inputs[carrier] = "tools_text"
     return _set(prober, inputs)
+
+
+def documents_for_calls(prober: Prober, renders_a_call: Callable[[Prober], bool]) -> bool:
+    """Adds `documents` to the prober's inputs where the template reads them and renders a tool
+    call only with them; whether it did."""
+    if DOCUMENTS in prober.inputs or DOCUMENTS not in _variables_read(prober.source) or renders_a_call(prober):
+        return False
+    saved = dict(prober.inputs)
+    prober.inputs = {**saved, DOCUMENTS: "documents"}
+    if renders_a_call(prober):
+        return True
+    prober.inputs = saved
+    return False
 
 
 def _set(prober: Prober, inputs: dict[str, str]) -> dict[str, str]:

@@ -86,14 +86,21 @@ def json_args_span(text: str, args: dict[str, Any], after: int = 0) -> Span | No
 
 
 def _numbered_id_field(two: str | None, first: dict[str, Any]) -> str | None:
-    """A key the template fills with the call's position ("0", "1") instead of the given id."""
+    """A key the template fills with the call's position instead of the given id: "0" then "1",
+    or counted on from calls that earlier turns hold ("1" then "2" after a retrieval turn)."""
     second = find_json_call(two, NAME_B, ARGS_B) if two is not None else None
     if second is None:
         return None
     for key, value in first.items():
-        if str(value) == "0" and str(second.value.get(key)) == "1":
+        at, next_at = _position(value), _position(second.value.get(key))
+        if at is not None and next_at == at + 1:
             return key
     return None
+
+
+def _position(value: Any) -> int | None:
+    text = str(value)
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 3 else None
 
 
 def _holds(value: Any, target: Any) -> bool:

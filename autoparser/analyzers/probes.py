@@ -74,7 +74,8 @@ PROBE_TOOLS: list[dict[str, Any]] = [
     },
 ]
 
-REASONING_FIELDS = ("reasoning_content", "reasoning", "thinking")
+# Where a message carries its reasoning; `tool_plan` is the plan some formats write before calls.
+REASONING_FIELDS = ("reasoning_content", "reasoning", "thinking", "tool_plan")
 
 
 def tool_call(name: str, args: dict[str, Any], call_id: str, as_text: bool) -> dict[str, Any]:

@@ -135,10 +135,24 @@ def _without_call_headers(renders: CallRenders, messages: MessagesAnalysis) -> C
 TOOL_SHAPES = (PROBE_TOOLS, [t["function"] for t in PROBE_TOOLS])
 
 
+# What an assistant message with only tool calls carries as content: nothing, empty text, or one
+# empty text part (templates that read the first part of the content).
+EMPTY_CONTENTS: tuple[Any, ...] = (None, "", [{"type": "text", "text": ""}])
+
+
+def renders_a_call(prober: Prober) -> bool:
+    """Whether any probe shape renders a tool call; the prober's shape is left as it was."""
+    empty = prober.shape.empty_content
+    try:
+        return _render_calls(prober, {}) is not None
+    finally:
+        prober.shape.empty_content = empty
+
+
 def _render_calls(prober: Prober, kwargs: dict[str, Any]) -> CallRenders | None:
     for tools in TOOL_SHAPES:
         for as_text in (False, True):
-            for empty in (None, ""):
+            for empty in EMPTY_CONTENTS:
                 prober.shape.empty_content = empty
                 found = _render_call_pair(prober, tools, as_text, kwargs)
                 if found is not None:

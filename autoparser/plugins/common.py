@@ -231,14 +231,18 @@ def served_model(tokenizer: Any) -> ServedModel:
     return model
 
 
+_INPUT_WORDS = {"tools_text": "the request's tool definitions as JSON text", "text": "any text, empty will do",
+                "documents": "a list of documents, at least one: the template writes tool calls only with them"}
+
+
 def template_inputs_note(analysis: Any) -> str | None:
     """What a client must pass in `chat_template_kwargs` where the template reads variables beyond
     the conversation, which the engine does not give (None where it reads none)."""
     inputs: dict[str, str] = dict(analysis.template_inputs)
     if not inputs:
         return None
-    wanted = ", ".join(f"'{name}' (the request's tool definitions as JSON text)" if kind == "tools_text"
-                       else f"'{name}' (any text, empty will do)" for name, kind in sorted(inputs.items()))
+    wanted = ", ".join(f"'{name}' ({_INPUT_WORDS.get(kind, _INPUT_WORDS['text'])})"
+                       for name, kind in sorted(inputs.items()))
     return ("the chat template reads variables beyond the conversation, which the engine renders without: "
             f"pass {wanted} in each request's chat_template_kwargs, or the prompt is not the one the "
             "template was analyzed with")

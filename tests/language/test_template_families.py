@@ -26,7 +26,8 @@ FAMILIES = ("catalog_inputs.jinja", "typed_params.jinja", "named_closing.jinja",
             "string_switch.jinja", "id_before_name.jinja", "lenticular_words.jinja", "caps_lines.jinja",
             "tab_labels.jinja", "channel_switch.jinja", "line_after_name.jinja",
             "elided_answer.jinja", "xml_children.jinja", "edn_calls.jinja", "indented_block.jinja",
-            "instructed_calls.jinja", "id_for_name.jinja")
+            "instructed_calls.jinja", "id_for_name.jinja", "retrieval_calls.jinja",
+            "first_part_content.jinja")
 # the conversation does not start with the prompt (a block follows the last reply): no probe round trip
 NO_ROUND_TRIP = {"trailing_instructions.jinja"}
 # the model reasons first, unmarked, and the history keeps only the answer: no answer-only round trip
@@ -96,6 +97,49 @@ def test_calls_after_the_word_marker_are_read() -> None:
     assert message["content"] == "Checking."
     assert [(c["function"]["name"], c["function"]["arguments"]) for c in message["tool_calls"]] == [
         ("get_weather", '{"location": "Oslo"}')]
+
+
+# -- calls that render only for some inputs a client may send --------------------------------------
+
+def test_calls_written_only_with_documents_are_analyzed_with_a_document() -> None:
+    analysis = analyze_family("retrieval_calls.jinja")
+    assert analysis.template_inputs == {"documents": "documents"}
+    assert any("only when it is given documents" in w for w in analysis.warnings)
+    tools = analysis.tools
+    assert (tools.format, tools.section_start, tools.section_end) == ("json", "<act>", "</act>")
+    assert (tools.name_field, tools.args_field, tools.id_field, tools.array) == ("fn", "with", "ref", True)
+    # the plan before the calls is their reasoning
+    assert (analysis.reasoning.mode, analysis.reasoning.start, analysis.reasoning.end) == (
+        "tools_only", "<plan>", "</plan>")
+    history = [{"role": "user", "content": "hi"}]
+    assert "<act>" in analysis.render(history, tools=TOOLS)  # a placeholder document opens the branch
+    passed = [{"title": "Guide", "text": "Passed by the request."}]
+    assert "Passed by the request." in analysis.render(history, tools=TOOLS, documents=passed)
+    restored = autoparser.Analysis.from_dict(analysis.to_dict(), source=analysis.source)
+    assert restored.template_inputs == analysis.template_inputs
+
+
+def test_documents_are_left_out_where_calls_render_without_them() -> None:
+    source = ("{% for m in messages %}<{{ m.role }}>{{ m.content or '' }}{% for c in m.tool_calls or [] %}"
+              "<call>{{ {'name': c.function.name, 'arguments': c.function.arguments} | tojson }}</call>{% endfor %}"
+              "<end>{% endfor %}{% if documents %}<docs>{{ documents | tojson }}</docs>{% endif %}"
+              "{% if add_generation_prompt %}<assistant>{% endif %}")
+    analysis = autoparser.analyze(source)
+    assert analysis.tools.supported and analysis.template_inputs == {}
+
+
+def test_calls_read_through_the_first_content_part_render_with_an_empty_text_part() -> None:
+    analysis = analyze_family("first_part_content.jinja")
+    assert (analysis.tools.format, analysis.tools.call_start) == ("json", "<|call|>")
+    assert (analysis.tools.name_field, analysis.tools.args_field) == ("tool", "args")
+    assert not any("does not render tool calls" in w for w in analysis.warnings)
+
+
+def test_documents_are_named_for_the_client() -> None:
+    from autoparser.plugins.common import template_inputs_note
+
+    note = template_inputs_note(analyze_family("retrieval_calls.jinja"))
+    assert note is not None and "'documents' (a list of documents" in note
 
 
 # -- the marker after a key names the value's JSON type ----------------------------------------------
