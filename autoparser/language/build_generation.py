@@ -433,8 +433,8 @@ class _Builder:
         hint = f"{name}-call"
         if t.format == "json":
             return Rule(hint, self.json_call(name, params))
-        named = Capture(TOOL_NAME, self.name_node(name, quoted=False))
-        head = self.call_head(self.id_holding(named) if t.name_in_id else named, opened)
+        named = self.id_holding(name) if t.name_in_id else Capture(TOOL_NAME, self.name_node(name, quoted=False))
+        head = self.call_head(named, opened)
         if t.id_start or t.id_end:
             head = seq(self.call_id(), head) if t.id_before_name else seq(head, self.call_id())
         if t.format == "tag_json":
@@ -447,14 +447,20 @@ class _Builder:
         t = self.t
         return seq(self.marker(t.id_start), Capture(CALL_ID, ID_CHARS), self.marker(t.id_end))
 
-    def id_holding(self, named: Node) -> Node:
-        """The call's id written where its name would be, holding the name (`named`) between
+    def id_holding(self, name: str) -> Node:
+        """The call's id written where its name would be, holding the tool's name between
         identifier boundaries; the rest of the id stops before the marker that follows it."""
+        named = Capture(TOOL_NAME, self.name_node(name, quoted=False))
+        return self.id_around(named, ID_WORD)
+
+    def id_around(self, named: Node, word_after: Node) -> Node:
+        """An id: words and runs of boundary characters in turn, `named` one of its words, each
+        word after it a `word_after`."""
         follows = core(self.indexed_name_end()[0] if self.indexed_name_end() else self.t.name_end)
         # a boundary that begins the marker after the id would be read into the id
         boundary = Chars(class_chars(ID_BOUNDARIES.replace(follows[:1], "") if follows else ID_BOUNDARIES), 1, 4)
         before = seq(optional(boundary), Repeat(seq(ID_WORD, boundary), 0, ID_SEGMENTS))
-        after = seq(Repeat(seq(boundary, ID_WORD), 0, ID_SEGMENTS), optional(boundary))
+        after = seq(Repeat(seq(boundary, word_after), 0, ID_SEGMENTS), optional(boundary))
         # whitespace before the id is the marker's, as before a name written as it is
         return seq(self.gap(), Capture(CALL_ID, seq(before, named, after)))
 

@@ -17,6 +17,7 @@ from autoparser.language.build_generation import (
     JSON_NULL,
     JSON_SPACE,
     MAX_KEY,
+    NAME_CHARS,
     PYTHON_LITERALS,
     _Builder,
 )
@@ -37,6 +38,7 @@ from autoparser.language.ir import (
     NEXT_CALL,
     REASONING,
     SECTION,
+    TOOL_NAME,
     Bracketed,
     Capture,
     Chars,
@@ -79,6 +81,11 @@ _NOT_IN_ID = re.compile(r"[\s\"'<>]")  # markup around a call number that makes 
 
 # a call of any tool, where the request gives no tools (the parser reads any name)
 ANY_TOOL: Mapping[str, Any] = {"type": "function", "function": {"name": "", "parameters": {"type": "object"}}}
+# where a call's id stands for its name (`tools.name_in_id`) and any name is read, the name is the
+# id's last word that is not all digits (`functions.get_weather:0`): a word of digits, then of name
+# characters that begins with no digit, then of any, each run read whole; the words after it are numbers
+ID_NAME_WORD = seq(Chars("0-9", 0, 64), Chars(NAME_CHARS.replace("0-9", ""), 1, 64), Chars(NAME_CHARS, 0, 64))
+ID_NUMBER = Chars("0-9", 1, 64)
 
 
 def _named_without_tools(request: Request) -> Request:
@@ -103,8 +110,8 @@ class _Reading(_Messages, _Builder):
     """The language the parser reads, which holds the generation language and more: what the
     lenient parser accepts from a model that writes outside the grammar.
 
-    * any tool name when the request gives no tools (but for a name the id holds, which is one
-      of the request's tools), and JSON arguments of any shape;
+    * any tool name when the request gives no tools (a name the id holds is then the id's last
+      word that is not all digits), and JSON arguments of any shape;
     * text before, between and after the calls as content; content markers dropped from it;
     * a reasoning block whatever `thinking` says (templates show closed blocks), its start
       marker repeated where the prompt opened it, and reasoning with no end marker running to
@@ -121,8 +128,7 @@ class _Reading(_Messages, _Builder):
         # the parser reads several calls whenever the request allows them, whatever the template shows
         self.parallel = request.parallel_tool_calls
         wanted, _ = chosen_tools(list(request.tools or []), request.tool_choice)
-        # an id that holds the name names one of the request's tools: without tools, no call
-        if wanted != "none" and not request.tools and not self.t.name_in_id:
+        if wanted != "none" and not request.tools:
             self.choice, self.tools = wanted, [ANY_TOOL]
             self.check_call_format()
 
@@ -264,6 +270,13 @@ class _Reading(_Messages, _Builder):
         ends = [m.strip() for m in (name_end, t.id_start, t.args_start, t.arg_start, t.call_end) if m.strip()]
         # a name ends at the first character of what may follow it, as the parser reads it
         return Chars("^" + NAME_FORBIDDEN + "".join(sorted({re.escape(m[0]) for m in ends})))
+
+    def id_holding(self, name: str) -> Node:
+        """As generated; for any name (no tools given), the id's last word that is not all digits
+        is the name: an id with no such word is no call."""
+        if name:
+            return super().id_holding(name)
+        return self.id_around(Capture(TOOL_NAME, ID_NAME_WORD), ID_NUMBER)
 
     def json_arguments(self, name: str, params: Any) -> Node:
         return Json("object")  # a call's arguments are an object, whatever the tool

@@ -3,7 +3,9 @@
 The template never writes a call's name; models write ids that hold it (`call.get_weather.0`).
 The analysis finds that from renders alone (the name changes nothing, the id only itself), and
 the language reads the name as the request's tool the id holds between identifier boundaries,
-the longest where several do; an id that holds none is no call. The id goes out as the call's.
+the longest where several do; an id that holds none is no call. Where the request gives no
+tools, the name is the id's last word that is not all digits; an id with no such word is no call.
+The id goes out as the call's.
 The round trip, stream == whole for several chunkings and the hold-back bound of this family
 are checked with the other fixture families (`test_template_families.py`).
 """
@@ -93,9 +95,59 @@ def test_the_name_is_read_from_the_id(case: str) -> None:
         assert streamed(parser, chunks) == without_generated_ids(message), chunks
 
 
-def test_without_tools_no_id_names_a_call() -> None:
-    text = section(("call.get_weather.0", ARGS))
-    message = analysis().parser().parse(text)
+# without tools: the name is the id's last word (a run between boundaries) that is not all digits
+UNTOOLED = {
+    "the word before the number": (section(("functions.get_weather:0", ARGS)), None,
+                                   [("functions.get_weather:0", "get_weather")]),
+    "the id alone": (section(("search:3", QUERY)), None, [("search:3", "search")]),
+    "no number after it": (section(("call.get_weather", ARGS)), None, [("call.get_weather", "get_weather")]),
+    "numbers after it": (section(("x.search.2.10", QUERY)), None, [("x.search.2.10", "search")]),
+    # the last word that is not all digits, whatever the tools would say (with them: `search.docs`)
+    "the last word": (section(("x.search.docs.2", QUERY)), None, [("x.search.docs.2", "docs")]),
+    "a word that begins with digits": (section(("call.2fa:0", ARGS)), None, [("call.2fa:0", "2fa")]),
+    "a word of digits, letters and dashes": (section(("9-get_weather-2", ARGS)), None,
+                                             [("9-get_weather-2", "9-get_weather-2")]),
+    "two calls": ("Let me look. " + section(("fn/get_weather:0", ARGS), ("fn/search:1", QUERY)), "Let me look.",
+                  [("fn/get_weather:0", "get_weather"), ("fn/search:1", "search")]),
+    "digits only": (section(("0", ARGS)), section(("0", ARGS)), []),
+    "numbers and boundaries only": (section(("12:3", ARGS)), section(("12:3", ARGS)), []),
+    "a call, then an id of digits only": (
+        section(("call.get_weather.0", ARGS), ("7", QUERY)), "<<call id=7>>" + QUERY + "\n<</calls>>",
+        [("call.get_weather.0", "get_weather")]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(UNTOOLED))
+def test_without_tools_the_name_is_the_ids_last_word(case: str) -> None:
+    text, content, expected = UNTOOLED[case]
+    parser = analysis().parser()
+    message = parser.parse(text)
+    assert (message["content"], [(i, n) for i, n, _ in calls(message)]) == (content, expected)
+    for _, name, arguments in calls(message):
+        assert arguments == json.loads(QUERY if "search" in name or name == "docs" else ARGS)
+    for chunks in chunkings(text, random.Random(case)):
+        assert streamed(parser, chunks) == without_generated_ids(message), chunks
+
+
+@pytest.mark.parametrize("case", sorted(c for c in UNTOOLED if UNTOOLED[c][1] in (None, "Let me look.")))
+def test_without_tools_lark_reads_what_the_parser_reads(case: str) -> None:
+    text = UNTOOLED[case][0]
+    read = parse_with_lark(analysis(), text)
+    assert comparable(read) == comparable(analysis().parser().parse(text)), text
+
+
+def test_without_tools_the_grammar_has_no_calls() -> None:
+    """As for every format: a request without tools lets the model write no call, whatever the
+    parser reads back."""
+    assert build_grammar(analysis(), None, lazy=False).gbnf == \
+        build_grammar(analysis(), None, tool_choice="none", lazy=False).gbnf
+
+
+def test_with_tools_the_name_is_still_one_of_theirs() -> None:
+    """Tools given: an id that holds none of their names is no call, even where its last word
+    would name one without tools."""
+    text = section(("functions.lookup:0", ARGS))
+    message = analysis().parser(tools=TOOLS).parse(text)
     assert (message["content"], message["tool_calls"]) == (text, [])
 
 
