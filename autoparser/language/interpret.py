@@ -27,7 +27,10 @@ Fast paths: free text is searched for its stop markers with one regular expressi
 (`markers.MarkerSet`), holding back only a possible marker prefix; JSON values go
 through `jsonscan.JsonScanner` (a long string is consumed by one regular expression, and
 a chunk of streamed arguments that is whole string text goes straight out, mostly decided by one
-lookup of the short chunks met before); every character is consumed once per thread.
+lookup of the short chunks met before); where every reading waits inside free text of one role
+with nothing held (prose read as reasoning that a marker, the output's end or a call may end, in
+one reading each), a chunk in which no marker of theirs begins or ends cut is read once for all
+of them and goes out, with no pass over the readings; every character is consumed once per thread.
 
 What decides when text goes out is stated in `policy.py`. The reader's parts: this module (the
 compiled language, `LanguageReader`, and a stream's buffer, commits and deltas,
@@ -64,6 +67,7 @@ from autoparser.language.readings import (
     OPENS,
     _Again,
     _end_of,
+    _same_stack,
     _Thread,
 )
 from autoparser.language.recovery import _Recovery
@@ -108,6 +112,7 @@ class LanguageReader:
         self._lead_sets: dict[int, frozenset[str]] = {}
         self._calls: dict[int, bool] = {}
         self._keep: list[Any] = []
+        self._plain: dict[tuple, tuple[re.Pattern[str], tuple[MarkerSet, ...]]] = {}
         self.reasoning_end = language.reasoning_end
         self.section = language.value_section
 
@@ -260,6 +265,17 @@ class LanguageReader:
             pattern = self._chars["brackets" + quote] = re.compile(r"[\[\]{}]|" + re.escape(quote))
         return pattern
 
+    def plain_end(self, markers: tuple[MarkerSet, ...]) -> tuple[re.Pattern[str], tuple[MarkerSet, ...]]:
+        """For free texts read together that stop at `markers`: a character one of them begins
+        with (where a chunk may stop being plain text), and the distinct sets (kept by `text_markers`)."""
+        key = tuple(id(m) for m in markers)
+        found = self._plain.get(key)
+        if found is None:
+            firsts = "".join(sorted({c for m in markers for c in m.firsts}))
+            distinct = tuple({id(m): m for m in markers}.values())
+            found = self._plain[key] = (re.compile(f"[{re.escape(firsts)}]" if firsts else "(?!)"), distinct)
+        return found
+
     def chars(self, node: ir.Chars) -> re.Pattern[str]:
         pattern = self._chars.get(node.allowed)
         if pattern is None:
@@ -299,6 +315,9 @@ class LanguageStream(_Passes, _Recovery, _Stepping):
         self.aside_len = 0
         # the arguments read in this pass, (where they began, where they ended) as absolute positions
         self.spans: list[tuple[int, float]] = []
+        # while every reading waits inside free text of one role with nothing held: where a
+        # chunk may stop being plain text, and the texts' marker sets (`_plain_end`), for `_feed`'s text path
+        self.plain: tuple[re.Pattern[str], tuple[MarkerSet, ...]] | None = None
 
     # -- public ----------------------------------------------------------------------------
 
@@ -362,8 +381,13 @@ class LanguageStream(_Passes, _Recovery, _Stepping):
         if chunk:
             self._trim()
             self.buf += chunk
-            self._advance(False)
-            self.string_call = self.hot = self._in_string()
+            plain = self.plain
+            if plain is not None and (plain[0].search(chunk) is None or self._is_plain(plain[1], len(chunk))):
+                self._read_plain(chunk)
+            else:
+                self._advance(False)
+                self.string_call = self.hot = self._in_string()
+                self.plain = None if self.hot is not None else self._plain_end()
         return self.out.take()
 
     def finish(self) -> list[dict]:
@@ -394,6 +418,63 @@ class LanguageStream(_Passes, _Recovery, _Stepping):
             return None
         self.safe = t.pos
         return self.out.calls[-1]
+
+    def _is_plain(self, markers: tuple[MarkerSet, ...], size: int) -> bool:
+        """Whether the last `size` characters of the text, where a marker may begin, are plain
+        text for every set of `markers`: no marker in them, none that they end with the beginning of."""
+        buf = self.buf
+        end = len(buf)
+        start = end - size
+        return all(m.find(buf, start, final=False) is None and m.safe_end(buf, start) == end for m in markers)
+
+    def _plain_end(self) -> tuple[re.Pattern[str], tuple[MarkerSet, ...]] | None:
+        """Where every reading waits at the end of the text inside a free text of one role (the
+        answer, reasoning), with no events held and nothing that a text's next characters decide
+        but its markers: what ends a chunk's plain text (`LanguageReader.plain_end`), else None.
+        Readings whose stacks differ keep differing while they only read text, so none merge; a
+        failed reading that holds nothing back now holds nothing back as they read on."""
+        threads = self.threads
+        if self.fallback or self.escape or not threads:
+            return None
+        end = len(self.buf)
+        role = threads[0].role
+        if role != ir.REASONING and role != ir.CONTENT:
+            return None
+        for t in threads:
+            head = t.head
+            if (head.__class__ is not _Text or t.pos != end or t.events or t.role != role or t.value is not None
+                    or t.own_id is not None or t.unchecked or t.call_at != -1 or t.section_open
+                    or t.call.started and not t.call.confirmed):
+                return None
+            if (head.weak is not None or head.split is not None or head.lead or head.soft or head.cdata
+                    or head.firsts or head.spaces or head.past > end):
+                return None
+        for index, t in enumerate(threads):
+            if any(_same_stack(t.stack, other.stack, -1) for other in threads[index + 1:]):
+                return None
+        if self.dead is not None and self._dead_pending() is not None:
+            return None
+        return self.reader.plain_end(tuple(t.head.markers for t in threads))
+
+    def _read_plain(self, chunk: str) -> None:
+        """Every reading reads `chunk` as text of its role, as `_advance` would have them read
+        it (`_Text.step` up to the end of the text, held back nowhere) and let it go at once: one
+        scan for all of them, no pass over the readings. (A text's `blank`, where the whitespace
+        at its position ends, stays behind the position, where a step reads it as the position.)"""
+        end = len(self.buf)
+        threads = self.threads
+        role = threads[0].role
+        reasoned = role == ir.REASONING and not chunk.isspace()
+        for t in threads:
+            t.head.empty = False
+            t.pos = t.mark = end
+            if reasoned:
+                t.reasoned = True
+            if t.shared:
+                t.events, t.shared = [], False
+        self.spans = []
+        self._apply([(role, chunk, end + self.offset[0])])
+        self.emitted += 1
 
     def _trim(self) -> None:
         """Drop the text every living reading has passed (positions shift with it), once there is

@@ -116,7 +116,7 @@ def match_at(text: str, pos: int, marker: str, final: bool) -> tuple[int, int]:
 class MarkerSet:
     """A set of marker cores, each tagged with what it means in the state that uses the set."""
 
-    __slots__ = ("kinds", "pattern", "prefixes", "prefix_pattern", "first_chars", "longest")
+    __slots__ = ("kinds", "pattern", "prefixes", "prefix_pattern", "first_chars", "firsts", "longest")
 
     def __init__(self, kinds: dict[str, str]) -> None:
         cores = sorted((c for c in kinds if c), key=len, reverse=True)
@@ -129,6 +129,7 @@ class MarkerSet:
             alternatives = [alt for c in cores for alt in _prefix_alternatives(c)]
             self.prefix_pattern = re.compile("(?:" + "|".join(alternatives) + r")\Z")
         firsts = sorted({c[0] for c in cores})
+        self.firsts = "".join(firsts)  # the characters a marker of the set can begin with
         self.first_chars = re.compile("[" + "".join(re.escape(c) for c in firsts) + "]") if firsts else None
         self.longest = max((len(c) + (len(_parts(c)) - 1) * _WS_ALLOWANCE for c in cores), default=0)
 

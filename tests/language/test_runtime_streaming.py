@@ -6,6 +6,7 @@ import json
 import re
 
 import analyses
+import pytest
 from analyses import DS_CALL, DS_EOS, DS_SECTION, DS_SEP, WEATHER_TOOLS, without_generated_ids
 
 from autoparser.language.reading import Parser
@@ -209,3 +210,36 @@ def test_escapes_cut_anywhere_in_a_streamed_string_arrive_whole() -> None:
         stream.finish()
         assert without_generated_ids(stream.message()) == whole, size
         assert "".join(pieces) == whole["tool_calls"][0]["function"]["arguments"]
+
+
+
+PROSE = "the quick fox <jumps> over {braces} and [brackets],\n  a < b > c; "
+
+
+def _deltas_by_chunk(reader, text: str, size: int) -> list[str]:
+    stream = reader.stream(call_id=lambda: "call_fixed")
+    deltas = [json.dumps(stream.feed(text[at:at + size])) for at in range(0, len(text), size)]
+    return [*deltas, json.dumps(stream.finish()), json.dumps(stream.message())]
+
+
+@pytest.mark.parametrize(("analysis", "thinking", "end"), [
+    (analyses.deepseek_v31(), True, "</think>"), (analyses.qwen3_thinking(), True, "</think>"),
+    (analyses.deepseek_r1(), None, "</think>"), (analyses.hermes(), None, "")])
+def test_free_text_that_every_reading_reads_alike_takes_no_pass_over_the_readings(
+        monkeypatch, analysis, thinking, end) -> None:
+    """Prose read as reasoning, where readings differ only in what may follow it, is read once
+    for all of them between markers: most chunks take no pass over the readings, and the deltas
+    are those of a pass for every chunk."""
+    from autoparser.language.interpret import LanguageStream
+
+    reader = Parser(analysis, tools=WEATHER_TOOLS, thinking=thinking)._reader
+    text = PROSE * 40 + end + PROSE * 10 + "<tool"
+    with_path = {size: _deltas_by_chunk(reader, text, size) for size in (1, 4, 9)}
+    passes = []
+    advance = LanguageStream._advance
+    monkeypatch.setattr(LanguageStream, "_advance", lambda self, final: passes.append(final) or advance(self, final))
+    _deltas_by_chunk(reader, PROSE * 40, 4)
+    assert len(passes) < len(PROSE) * 40 / 4 / 3, "most chunks of prose take no pass"
+    monkeypatch.setattr(LanguageStream, "_plain_end", lambda self: None)
+    for size, deltas in with_path.items():
+        assert _deltas_by_chunk(reader, text, size) == deltas
