@@ -720,7 +720,28 @@ class _Reading(_Messages, _Builder):
         if self.name_opener():
             call = Rule("call", choice(*[self.call(tool) for tool in self.tools]), CALL)
             options.append(Rule("call-unopened", seq(call, self.call_closing())))
+        if self.opener_before_list():
+            options.append(self.listed_calls(lazy_start))
         return choice(*options)
+
+    def opener_before_list(self) -> bool:
+        """Whether each JSON call has an opener of its own and no section holds them: a model may
+        then write that opener once, followed by its calls as the elements of one JSON array."""
+        t = self.t
+        opener = t.call_start.strip()
+        return (t.format == "json" and not t.array and bool(opener) and not t.section_start.strip()
+                and not opener.endswith("[") and not is_weak(opener))
+
+    def listed_calls(self, lazy_start: bool) -> Node:
+        """The calls as one JSON array after a single call opener (`<|tool_call|>[{…}, {…}]`),
+        closed as one call is."""
+        t = self.t
+        w = Gap(JSON_SPACE)
+        call = Rule("call", choice(*[self.call(tool) for tool in self.tools]), CALL)
+        opener = self.marker(t.call_start.lstrip() if lazy_start else t.call_start, spelled=lazy_start)
+        more = Repeat(Rule("call-next", seq(w, Lit(","), w, call), NEXT_CALL)) if self.parallel else EMPTY
+        calls = seq(opener, w, Lit("["), w, call, more, w, Lit("]"), self.call_closing())
+        return Rule("tool-calls-listed", seq(calls, self.section_closing()), SECTION)
 
     def markerless_opener(self) -> str:
         """The bracket that opens JSON calls written with no marker before them ("": none)."""
