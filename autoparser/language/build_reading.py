@@ -434,6 +434,25 @@ class _Reading(_Messages, _Builder):
             return ("tags", t.arg_start.strip(), t.arg_key_end.strip(), t.arg_end.strip(), nested.item)
         return ()
 
+    def extra_json_member(self, name: str, params: Any, key: Node, extra: Node | None) -> Node | None:
+        """Where keys are bare and the marker after a key says whether a string follows
+        (`k:<|"|>text<|"|>`, else `k:42`), an argument the schema does not name may also be a
+        JSON value, or an object or array in the template's own syntax, up to the next argument
+        or the call's end."""
+        if extra is None:
+            return None
+        text = self.raw_text()
+        if isinstance(text, Text):
+            text = replace(text, nonempty=True)
+        nested = self.nested()
+        if nested[:1] == ("quoted",) and isinstance(text, Text):
+            text = choice(Bracketed(nested[1]), replace(text, not_first=(*text.not_first, "{", "[")))
+        value = RawString(name, params, None, "$", f"{name}-extra", self.t.arg_end, text, bounded=False,
+                          as_json=True, nested=nested, null=JSON_NULL)
+        json_member = Rule(f"{name}-arg-extra-json", seq(self.marker(self.t.arg_start), key,
+                                                         self.json_key_end(NOT_STRING), value), MEMBER)
+        return choice(extra, json_member)
+
     def tagged_body(self, name: str, params: Any) -> Node:
         """As generated; where each argument opens with its own marker, the body may also be one
         JSON object (`<invoke name="f">{"a": 1}</invoke>`), which the parser reads as the arguments."""
@@ -455,8 +474,10 @@ class _Reading(_Messages, _Builder):
         members = replace(members, extra=self.extra_member(name, params, unnamed))
         t = self.t
         json_end = t.arg_key_end_json
-        if self.literal or self.bare_keys or not json_end.strip() or json_end.strip() == t.arg_key_end.strip():
+        if self.literal or not json_end.strip() or json_end.strip() == t.arg_key_end.strip():
             return members
+        if self.bare_keys:
+            return replace(members, extra=self.extra_json_member(name, params, unnamed, members.extra))
         schema = object_shape(params)
         props = schema.get("properties") or {}
         variants = []
