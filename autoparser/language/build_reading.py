@@ -434,6 +434,25 @@ class _Reading(_Messages, _Builder):
             return ("tags", t.arg_start.strip(), t.arg_key_end.strip(), t.arg_end.strip(), nested.item)
         return ()
 
+    def extra_json_member(self, name: str, params: Any, key: Node, extra: Node | None) -> Node | None:
+        """Where keys are bare and the marker after a key says whether a string follows
+        (`k:<|"|>text<|"|>`, else `k:42`), an argument the schema does not name may also be a
+        JSON value, or an object or array in the template's own syntax, up to the next argument
+        or the call's end."""
+        if extra is None:
+            return None
+        text = self.raw_text()
+        if isinstance(text, Text):
+            text = replace(text, nonempty=True)
+        nested = self.nested()
+        if nested[:1] == ("quoted",) and isinstance(text, Text):
+            text = choice(Bracketed(nested[1]), replace(text, not_first=(*text.not_first, "{", "[")))
+        value = RawString(name, params, None, "$", f"{name}-extra", self.t.arg_end, text, bounded=False,
+                          as_json=True, nested=nested, null=JSON_NULL)
+        json_member = Rule(f"{name}-arg-extra-json", seq(self.marker(self.t.arg_start), key,
+                                                         self.json_key_end(NOT_STRING), value), MEMBER)
+        return choice(extra, json_member)
+
     def tagged_body(self, name: str, params: Any) -> Node:
         """As generated; where each argument opens with its own marker, the body may also be one
         JSON object (`<invoke name="f">{"a": 1}</invoke>`), which the parser reads as the arguments."""
@@ -455,8 +474,10 @@ class _Reading(_Messages, _Builder):
         members = replace(members, extra=self.extra_member(name, params, unnamed))
         t = self.t
         json_end = t.arg_key_end_json
-        if self.literal or self.bare_keys or not json_end.strip() or json_end.strip() == t.arg_key_end.strip():
+        if self.literal or not json_end.strip() or json_end.strip() == t.arg_key_end.strip():
             return members
+        if self.bare_keys:
+            return replace(members, extra=self.extra_json_member(name, params, unnamed, members.extra))
         schema = object_shape(params)
         props = schema.get("properties") or {}
         variants = []
@@ -720,7 +741,28 @@ class _Reading(_Messages, _Builder):
         if self.name_opener():
             call = Rule("call", choice(*[self.call(tool) for tool in self.tools]), CALL)
             options.append(Rule("call-unopened", seq(call, self.call_closing())))
+        if self.opener_before_list():
+            options.append(self.listed_calls(lazy_start))
         return choice(*options)
+
+    def opener_before_list(self) -> bool:
+        """Whether each JSON call has an opener of its own and no section holds them: a model may
+        then write that opener once, followed by its calls as the elements of one JSON array."""
+        t = self.t
+        opener = t.call_start.strip()
+        return (t.format == "json" and not t.array and bool(opener) and not t.section_start.strip()
+                and not opener.endswith("[") and not is_weak(opener))
+
+    def listed_calls(self, lazy_start: bool) -> Node:
+        """The calls as one JSON array after a single call opener (`<|tool_call|>[{…}, {…}]`),
+        closed as one call is."""
+        t = self.t
+        w = Gap(JSON_SPACE)
+        call = Rule("call", choice(*[self.call(tool) for tool in self.tools]), CALL)
+        opener = self.marker(t.call_start.lstrip() if lazy_start else t.call_start, spelled=lazy_start)
+        more = Repeat(Rule("call-next", seq(w, Lit(","), w, call), NEXT_CALL)) if self.parallel else EMPTY
+        calls = seq(opener, w, Lit("["), w, call, more, w, Lit("]"), self.call_closing())
+        return Rule("tool-calls-listed", seq(calls, self.section_closing()), SECTION)
 
     def markerless_opener(self) -> str:
         """The bracket that opens JSON calls written with no marker before them ("": none)."""

@@ -285,7 +285,7 @@ _BARE_OBJECT_KEY = re.compile(r"([{,]\s*)([A-Za-z_][\w\-]*)(\s*:)")
 def nested_to_json(raw: str, nested: tuple[str, ...]) -> str | None:
     """The JSON text of an object or array written in the template's own syntax (`nested`:
     ("quoted", quote) or ("tags", arg_start, key_end, arg_end, item)), or None."""
-    if nested[:1] == ("quoted",) and nested[1] in raw:
+    if nested[:1] == ("quoted",):
         value = quoted_to_json(raw, nested[1])
     elif nested[:1] == ("tags",):
         value = tags_to_json(raw, *nested[1:])
