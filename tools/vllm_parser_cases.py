@@ -27,8 +27,8 @@ chooses (text around calls kept, values typed without a schema).
 Cache: `$AUTOPARSER_CACHE` or `~/.cache/autoparser`; the sdist is kept in `downloads/` (its
 sha256 checked against PyPI's) and `tests/tool_parsers/*.py` extracted to
 `corpus/vllm-0.33.0/tests/tool_parsers/`. Running it again does nothing once they are there.
-`tests/language/test_vllm_parser_cases.py` fetches on first use (about 47 MB) and skips when
-PyPI cannot be reached.
+`tests/language/test_vllm_parser_cases.py` fetches on first use, so CI fetches too (one 47 MB
+download, about a second from a fast mirror), and skips when PyPI cannot be reached.
 """
 
 from __future__ import annotations
