@@ -9,6 +9,10 @@ Two corpora:
   in `shared/corpus/` beside the repository checkout, or `$AUTOPARSER_SHARED` (the `shared`
   directory, or its `corpus` directory itself). Tests skip when it is absent.
 
+Peers' parser tests are fetched the same way: llama.cpp's `tests/test-chat.cpp` from the same
+sdist, and vLLM's `tests/tool_parsers/*.py` from vLLM's pinned sdist on PyPI by
+`tools/vllm_parser_cases.py`.
+
 Functions that return lists call `pytest.skip(..., allow_module_level=True)` when the corpus is
 unavailable, so they work inside a test and at collection time. For parametrizing, the
 `*_params()` variants never skip: they return one skipped parameter instead, so the rest of a
@@ -160,3 +164,26 @@ def llamacpp_chat_tests() -> Path:
         return fetcher.fetch_chat_tests()
     except fetcher.FetchError as exc:
         pytest.skip(f"llama.cpp's test-chat.cpp unavailable: {exc}", allow_module_level=True)
+
+
+def vllm_parser_cases_tool() -> ModuleType:
+    return tool_module("vllm_parser_cases")
+
+
+@cache
+def _vllm_fetch_error() -> str | None:
+    """Fetch vLLM's tool-parser test modules once per session; the reason it failed, or None."""
+    tool = vllm_parser_cases_tool()
+    try:
+        tool.fetch()
+    except tool.FetchError as exc:
+        return f"vLLM's tool-parser tests unavailable: {exc}"
+    return None
+
+
+def vllm_parser_tests() -> Path:
+    """vLLM's `tests/tool_parsers/` (its parser expectations), fetched on first use."""
+    reason = _vllm_fetch_error()
+    if reason:
+        pytest.skip(reason, allow_module_level=True)
+    return vllm_parser_cases_tool().tests_dir()
