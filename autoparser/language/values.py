@@ -144,7 +144,7 @@ def literal_to_json(text: str):
         raise NotALiteral(text[:40])  # 0x1F, 0o17, 0b1: JSON has no such numbers; keep the text
     for candidate in (text, _python_words(text)):
         try:
-            value = ast.literal_eval(candidate)
+            value = _literal(candidate)
         except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
             continue
         try:
@@ -152,6 +152,21 @@ def literal_to_json(text: str):
         except (ValueError, RecursionError):
             break
     raise NotALiteral(text[:40])
+
+
+def _literal(text: str):
+    """The value of a Python literal, each set a list of its items in the order written (a
+    set's own order follows string hashing, which differs from run to run)."""
+    tree = ast.parse(text, mode="eval")
+    value = ast.literal_eval(tree)  # rejects what Python would, such as a list inside a set
+    if any(isinstance(node, ast.Set) for node in ast.walk(tree)):
+        value = ast.literal_eval(_SetsAsLists().visit(tree))
+    return value
+
+
+class _SetsAsLists(ast.NodeTransformer):
+    def visit_Set(self, node: ast.Set) -> ast.List:
+        return ast.copy_location(ast.List(elts=[self.visit(item) for item in node.elts], ctx=ast.Load()), node)
 
 
 def _reject(name: str) -> None:

@@ -26,7 +26,8 @@ LFM = ("<|tool_call_start|>[", "]<|tool_call_end|>")
     ("3", 3), ("-2.5", -2.5), ("True", True), ("None", None), ("'it\\'s'", "it's"),
     ("[1, 'a', None]", [1, "a", None]), ("(1, 2)", [1, 2]), ("{'a': {'b': False}}", {"a": {"b": False}}),
     ('{"a": true, "b": null}', {"a": True, "b": None}), ("{'a': true}", {"a": True}), ("{1: 2}", {"1": 2}),
-    ('"\\ud83d\\ude00"', "😀"),
+    ('"\\ud83d\\ude00"', "😀"), ("{'urgent', 'bug', 'a'}", ["urgent", "bug", "a"]),
+    ("{'k': ({'z', 'y'},)}", {"k": [["z", "y"]]}),
 ])
 def test_literals_become_json(text: str, value: Any) -> None:
     assert literal_to_json(text) == value
