@@ -29,8 +29,9 @@ through `jsonscan.JsonScanner` (a long string is consumed by one regular express
 a chunk of streamed arguments that is whole string text goes straight out, mostly decided by one
 lookup of the short chunks met before); where every reading waits inside free text of one role
 with nothing held (prose read as reasoning that a marker, the output's end or a call may end, in
-one reading each), a chunk in which no marker of theirs begins or ends cut is read once for all
-of them and goes out, with no pass over the readings; every character is consumed once per thread.
+one reading each), a chunk in which no marker of theirs begins or ends cut (nor a weak one, such
+as a bare JSON call's `{`, counts or may, nor a bracket where a bare call may begin is) is read
+once for all of them and goes out, with no pass over the readings; every character is consumed once per thread.
 
 What decides when text goes out is stated in `policy.py`. The reader's parts: this module (the
 compiled language, `LanguageReader`, and a stream's buffer, commits and deltas,
@@ -90,8 +91,8 @@ from autoparser.language.terminals import (
 )
 
 # while every reading waits inside free text: where a chunk may stop being plain text, the texts'
-# marker sets, and the characters a plain chunk never holds (`LanguageReader.plain_end`)
-Plain = tuple[re.Pattern[str], tuple[MarkerSet, ...], re.Pattern[str] | None]
+# marker sets, the characters a plain chunk never holds, and the weak markers (`LanguageReader.plain_end`)
+Plain = tuple[re.Pattern[str], tuple[MarkerSet, ...], re.Pattern[str] | None, tuple[Any, ...]]
 
 SPLIT_CHARS = "{["  # the brackets a bare JSON call begins with, where free text may end early
 
@@ -271,18 +272,20 @@ class LanguageReader:
             pattern = self._chars["brackets" + quote] = re.compile(r"[\[\]{}]|" + re.escape(quote))
         return pattern
 
-    def plain_end(self, markers: tuple[MarkerSet, ...], barred: str = "") -> Plain:
-        """For free texts read together that stop at `markers`: a character one of them begins
-        with or that is `barred` (where a chunk may stop being plain text), the distinct sets (kept
-        by `text_markers`), and the `barred` characters, which a plain chunk never holds (they may
-        begin a weak marker or a bare call, which what follows them decides)."""
-        key = (*(id(m) for m in markers), barred)
+    def plain_end(self, markers: tuple[MarkerSet, ...], barred: str = "", weak: tuple[Any, ...] = ()) -> Plain:
+        """For free texts read together that stop at `markers`: a character one of them or a
+        `weak` marker (`text_markers`) begins with or that is `barred` (where a chunk may stop
+        being plain text), the distinct sets (kept by `text_markers`), the `barred` characters,
+        which a plain chunk never holds (a bare call may begin there), and the weak markers."""
+        key = (*(id(m) for m in markers), barred, *(id(w[0]) for w in weak))
         found = self._plain.get(key)
         if found is None:
-            firsts = "".join(sorted({c for m in markers for c in m.firsts} | set(barred)))
+            chars = {c for m in markers for c in m.firsts} | set(barred) | {w[1][0] for w in weak}
+            firsts = "".join(sorted(chars))
             distinct = tuple({id(m): m for m in markers}.values())
+            weak = tuple({id(w[0]): w for w in weak}.values())
             found = self._plain[key] = (re.compile(f"[{re.escape(firsts)}]" if firsts else "(?!)"), distinct,
-                                        re.compile(f"[{re.escape(barred)}]") if barred else None)
+                                        re.compile(f"[{re.escape(barred)}]") if barred else None, weak)
         return found
 
     def chars(self, node: ir.Chars) -> re.Pattern[str]:
@@ -430,12 +433,16 @@ class LanguageStream(_Passes, _Recovery, _Stepping):
 
     def _is_plain(self, plain: Plain, chunk: str) -> bool:
         """Whether `chunk`, the end of the text, where a marker may begin, is plain text for every
-        set of markers: no barred character in it, no marker, none that it ends with the beginning of."""
+        set of markers: no barred character in it, no marker, none that it ends with the beginning
+        of, no weak marker that counts or that may (`_Text.step`: there it stops or holds)."""
         if plain[2] is not None and plain[2].search(chunk) is not None:
             return False
         buf = self.buf
         end = len(buf)
         start = end - len(chunk)
+        for weak, (first, held) in plain[3]:
+            if first in chunk and (weak.search(buf, start) is not None or held.search(buf, start) is not None):
+                return False
         return all(m.find(buf, start, final=False) is None and m.safe_end(buf, start) == end for m in plain[1])
 
     def _plain_end(self) -> Plain | None:
@@ -444,8 +451,9 @@ class LanguageStream(_Passes, _Recovery, _Stepping):
         but its markers: what ends a chunk's plain text (`LanguageReader.plain_end`), else None.
         Readings whose stacks differ keep differing while they only read text, so none merge; a
         failed reading that holds nothing back now holds nothing back as they read on. A weak
-        marker, or a bracket where a bare call may begin, is decided by what follows it: a chunk
-        without its first character reads as though the text had none."""
+        marker is decided by what follows it, as is a bracket where a bare call may begin: a chunk
+        where the weak marker neither counts nor may, and without such a bracket, reads as though
+        the text had none."""
         threads = self.threads
         if self.fallback or self.escape or not threads:
             return None
@@ -454,6 +462,7 @@ class LanguageStream(_Passes, _Recovery, _Stepping):
         if role != ir.REASONING and role != ir.CONTENT:
             return None
         barred = ""
+        weak: list[tuple[Any, Any]] = []
         for t in threads:
             head = t.head
             if (head.__class__ is not _Text or t.pos != end or t.events or t.role != role or t.value is not None
@@ -462,8 +471,8 @@ class LanguageStream(_Passes, _Recovery, _Stepping):
                 return None
             if head.lead or head.soft or head.cdata or head.firsts or head.spaces or head.past > end:
                 return None
-            if head.weak is not None and head.weak_prefix[0] not in barred:
-                barred += head.weak_prefix[0]
+            if head.weak is not None:
+                weak.append((head.weak, head.weak_prefix))
             if head.split is not None:
                 barred += "".join(c for c in SPLIT_CHARS if c not in barred and head.split.match(c))
         for index, t in enumerate(threads):
@@ -471,7 +480,7 @@ class LanguageStream(_Passes, _Recovery, _Stepping):
                 return None
         if self.dead is not None and self._dead_pending() is not None:
             return None
-        return self.reader.plain_end(tuple(t.head.markers for t in threads), barred)
+        return self.reader.plain_end(tuple(t.head.markers for t in threads), barred, tuple(weak))
 
     def _read_plain(self, chunk: str) -> None:
         """Every reading reads `chunk` as text of its role, as `_advance` would have them read
