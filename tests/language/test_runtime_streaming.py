@@ -265,3 +265,27 @@ def test_free_text_whose_marker_is_weak_is_read_once_where_a_chunk_cannot_begin_
     for size, deltas in with_path.items():
         assert _deltas_by_chunk(reader, text, size) == deltas
     assert '"get_weather"' in with_path[4][-1]
+
+
+def test_free_text_where_a_bare_call_may_begin_at_a_bracket_is_read_once_between_brackets(monkeypatch) -> None:
+    """Reasoning that a bare bracketed call may end: a chunk holding a bracket takes a pass (the
+    text may end there), one without is read once for all readings, as plain text."""
+    from test_analyze_fixtures import analyze_fixture
+
+    from autoparser.language.interpret import LanguageStream
+
+    analysis = analyze_fixture("nested_brackets.jinja")
+    reader = Parser(analysis, tools=WEATHER_TOOLS, thinking=True)._reader
+    unbracketed = PROSE.replace("[", "(").replace("]", ")")
+    text = (analysis.reasoning.start + unbracketed * 40 + PROSE * 5 + analysis.reasoning.end + PROSE * 5
+            + analysis.stop[0])
+    with_path = {size: _deltas_by_chunk(reader, text, size) for size in (1, 4, 9)}
+    barred = []
+    read_plain = LanguageStream._read_plain
+    monkeypatch.setattr(LanguageStream, "_read_plain",
+                        lambda self, chunk: barred.append(self.plain[2] is not None) or read_plain(self, chunk))
+    assert _deltas_by_chunk(reader, text, 4) == with_path[4]
+    assert sum(barred) > len(PROSE) * 40 / 4 / 2, "most chunks without a bracket are read once"
+    monkeypatch.setattr(LanguageStream, "_plain_end", lambda self: None)
+    for size, deltas in with_path.items():
+        assert _deltas_by_chunk(reader, text, size) == deltas
