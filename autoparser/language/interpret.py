@@ -29,9 +29,10 @@ through `jsonscan.JsonScanner` (a long string is consumed by one regular express
 a chunk of streamed arguments that is whole string text goes straight out, mostly decided by one
 lookup of the short chunks met before); where every reading waits inside free text of one role
 with nothing held (prose read as reasoning that a marker, the output's end or a call may end, in
-one reading each), a chunk in which no marker of theirs begins or ends cut (nor a weak one, such
-as a bare JSON call's `{`, counts or may, nor a bracket where a bare call may begin is) is read
-once for all of them and goes out, with no pass over the readings; every character is consumed once per thread.
+one reading each), a chunk in which no marker of theirs begins or ends cut, no weak one (a bare
+JSON call's `{`) counts or may, and no bracket stands where a bare call may begin, is read once
+for all of them and goes out, with no pass over the readings; every character is consumed once
+per thread.
 
 What decides when text goes out is stated in `policy.py`. The reader's parts: this module (the
 compiled language, `LanguageReader`, and a stream's buffer, commits and deltas,
