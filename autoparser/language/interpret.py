@@ -29,8 +29,10 @@ through `jsonscan.JsonScanner` (a long string is consumed by one regular express
 a chunk of streamed arguments that is whole string text goes straight out, mostly decided by one
 lookup of the short chunks met before); where every reading waits inside free text of one role
 with nothing held (prose read as reasoning that a marker, the output's end or a call may end, in
-one reading each), a chunk in which no marker of theirs begins or ends cut is read once for all
-of them and goes out, with no pass over the readings; every character is consumed once per thread.
+one reading each), a chunk in which no marker of theirs begins or ends cut, no weak one (a bare
+JSON call's `{`) counts or may, and no bracket stands where a bare call may begin, is read once
+for all of them and goes out, with no pass over the readings; every character is consumed once
+per thread.
 
 What decides when text goes out is stated in `policy.py`. The reader's parts: this module (the
 compiled language, `LanguageReader`, and a stream's buffer, commits and deltas,
@@ -89,6 +91,12 @@ from autoparser.language.terminals import (
     _Trailer,
 )
 
+# while every reading waits inside free text: where a chunk may stop being plain text, the texts'
+# marker sets, the characters a plain chunk never holds, and the weak markers (`LanguageReader.plain_end`)
+Plain = tuple[re.Pattern[str], tuple[MarkerSet, ...], re.Pattern[str] | None, tuple[Any, ...]]
+
+SPLIT_CHARS = "{["  # the brackets a bare JSON call begins with, where free text may end early
+
 # -- the reader --------------------------------------------------------------------------------------------
 
 
@@ -112,7 +120,7 @@ class LanguageReader:
         self._lead_sets: dict[int, frozenset[str]] = {}
         self._calls: dict[int, bool] = {}
         self._keep: list[Any] = []
-        self._plain: dict[tuple, tuple[re.Pattern[str], tuple[MarkerSet, ...]]] = {}
+        self._plain: dict[tuple, Plain] = {}
         self.reasoning_end = language.reasoning_end
         self.section = language.value_section
 
@@ -255,7 +263,7 @@ class LanguageReader:
 
     def split(self, follow: frozenset[str] | None) -> re.Pattern[str] | None:
         """Where free text may end early: before a bracket that what follows may begin with."""
-        brackets = "".join(sorted(set("{[") & follow)) if follow is not None else ""
+        brackets = "".join(sorted(set(SPLIT_CHARS) & follow)) if follow is not None else ""
         return self._splits.setdefault(brackets, re.compile(f"[{re.escape(brackets)}]")) if brackets else None
 
     def brackets(self, quote: str) -> re.Pattern[str]:
@@ -265,15 +273,20 @@ class LanguageReader:
             pattern = self._chars["brackets" + quote] = re.compile(r"[\[\]{}]|" + re.escape(quote))
         return pattern
 
-    def plain_end(self, markers: tuple[MarkerSet, ...]) -> tuple[re.Pattern[str], tuple[MarkerSet, ...]]:
-        """For free texts read together that stop at `markers`: a character one of them begins
-        with (where a chunk may stop being plain text), and the distinct sets (kept by `text_markers`)."""
-        key = tuple(id(m) for m in markers)
+    def plain_end(self, markers: tuple[MarkerSet, ...], barred: str = "", weak: tuple[Any, ...] = ()) -> Plain:
+        """For free texts read together that stop at `markers`: a character one of them or a
+        `weak` marker (`text_markers`) begins with or that is `barred` (where a chunk may stop
+        being plain text), the distinct sets (kept by `text_markers`), the `barred` characters,
+        which a plain chunk never holds (a bare call may begin there), and the weak markers."""
+        key = (*(id(m) for m in markers), barred, *(id(w[0]) for w in weak))
         found = self._plain.get(key)
         if found is None:
-            firsts = "".join(sorted({c for m in markers for c in m.firsts}))
+            chars = {c for m in markers for c in m.firsts} | set(barred) | {w[1][0] for w in weak}
+            firsts = "".join(sorted(chars))
             distinct = tuple({id(m): m for m in markers}.values())
-            found = self._plain[key] = (re.compile(f"[{re.escape(firsts)}]" if firsts else "(?!)"), distinct)
+            weak = tuple({id(w[0]): w for w in weak}.values())
+            found = self._plain[key] = (re.compile(f"[{re.escape(firsts)}]" if firsts else "(?!)"), distinct,
+                                        re.compile(f"[{re.escape(barred)}]") if barred else None, weak)
         return found
 
     def chars(self, node: ir.Chars) -> re.Pattern[str]:
@@ -317,7 +330,7 @@ class LanguageStream(_Passes, _Recovery, _Stepping):
         self.spans: list[tuple[int, float]] = []
         # while every reading waits inside free text of one role with nothing held: where a
         # chunk may stop being plain text, and the texts' marker sets (`_plain_end`), for `_feed`'s text path
-        self.plain: tuple[re.Pattern[str], tuple[MarkerSet, ...]] | None = None
+        self.plain: Plain | None = None
 
     # -- public ----------------------------------------------------------------------------
 
@@ -382,7 +395,7 @@ class LanguageStream(_Passes, _Recovery, _Stepping):
             self._trim()
             self.buf += chunk
             plain = self.plain
-            if plain is not None and (plain[0].search(chunk) is None or self._is_plain(plain[1], len(chunk))):
+            if plain is not None and (plain[0].search(chunk) is None or self._is_plain(plain, chunk)):
                 self._read_plain(chunk)
             else:
                 self._advance(False)
@@ -419,20 +432,29 @@ class LanguageStream(_Passes, _Recovery, _Stepping):
         self.safe = t.pos
         return self.out.calls[-1]
 
-    def _is_plain(self, markers: tuple[MarkerSet, ...], size: int) -> bool:
-        """Whether the last `size` characters of the text, where a marker may begin, are plain
-        text for every set of `markers`: no marker in them, none that they end with the beginning of."""
+    def _is_plain(self, plain: Plain, chunk: str) -> bool:
+        """Whether `chunk`, the end of the text, where a marker may begin, is plain text for every
+        set of markers: no barred character in it, no marker, none that it ends with the beginning
+        of, no weak marker that counts or that may (`_Text.step`: there it stops or holds)."""
+        if plain[2] is not None and plain[2].search(chunk) is not None:
+            return False
         buf = self.buf
         end = len(buf)
-        start = end - size
-        return all(m.find(buf, start, final=False) is None and m.safe_end(buf, start) == end for m in markers)
+        start = end - len(chunk)
+        for weak, (first, held) in plain[3]:
+            if first in chunk and (weak.search(buf, start) is not None or held.search(buf, start) is not None):
+                return False
+        return all(m.find(buf, start, final=False) is None and m.safe_end(buf, start) == end for m in plain[1])
 
-    def _plain_end(self) -> tuple[re.Pattern[str], tuple[MarkerSet, ...]] | None:
+    def _plain_end(self) -> Plain | None:
         """Where every reading waits at the end of the text inside a free text of one role (the
         answer, reasoning), with no events held and nothing that a text's next characters decide
         but its markers: what ends a chunk's plain text (`LanguageReader.plain_end`), else None.
         Readings whose stacks differ keep differing while they only read text, so none merge; a
-        failed reading that holds nothing back now holds nothing back as they read on."""
+        failed reading that holds nothing back now holds nothing back as they read on. A weak
+        marker is decided by what follows it, as is a bracket where a bare call may begin: a chunk
+        where the weak marker neither counts nor may, and without such a bracket, reads as though
+        the text had none."""
         threads = self.threads
         if self.fallback or self.escape or not threads:
             return None
@@ -440,21 +462,26 @@ class LanguageStream(_Passes, _Recovery, _Stepping):
         role = threads[0].role
         if role != ir.REASONING and role != ir.CONTENT:
             return None
+        barred = ""
+        weak: list[tuple[Any, Any]] = []
         for t in threads:
             head = t.head
             if (head.__class__ is not _Text or t.pos != end or t.events or t.role != role or t.value is not None
                     or t.own_id is not None or t.unchecked or t.call_at != -1 or t.section_open
                     or t.call.started and not t.call.confirmed):
                 return None
-            if (head.weak is not None or head.split is not None or head.lead or head.soft or head.cdata
-                    or head.firsts or head.spaces or head.past > end):
+            if head.lead or head.soft or head.cdata or head.firsts or head.spaces or head.past > end:
                 return None
+            if head.weak is not None:
+                weak.append((head.weak, head.weak_prefix))
+            if head.split is not None:
+                barred += "".join(c for c in SPLIT_CHARS if c not in barred and head.split.match(c))
         for index, t in enumerate(threads):
             if any(_same_stack(t.stack, other.stack, -1) for other in threads[index + 1:]):
                 return None
         if self.dead is not None and self._dead_pending() is not None:
             return None
-        return self.reader.plain_end(tuple(t.head.markers for t in threads))
+        return self.reader.plain_end(tuple(t.head.markers for t in threads), barred, tuple(weak))
 
     def _read_plain(self, chunk: str) -> None:
         """Every reading reads `chunk` as text of its role, as `_advance` would have them read

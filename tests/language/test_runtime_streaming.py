@@ -243,3 +243,49 @@ def test_free_text_that_every_reading_reads_alike_takes_no_pass_over_the_reading
     monkeypatch.setattr(LanguageStream, "_plain_end", lambda self: None)
     for size, deltas in with_path.items():
         assert _deltas_by_chunk(reader, text, size) == deltas
+
+
+def test_free_text_whose_marker_is_weak_is_read_once_where_a_chunk_cannot_begin_it(monkeypatch) -> None:
+    """A bare JSON call's `{` opens a call only before `"`: what follows it decides, so a chunk
+    holding it takes a pass, and one without it (nor a marker's first character) is read once, as
+    plain text. Prose with braces that open no call, and a call after it, stream as a pass for every
+    chunk has them stream."""
+    from autoparser.language.interpret import LanguageStream
+
+    reader = Parser(analyses.llama31(), tools=WEATHER_TOOLS)._reader
+    call = '{"name": "get_weather", "parameters": {"city": "Paris"}}'
+    text = PROSE * 30 + 'a {"not": "a call"} {\n "x" } then {' + PROSE * 10 + call
+    with_path = {size: _deltas_by_chunk(reader, text, size) for size in (1, 2, 4, 9)}
+    passes = []
+    advance = LanguageStream._advance
+    monkeypatch.setattr(LanguageStream, "_advance", lambda self, final: passes.append(final) or advance(self, final))
+    _deltas_by_chunk(reader, PROSE * 40, 4)
+    assert len(passes) < len(PROSE) * 40 / 4 / 3, "most chunks of prose take no pass"
+    monkeypatch.setattr(LanguageStream, "_plain_end", lambda self: None)
+    for size, deltas in with_path.items():
+        assert _deltas_by_chunk(reader, text, size) == deltas
+    assert '"get_weather"' in with_path[4][-1]
+
+
+def test_free_text_where_a_bare_call_may_begin_at_a_bracket_is_read_once_between_brackets(monkeypatch) -> None:
+    """Reasoning that a bare bracketed call may end: a chunk holding a bracket takes a pass (the
+    text may end there), one without is read once for all readings, as plain text."""
+    from test_analyze_fixtures import analyze_fixture
+
+    from autoparser.language.interpret import LanguageStream
+
+    analysis = analyze_fixture("nested_brackets.jinja")
+    reader = Parser(analysis, tools=WEATHER_TOOLS, thinking=True)._reader
+    unbracketed = PROSE.replace("[", "(").replace("]", ")")
+    text = (analysis.reasoning.start + unbracketed * 40 + PROSE * 5 + analysis.reasoning.end + PROSE * 5
+            + analysis.stop[0])
+    with_path = {size: _deltas_by_chunk(reader, text, size) for size in (1, 4, 9)}
+    barred = []
+    read_plain = LanguageStream._read_plain
+    monkeypatch.setattr(LanguageStream, "_read_plain",
+                        lambda self, chunk: barred.append(self.plain[2] is not None) or read_plain(self, chunk))
+    assert _deltas_by_chunk(reader, text, 4) == with_path[4]
+    assert sum(barred) > len(PROSE) * 40 / 4 / 2, "most chunks without a bracket are read once"
+    monkeypatch.setattr(LanguageStream, "_plain_end", lambda self: None)
+    for size, deltas in with_path.items():
+        assert _deltas_by_chunk(reader, text, size) == deltas
