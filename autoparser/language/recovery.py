@@ -156,6 +156,8 @@ class _Recovery:
         self.dead = None
         # its events not emitted yet (others emitted since it failed are dropped)
         best.events = best.events[self.emitted - emitted:] if self.emitted >= emitted else []
+        # a whole call whose id never came: what was written of the id's member is text
+        id_unwritten = best.call.done and best.call.awaits_id and best.call.id is None and not best.call.started
         best.start_call(waited=True)  # a call that awaited its id has none
         unopened = bool(best.events) and best.events[-1][0] == OPENS  # a call with no argument text yet
         if best.call.started and not best.call.confirmed and not (self.finished and best.call.done):
@@ -191,7 +193,7 @@ class _Recovery:
         cut = min(best.mark, best.pos)
         if unopened and best.call.done:
             cut = max(self.safe, best.call_from)  # a call read whole but withdrawn: its text is content
-        elif best.call.done and opened and inside:
+        elif best.call.done and opened and inside and not id_unwritten:
             cut = best.pos
             while cut > self.safe and self.buf[cut - 1] in _WHITESPACE:
                 cut -= 1
