@@ -492,3 +492,19 @@ def test_shared_corpus_calls_cut_anywhere_lose_no_character(path) -> None:
 
     losses = losses_at_every_cut(output, parse, marker_patterns(analysis), analysis.tools.array)
     assert not losses, losses[0]
+
+
+@pytest.mark.parametrize("tail", ["x", " x", "}", "</s>"])
+@pytest.mark.parametrize(("written", "kept", "text"), [('{"city"', {}, '"city"'), ('{"city": ', {}, '"city": '),
+                                                      ('{"city": "Paris", "days"', {"city": "Paris"}, ', "days"')])
+def test_a_call_awaiting_its_id_broken_in_its_arguments_keeps_their_text(written: str, kept: dict, text: str,
+                                                                         tail: str) -> None:
+    """A call whose id may follow its arguments holds them back; broken inside them (a key with no
+    value, then text), it goes out where what it read of them ends and the rest is content, as
+    where no id may follow (it went out where it failed: `"city"` was lost); streamed as whole."""
+    output = 'Hi.[TOOL_CALLS][{"name": "get_weather", "arguments": ' + written + tail
+    message = analyses.parse(analyses.mistral_array(), output)
+    [call] = message["tool_calls"]
+    assert call["incomplete"] and json.loads(call["function"]["arguments"]) == kept
+    assert message["content"] == "Hi." + text + tail, message
+
