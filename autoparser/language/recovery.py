@@ -64,7 +64,9 @@ class _Recovery:
         further = _further(t, other)
         if further:
             return True
-        if further is None and (t.role == ir.ARGUMENTS, self.emitted) > (other.role == ir.ARGUMENTS, emitted):
+        # events it held that went out after it failed (the others had them too) are none it had not seen
+        seen = min(self.emitted, emitted + len(other.events))
+        if further is None and (t.role == ir.ARGUMENTS, self.emitted) > (other.role == ir.ARGUMENTS, seen):
             return True
         if t.pos != other.pos:
             return False
@@ -200,7 +202,8 @@ class _Recovery:
         if section is not None:
             cut = min(cut, max(self.safe, section[0]))
         self.safe = max(self.safe, cut)
-        rest = self._rest_of_section(best, opened)
+        # where the next call began (its marker read, not its name), the call failed in is that one, not kept
+        rest = self._rest_of_section(best, opened and not _next_call_begun(best, self.offset[0]))
         # reading the whole language again starts a character on, so that it cannot fail there again
         failed = best.pos if best.pos > self.safe or not self.buf or (rest is not None and len(rest) == 1) else self.safe + 1
         if best.head.__class__ is _Trailer and best.pos > self.safe:

@@ -508,3 +508,24 @@ def test_a_call_awaiting_its_id_broken_in_its_arguments_keeps_their_text(written
     assert call["incomplete"] and json.loads(call["function"]["arguments"]) == kept
     assert message["content"] == "Hi." + text + tail, message
 
+
+@pytest.mark.parametrize(("family", "tail", "content"), [
+    # the next call's opener then its end marker: that call is no call, and both markers are text
+    ("deepseek_v31", "<｜tool▁call▁begin｜><｜tool▁call▁end｜>", "Hi.<｜tool▁call▁begin｜><｜tool▁call▁end｜>"),
+    # a fence after a whole call: text, with the line break before it
+    ("deepseek_r1", "\n```", "Hi.\n```"),
+])
+def test_text_after_a_whole_call_streams_as_read_whole_wherever_the_chunks_end(family: str, tail: str,
+                                                                               content: str) -> None:
+    """Found by appending markers to every cut of two calls. DeepSeek V3.1: read whole, the reading
+    that failed choosing the next call's name still held the whole call before it, so the end
+    marker after was taken for that call's (and dropped). R1: streamed, a reading that failed after
+    another won over it because events went out in between, though both held them."""
+    analysis = getattr(analyses, family)()
+    whole_call = analyses.render_output(analysis, "Think.", "Hi.", [("get_weather", {"city": "Paris"})], stop=False)
+    text = whole_call[:whole_call.index(analysis.tools.call_end) + len(analysis.tools.call_end)] + tail
+    parser = Parser(analysis, tools=TOOLS)
+    message = without_generated_ids(parser.parse(text))
+    assert message["content"] == content and len(message["tool_calls"]) == 1, message
+    for cut in range(len(text) + 1):
+        assert without_generated_ids(analyses.streamed_in_two(parser, text, cut)) == message, cut
