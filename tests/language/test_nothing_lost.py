@@ -509,6 +509,22 @@ def test_a_call_awaiting_its_id_broken_in_its_arguments_keeps_their_text(written
     assert message["content"] == "Hi." + text + tail, message
 
 
+@pytest.mark.parametrize("broken", ['{"na:e": ', '{"name": "get_weather", "argume}ts": ', '{"n\'ame": '])
+def test_an_array_call_broken_after_a_whole_one_is_content_wherever_the_chunks_end(array_parser, broken: str) -> None:
+    """A whole call, then one broken in its header: the whole call stays a call and the broken
+    one, its separator included, is content, however the output is cut into chunks. A whole parse
+    kept the reading of all of it as text (complete, where the reading of the call failed), a
+    stream dropped that reading where a chunk ended after the call (`_calls_over_text`)."""
+    parser, before = array_parser
+    second = ARRAY_CALLS[SECOND_CALL:].replace('{"name": ', broken, 1)
+    text = before + ARRAY_CALLS[:SECOND_CALL] + second
+    message = without_generated_ids(parser.parse(text))
+    assert message["content"] == "Hello, " + second, message
+    assert [json.loads(c["function"]["arguments"]) for c in message["tool_calls"]] == [{"city": "NY"}]
+    for cut in range(len(text) + 1):
+        assert without_generated_ids(analyses.streamed_in_two(parser, text, cut)) == message, cut
+
+
 @pytest.mark.parametrize(("family", "tail", "content"), [
     # the next call's opener then its end marker: that call is no call, and both markers are text
     ("deepseek_v31", "<｜tool▁call▁begin｜><｜tool▁call▁end｜>", "Hi.<｜tool▁call▁begin｜><｜tool▁call▁end｜>"),
