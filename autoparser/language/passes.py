@@ -11,8 +11,8 @@ from __future__ import annotations
 from bisect import bisect_right
 from typing import Any
 
-from autoparser.language.preference import _chosen, _prefer, _unseen
-from autoparser.language.readings import _same_stack, _Thread
+from autoparser.language.preference import _chosen, _content_only, _past_whole_call, _prefer, _unseen
+from autoparser.language.readings import OPENS, _same_stack, _Thread
 from autoparser.language.terminals import _Trailer
 
 
@@ -101,6 +101,16 @@ class _Passes:
     emitted: int
     offset: list[int]
 
+    def _text_over_dead_calls(self, best: _Thread) -> bool:
+        """Whether `best`, a complete reading, reads as content what the failed reading recovery
+        would go on from read as a whole bare call: the stream drops such a text reading where a
+        chunk ends after the call (`_calls_over_text`), so the whole parse does not keep it either."""
+        dead = self.dead
+        if not self.reader.bare_calls or dead is None or not _content_only(best) or not _past_whole_call(dead[0]):
+            return False
+        pending = dead[0].events[max(self.emitted - dead[1], 0):]  # a call that went out is the text reading's too
+        return any(e[0] == OPENS for e in pending)
+
     def _run_all(self, final: bool) -> list[_Thread]:
         """Every reading read on as far as the text goes; those still alive, in order."""
         self.spans = []
@@ -131,6 +141,8 @@ class _Passes:
             alive = [_chosen(alive)]
             if self._cut_after_calls(alive[0]):
                 return []  # the reading cut off right after its calls is recovered instead
+            if self._text_over_dead_calls(alive[0]):
+                return []  # the reading that read a whole call, then failed, is recovered instead
         return alive
 
     def _keep_dead(self, failed: list[_Thread], waiting: list[_Thread], before: dict[int, int]) -> None:

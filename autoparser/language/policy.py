@@ -64,7 +64,8 @@ RULES: tuple[Rule, ...] = (
          "reading that broke in them is the one kept."),
     Rule("cut-off-calls",
          "At the end of the output, a call cut off keeps its complete values and is marked "
-         "incomplete; the member or marker it stopped inside is content."),
+         "incomplete; the member or marker it stopped inside is content (an id member written after the "
+         "arguments included, until the id's first character)."),
     Rule("undecided-too-long",
          f"Readings that still disagree after {UNDECIDED_LIMIT} held events give way to the one that "
          "began the most calls, then read the most markup, then to the first in the language's order."),

@@ -120,7 +120,9 @@ def _content_only(t: _Thread) -> bool:
 def _past_whole_call(t: _Thread) -> bool:
     """Whether a call among the reading's held events was read whole, with arguments in it (a
     bare name, read as a call with no arguments, may as well be the text it reads as)."""
-    whole = t.calls_held > 1 or t.calls_held == 1 and not (t.call.started and _inside_call(t))
+    # the call it is inside is the one held, unless that one is over and the next one began
+    next_begun = 0 <= t.call.args_from < t.call_from + t.offset[0]
+    whole = t.calls_held > 1 or t.calls_held == 1 and not (t.call.started and _inside_call(t) and not next_begun)
     return whole and any(e[0] == ARGS and e[1].strip("{} \t\n") for e in t.events)
 
 

@@ -143,7 +143,7 @@ class _Call:
     """The captures of the call being read."""
 
     __slots__ = ("name", "id", "args", "started", "pending", "mode", "scanner", "done", "awaits_id", "confirmed",
-                 "confirm_next", "closed", "args_from")
+                 "confirm_next", "closed", "args_from", "pending_end")
 
     def __init__(self) -> None:
         self.name: str | None = None
@@ -151,6 +151,7 @@ class _Call:
         self.args = False  # its arguments began
         self.started = False  # its start event was made
         self.pending: list[str] = []  # argument text read before the name
+        self.pending_end = -1  # where the last of it was read (absolute)
         self.mode = ""  # how the arguments are written: "members", "json", "string"
         self.scanner: JsonScanner | None = None
         self.done = False  # its arguments were read whole
@@ -219,7 +220,7 @@ class _Thread:
         copy.name, copy.id, copy.args, copy.started = call.name, call.id, call.args, call.started
         copy.pending, copy.mode, copy.done, copy.awaits_id = list(call.pending), call.mode, call.done, call.awaits_id
         copy.confirmed, copy.confirm_next = call.confirmed, call.confirm_next
-        copy.closed, copy.args_from = call.closed, call.args_from
+        copy.closed, copy.args_from, copy.pending_end = call.closed, call.args_from, call.pending_end
         twin.call = copy
         twin.parts = list(self.parts)
         twin.member = None if self.member is None else list(self.member)
@@ -287,7 +288,7 @@ class _Thread:
             frames.append(_frame_state(node[0], here))
             node = node[1]
         return (self.pos, self.role, tuple(frames), head.__class__, terminal, call.name, call.id, call.args,
-                call.started, tuple(call.pending), call.mode, call.done, call.awaits_id, call.confirmed,
+                call.started, tuple(call.pending), call.pending_end, call.mode, call.done, call.awaits_id, call.confirmed,
                 call.confirm_next, call.closed, tuple(self.parts),
                 _plain(self.member), None if self.value is None else self.value.key(), self.count, self.skip, _plain(self.own_id), self.streamed,
                 self.spool)
@@ -420,6 +421,7 @@ class _Thread:
             self.emit((ARGS, piece, self.pos + self.offset[0]))
         else:
             self.call.pending.append(piece)
+            self.call.pending_end = self.pos + self.offset[0]
 
     def start_call(self, waited: bool = False) -> None:
         """The call's start event, once its name is read and its arguments began (`waited`: or
@@ -431,11 +433,16 @@ class _Thread:
         self.first_in_section, self.section_open = self.section_open, False
         self.call_at = len(self.events)
         self.calls_held += 1
-        # a whole call that waited in vain for its id goes out where it ended: what followed is text
-        at = min(self.pos, self.mark) if waited and call.done else self.pos
-        self.emit((OPENS, call.name, call.id, at + self.offset[0]))
+        # a call that waited in vain for its id goes out where it ended (a whole one) or where its
+        # arguments read so far end: what followed is text
+        at = self.pos + self.offset[0]
+        if waited and call.done:
+            at = min(self.pos, self.mark) + self.offset[0]
+        elif waited and call.awaits_id:
+            at = min(at, max(call.pending_end, call.args_from))
+        self.emit((OPENS, call.name, call.id, at))
         if call.pending:
-            self.emit((ARGS, "".join(call.pending), at + self.offset[0]))
+            self.emit((ARGS, "".join(call.pending), at))
             call.pending = []
 
 

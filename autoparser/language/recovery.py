@@ -64,7 +64,9 @@ class _Recovery:
         further = _further(t, other)
         if further:
             return True
-        if further is None and (t.role == ir.ARGUMENTS, self.emitted) > (other.role == ir.ARGUMENTS, emitted):
+        # events it held that went out after it failed (the others had them too) are none it had not seen
+        seen = min(self.emitted, emitted + len(other.events))
+        if further is None and (t.role == ir.ARGUMENTS, self.emitted) > (other.role == ir.ARGUMENTS, seen):
             return True
         if t.pos != other.pos:
             return False
@@ -156,6 +158,8 @@ class _Recovery:
         self.dead = None
         # its events not emitted yet (others emitted since it failed are dropped)
         best.events = best.events[self.emitted - emitted:] if self.emitted >= emitted else []
+        # a whole call whose id never came: what was written of the id's member is text
+        id_unwritten = best.call.done and best.call.awaits_id and best.call.id is None and not best.call.started
         best.start_call(waited=True)  # a call that awaited its id has none
         unopened = bool(best.events) and best.events[-1][0] == OPENS  # a call with no argument text yet
         if best.call.started and not best.call.confirmed and not (self.finished and best.call.done):
@@ -191,14 +195,15 @@ class _Recovery:
         cut = min(best.mark, best.pos)
         if unopened and best.call.done:
             cut = max(self.safe, best.call_from)  # a call read whole but withdrawn: its text is content
-        elif best.call.done and opened and inside:
+        elif best.call.done and opened and inside and not id_unwritten:
             cut = best.pos
             while cut > self.safe and self.buf[cut - 1] in _WHITESPACE:
                 cut -= 1
         if section is not None:
             cut = min(cut, max(self.safe, section[0]))
         self.safe = max(self.safe, cut)
-        rest = self._rest_of_section(best, opened)
+        # where the next call began (its marker read, not its name), the call failed in is that one, not kept
+        rest = self._rest_of_section(best, opened and not _next_call_begun(best, self.offset[0]))
         # reading the whole language again starts a character on, so that it cannot fail there again
         failed = best.pos if best.pos > self.safe or not self.buf or (rest is not None and len(rest) == 1) else self.safe + 1
         if best.head.__class__ is _Trailer and best.pos > self.safe:

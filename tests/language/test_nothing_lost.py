@@ -23,7 +23,7 @@ from collections import Counter
 import analyses
 import corpora
 import pytest
-from analyses import without_generated_ids
+from analyses import DS_BOS, DS_EOS, without_generated_ids
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_runtime_properties import (
@@ -39,9 +39,13 @@ from test_runtime_properties import (
     calls,
     plain_text,
 )
+from unplaced import left_out, losses_at_every_cut, marker_patterns
 
 import autoparser
 from autoparser.language.reading import Parser
+from autoparser.render import TemplateRenderError
+from autoparser.roundtrip import TOOLS as PROBE_TOOLS
+from autoparser.roundtrip import probe_messages, run_case
 
 SETTINGS = settings(max_examples=int(os.environ.get("AUTOPARSER_HYPOTHESIS_EXAMPLES", "40")), deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -144,6 +148,8 @@ def test_truncated_output_loses_at_most_the_member_being_written(family: str, da
     text = analyses.render_output(analysis, "some thought", "Some text.", written, stop=False)
     text = text[:data.draw(st.integers(0, len(text)))]
     message = _messages_equal_after_chunking(Parser(analysis, tools=TOOLS), text, data.draw(chunk_cuts))
+    if not message["tool_calls"]:  # no call: every character but the markers is reasoning or content
+        assert not left_out(text, message, marker_patterns(analysis)), (text, message)
     lost = _lost(analysis, _without_cut_marker(analysis, text), message)
     if not lost:
         return
@@ -400,3 +406,142 @@ def test_an_array_cut_anywhere_loses_nothing(array_parser) -> None:
         for split in range(0, end + 1, max(1, end // 12)):
             assert without_generated_ids(analyses.streamed_in_two(parser, written, split)) == message, \
                 (written, split)
+
+
+# -- every character, punctuation included ----------------------------------------------------------
+
+def _two_calls(analysis) -> str:
+    reasoning = "Think." if analysis.reasoning.mode != "none" else None
+    written = [("get_weather", {"city": "Paris", "days": 3}), ("search_web", {"query": "cats"})]
+    return analyses.render_output(analysis, reasoning, "Hi.", written if analysis.tools.parallel else written[:1],
+                                  stop=False)
+
+
+@pytest.mark.parametrize("tools", [TOOLS, None], ids=["named", "unnamed"])
+@pytest.mark.parametrize("family", sorted(name for name, make in analyses.FAMILIES.items() if make().tools.supported))
+def test_two_calls_cut_anywhere_lose_no_character(family: str, tools) -> None:
+    """Cut at every character, every non-whitespace character written after the calls returned
+    last changed (markers aside) is in the reasoning or the content, in order: brackets, quotes
+    and separators of a call cut off before it could be returned included (`unplaced`); streamed
+    one character at a time, and in two, as whole."""
+    analysis = analyses.FAMILIES[family]()
+    text = _two_calls(analysis)
+    parser = Parser(analysis, tools=tools)
+
+    def parse(written: str) -> dict:
+        message = analyses.parse(analysis, written, tools=tools)  # whole and one character at a time
+        for split in (len(written) // 3, len(written) - 1):
+            assert without_generated_ids(analyses.streamed_in_two(parser, written, max(split, 0))) == \
+                without_generated_ids(message), (written, split)
+        return message
+
+    losses = losses_at_every_cut(text, parse, marker_patterns(analysis), analysis.tools.array)
+    assert not losses, losses[0]
+
+
+@pytest.mark.parametrize("tail", [', "id"', ', "id":', ', "id": ', ', "id": "'])
+def test_an_id_member_cut_before_its_value_is_content(tail: str) -> None:
+    """A whole call whose id member, written after its arguments, was cut off before the id's first
+    character: the call is returned (incomplete, with an id of its own) and what was written of
+    the member is content, as an argument's key is (`"id":` was dropped); streamed as whole."""
+    analysis = analyses.mistral_array()
+    head = '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}'
+    message = analyses.parse(analysis, "Hi." + head + tail)
+    [call] = message["tool_calls"]
+    assert call["incomplete"] and json.loads(call["function"]["arguments"]) == {"city": "Paris"}
+    assert message["content"] == "Hi." + tail.rstrip()
+    parser = Parser(analysis)
+    for cut in range(len(head + tail) + 4):
+        assert without_generated_ids(analyses.streamed_in_two(parser, "Hi." + head + tail, cut)) == \
+            without_generated_ids(message), cut
+
+
+def _corpus_output(path) -> tuple[autoparser.Analysis, str, bool | None] | None:
+    """The template's analysis, its round-trip output of two calls (one where it writes no
+    second), and the thinking flag it was parsed with; None where neither round-trips."""
+    try:
+        analysis = autoparser.analyze(path.read_text(encoding="utf-8"), bos_token=DS_BOS, eos_token=DS_EOS)
+    except TemplateRenderError:
+        return None
+    if not analysis.tools.supported:
+        return None
+    for case in ("two_calls", "one_call"):
+        result = run_case(analysis, case, probe_messages()[case])
+        if result.status == "pass":
+            return analysis, result.output, result.thinking
+    return None
+
+
+@pytest.mark.parametrize("path", corpora.shared_template_params())
+def test_shared_corpus_calls_cut_anywhere_lose_no_character(path) -> None:
+    """Each shared-corpus template's own output of calls, cut at every character: nothing written
+    after the calls returned last changed is lost (markers aside; `unplaced`), and the stream
+    split in two equals the whole parse."""
+    found = _corpus_output(path)
+    if found is None:
+        pytest.skip("no tool call round-trips through this template")
+    analysis, output, thinking = found
+    parser = analysis.parser(tools=PROBE_TOOLS, thinking=thinking)
+
+    def parse(written: str) -> dict:
+        message = parser.parse(written)
+        split = len(written) // 2
+        assert without_generated_ids(analyses.streamed_in_two(parser, written, split)) == \
+            without_generated_ids(message), (written, split)
+        return message
+
+    losses = losses_at_every_cut(output, parse, marker_patterns(analysis), analysis.tools.array)
+    assert not losses, losses[0]
+
+
+@pytest.mark.parametrize("tail", ["x", " x", "}", "</s>"])
+@pytest.mark.parametrize(("written", "kept", "text"), [('{"city"', {}, '"city"'), ('{"city": ', {}, '"city": '),
+                                                      ('{"city": "Paris", "days"', {"city": "Paris"}, ', "days"')])
+def test_a_call_awaiting_its_id_broken_in_its_arguments_keeps_their_text(written: str, kept: dict, text: str,
+                                                                         tail: str) -> None:
+    """A call whose id may follow its arguments holds them back; broken inside them (a key with no
+    value, then text), it goes out where what it read of them ends and the rest is content, as
+    where no id may follow (it went out where it failed: `"city"` was lost); streamed as whole."""
+    output = 'Hi.[TOOL_CALLS][{"name": "get_weather", "arguments": ' + written + tail
+    message = analyses.parse(analyses.mistral_array(), output)
+    [call] = message["tool_calls"]
+    assert call["incomplete"] and json.loads(call["function"]["arguments"]) == kept
+    assert message["content"] == "Hi." + text + tail, message
+
+
+@pytest.mark.parametrize("broken", ['{"na:e": ', '{"name": "get_weather", "argume}ts": ', '{"n\'ame": '])
+def test_an_array_call_broken_after_a_whole_one_is_content_wherever_the_chunks_end(array_parser, broken: str) -> None:
+    """A whole call, then one broken in its header: the whole call stays a call and the broken
+    one, its separator included, is content, however the output is cut into chunks. A whole parse
+    kept the reading of all of it as text (complete, where the reading of the call failed), a
+    stream dropped that reading where a chunk ended after the call (`_calls_over_text`)."""
+    parser, before = array_parser
+    second = ARRAY_CALLS[SECOND_CALL:].replace('{"name": ', broken, 1)
+    text = before + ARRAY_CALLS[:SECOND_CALL] + second
+    message = without_generated_ids(parser.parse(text))
+    assert message["content"] == "Hello, " + second, message
+    assert [json.loads(c["function"]["arguments"]) for c in message["tool_calls"]] == [{"city": "NY"}]
+    for cut in range(len(text) + 1):
+        assert without_generated_ids(analyses.streamed_in_two(parser, text, cut)) == message, cut
+
+
+@pytest.mark.parametrize(("family", "tail", "content"), [
+    # the next call's opener then its end marker: that call is no call, and both markers are text
+    ("deepseek_v31", "<｜tool▁call▁begin｜><｜tool▁call▁end｜>", "Hi.<｜tool▁call▁begin｜><｜tool▁call▁end｜>"),
+    # a fence after a whole call: text, with the line break before it
+    ("deepseek_r1", "\n```", "Hi.\n```"),
+])
+def test_text_after_a_whole_call_streams_as_read_whole_wherever_the_chunks_end(family: str, tail: str,
+                                                                               content: str) -> None:
+    """Found by appending markers to every cut of two calls. DeepSeek V3.1: read whole, the reading
+    that failed choosing the next call's name still held the whole call before it, so the end
+    marker after was taken for that call's (and dropped). R1: streamed, a reading that failed after
+    another won over it because events went out in between, though both held them."""
+    analysis = getattr(analyses, family)()
+    whole_call = analyses.render_output(analysis, "Think.", "Hi.", [("get_weather", {"city": "Paris"})], stop=False)
+    text = whole_call[:whole_call.index(analysis.tools.call_end) + len(analysis.tools.call_end)] + tail
+    parser = Parser(analysis, tools=TOOLS)
+    message = without_generated_ids(parser.parse(text))
+    assert message["content"] == content and len(message["tool_calls"]) == 1, message
+    for cut in range(len(text) + 1):
+        assert without_generated_ids(analyses.streamed_in_two(parser, text, cut)) == message, cut

@@ -5,7 +5,8 @@
 * stream == whole: for any way of cutting an output into chunks, the streamed message (and the
   concatenation of its deltas) equals the whole-text parse;
 * nothing lost: every letter and digit of the output is a structural marker or appears in the reasoning,
-  the content, a tool call's name, id or arguments;
+  the content, a tool call's name, id or arguments; where no call is returned, every character
+  but the markers is in the reasoning or the content, in order;
 * robustness: random text, marker soup and truncated outputs never raise.
 """
 
@@ -22,6 +23,7 @@ import pytest
 from analyses import without_generated_ids
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from unplaced import left_out, marker_patterns
 
 from autoparser.language.markers import flexible_pattern
 from autoparser.language.reading import Parser
@@ -262,6 +264,8 @@ def test_stream_equals_whole_and_nothing_lost(family: str, data) -> None:
                            for c in message["tool_calls"]])
     if _literal_values(analysis):
         produced = _as_json_spelling(produced)
+    if not message["tool_calls"]:  # no call: every character but the markers is reasoning or content
+        assert not left_out(text, message, marker_patterns(analysis)), (text, message)
     missing = _words(_structural_words(analysis, text)) - _words(produced)
     if missing:
         # a call cut off at the end keeps only its complete members (issue 8, point 5): the

@@ -1,0 +1,91 @@
+"""Nothing lost, punctuation included: which characters of an output the message has no place for.
+
+Every non-whitespace character the model wrote is markup the reading consumed (a marker the
+analysis names, the syntax of a call returned as a call) or it is in the message. Which syntax a
+returned call consumed is told by the reader itself, on the prefixes of the output: the calls a
+message returns (names, arguments, whether each is complete) are the same from some prefix on,
+and everything written after that prefix made no call, so all of it, markers aside, must be found
+in the reasoning and the content, in the order written. An output where no call is returned is
+the case where that prefix is empty: all of it is reasoning or content.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from autoparser.language.markers import flexible_pattern
+from autoparser.language.request import core
+
+MARKER_KEYS = ("section_start", "section_end", "call_start", "call_end", "call_separator", "name_start",
+               "name_end", "args_start", "args_end", "arg_start", "arg_key_end", "arg_key_end_json", "arg_end",
+               "arg_separator", "id_start", "id_end", "call_index")
+
+
+def marker_patterns(analysis: Any) -> list[str]:
+    """Regular expressions of the markers the analysis names, longest first (a marker's own
+    holes, a key in an end tag or a call's index, match any such text)."""
+    data = analysis.to_dict()
+    texts = [data["reasoning"]["start"], data["reasoning"]["end"], data["content"]["start"],
+             data["content"]["end"], *data["stop"], *(data["tools"].get(key) or "" for key in MARKER_KEYS)]
+    patterns = []
+    for text in sorted({core(t) for t in texts if core(t)}, key=len, reverse=True):
+        patterns.append(re.sub(r"\\\{\w+\\\}", r"[^<>\\s]*", flexible_pattern(text)))
+    return patterns
+
+
+GENERATED_ID = re.compile(r"call_[0-9a-f]{24}")
+
+
+def calls_of(message: dict[str, Any]) -> tuple:
+    """What a message returns as calls: ids the model wrote, names, arguments, and which is complete."""
+    return tuple((None if GENERATED_ID.fullmatch(c["id"]) else c["id"], c["function"]["name"],
+                  c["function"]["arguments"], bool(c.get("incomplete"))) for c in message["tool_calls"])
+
+
+def _added(before: str | None, after: str | None) -> str:
+    """What `after` holds past `before` (all of it where it does not go on from it)."""
+    before, after = before or "", after or ""
+    return after[len(before):] if after.startswith(before) else after
+
+
+def left_out(text: str, message: dict[str, Any], patterns: Sequence[str],
+             earlier: dict[str, Any] | None = None) -> str:
+    """The part of `text` (markers blanked, whitespace dropped) from the first character not found,
+    in order, in the message's reasoning then content (what they hold past the `earlier`
+    message's); empty when all of it is found."""
+    for pattern in patterns:
+        text = re.sub(pattern, " ", text)
+    wanted = "".join(text.split())
+    earlier = earlier or {"reasoning_content": None, "content": None}
+    found = "\0".join(_added(earlier[role], message[role]) for role in ("reasoning_content", "content"))
+    at = 0
+    for index, char in enumerate(wanted):
+        at = found.find(char, at)
+        if at < 0:
+            return wanted[index:]
+        at += 1
+    return ""
+
+
+def losses_at_every_cut(output: str, parse: Callable[[str], dict[str, Any]], patterns: Sequence[str],
+                        array: bool = False) -> list[tuple[str, str, dict[str, Any]]]:
+    """(prefix, what it lost, its message) for each prefix of `output` that loses text: the text
+    after the earliest prefix returning the same calls is not all in the reasoning and content
+    (the bracket that closes an `array` of calls aside)."""
+    first_with: dict[tuple, tuple[int, dict[str, Any]]] = {}
+    losses = []
+    for end in range(len(output) + 1):
+        message = parse(output[:end])
+        since, earlier = first_with.setdefault(calls_of(message), (end, message))
+        written = output[since:end]
+        if message["tool_calls"] and message["tool_calls"][-1].get("incomplete"):
+            # the quotes and brackets that close the value the call was last given are its syntax
+            written = re.sub(r"^[\s\"')\]}]+", "", written)
+        elif message["tool_calls"] and array:
+            written = re.sub(r"^\s*]", "", written)
+        lost = left_out(written, message, patterns, earlier)
+        if lost:
+            losses.append((output[:end], lost, message))
+    return losses
