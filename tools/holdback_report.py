@@ -1,8 +1,10 @@
-"""How much plain text the streaming parser holds back, on every corpus template.
+"""How much plain text the streaming parser holds back, on every corpus and fixture template.
 
-For each template that analyses, three stretches of prose are streamed in 4-character chunks
-(CONTRACT section 5): an answer; a reasoning block after its start marker; reasoning whose start
-marker the model left out, ended by the end marker. While the prose streams, the text fed minus
+For each template that analyses (the corpora's and the fixtures'), three stretches of prose are
+streamed in 4-character chunks (CONTRACT section 5): an answer; a reasoning block after its start
+marker; reasoning whose start marker the model left out, ended by the end marker. Each is streamed
+twice: as plain words, and as words among brackets, braces, parentheses, angle brackets and quotes,
+where a bare call or a marker may begin but none does. While the prose streams, the text fed minus
 the text emitted is what is held; the report gives the largest such figure per case and lists
 every case over the bound (64 characters).
 
@@ -26,6 +28,9 @@ from autoparser.render import TemplateRenderError  # noqa: E402
 
 BOUND = 64
 PROSE = ("The weather in Paris is usually mild in spring, with showers now and then. " * 30)[:2000]
+# prose where bare calls and markers may begin and none does: what a reading that fails there must not hold
+MARKED_PROSE = ('I think [a] then {b: 1} and "q" or \'r\' more (c) words <d> follow here. ' * 30)[:2000]
+FIXTURES = REPO / "fixtures" / "templates"
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"location": {"type": "string"}}, "required": ["location"]}}}]
 
@@ -35,6 +40,7 @@ class Case:
     name: str
     before: str  # markup fed before the prose (not counted as held)
     after: str  # markup fed after it
+    prose: str = PROSE
 
 
 @dataclass
@@ -46,6 +52,12 @@ class Result:
 
 
 def cases(analysis: object) -> Iterator[Case]:
+    for case in _plain_cases(analysis):
+        yield case
+        yield Case(case.name + "-marked", case.before, case.after, MARKED_PROSE)
+
+
+def _plain_cases(analysis: object) -> Iterator[Case]:
     yield Case("answer", "", "")
     reasoning = getattr(analysis, "reasoning", None)
     if reasoning is None or reasoning.mode == "none" or not reasoning.end.strip():
@@ -73,9 +85,10 @@ def most_held(parser: object, case: Case, size: int = 4) -> tuple[int, str]:
 
     take(stream.feed(case.before) if case.before else [])
     base = emitted
-    for at in range(0, len(PROSE), size):
-        take(stream.feed(PROSE[at:at + size]))
-        fed += len(PROSE[at:at + size])
+    prose = case.prose
+    for at in range(0, len(prose), size):
+        take(stream.feed(prose[at:at + size]))
+        fed += len(prose[at:at + size])
         most = max(most, fed - (emitted - base))
     if case.after:
         take(stream.feed(case.after))
@@ -85,7 +98,7 @@ def most_held(parser: object, case: Case, size: int = 4) -> tuple[int, str]:
 
 def templates() -> list[Path]:
     from corpora import all_templates
-    return all_templates()
+    return all_templates() + sorted(FIXTURES.glob("*.jinja"))
 
 
 def report(limit: int, verbose: bool) -> list[Result]:

@@ -572,6 +572,8 @@ class LanguageStream(_Passes, _Recovery, _Stepping):
     def _commit(self, final: bool) -> None:
         """Emit the events every reading has (all of them when one reading is left). A call's
         start waits for its first argument text, so that a call that fails before is text."""
+        if not final:
+            self._forget_passed_dead()
         threads = self.threads
         first = threads[0].events
         if len(threads) == 1:

@@ -169,7 +169,7 @@ class _Thread:
                  "skip", "own_id", "after_call", "section_calls", "calls_read",
                  "call_over", "streamed", "spool", "call_from", "section_at", "section_open", "first_in_section",
                  "offset", "call_at", "calls_held", "shared", "markup", "unchecked", "member_at", "value_end", "reasoned",
-                 "after_dead")
+                 "after_dead", "left")
 
     def __init__(self, stack: Any, pos: int, offset: list[int]) -> None:
         self.stack = stack  # (node, rest) pairs, None at the bottom
@@ -209,6 +209,9 @@ class _Thread:
         # it comes after the failed reading kept to recover from (`interpret.LanguageStream.dead`)
         # in the order of the readings, the language's order of options
         self.after_dead = False
+        # the text it stopped reading where another reading read on as text (a bracket where a
+        # bare call may begin, a soft stop): that reading holds that very terminal while it reads on
+        self.left: Any = None
 
     def fork(self, stack: Any) -> _Thread:
         twin = _Thread(stack, self.pos, self.offset)
@@ -240,6 +243,7 @@ class _Thread:
         twin.unchecked = self.unchecked
         twin.reasoned = self.reasoned
         twin.after_dead = self.after_dead
+        twin.left = self.left
         return twin
 
     def drop_events(self, count: int) -> None:

@@ -140,6 +140,20 @@ class _Recovery:
             return None
         return dead[0].events[self.emitted - dead[1]:] if self.emitted >= dead[1] else []
 
+    def _forget_passed_dead(self) -> None:
+        """Drop the failed reading kept to recover from where a living reading reads on, as text,
+        the very text that one stopped reading at a split (`_Thread.left`: a bracket where a bare
+        call may begin, a soft stop), past where it failed, with as many calls read whole: where
+        that text ends, the reading that goes the failed one's way from there fails further or
+        reads on, so recovery never goes on from the failed one, and the text its events would
+        hold back goes out (policy rule `bounded-hold-back`). Whichever fails next replaces it."""
+        dead = self.dead
+        if dead is None or dead[0].left is None:
+            return
+        left, pos, calls = dead[0].left, dead[0].pos, dead[0].calls_read
+        if any(t.head is left and t.pos > pos and t.calls_read >= calls for t in self.threads):
+            self.dead = None
+
     def _give_up(self) -> None:
         """No reading continues: recover, losing nothing.
 

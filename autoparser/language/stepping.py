@@ -63,6 +63,7 @@ class _Stepping:
                     return None
                 if status == SPLIT:  # one reading ends the text here, the other reads on
                     twin = t.fork(t.stack)
+                    twin.left = head
                     return [twin, t]
                 if head.__class__ is _Trailer:
                     return t

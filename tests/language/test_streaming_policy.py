@@ -1,9 +1,11 @@
-"""The streaming policy (`autoparser/language/policy.py`, CONTRACT section 5), on every corpus template.
+"""The streaming policy (`autoparser/language/policy.py`, CONTRACT section 5), on every corpus and
+fixture template.
 
 Three stretches of prose stream in 4-character chunks through each template's parser: an answer,
 a reasoning block after its start marker, and reasoning whose start marker the model left out,
-ended by the end marker. While they stream, no more than `HOLD_BOUND` characters may be held:
-holding the whole text until the end would also keep stream == whole, so this is checked apart.
+ended by the end marker; each as plain words and as words among brackets, braces and quotes.
+While they stream, no more than `HOLD_BOUND` characters may be held: holding the whole text until
+the end would also keep stream == whole, so this is checked apart.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pathlib import Path
 
 import corpora
 import pytest
+from analyses import streamed_in_random_chunks, without_generated_ids
 
 import autoparser
 from autoparser.language import policy
@@ -23,8 +26,7 @@ holdback = corpora.tool_module("holdback_report")
 
 
 def _templates() -> list:
-    return [pytest.param(path, id=path.stem) for path in corpora.all_templates()] or [
-        pytest.param(None, marks=pytest.mark.skip(reason="no corpus available"))]
+    return [pytest.param(path, id=path.stem) for path in holdback.templates()]
 
 
 def test_the_policy_is_one_ordered_list_the_readme_quotes() -> None:
@@ -48,6 +50,45 @@ def test_prose_streams_with_at_most_the_bound_held(template: Path) -> None:
         for case in holdback.cases(analysis):
             held, roles = holdback.most_held(parser, case)
             assert held <= policy.HOLD_BOUND, f"{case.name}: {held} characters held ({roles})"
+
+
+def _most_held_while_streaming(parser: autoparser.Parser, before: str, prose: str, after: str,
+                               size: int) -> tuple[int, dict]:
+    """The most prose held at once while it streamed in chunks of `size`, and the message."""
+    stream = parser.stream()
+    stream.feed(before)
+    fed = emitted = most = 0
+    for at in range(0, len(prose), size):
+        for delta in stream.feed(prose[at:at + size]):
+            emitted += len(delta.get("reasoning_content") or "") + len(delta.get("content") or "")
+        fed += len(prose[at:at + size])
+        most = max(most, fed - emitted)
+    stream.feed(after)
+    stream.finish()
+    return most, stream.message()
+
+
+@pytest.mark.parametrize("tools", [None, holdback.TOOLS], ids=["no-tools", "tools"])
+def test_a_bracket_in_reasoning_that_begins_no_call_holds_back_nothing_after_it(tools: list | None) -> None:
+    """Where a bare call may begin at a bracket and reasoning may end where calls begin, the
+    reading that ended reasoning there fails at once (`[a]` is no call); the reading of the same
+    reasoning that reads on past it is the one any later failure comes from, so the reasoning
+    after the bracket streams as it comes: no more than the bound held, stream == whole, none lost."""
+    analysis = autoparser.load(str(holdback.FIXTURES / "nested_brackets.jinja"))
+    parser = analysis.parser(tools=tools, thinking=True)
+    start, end = analysis.reasoning.start, analysis.reasoning.end
+    prose = "I think [a] then more words follow here. " * 10
+    for after in (end + "The answer.", ""):
+        text = start + prose + after
+        whole = without_generated_ids(parser.parse(text))
+        assert whole["reasoning_content"] == prose.strip()
+        assert whole["content"] == ("The answer." if after else None)
+        for size in (1, 4, 7):
+            held, message = _most_held_while_streaming(parser, start, prose, after, size)
+            assert held <= policy.HOLD_BOUND, f"{size}-character chunks: {held} characters held"
+            assert without_generated_ids(message) == whole
+        for seed in range(4):
+            assert without_generated_ids(streamed_in_random_chunks(parser, text, seed)) == whole
 
 
 def _first_role(analysis: autoparser.Analysis, text: str, **kwargs: object) -> str:
