@@ -188,7 +188,9 @@ class _Thread:
         self.member_at = -1  # where the text of that argument began (absolute), its key included
         self.value_end = -1  # where the text of its value read so far ends (absolute): its end marker follows
         self.count = 0  # tagged arguments read in the current call
-        self.mark = pos  # where the last whole part read ends (text, a repeated item): failing later, the rest is text
+        # where the last whole part read ends (text, a repeated item outside a call's name and id):
+        # failing later, the rest is text
+        self.mark = pos
         self.skip = ""  # a marker that may be left out (the end of reasoning skipped on resuming)
         self.own_id: list[str] | None = None  # the text of the id capture being read (it may hold the name)
         self.after_call: Any = None  # what follows the call being read (its end marker first)

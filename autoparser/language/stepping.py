@@ -155,12 +155,14 @@ class _Stepping:
         elif cls is ir.Choice:
             return self._fork(t, node.options, final)
         elif cls is ir.Repeat:
-            t.mark = t.pos
+            if not _in_name_or_id(t):
+                t.mark = t.pos
             return self._repeat(t, node, node.min, node.max, final)
         elif cls is _Again:
             if t.pos + self.offset[0] == node.start:
                 return None if node.left_min > 0 else []
-            t.mark = t.pos
+            if not _in_name_or_id(t):
+                t.mark = t.pos
             return self._repeat(t, node.repeat, node.left_min, node.left_max, final)
         elif cls is ir.Members:
             if t.role == ir.ARGUMENTS and t.call.started:
@@ -363,3 +365,9 @@ def _string_value(token: str) -> str:
         return json.loads(token)
     except ValueError:
         return decode_string_body(token[1:-1] if len(token) > 1 and token.endswith('"') else token[1:])
+
+
+def _in_name_or_id(t: _Thread) -> bool:
+    """Whether `t` is reading a call's name or id: a word of it is no whole part of the output
+    (cut off there, the name or id is text from where it began)."""
+    return t.own_id is not None or t.role == ir.TOOL_NAME or t.role == ir.CALL_ID

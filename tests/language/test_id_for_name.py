@@ -19,14 +19,18 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import corpora
 import pytest
-from analyses import without_generated_ids
+from analyses import DS_BOS, DS_EOS, without_generated_ids
 from gbnf_sampler import Gbnf
+from unplaced import losses_at_every_cut, marker_patterns
 
 import autoparser
 from autoparser.generators.gbnf import build_grammar
 from autoparser.generators.lark import parse_with_lark
 from autoparser.llama.grammar_check import validate_gbnf
+from autoparser.roundtrip import TOOLS as PROBE_TOOLS
+from autoparser.roundtrip import probe_messages, run_case
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "templates" / "id_for_name.jinja"
 MARKERS = ("<<calls>>", "<</calls>>", "<<call id=", "<<over>>")
@@ -205,3 +209,62 @@ def assert_lark_agrees(text: str, message: dict[str, Any], choice: str = "auto")
 def comparable(message: dict[str, Any]) -> tuple[Any, ...]:
     return ((message["content"] or "").strip() or None,
             [(c["id"], c["function"]["name"], json.loads(c["function"]["arguments"])) for c in message["tool_calls"]])
+
+
+# corpus templates that write the id for the name, with special tokens for markers
+ID_NAMING_TEMPLATES = ("hfjs-e2e__moonshotai-Kimi-K2-Thinking.jinja", "xinference__Kimi-K2.5.jinja")
+
+
+def _two_calls_written(source: str) -> tuple[autoparser.Analysis, Any, str]:
+    """An analysis, a parser of it and an output of two calls that parser reads: the fixture's
+    (with tools, and without), or a corpus template's own round trip."""
+    if source.startswith("fixture"):
+        text = "Let me look. " + section(("call.get_weather.0", ARGS), ("fn/search:1", QUERY))
+        return analysis(), analysis().parser(tools=TOOLS if source == "fixture" else None), text
+    directory = corpora.shared_corpus_dir()
+    if directory is None or not (directory / "templates" / source).is_file():
+        pytest.skip(f"{source} not in the shared corpus")
+    found = autoparser.analyze((directory / "templates" / source).read_text(encoding="utf-8"),
+                               bos_token=DS_BOS, eos_token=DS_EOS)
+    assert found.tools.name_in_id
+    result = run_case(found, "two_calls", probe_messages()["two_calls"])
+    assert result.status == "pass", result
+    return found, found.parser(tools=PROBE_TOOLS, thinking=result.thinking), result.output
+
+
+@pytest.mark.parametrize("source", ["fixture", "fixture without tools", *ID_NAMING_TEMPLATES])
+def test_two_calls_cut_anywhere_lose_no_character(source: str) -> None:
+    """Cut at every character, the second call cut off in its id (its name not read yet, or read
+    and the id going on) is text from where the call began: `call.` and `call.s` were lost where
+    a word of the id and the boundary after it had been read whole. Nothing written after the
+    calls returned last changed is lost (markers aside; `unplaced`), and random chunks stream as
+    whole."""
+    written_by, parser, text = _two_calls_written(source)
+    patterns = marker_patterns(written_by)
+    rng = random.Random(source)
+
+    def parse(written: str) -> dict[str, Any]:
+        whole = parser.parse(written)
+        cuts = sorted(rng.sample(range(1, len(written)), min(len(written) - 1, 6))) if len(written) > 1 else []
+        chunks = [written[a:b] for a, b in zip([0, *cuts], [*cuts, len(written)], strict=True)]
+        assert streamed(parser, chunks) == without_generated_ids(whole), chunks
+        return whole
+
+    losses = losses_at_every_cut(text, parse, patterns)
+    assert not losses, losses[0]
+
+
+@pytest.mark.parametrize("source", ID_NAMING_TEMPLATES)
+@pytest.mark.parametrize("written", ["", "call", "call.", "call.s", "call.search_docs.1"])
+def test_a_call_cut_off_in_its_id_is_text_from_where_it_began(source: str, written: str) -> None:
+    """After a whole call, the next one cut off in its id: the call is text from its start marker,
+    as a call cut in its name is in every tagged format (a word of the id and the boundary after
+    it read whole dropped what came before them); streamed as whole."""
+    _, parser, text = _two_calls_written(source)
+    second = text.index("<|tool_call_begin|>call.search_docs")
+    output = text[:second] + "<|tool_call_begin|>" + written
+    message = parser.parse(output)
+    assert message["content"] == "<|tool_call_begin|>" + written
+    assert [c["function"]["name"] for c in message["tool_calls"]] == ["get_weather"]
+    for cut in range(second - 20, len(output)):
+        assert streamed(parser, [output[:cut], output[cut:]]) == without_generated_ids(message), cut
