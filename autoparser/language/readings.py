@@ -143,7 +143,7 @@ class _Call:
     """The captures of the call being read."""
 
     __slots__ = ("name", "id", "args", "started", "pending", "mode", "scanner", "done", "awaits_id", "confirmed",
-                 "confirm_next", "closed", "args_from", "pending_end")
+                 "confirm_next", "closed", "closed_at", "args_from", "pending_end")
 
     def __init__(self) -> None:
         self.name: str | None = None
@@ -161,6 +161,7 @@ class _Call:
         self.confirmed = False
         self.confirm_next = False  # the next marker read confirms it
         self.closed = False  # its own structure was read to its end (what holds its arguments)
+        self.closed_at = -1  # where that structure ended (absolute), once it did
         self.args_from = -1  # where its arguments began (absolute), once they did
 
 
@@ -225,7 +226,8 @@ class _Thread:
         copy.name, copy.id, copy.args, copy.started = call.name, call.id, call.args, call.started
         copy.pending, copy.mode, copy.done, copy.awaits_id = list(call.pending), call.mode, call.done, call.awaits_id
         copy.confirmed, copy.confirm_next = call.confirmed, call.confirm_next
-        copy.closed, copy.args_from, copy.pending_end = call.closed, call.args_from, call.pending_end
+        copy.closed, copy.closed_at = call.closed, call.closed_at
+        copy.args_from, copy.pending_end = call.args_from, call.pending_end
         twin.call = copy
         twin.parts = list(self.parts)
         twin.member = None if self.member is None else list(self.member)

@@ -213,6 +213,10 @@ class _Recovery:
             cut = best.pos
             while cut > self.safe and self.buf[cut - 1] in _WHITESPACE:
                 cut -= 1
+        elif best.call.done and opened and best.call.closed:
+            # the call's own structure was read to its end (the `}` of a JSON call object): it is
+            # no text, though no event marks where it ends; the end marker begun after it is
+            cut = max(cut, best.call.closed_at - self.offset[0])
         if section is not None:
             cut = min(cut, max(self.safe, section[0]))
         self.safe = max(self.safe, cut)

@@ -104,7 +104,7 @@ class _Stepping:
                 t.markup += 1
             t.stack = (node.body, (_END_CALL, t.stack) if self.reader.is_call(node) else t.stack)
         elif cls is _EndCall:
-            t.call.closed = True
+            t.call.closed, t.call.closed_at = True, t.pos + self.offset[0]
         elif cls is ir.Lit:
             if self.reasoning_over and not t.skip and self.reader.reasoning_end and \
                     node.text.strip() == self.reader.reasoning_end:

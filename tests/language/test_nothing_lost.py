@@ -439,6 +439,37 @@ def test_two_calls_cut_anywhere_lose_no_character(family: str, tools) -> None:
     assert not losses, losses[0]
 
 
+def _hermes_spelling(message: dict) -> str:
+    """The message's non-whitespace characters as a Hermes output holds them: reasoning, content,
+    and each call's object around its name and arguments."""
+    calls = [f'{{"name": "{c["function"]["name"]}", "arguments": {c["function"]["arguments"]}}}'
+             for c in message["tool_calls"]]
+    return "".join(" ".join([message["reasoning_content"] or "", message["content"] or "", *calls]).split())
+
+
+@pytest.mark.parametrize("tools", [TOOLS, None], ids=["named", "unnamed"])
+@pytest.mark.parametrize("family", ["hermes", "qwen3"])
+def test_hermes_calls_cut_anywhere_give_no_character_twice(family: str, tools) -> None:
+    """Cut at every character, no character written is both a call's and the content's: each
+    character of the message (a call counted as the object it was written as) is one the output
+    holds; only the quotes and brackets that close an incomplete call may be added. Cut right after a call's `}}`, its object's `}` was a complete call's and the
+    content's too. Streamed one character at a time, and in two, as whole."""
+    analysis = getattr(analyses, family)()
+    text = _two_calls(analysis)
+    parser = Parser(analysis, tools=tools)
+    for cut in range(len(text) + 1):
+        written = text[:cut]
+        message = analyses.parse(analysis, written, tools=tools)  # whole and one character at a time
+        for split in (cut // 3, max(cut - 1, 0)):
+            assert without_generated_ids(analyses.streamed_in_two(parser, written, split)) == \
+                without_generated_ids(message), (written, split)
+        doubled = Counter(_hermes_spelling(message)) - Counter("".join(written.split()))
+        if message["tool_calls"] and message["tool_calls"][-1].get("incomplete"):
+            for closer in "\"}]":
+                doubled.pop(closer, None)
+        assert not doubled, (text[:cut], message, doubled)
+
+
 @pytest.mark.parametrize("tail", [', "id"', ', "id":', ', "id": ', ', "id": "'])
 def test_an_id_member_cut_before_its_value_is_content(tail: str) -> None:
     """A whole call whose id member, written after its arguments, was cut off before the id's first
