@@ -83,23 +83,22 @@ def _wanted(member: tarfile.TarInfo) -> PurePosixPath | None:
     return None
 
 
-def extract(sdist: Path) -> int:
-    """Extract the templates and the vocabulary from `sdist`; returns how many files were written.
+def extract_members(sdist: Path, target: Path, wanted, what: str) -> int:
+    """Copy the members of `sdist` that `wanted` places (a relative path below `target`, or None)
+    into `target`; returns how many files were written. `what` names the files in the error where
+    none is found.
 
     Extracts into a temporary directory first and then moves it into place, so an interrupted run
-    never leaves a half-filled corpus that looks complete.
+    never leaves a half-filled directory that looks complete.
     """
-    target = models_dir()
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".models-", dir=target.parent))
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     count = 0
     try:
         with tarfile.open(sdist, "r:*") as archive:
             for member in archive:
-                rel = _wanted(member)
-                if rel is None:
-                    continue
-                source = archive.extractfile(member)
+                rel = wanted(member)
+                source = archive.extractfile(member) if rel is not None else None
                 if source is None:
                     continue
                 destination = staging.joinpath(*rel.parts)
@@ -108,7 +107,7 @@ def extract(sdist: Path) -> int:
                     shutil.copyfileobj(source, out)
                 count += 1
         if count == 0:
-            raise FetchError(f"{sdist} holds no {MODELS}/templates/*.jinja files")
+            raise FetchError(f"{sdist} holds no {what} files")
         if target.exists():
             shutil.rmtree(target)
         staging.rename(target)
@@ -117,6 +116,11 @@ def extract(sdist: Path) -> int:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return count
+
+
+def extract(sdist: Path) -> int:
+    """Extract the templates and the vocabulary from `sdist`; returns how many files were written."""
+    return extract_members(sdist, models_dir(), _wanted, f"{MODELS}/templates/*.jinja")
 
 
 def download_sdist() -> Path:

@@ -45,7 +45,6 @@ import re
 import shutil
 import sys
 import tarfile
-import tempfile
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -53,6 +52,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urljoin
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tools/ is scripts, not a package
+import fetch_corpus  # noqa: E402
+from fetch_corpus import FetchError, cache_root, extract_members  # noqa: E402
 
 PACKAGE = "vllm"
 VERSION = "0.33.0"
@@ -64,14 +67,6 @@ TIMEOUT_S = 60
 REPO = Path(__file__).resolve().parents[1]
 
 # -- fetching ---------------------------------------------------------------------------------------
-
-
-class FetchError(RuntimeError):
-    """vLLM's test modules could not be fetched or extracted; the message says why in one line."""
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("AUTOPARSER_CACHE") or Path.home() / ".cache" / "autoparser")
 
 
 def tests_dir() -> Path:
@@ -135,7 +130,7 @@ def download_sdist() -> Path:
     return target
 
 
-def _wanted(member: tarfile.TarInfo) -> str | None:
+def _wanted(member: tarfile.TarInfo) -> PurePosixPath | None:
     """The file name of a `tests/tool_parsers/*.py` member, else None (no subdirectory, no
     component that could write outside the target)."""
     parts = PurePosixPath(member.name).parts
@@ -143,36 +138,12 @@ def _wanted(member: tarfile.TarInfo) -> str | None:
         return None
     if PurePosixPath(*parts[1:3]) != TESTS or not parts[3].endswith(".py"):
         return None
-    return parts[3]
+    return PurePosixPath(parts[3])
 
 
 def extract(sdist: Path) -> int:
-    """Extract `tests/tool_parsers/*.py` from `sdist` into a staging directory then into place,
-    so an interrupted run never leaves a half-filled directory; returns the file count."""
-    target = tests_dir()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".tool_parsers-", dir=target.parent))
-    count = 0
-    try:
-        with tarfile.open(sdist, "r:*") as archive:
-            for member in archive:
-                name = _wanted(member)
-                source = archive.extractfile(member) if name else None
-                if name is None or source is None:
-                    continue
-                with source, open(staging / name, "wb") as out:
-                    shutil.copyfileobj(source, out)
-                count += 1
-        if count == 0:
-            raise FetchError(f"{sdist} holds no {TESTS}/*.py files")
-        if target.exists():
-            shutil.rmtree(target)
-        staging.rename(target)
-    except (OSError, tarfile.TarError) as exc:
-        raise FetchError(f"cannot extract {sdist}: {exc}") from None
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return count
+    """Extract `tests/tool_parsers/*.py` from `sdist` into the cache; returns the file count."""
+    return extract_members(sdist, tests_dir(), _wanted, f"{TESTS}/*.py")
 
 
 def fetch(sdist: Path | None = None, force: bool = False) -> Path:
@@ -1093,9 +1064,6 @@ def shared_templates_dir() -> Path | None:
 @functools.cache
 def llamacpp_templates_dir() -> Path:
     """llama.cpp's templates, fetched by `tools/fetch_corpus.py` where they are not yet cached."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import fetch_corpus
-
     try:
         return fetch_corpus.fetch()
     except fetch_corpus.FetchError as exc:
