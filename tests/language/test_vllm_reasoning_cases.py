@@ -125,6 +125,9 @@ def test_comparison_and_its_classes() -> None:
     assert tool.compare(call, message, analysis) == ("", False)  # the call is read, not left as text
     foreign = _case(want, "why[/r]so</r>")
     assert tool.compare(foreign, {"content": "why[/r]so</r>"}, analysis)[0] == "vLLM's markers differ from the template's"
+    wrapped = _case(want, "<think>why</think><answer>so</answer>")
+    assert tool.compare(wrapped, {"reasoning_content": "why", "content": "<answer>so</answer>"}, analysis)[0] == (
+        "debatable: vLLM drops wrapper markup the template never writes")
     option = _case(want, "x", {"force_answer": True})
     assert tool.compare(option, {"content": "x"}, analysis)[0].startswith("debatable: vLLM's parser reads a request")
     assert tool.compare(_case(want), {"content": "x"}, _Analysis("", ""))[0] == "analysis finds no reasoning"
