@@ -2,7 +2,8 @@
 
 vLLM tests each hand-written reasoning parser with model outputs and the reasoning and content it
 must split them into, streamed or not: literal dicts in `pytest.mark.parametrize` rows (`output`,
-`reasoning`, `content`), literal rows of deltas and expectations, and the asserts of single tests.
+`reasoning`, `content`), literal rows of deltas and expectations, and the asserts of single tests;
+a case expects what the test's asserts check in the branches its row reaches.
 This script reads those modules as data with the literal reader of `vllm_parser_cases.py` (the
 same pinned sdist, fetched into the same cache; nothing of vLLM is imported or run). An output
 built in code (token ids, a loop over deltas, one step of a stream) is counted as not extracted.
@@ -39,6 +40,7 @@ import json
 import random
 import re
 import sys
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -201,11 +203,40 @@ def _role_of_result(text: str) -> str | None:
     return None
 
 
+ROW_ID = "__row_id__"  # the parametrize id of the row, as `request.node.callspec.id` reads it
+
+
+def _applies(test: ast.expr, env: dict[str, Any]) -> bool | None:
+    """Whether a branch on the row's id (`if request.node.callspec.id != "some_row":`) is taken
+    for this row; None where the test is not such a comparison."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and ast.unparse(test.left).endswith("callspec.id")):
+        return None
+    try:
+        other = evaluate(test.comparators[0], env)
+    except Exception:  # noqa: BLE001
+        return None
+    row, op = env.get(ROW_ID), test.ops[0]
+    if isinstance(op, ast.Eq | ast.NotEq):
+        return (row == other) == isinstance(op, ast.Eq)
+    if isinstance(op, ast.In | ast.NotIn) and isinstance(other, list | tuple | set):
+        return (row in other) == isinstance(op, ast.In)
+    return None
+
+
+def _reached(statements: list[ast.stmt], env: dict[str, Any]) -> Iterator[ast.AST]:
+    """The nodes of `statements`, without the branches a row-id test skips for this row."""
+    for statement in statements:
+        if isinstance(statement, ast.If) and (taken := _applies(statement.test, env)) is not None:
+            yield from _reached(statement.body if taken else statement.orelse, env)
+        else:
+            yield from ast.walk(statement)
+
+
 def asserted(fn: ast.FunctionDef, env: dict[str, Any]) -> dict[str, Any]:
     """`{"reasoning": ..., "content": ...}` as the function's asserts state them (`x == literal`,
-    `x is None`, either side)."""
+    `x is None`, either side), in the branches the row reaches."""
     out: dict[str, Any] = {}
-    for node in ast.walk(fn):
+    for node in _reached(fn.body, env):
         if not (isinstance(node, ast.Assert) and isinstance(node.test, ast.Compare) and len(node.test.ops) == 1
                 and isinstance(node.test.ops[0], ast.Eq | ast.Is)):
             continue
@@ -273,14 +304,15 @@ def _row_case_fields(bound: dict[str, Any]) -> tuple[str | None, list[str] | Non
 def function_cases(family: str, path: Path, test: str, fn: ast.FunctionDef, env: dict[str, Any],
                    out: Extraction) -> None:
     for bound, label in _rows(fn, env):
-        row_env = dict(env, **bound)
+        row_env = dict(env, **bound, **{ROW_ID: label})
         bind_assignments(fn.body, row_env)
         text, chunks, expected = _row_case_fields(bound)
         fed = fed_outputs(fn, row_env)
         streaming = bound.get("streaming")
-        asserts = asserted(fn, row_env)
-        if not asserts and not expected:
-            out.skipped["asserts no reasoning or content (ids, end state, parser choice)"] += 1
+        asserts = asserted(fn, row_env)  # what vLLM checks of the row (its dict may say more)
+        if not asserts:
+            out.skipped["asserts nothing of this row's reasoning or content (a branch on its id)" if expected
+                        else "asserts no reasoning or content (ids, end state, parser choice)"] += 1
             continue
         if text is None:
             if len(fed) != 1:
@@ -291,7 +323,7 @@ def function_cases(family: str, path: Path, test: str, fn: ast.FunctionDef, env:
         elif streaming is None:
             streaming = bool(fed and fed[0][2]) or any("stream" in _callee(n) for n in ast.walk(fn)
                                                         if isinstance(n, ast.Call) and _is_extraction(_callee(n)))
-        expected = {**asserts, **expected}
+        expected = asserts
         kwargs = bound.get("chat_template_kwargs")
         kwargs = kwargs if isinstance(kwargs, dict) else _template_kwargs(fn, row_env)
         effort = next((v["reasoning_effort"] for v in bound.values() if isinstance(v, dict) and "reasoning_effort" in v
