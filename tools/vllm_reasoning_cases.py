@@ -127,8 +127,9 @@ CHUNK_ARGS = ("deltas", "chunks", "model_deltas", "delta_texts")
 def _is_extraction(name: str) -> bool:
     """A call that feeds a whole output (or its deltas) to a reasoning parser: `extract_reasoning`
     and the suites' `run_*` helpers; one step of a stream (`extract_reasoning_streaming`) is not."""
+    helper = name.lstrip("_")
     return name in ("extract_reasoning", "extract_reasoning_content") or (
-        name.startswith("run_") and ("reasoning" in name or "stream" in name))
+        helper.startswith("run_") and any(w in helper for w in ("reasoning", "stream", "parse")))
 
 
 def _literal_text(node: ast.expr, env: dict[str, Any]) -> tuple[str, list[str] | None] | None:
@@ -150,7 +151,7 @@ def _streaming_of(call: ast.Call, env: dict[str, Any]) -> bool:
                 return bool(evaluate(keyword.value, env))
             except Exception:  # noqa: BLE001
                 return False
-    return "stream" in _callee(call)
+    return any(w in _callee(call) for w in ("stream", "delta"))
 
 
 def fed_outputs(fn: ast.FunctionDef, env: dict[str, Any]) -> list[tuple[str, list[str] | None, bool]]:
@@ -340,7 +341,7 @@ def function_cases(family: str, path: Path, test: str, fn: ast.FunctionDef, env:
 
 def skip_reason(fn: ast.FunctionDef) -> str:
     calls = {_callee(n) for n in ast.walk(fn) if isinstance(n, ast.Call)}
-    if "extract_reasoning_streaming" in calls:
+    if calls & {"extract_reasoning_streaming", "extract_reasoning_content_streaming", "parse_delta"}:
         return "streams through single steps built in code (extract_reasoning_streaming)"
     return "no literal output fed to the parser"
 
