@@ -10,8 +10,8 @@ Two corpora:
   directory, or its `corpus` directory itself). Tests skip when it is absent.
 
 Peers' parser tests are fetched the same way: llama.cpp's `tests/test-chat.cpp` from the same
-sdist, and vLLM's `tests/tool_parsers/*.py` from vLLM's pinned sdist on PyPI by
-`tools/vllm_parser_cases.py`.
+sdist, and vLLM's `tests/tool_parsers/*.py` and `tests/reasoning/*.py` from vLLM's pinned sdist on
+PyPI by `tools/vllm_parser_cases.py`.
 
 Functions that return lists call `pytest.skip(..., allow_module_level=True)` when the corpus is
 unavailable, so they work inside a test and at collection time. For parametrizing, the
@@ -187,3 +187,27 @@ def vllm_parser_tests() -> Path:
     if reason:
         pytest.skip(reason, allow_module_level=True)
     return vllm_parser_cases_tool().tests_dir()
+
+
+def vllm_reasoning_cases_tool() -> ModuleType:
+    return tool_module("vllm_reasoning_cases")
+
+
+@cache
+def _vllm_reasoning_fetch_error() -> str | None:
+    """Fetch vLLM's reasoning-parser test modules once per session; the reason it failed, or None."""
+    tool = vllm_reasoning_cases_tool()
+    try:
+        tool.fetch(subdir=tool.REASONING_TESTS)
+    except tool.FetchError as exc:
+        return f"vLLM's reasoning-parser tests unavailable: {exc}"
+    return None
+
+
+def vllm_reasoning_tests() -> Path:
+    """vLLM's `tests/reasoning/` (its reasoning-parser expectations), fetched on first use."""
+    reason = _vllm_reasoning_fetch_error()
+    if reason:
+        pytest.skip(reason, allow_module_level=True)
+    tool = vllm_reasoning_cases_tool()
+    return tool.tests_dir(tool.REASONING_TESTS)

@@ -61,6 +61,7 @@ PACKAGE = "vllm"
 VERSION = "0.33.0"
 SDIST_STEM = f"{PACKAGE}-{VERSION}"
 TESTS = PurePosixPath("tests/tool_parsers")
+REASONING_TESTS = PurePosixPath("tests/reasoning")  # read by tools/vllm_reasoning_cases.py
 RELEASE_JSON = f"https://pypi.org/pypi/{PACKAGE}/{VERSION}/json"
 PROJECT_JSON = f"https://pypi.org/pypi/{PACKAGE}/json"
 TIMEOUT_S = 60
@@ -69,13 +70,13 @@ REPO = Path(__file__).resolve().parents[1]
 # -- fetching ---------------------------------------------------------------------------------------
 
 
-def tests_dir() -> Path:
-    """Where vLLM's `tests/tool_parsers/` is extracted (it may not exist yet)."""
-    return cache_root() / "corpus" / SDIST_STEM / TESTS
+def tests_dir(subdir: PurePosixPath = TESTS) -> Path:
+    """Where vLLM's `tests/tool_parsers/` (or another tests folder) is extracted (it may not exist yet)."""
+    return cache_root() / "corpus" / SDIST_STEM / subdir
 
 
-def is_fetched() -> bool:
-    return any(tests_dir().glob("test_*.py"))
+def is_fetched(subdir: PurePosixPath = TESTS) -> bool:
+    return any(tests_dir(subdir).glob("test_*.py"))
 
 
 def _get_json(url: str) -> dict[str, Any]:
@@ -130,30 +131,33 @@ def download_sdist() -> Path:
     return target
 
 
-def _wanted(member: tarfile.TarInfo) -> PurePosixPath | None:
-    """The file name of a `tests/tool_parsers/*.py` member, else None (no subdirectory, no
-    component that could write outside the target)."""
+def _wanted(member: tarfile.TarInfo, subdir: PurePosixPath = TESTS) -> PurePosixPath | None:
+    """The file name of a `tests/tool_parsers/*.py` (or `subdir/*.py`) member, else None (no
+    subdirectory, no component that could write outside the target)."""
     parts = PurePosixPath(member.name).parts
-    if not member.isfile() or len(parts) != 4 or any(p in ("", ".", "..") for p in parts):
+    depth = len(subdir.parts)
+    if not member.isfile() or len(parts) != depth + 2 or any(p in ("", ".", "..") for p in parts):
         return None
-    if PurePosixPath(*parts[1:3]) != TESTS or not parts[3].endswith(".py"):
+    if PurePosixPath(*parts[1:-1]) != subdir or not parts[-1].endswith(".py"):
         return None
-    return PurePosixPath(parts[3])
+    return PurePosixPath(parts[-1])
 
 
-def extract(sdist: Path) -> int:
-    """Extract `tests/tool_parsers/*.py` from `sdist` into the cache; returns the file count."""
-    return extract_members(sdist, tests_dir(), _wanted, f"{TESTS}/*.py")
+def extract(sdist: Path, subdir: PurePosixPath = TESTS) -> int:
+    """Extract `tests/tool_parsers/*.py` (or `subdir/*.py`) from `sdist` into the cache; returns
+    the file count."""
+    return extract_members(sdist, tests_dir(subdir), functools.partial(_wanted, subdir=subdir), f"{subdir}/*.py")
 
 
-def fetch(sdist: Path | None = None, force: bool = False) -> Path:
-    """Make sure vLLM's tool-parser tests are in the cache; returns their directory."""
-    if force or not is_fetched():
+def fetch(sdist: Path | None = None, force: bool = False, subdir: PurePosixPath = TESTS) -> Path:
+    """Make sure vLLM's tool-parser tests (or those of `subdir`) are in the cache; returns their
+    directory."""
+    if force or not is_fetched(subdir):
         try:
-            extract(sdist if sdist is not None else download_sdist())
+            extract(sdist if sdist is not None else download_sdist(), subdir)
         except OSError as exc:
             raise FetchError(f"cannot write the corpus cache under {cache_root()}: {exc}") from None
-    return tests_dir()
+    return tests_dir(subdir)
 
 
 # -- the families and their templates ---------------------------------------------------------------

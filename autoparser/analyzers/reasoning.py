@@ -146,6 +146,7 @@ class Toggle:
     off: Any
     prompt_on: str
     prompt_off: str
+    after_prompt: bool = False  # the switch writes after the whole prompt, not in the generation prompt
 
 
 def find_toggle(prober: Prober, facts: TemplateFacts) -> Toggle | None:
@@ -160,8 +161,26 @@ def find_toggle(prober: Prober, facts: TemplateFacts) -> Toggle | None:
     if not found:
         found = _string_toggles(prober, facts, ranked[:MAX_TOGGLE_CANDIDATES])
     if not found:
+        found = _tail_toggles(prober, ranked[:MAX_TOGGLE_CANDIDATES])
+    if not found:
         return None
     return _confirmed_toggle(prober, found)
+
+
+def _tail_toggles(prober: Prober, names: list[str]) -> list[Toggle]:
+    """A switch that leaves the generation prompt alone (a template that writes none) but ends the
+    whole prompt differently: with thinking off, an empty marker pair after the last turn. Its
+    prompts are what each value writes after the part both share."""
+    found = []
+    for name in names:
+        on, off = prober.prompt(**{name: True}), prober.prompt(**{name: False})
+        if on is None or off is None or not (off.startswith(on) or on.startswith(off)) or on == off:
+            continue
+        shared = min(len(on), len(off))
+        toggle = Toggle(name, True, False, on[shared:], off[shared:], after_prompt=True)
+        if _adds_markers(toggle.prompt_on, toggle.prompt_off) and _opens_and_closes(toggle):
+            found.append(toggle)
+    return found
 
 
 MAX_SWITCH_VALUES = 6
@@ -366,7 +385,7 @@ def analyze_reasoning(prober: Prober, facts: TemplateFacts, warnings: list[str])
     switch: dict[str, Any] = {}
     if toggle:
         unset = generation_prompt(prober)
-        default_on = (prober.prompt() == prober.prompt(**on_kwargs) if in_system_text
+        default_on = (prober.prompt() == prober.prompt(**on_kwargs) if in_system_text or toggle.after_prompt
                       else unset == toggle.prompt_on)
         # unset, a switch compared with strings may be in a third state where the model decides
         # (`adaptive`): not on, so a prompt that neither opens nor closes reasoning leaves the

@@ -51,6 +51,20 @@ def test_forced_open_reasoning_found_from_stripped_history() -> None:
     assert r.toggle is None
 
 
+def test_switch_that_changes_only_the_end_of_the_whole_prompt() -> None:
+    """The template writes the assistant's header whether or not a generation prompt is asked for, so
+    the switch's empty pair is found where the whole prompt ends."""
+    a = analyze_fixture("tail_switch.jinja")
+    r = a.reasoning
+    assert (r.start, r.end, r.toggle, r.default_on, r.closed_when_off) == ("<think>", "</think>", "enable_thinking",
+                                                                           True, True)
+    off = a.parser(prompt=a.render([{"role": "user", "content": "hi"}], **a.thinking_kwargs(False)))
+    assert off.parse("Hello")["content"] == "Hello"
+    on = a.parser(prompt=a.render([{"role": "user", "content": "hi"}]))
+    assert on.parse("<think>why</think>\nHello") == {"role": "assistant", "reasoning_content": "why",
+                                                        "content": "Hello", "tool_calls": []}
+
+
 def test_thinking_switch_closes_reasoning_when_off() -> None:
     a = analyze_fixture("thinking_switch.jinja")
     r = a.reasoning

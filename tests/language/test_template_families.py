@@ -27,7 +27,7 @@ FAMILIES = ("catalog_inputs.jinja", "typed_params.jinja", "named_closing.jinja",
             "tab_labels.jinja", "channel_switch.jinja", "line_after_name.jinja",
             "elided_answer.jinja", "xml_children.jinja", "edn_calls.jinja", "indented_block.jinja",
             "instructed_calls.jinja", "id_for_name.jinja", "retrieval_calls.jinja",
-            "first_part_content.jinja")
+            "first_part_content.jinja", "tail_switch.jinja")
 # the conversation does not start with the prompt (a block follows the last reply): no probe round trip
 NO_ROUND_TRIP = {"trailing_instructions.jinja"}
 # the model reasons first, unmarked, and the history keeps only the answer: no answer-only round trip
