@@ -418,9 +418,10 @@ def read_string_token(text: str, pos: int, final: bool, limit: int = _LONGEST_HE
 # whether a whole text is plain string content (complete escapes included)
 is_string_body = _STRING_BODY.fullmatch
 
-# Short chunks known to be whole string text. A stream's chunks are mostly tokens, and tokens repeat,
-# so one set lookup decides most chunks for less than testing them costs. Cleared when full.
-string_texts: set[str] = set()
+# Short chunks known to be whole string text, each as one shared string. A stream's chunks are mostly
+# tokens, and tokens repeat, so one lookup decides most chunks for less than testing them costs, and
+# a stream keeps the shared string rather than its own copy of the chunk. Cleared when full.
+string_texts: dict[str, str] = {}
 # ... and short chunks known to be whole string text and one backslash cut from its escape: that text
 cut_texts: dict[str, str] = {}
 _REMEMBERED_LENGTH = 32
@@ -436,7 +437,7 @@ def is_string_text(chunk: str) -> bool:
     if len(chunk) <= _REMEMBERED_LENGTH:
         if len(string_texts) >= _REMEMBERED_COUNT:
             string_texts.clear()
-        string_texts.add(chunk)
+        string_texts[chunk] = chunk
     return True
 
 

@@ -59,8 +59,10 @@ GROUP = 64  # argument fragments joined into one string
 class ToolCall:
     """One tool call of the message as it is being streamed.
 
-    Argument fragments are joined in groups as they arrive, so a long argument streamed in tiny
-    chunks is held as a few hundred strings rather than tens of thousands.
+    Argument fragments are joined in groups as `append` takes them, so a long argument streamed in
+    tiny chunks is held as a few hundred strings rather than tens of thousands. A stream's hot path
+    (`interpret.LanguageStream.feed`) adds chunks met before as the strings `jsonscan.string_texts`
+    shares, one reference each, joined with the next group.
     """
 
     __slots__ = ("index", "id", "name", "recent", "joined", "incomplete")
