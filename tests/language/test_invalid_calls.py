@@ -160,14 +160,15 @@ def _filler(length: int) -> str:
     return (" Then more words follow." * (length // 20 + 1))[:length]
 
 
-@pytest.mark.parametrize("closed", [False, True], ids=["no-end-marker", "end-marker-later"])
+@pytest.mark.parametrize("after", ["", "end-marker", "call"], ids=["no-end-marker", "end-marker-later", "call-later"])
 @pytest.mark.parametrize("template", ["qwen3", "deepseek_r1", "gpt_oss", *CORPUS_REASONING])
 def test_a_broken_call_in_reasoning_gives_the_same_roles_however_long_the_text_after_it(template: str,
-                                                                                       closed: bool) -> None:
+                                                                                       after: str) -> None:
     """Reasoning, a broken call, then text: 10 characters of it or more than the reader keeps
     behind its readings (4,096) give the same roles, whole and streamed. With no end marker the
-    broken call ends the reasoning (policy rule `nothing-lost`) however long the text goes on;
-    with the end marker after it, all before the marker stays reasoning."""
+    broken call ends the reasoning (policy rule `nothing-lost`) however long the text goes on, and
+    the language is read again after it, so a whole call later is a call; with the end marker
+    after it, all before the marker stays reasoning."""
     analysis = analyses.FAMILIES[template]() if template in analyses.FAMILIES else _corpus_analysis(template)
     opener = "" if analysis.reasoning.forced_open else analysis.reasoning.start
     calls = analyses.render_output(analysis, None, calls=[("get_weather", {"city": "Oslo"})], stop=False)
@@ -178,7 +179,8 @@ def test_a_broken_call_in_reasoning_gives_the_same_roles_however_long_the_text_a
     shapes = []
     for length in (10, 3 * 4096):
         filler = _filler(length)
-        text = opener + "Plan." + broken + filler + (analysis.reasoning.end + "Answer." if closed else "")
+        text = opener + "Plan." + broken + filler + {"": "", "end-marker": analysis.reasoning.end + "Answer.",
+                                                      "call": calls}[after]
         message = without_generated_ids(parser.parse(text))
         for seed in range(3):
             assert without_generated_ids(streamed(parser, text, seed)) == message, (length, seed)
@@ -186,7 +188,9 @@ def test_a_broken_call_in_reasoning_gives_the_same_roles_however_long_the_text_a
         shapes.append((shape, [call.get("incomplete") for call in message["tool_calls"]]))
     assert shapes[0] == shapes[1]
     shape = shapes[0][0]
-    if closed:
+    if after == "end-marker":
         assert shape["content"] == "Answer."
     else:
         assert shape["reasoning_content"] == "Plan." and shape["content"].endswith("<filler>")
+    if after == "call":
+        assert analyses.calls(message)[-1:] == [("get_weather", {"city": "Oslo"})]
