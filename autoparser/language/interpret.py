@@ -395,16 +395,30 @@ class LanguageStream(_Passes, _Recovery, _Stepping):
         if self.finished:
             raise RuntimeError("feed() after finish()")
         if chunk:
-            self._trim()
-            self.buf += chunk
-            plain = self.plain
-            if plain is not None and (plain[0].search(chunk) is None or self._is_plain(plain, chunk)):
-                self._read_plain(chunk)
-            else:
-                self._advance(False)
-                self.string_call = self.hot = self._in_string()
-                self.plain = None if self.hot is not None else self._plain_end()
+            # readings undecided for too long give way at the very character where the held text
+            # reaches the limit, wherever the chunks end (policy rule `undecided-too-long`)
+            room = UNDECIDED_LIMIT - self._held()
+            if 0 < room < len(chunk):
+                self._read(chunk[:room])
+                chunk = chunk[room:]
+            self._read(chunk)
         return self.out.take()
+
+    def _read(self, chunk: str) -> None:
+        self._trim()
+        self.buf += chunk
+        plain = self.plain
+        if plain is not None and (plain[0].search(chunk) is None or self._is_plain(plain, chunk)):
+            self._read_plain(chunk)
+        else:
+            self._advance(False)
+            self.string_call = self.hot = self._in_string()
+            self.plain = None if self.hot is not None else self._plain_end()
+
+    def _held(self) -> int:
+        """How many characters of the text no emitted event accounts for yet, counted once
+        however many readings hold them and however the chunks came."""
+        return len(self.buf) - self.safe
 
     def finish(self) -> list[dict]:
         if not self.finished:
@@ -515,8 +529,11 @@ class LanguageStream(_Passes, _Recovery, _Stepping):
             return
         dead = self.dead
         if dead is not None and all(t.calls_read >= dead[0].calls_read and _origin(t) > dead[0].pos
-                                    for t in self.threads):
-            self.dead = None  # every living reading got further: whichever fails next replaces it
+                                    for t in self.threads) and self._dead_pending() is None:
+            # every living reading got further: whichever fails next replaces it. One that would
+            # still lose to it at the end (reasoning read past a broken call) does not: the text
+            # it holds back is undecided (`_failed_reading_wins`)
+            self.dead = None
         low = min(t.pos for t in self.threads)
         if low <= 0 or (low <= 4096 and low * 2 <= len(self.buf)):
             return
@@ -567,7 +584,8 @@ class LanguageStream(_Passes, _Recovery, _Stepping):
             if alive:
                 self.threads = alive if final or not self.reader.bare_calls else _calls_over_text(alive)
                 self._commit(final)
-                return
+                if final or not self._failed_reading_wins():
+                    return
             self.threads = []
             self._give_up()
         self._content_rest()
@@ -611,10 +629,17 @@ class LanguageStream(_Passes, _Recovery, _Stepping):
             return  # nothing held that readings could share or be undecided on
         if not final and self._dead_pending() is None:
             self._commit_common_text()
-        if sum(len(t.events) for t in threads) > UNDECIDED_LIMIT:
+        if self._held() >= UNDECIDED_LIMIT:
             # readings undecided for too long: the one that began the most calls wins, as at the end
             self.threads = [_chosen(threads)]
             self._commit(final)
+
+    def _failed_reading_wins(self) -> bool:
+        """Whether the failed reading that recovery would go on from, should every living reading
+        fail where it stands, has held text back for as long as readings may disagree: it wins as
+        it would at the end, so the text's roles do not depend on how long it goes on (policy
+        rule `undecided-too-long`)."""
+        return self.dead is not None and self._held() >= UNDECIDED_LIMIT and self._dead_pending() is not None
 
     def _before_open_sections(self, events: list[tuple], agreed: int) -> int:
         """How many of the `agreed` events may go out: a section's opener and the text after it

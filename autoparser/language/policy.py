@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 HOLD_BOUND = 64  # characters of plain text held at most, beyond a pending marker prefix
-UNDECIDED_LIMIT = 1 << 16  # events held across readings that disagree, before the first one wins
+UNDECIDED_LIMIT = 1 << 16  # characters held while readings disagree, before one of them wins
 WHOLE_PIECE = 512  # a whole output is read in pieces this long (readings merge where one ends)
 
 
@@ -61,14 +61,18 @@ RULES: tuple[Rule, ...] = (
          "arguments had started is closed and marked incomplete), the text from there to where it "
          "failed is content, and the language is read again from there with reasoning over; but "
          "reasoning whose end marker never came ends where calls began, valid or broken: the "
-         "reading that broke in them is the one kept."),
+         "reading that broke in them is the one kept, and the text after the broken call waits for "
+         "that end marker (`undecided-too-long`)."),
     Rule("cut-off-calls",
          "At the end of the output, a call cut off keeps its complete values and is marked "
          "incomplete; the member or marker it stopped inside is content (an id member written after the "
          "arguments included, until the id's first character)."),
     Rule("undecided-too-long",
-         f"Readings that still disagree after {UNDECIDED_LIMIT} held events give way to the one that "
-         "began the most calls, then read the most markup, then to the first in the language's order."),
+         f"Readings that still disagree once {UNDECIDED_LIMIT} characters are held (counted once, "
+         "however many readings hold them and however the chunks came) give way there to the one that "
+         "began the most calls, then read the most markup, then to the first in the language's order; "
+         "a failed reading that would be kept were the others to fail where they stand (one that broke "
+         "in a call in reasoning no end marker has closed yet) is kept, as at the end of the output."),
 )
 
 

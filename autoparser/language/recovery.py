@@ -182,7 +182,11 @@ class _Recovery:
             unopened = at < len(best.events)
             best.events = best.events[:at + 1] if unopened else best.events
         opened = best.call.started and not unopened
-        if self.finished and best.role == ir.ARGUMENTS and opened:
+        # a call the output ended inside (its end-of-turn text aside) is cut off; one that broke
+        # before the end, which recovery from a failed reading meets at the end, is not: the
+        # language is read again after it, as where the failure is met earlier
+        cut_at_end = self.buf[_reach(best, self.buf):].strip() in ("", *self.reader.end_of_turn)
+        if self.finished and best.role == ir.ARGUMENTS and opened and cut_at_end:
             self._cut_off(best)  # cut off inside arguments that had begun (else the call is text)
             self.fallback = True
             return

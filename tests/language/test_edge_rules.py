@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import analyses
 import pytest
-from analyses import DS_CALL, DS_EOS, DS_SECTION, DS_SEP, WEATHER_TOOLS, calls, parse
+from analyses import DS_CALL, DS_EOS, DS_SECTION, DS_SEP, WEATHER_TOOLS, calls, parse, without_generated_ids
 
+import autoparser
+from autoparser.language import policy
 from autoparser.language.reading import Parser
 
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "templates"
 V31_HEAD = DS_SECTION[0] + DS_CALL[0] + "get_weather" + DS_SEP
 
 
@@ -198,3 +202,30 @@ def test_a_long_argument_right_after_the_prompt_opened_reasoning_streams_as_the_
     assert _arguments(whole) == _arguments(streamed) == {"city": big}
     assert (streamed["reasoning_content"], streamed["content"]) == (whole["reasoning_content"], whole["content"])
     assert not streamed["content"]
+
+
+@pytest.mark.parametrize("past", [False, True], ids=["breaks-before-the-limit", "breaks-after-the-limit"])
+def test_readings_undecided_give_way_at_the_limit_in_characters_however_the_chunks_come(past: bool) -> None:
+    """A bare JSON call is read as a call and as text at once while its long argument streams; it
+    breaks after the argument. Where it breaks before `UNDECIDED_LIMIT` characters are held, the
+    text reading is left and the output is content; after, the readings gave way to the call at
+    that very character (policy rule `undecided-too-long`), which is kept incomplete. The limit
+    counts characters once, not events per reading per chunk: one character at a time, in
+    threes and whole give one message."""
+    analysis = autoparser.load(str(FIXTURES / "bare_json.jinja"))
+    parser = analysis.parser(tools=WEATHER_TOOLS)
+    head = analyses.render_output(analysis, None, "", [("get_weather", {"city": "x"})]).split('"x"')[0] + '"'
+    big = ("lorem ipsum dolor sit amet, " * 3000)[:policy.UNDECIDED_LIMIT - len(head) + (100 if past else -100)]
+    text = head + big + '" oops}}'
+    whole = without_generated_ids(parser.parse(text))
+    for size in (1, 3):
+        stream = parser.stream()
+        for at in range(0, len(text), size):
+            stream.feed(text[at:at + size])
+        stream.finish()
+        assert without_generated_ids(stream.message()) == whole, size
+    if past:
+        assert [c.get("incomplete") for c in whole["tool_calls"]] == [True]
+        assert _arguments(whole) == {"city": big} and whole["content"].strip() == "oops}}"
+    else:
+        assert (whole["tool_calls"], whole["content"]) == ([], text)

@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 import analyses
+import corpora
 import pytest
 from analyses import WEATHER_TOOLS, streamed_in_random_chunks, without_generated_ids
 
@@ -143,3 +144,53 @@ def test_a_broken_call_ends_reasoning_that_no_end_marker_closes(family: str) -> 
     closed = text + analysis.reasoning.end + "Answer."
     later = parser.parse(closed)
     assert (later["reasoning_content"], later["content"]) == (text[len(opener):].strip(), "Answer.")
+
+
+CORPUS_REASONING = ["Qwen-Qwen3-0.6B.jinja", "vllm__tool_chat_template_deepseekr1.jinja"]
+
+
+def _corpus_analysis(name: str) -> autoparser.Analysis:
+    path = next((p for p in corpora.all_templates() if p.name == name), None)
+    if path is None:
+        pytest.skip(f"{name} is not in the corpora")
+    return autoparser.load(str(path))
+
+
+def _filler(length: int) -> str:
+    return (" Then more words follow." * (length // 20 + 1))[:length]
+
+
+@pytest.mark.parametrize("after", ["", "end-marker", "call"], ids=["no-end-marker", "end-marker-later", "call-later"])
+@pytest.mark.parametrize("template", ["qwen3", "deepseek_r1", "gpt_oss", *CORPUS_REASONING])
+def test_a_broken_call_in_reasoning_gives_the_same_roles_however_long_the_text_after_it(template: str,
+                                                                                       after: str) -> None:
+    """Reasoning, a broken call, then text: 10 characters of it or more than the reader keeps
+    behind its readings (4,096) give the same roles, whole and streamed. With no end marker the
+    broken call ends the reasoning (policy rule `nothing-lost`) however long the text goes on, and
+    the language is read again after it, so a whole call later is a call; with the end marker
+    after it, all before the marker stays reasoning."""
+    analysis = analyses.FAMILIES[template]() if template in analyses.FAMILIES else _corpus_analysis(template)
+    opener = "" if analysis.reasoning.forced_open else analysis.reasoning.start
+    calls = analyses.render_output(analysis, None, calls=[("get_weather", {"city": "Oslo"})], stop=False)
+    parser = analysis.parser(tools=WEATHER_TOOLS, thinking=True)
+    if analyses.calls(parser.parse(opener + "Plan." + calls)) != [("get_weather", {"city": "Oslo"})]:
+        pytest.skip("a call written in reasoning without its end marker is no call in this format")
+    broken = re.sub(r"""["']?Oslo["']?""", "", calls, count=1)
+    shapes = []
+    for length in (10, 3 * 4096):
+        filler = _filler(length)
+        text = opener + "Plan." + broken + filler + {"": "", "end-marker": analysis.reasoning.end + "Answer.",
+                                                      "call": calls}[after]
+        message = without_generated_ids(parser.parse(text))
+        for seed in range(3):
+            assert without_generated_ids(streamed(parser, text, seed)) == message, (length, seed)
+        shape = {key: (message[key] or "").replace(filler, "<filler>") for key in ("reasoning_content", "content")}
+        shapes.append((shape, [call.get("incomplete") for call in message["tool_calls"]]))
+    assert shapes[0] == shapes[1]
+    shape = shapes[0][0]
+    if after == "end-marker":
+        assert shape["content"] == "Answer."
+    else:
+        assert shape["reasoning_content"] == "Plan." and shape["content"].endswith("<filler>")
+    if after == "call":
+        assert analyses.calls(message)[-1:] == [("get_weather", {"city": "Oslo"})]
