@@ -187,8 +187,8 @@ def test_the_grammar_accepts_both_argument_keys_the_parser_reads() -> None:
 
 def test_a_long_argument_right_after_the_prompt_opened_reasoning_streams_as_the_whole_reads_it() -> None:
     """R1: the output starts inside reasoning and opens the calls at once, with a 90 KB argument.
-    Readings that disagree for that long give way to the one with the call, streamed or whole
-    (policy rule `undecided-too-long`); the argument never ends up in the reasoning."""
+    The call is read as one, streamed or whole, however long its argument; the argument never
+    ends up in the reasoning."""
     r1 = analyses.deepseek_r1()
     big = ("lorem ipsum dolor sit amet, " * 4000)[:90000]
     text = analyses.render_output(r1, None, "", [("get_weather", {"city": big})]) + DS_EOS
