@@ -468,6 +468,7 @@ class LanguageStream(_Passes, _Recovery, _Stepping):
             head = t.head
             if (head.__class__ is not _Text or t.pos != end or t.events or t.role != role or t.value is not None
                     or t.own_id is not None or t.unchecked or t.call_at != -1 or t.section_open
+                    or t.first_unread is not None
                     or t.call.started and not t.call.confirmed):
                 return None
             if head.lead or head.soft or head.cdata or head.firsts or head.spaces or head.past > end:
