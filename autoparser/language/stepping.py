@@ -327,7 +327,7 @@ class _Stepping:
     def _json(self, t: _Thread, node: ir.Json) -> None:
         if t.member is not None:
             self._value(t, node)
-        t.head = _JsonValue(node)
+        t.head = _JsonValue(node, self.reader.value_markers)
 
     def _value(self, t: _Thread, node: Any) -> None:
         """A tagged argument's value starts: its text is kept for `_end_member`; a string value
