@@ -350,8 +350,10 @@ def test_two_arguments_cut_anywhere_lose_nothing(family: str, tools) -> None:
 ARRAY_CALLS = ('[{"name": "get_weather", "arguments": {"city": "NY"}}, '
                '{"name": "get_weather", "arguments": {"city": "Paris"}}] Bye')
 SECOND_CALL = ARRAY_CALLS.index(", {") + len(", ")
-# the templates of the shared corpus that write their calls as a bare JSON array
-BARE_ARRAY_TEMPLATES = ["vllm__tool_chat_template_xlam_llama.jinja", "vllm__tool_chat_template_xlam_qwen.jinja"]
+# the templates of the shared corpus that write their calls as a bare JSON array (cogito's with ids,
+# after the arguments: a whole call is held for its id until the next call's text)
+BARE_ARRAY_TEMPLATES = ["vllm__tool_chat_template_xlam_llama.jinja", "vllm__tool_chat_template_xlam_qwen.jinja",
+                        "hfjs-ollama-automap__cogito-3b.jinja"]
 
 
 def _array_parsers() -> list:
@@ -556,6 +558,39 @@ def test_an_array_call_broken_after_a_whole_one_is_content_wherever_the_chunks_e
     assert [json.loads(c["function"]["arguments"]) for c in message["tool_calls"]] == [{"city": "NY"}]
     for cut in range(len(text) + 1):
         assert without_generated_ids(analyses.streamed_in_two(parser, text, cut)) == message, cut
+
+
+@pytest.mark.parametrize("ids", [True, False], ids=["ids", "no-ids"])
+@pytest.mark.parametrize("broken", ['{"na:e": ', '{"nme": ', '{"x": ', '{"name": "get_weather", "argume}ts": '])
+def test_a_bare_array_call_with_ids_broken_after_a_whole_one_is_content(broken: str, ids: bool) -> None:
+    """cogito-3b writes a bare array of calls, each with its id after its arguments: a whole call,
+    then one broken in its header. The whole call is a call (with the id it was written with, or
+    one of its own) and the broken one, its separator included, is content, as for xLAM's arrays
+    without ids; a whole call waiting for an id that may still follow counted for no call, so the
+    reading of all of it as text won (read whole and streamed alike); streamed one character at a
+    time and split in two at every place as whole, and no prefix of it loses what it wrote (`unplaced`)."""
+    path = next(p for p in corpora.shared_templates() if p.name == "hfjs-ollama-automap__cogito-3b.jinja")
+    analysis = autoparser.load(str(path))
+    output = run_case(analysis, "two_calls", probe_messages()["two_calls"]).output
+    if not ids:
+        output = re.sub(r', "id": "[^"]*"', "", output)
+    second = output.index("}, {") + len("}, ")
+    text = "Hello" + output[:second] + output[second:].replace('{"name": ', broken, 1)
+    parser = analysis.parser(tools=PROBE_TOOLS)
+    message = _agrees_whole_and_streamed(parser, text)
+    [call] = message["tool_calls"]
+    assert call["function"]["name"] == "get_weather" and not call.get("incomplete"), message
+    assert (call["id"] == "call1abcd") is ids
+    assert message["content"] == "Hello, " + text[len("Hello") + second:], message
+
+    def parse(written: str) -> dict:
+        whole = parser.parse(written)
+        assert without_generated_ids(analyses.streamed_in_two(parser, written, len(written) // 2)) == \
+            without_generated_ids(whole), written
+        return whole
+
+    losses = losses_at_every_cut(text, parse, marker_patterns(analysis), analysis.tools.array)
+    assert not losses, losses[0]
 
 
 @pytest.mark.parametrize(("family", "tail", "content"), [
