@@ -51,7 +51,13 @@ from collections.abc import Callable
 from typing import Any
 
 from autoparser.language import ir
-from autoparser.language.jsonscan import cut_texts, is_string_text, string_texts, text_before_cut
+from autoparser.language.jsonscan import (
+    cut_texts,
+    is_string_text,
+    string_texts,
+    text_before_cut,
+    value_markers,
+)
 from autoparser.language.markers import MarkerSet
 from autoparser.language.message import Output, ToolCall, new_call_id
 from autoparser.language.passes import _Passes
@@ -123,6 +129,8 @@ class LanguageReader:
         self._plain: dict[tuple, Plain] = {}
         self.reasoning_end = language.reasoning_end
         self.section = language.value_section
+        # markers a JSON value may meet where it is unfinished: there the value breaks off
+        self.value_markers = value_markers(m for m in language.markers() if not is_weak(m))
 
     def stream(self, deltas: bool = True, call_id: Callable[[], str] = new_call_id) -> LanguageStream:
         return LanguageStream(self, deltas, call_id)
@@ -485,6 +493,7 @@ class LanguageStream(_Passes, _Recovery, _Stepping):
             head = t.head
             if (head.__class__ is not _Text or t.pos != end or t.events or t.role != role or t.value is not None
                     or t.own_id is not None or t.unchecked or t.call_at != -1 or t.section_open
+                    or t.first_unread is not None
                     or t.call.started and not t.call.confirmed):
                 return None
             if head.lead or head.soft or head.cdata or head.firsts or head.spaces or head.past > end:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 
 MORE = 0  # everything given was consumed or held back; the value is not finished
 DONE = 1  # the value ended at the returned position
@@ -88,10 +89,13 @@ class JsonScanner:
     drops the member whole (`held_raw()` gives its text back) instead of closing it with `null`.
     """
 
-    __slots__ = ("state", "stack", "nesting", "first", "started", "holding", "pending", "pending_raw")
+    __slots__ = ("state", "stack", "nesting", "first", "started", "holding", "pending", "pending_raw", "markers")
 
-    def __init__(self, first: str = "") -> None:
+    def __init__(self, first: str = "", markers: tuple[str, ...] = ()) -> None:
         self.state = _VALUE
+        # markers no JSON value begins with, though their first character may (`value_markers`):
+        # where one begins at the place of a value, the value breaks off there
+        self.markers = markers
         self.stack: list[str] = []
         # per level, a hash of the openers up to it: the nesting compares in constant time (`key`)
         self.nesting: list[int] = []
@@ -191,6 +195,10 @@ class JsonScanner:
             # a value starts here
             if self.first and not self.started and char != self.first:
                 return self._result(text, pos, ERROR, out, hold)
+            if self.markers and char in "{[":
+                marker = self._marker_at(text, pos, final)
+                if marker is not None:  # a marker (ERROR), or what may yet be one (held)
+                    return self._result(text, pos, ERROR if marker else MORE, out, hold)
             if char in '{["':
                 self._release(out, hold)
             self.started = True
@@ -225,6 +233,17 @@ class JsonScanner:
                     self._close_value()
                 pos += len(taken)
         return self._result(text, pos, DONE if self.state == _END else MORE, out, hold)
+
+    def _marker_at(self, text: str, pos: int, final: bool) -> bool | None:
+        """Whether one of the scanner's markers begins at `pos` (True), or the text ends inside
+        what may yet be one (False), or neither (None)."""
+        rest = len(text) - pos
+        for marker in self.markers:
+            if text.startswith(marker, pos):
+                return True
+            if not final and rest < len(marker) and marker.startswith(text[pos:]):
+                return False
+        return None
 
     def _hold(self, out: list[str], pos: int, hold: list[int]) -> None:
         """A member or element begins at text[pos]: hold it until its value starts."""
@@ -355,6 +374,16 @@ class JsonScanner:
         for opener in reversed(self.stack):
             parts.append("}" if opener == "{" else "]")
         return "".join(parts)
+
+
+def value_markers(markers: Iterable[str]) -> tuple[str, ...]:
+    """Of a language's markers, those that begin with a bracket but are no JSON: where one stands
+    at the place of a value, it is the marker, not a value (`[TOOL_CALLS]`, not an array)."""
+    found = set()
+    for marker in markers:
+        if marker[:1] in ("{", "[") and JsonScanner().scan(marker, 0)[1] == ERROR:
+            found.add(marker)
+    return tuple(sorted(found, key=len, reverse=True))
 
 
 def is_whole_json(text: str) -> bool:

@@ -11,7 +11,14 @@ from __future__ import annotations
 from bisect import bisect_right
 from typing import Any
 
-from autoparser.language.preference import _chosen, _content_only, _past_whole_call, _prefer, _unseen
+from autoparser.language.preference import (
+    _chosen,
+    _content_only,
+    _past_whole_call,
+    _prefer,
+    _unseen,
+    _whole_awaiting_id,
+)
 from autoparser.language.readings import OPENS, _same_stack, _Thread
 from autoparser.language.terminals import _Trailer
 
@@ -109,7 +116,7 @@ class _Passes:
         if not self.reader.bare_calls or dead is None or not _content_only(best) or not _past_whole_call(dead[0]):
             return False
         pending = dead[0].events[max(self.emitted - dead[1], 0):]  # a call that went out is the text reading's too
-        return any(e[0] == OPENS for e in pending)
+        return any(e[0] == OPENS for e in pending) or _whole_awaiting_id(dead[0])
 
     def _run_all(self, final: bool) -> list[_Thread]:
         """Every reading read on as far as the text goes; those still alive, in order."""

@@ -114,16 +114,27 @@ def _content_only(t: _Thread) -> bool:
     """Whether all the reading holds is content, and it is inside no call (reasoning is not
     dropped: a call inside it may turn out to be its text, once its end marker comes)."""
     return bool(t.events) and not t.calls_held and t.role != ir.REASONING and not _inside_call(t) and \
-        all(e[0] == ir.CONTENT for e in t.events)
+        not _whole_awaiting_id(t) and all(e[0] == ir.CONTENT for e in t.events)
 
 
 def _past_whole_call(t: _Thread) -> bool:
     """Whether a call among the reading's held events was read whole, with arguments in it (a
     bare name, read as a call with no arguments, may as well be the text it reads as)."""
+    if _whole_awaiting_id(t):
+        return True
     # the call it is inside is the one held, unless that one is over and the next one began
     next_begun = 0 <= t.call.args_from < t.call_from + t.offset[0]
     whole = t.calls_held > 1 or t.calls_held == 1 and not (t.call.started and _inside_call(t) and not next_begun)
     return whole and any(e[0] == ARGS and e[1].strip("{} \t\n") for e in t.events)
+
+
+def _whole_awaiting_id(t: _Thread) -> bool:
+    """Whether the reading's last call was read whole, with arguments in it, and has not begun
+    among its events only because an id may follow its arguments (it is held for that id; where
+    none comes, it begins as the call it is)."""
+    call = t.call
+    return call.done and call.awaits_id and not call.started and call.name is not None and \
+        "".join(call.pending).strip("{} \t\n") != ""
 
 
 def _closing_rank(t: _Thread, buf: str) -> tuple[int, bool, int]:

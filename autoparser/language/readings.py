@@ -170,7 +170,7 @@ class _Thread:
                  "skip", "own_id", "after_call", "section_calls", "calls_read",
                  "call_over", "streamed", "spool", "call_from", "section_at", "section_open", "first_in_section",
                  "offset", "call_at", "calls_held", "shared", "markup", "unchecked", "member_at", "value_end", "reasoned",
-                 "after_dead", "left")
+                 "after_dead", "left", "first_unread")
 
     def __init__(self, stack: Any, pos: int, offset: list[int]) -> None:
         self.stack = stack  # (node, rest) pairs, None at the bottom
@@ -215,6 +215,11 @@ class _Thread:
         # the text it stopped reading where another reading read on as text (a bracket where a
         # bare call may begin, a soft stop): that reading holds that very terminal while it reads on
         self.left: Any = None
+        # where it took an option at the end of the text, before the character there was known
+        # (`stepping._Stepping._fork_stacks`): that place (absolute), the characters the option can
+        # begin with, and the options taken there together: [how many are not checked yet, whether
+        # one began, what was left of the reading before them]
+        self.first_unread: tuple[int, frozenset[str], list[Any]] | None = None
 
     def fork(self, stack: Any) -> _Thread:
         twin = _Thread(stack, self.pos, self.offset)
@@ -248,6 +253,7 @@ class _Thread:
         twin.reasoned = self.reasoned
         twin.after_dead = self.after_dead
         twin.left = self.left
+        twin.first_unread = self.first_unread
         return twin
 
     def drop_events(self, count: int) -> None:

@@ -53,6 +53,21 @@ class _Stepping:
         """Read on with `t`: itself when it waits for text (or is complete), a list of readings
         when it forks, None when it fails."""
         buf = self.buf
+        unread = t.first_unread
+        if unread is not None and unread[0] - self.offset[0] < len(buf):
+            # an option taken before the character it begins with was there: as where that
+            # character was known at the fork, one it rules out was never taken, and where it
+            # rules out all taken there, the reading fails where it forked
+            t.first_unread = None
+            group = unread[2]
+            group[0] -= 1
+            if buf[unread[0] - self.offset[0]] in unread[1]:
+                group[1] = True
+            elif group[0] or group[1]:
+                return []
+            else:
+                t.stack, t.head = group[2], None
+                return None
         while True:
             head = t.head
             if head is not None:
@@ -230,7 +245,9 @@ class _Stepping:
         empty) that can start at the text here."""
         buf, pos = self.buf, t.pos
         char = buf[pos] if pos < len(buf) else ""
+        before = t.stack
         stacks = []
+        firsts = []
         for nodes, first, empty in options:
             if not empty and (char and first is not None and char not in first or not char and final):
                 continue
@@ -238,11 +255,14 @@ class _Stepping:
             for node in reversed(nodes):
                 stack = (node, stack)
             stacks.append(stack)
+            firsts.append(None if empty else first)
         if not stacks:
             return _NONE_FITS
         forks = [t.fork(stack) for stack in stacks[:-1]]
         t.stack = stacks[-1]  # `t` itself reads the last option
         forks.append(t)
+        if not char:
+            _check_firsts_later(t.first_unread, forks, firsts, pos + self.offset[0], before)
         return forks
 
     def _repeat(self, t: _Thread, node: ir.Repeat, least: int, most: int | None, final: bool) -> list[_Thread] | None:
@@ -307,7 +327,7 @@ class _Stepping:
     def _json(self, t: _Thread, node: ir.Json) -> None:
         if t.member is not None:
             self._value(t, node)
-        t.head = _JsonValue(node)
+        t.head = _JsonValue(node, self.reader.value_markers)
 
     def _value(self, t: _Thread, node: Any) -> None:
         """A tagged argument's value starts: its text is kept for `_end_member`; a string value
@@ -356,6 +376,26 @@ class _Stepping:
         else:
             t.arguments((", " if t.count else "") + member_json(key, raw, node, self.reader.section))
         t.count += 1
+
+
+def _check_firsts_later(unread: Any, forks: list[_Thread], firsts: list[Any], at: int, before: Any) -> None:
+    """Options taken at `at`, the end of the text, before the character there is known: each
+    (but one that may begin with any) is checked against it once it comes (`_run`), together
+    with the others taken there (with those of a fork there that this one is an option of)."""
+    if unread is not None and unread[0] == at:
+        group = unread[2]
+        group[0] -= 1  # the reading that forked goes on as its options
+    else:
+        unread, group = None, [0, False, before]
+    for fork, first in zip(forks, firsts, strict=True):
+        if unread is not None:
+            first = unread[1] if first is None else first & unread[1]
+        elif first is None:
+            group[1] = True  # an option that may begin with anything: the fork does not fail
+            fork.first_unread = None
+            continue
+        group[0] += 1
+        fork.first_unread = (at, first, group)
 
 
 def _string_value(token: str) -> str:

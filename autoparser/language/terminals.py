@@ -305,9 +305,9 @@ class _JsonValue:
 
     __slots__ = ("scanner", "node", "opened", "began")
 
-    def __init__(self, node: ir.Json) -> None:
+    def __init__(self, node: ir.Json, markers: tuple[str, ...] = ()) -> None:
         self.node = node
-        self.scanner = JsonScanner("{" if node.kind == "object" else "")
+        self.scanner = JsonScanner("{" if node.kind == "object" else "", markers)
         self.opened = False  # the arguments' `{` was read (confirming the call waits for what follows)
         self.began = False  # argument text went out (whitespace before the value never does)
 
@@ -317,7 +317,7 @@ class _JsonValue:
             first = self._first_char(buf, start)
             if first == '"':
                 t.call.mode = "string"  # arguments written as a JSON string holding them: kept whole
-                self.scanner = JsonScanner()
+                self.scanner = JsonScanner(markers=self.scanner.markers)
             elif first and first != "{":
                 return FAIL  # a call's arguments are an object
         pos, status, emitted = self.scanner.scan(buf, start, final)

@@ -11,9 +11,11 @@ import analyses
 import pytest
 from analyses import WEATHER_TOOLS, streamed_in_two, without_generated_ids
 from corpora import llamacpp_templates
+from unplaced import losses_at_every_cut, marker_patterns
 
 import autoparser
 from autoparser.language.reading import Parser
+from autoparser.roundtrip import probe_messages, run_case
 
 HEADER = '{"name": "get_weather", "parameters": '
 
@@ -270,3 +272,42 @@ def test_a_calls_opener_then_the_end_of_turn_streams_as_read_whole_wherever_the_
     whole = without_generated_ids(parser.parse(text))
     for cut in range(1, len(text)):
         assert without_generated_ids(streamed_in_two(parser, text, cut)) == whole, cut
+
+
+def _agrees_whole_and_streamed(parser: Parser, text: str) -> dict:
+    """The whole parse of `text`, checked equal to the stream fed one character at a time and to
+    the stream split in two at every place (ids the parser drew aside)."""
+    whole = without_generated_ids(parser.parse(text))
+    stream = parser.stream()
+    for char in text:
+        stream.feed(char)
+    stream.finish()
+    assert without_generated_ids(stream.message()) == whole, (text, stream.message(), whole)
+    for cut in range(len(text) + 1):
+        assert without_generated_ids(streamed_in_two(parser, text, cut)) == whole, (text, cut)
+    return whole
+
+
+@pytest.mark.parametrize("tools", [None, WEATHER_TOOLS], ids=["no-tools", "tools"])
+@pytest.mark.parametrize("tail", [">>>", ">>><|eot_id|>", ">>> <|eot_id|>", ">>>!<|eot_id|>", ">>>all"])
+def test_an_option_the_next_character_rules_out_is_not_read_where_a_chunk_ends(tail: str, tools) -> None:
+    """Functionary v3.2: a whole call, then `>>>` and no recipient after it. Where a chunk ended
+    at `>>>`, the stream took every option there (a call, or `all` for the answer) before the next
+    character was known; `all` then failed at `<` as the call did, and recovery went on from it (it
+    had closed the call before), where a whole parse, seeing `<`, never took `all`. An option taken
+    at the end of a chunk is checked against its first character once it comes, as a fork that
+    sees it is: stream and whole give one message, and nothing written is lost (`unplaced`)."""
+    path = next(p for p in llamacpp_templates() if p.name == "meetkai-functionary-medium-v3.2.jinja")
+    analysis = autoparser.load(str(path))
+    output = run_case(analysis, "one_call", probe_messages()["one_call"]).output
+    assert output.startswith("get_weather\n{")  # the template's own call, as the round trip writes it
+    parser = analysis.parser(tools=tools)
+    text = output + tail
+    whole = _agrees_whole_and_streamed(parser, text)
+    assert [c["function"]["name"] for c in whole["tool_calls"]] == ["get_weather"]
+
+    def parse(written: str) -> dict:
+        return _agrees_whole_and_streamed(parser, written)
+
+    losses = losses_at_every_cut(text, parse, marker_patterns(analysis))
+    assert not losses, losses[0]

@@ -24,8 +24,10 @@ import analyses
 import corpora
 import pytest
 from analyses import DS_BOS, DS_EOS, without_generated_ids
+from corpora import llamacpp_templates
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_hostile_outputs import _agrees_whole_and_streamed
 from test_runtime_properties import (
     FAMILIES,
     TOOLS,
@@ -348,8 +350,10 @@ def test_two_arguments_cut_anywhere_lose_nothing(family: str, tools) -> None:
 ARRAY_CALLS = ('[{"name": "get_weather", "arguments": {"city": "NY"}}, '
                '{"name": "get_weather", "arguments": {"city": "Paris"}}] Bye')
 SECOND_CALL = ARRAY_CALLS.index(", {") + len(", ")
-# the templates of the shared corpus that write their calls as a bare JSON array
-BARE_ARRAY_TEMPLATES = ["vllm__tool_chat_template_xlam_llama.jinja", "vllm__tool_chat_template_xlam_qwen.jinja"]
+# the templates of the shared corpus that write their calls as a bare JSON array (cogito's with ids,
+# after the arguments: a whole call is held for its id until the next call's text)
+BARE_ARRAY_TEMPLATES = ["vllm__tool_chat_template_xlam_llama.jinja", "vllm__tool_chat_template_xlam_qwen.jinja",
+                        "hfjs-ollama-automap__cogito-3b.jinja"]
 
 
 def _array_parsers() -> list:
@@ -556,6 +560,39 @@ def test_an_array_call_broken_after_a_whole_one_is_content_wherever_the_chunks_e
         assert without_generated_ids(analyses.streamed_in_two(parser, text, cut)) == message, cut
 
 
+@pytest.mark.parametrize("ids", [True, False], ids=["ids", "no-ids"])
+@pytest.mark.parametrize("broken", ['{"na:e": ', '{"nme": ', '{"x": ', '{"name": "get_weather", "argume}ts": '])
+def test_a_bare_array_call_with_ids_broken_after_a_whole_one_is_content(broken: str, ids: bool) -> None:
+    """cogito-3b writes a bare array of calls, each with its id after its arguments: a whole call,
+    then one broken in its header. The whole call is a call (with the id it was written with, or
+    one of its own) and the broken one, its separator included, is content, as for xLAM's arrays
+    without ids; a whole call waiting for an id that may still follow counted for no call, so the
+    reading of all of it as text won (read whole and streamed alike); streamed one character at a
+    time and split in two at every place as whole, and no prefix of it loses what it wrote (`unplaced`)."""
+    path = next(p for p in corpora.shared_templates() if p.name == "hfjs-ollama-automap__cogito-3b.jinja")
+    analysis = autoparser.load(str(path))
+    output = run_case(analysis, "two_calls", probe_messages()["two_calls"]).output
+    if not ids:
+        output = re.sub(r', "id": "[^"]*"', "", output)
+    second = output.index("}, {") + len("}, ")
+    text = "Hello" + output[:second] + output[second:].replace('{"name": ', broken, 1)
+    parser = analysis.parser(tools=PROBE_TOOLS)
+    message = _agrees_whole_and_streamed(parser, text)
+    [call] = message["tool_calls"]
+    assert call["function"]["name"] == "get_weather" and not call.get("incomplete"), message
+    assert (call["id"] == "call1abcd") is ids
+    assert message["content"] == "Hello, " + text[len("Hello") + second:], message
+
+    def parse(written: str) -> dict:
+        whole = parser.parse(written)
+        assert without_generated_ids(analyses.streamed_in_two(parser, written, len(written) // 2)) == \
+            without_generated_ids(whole), written
+        return whole
+
+    losses = losses_at_every_cut(text, parse, marker_patterns(analysis), analysis.tools.array)
+    assert not losses, losses[0]
+
+
 @pytest.mark.parametrize(("family", "tail", "content"), [
     # the next call's opener then its end marker: that call is no call, and both markers are text
     ("deepseek_v31", "<｜tool▁call▁begin｜><｜tool▁call▁end｜>", "Hi.<｜tool▁call▁begin｜><｜tool▁call▁end｜>"),
@@ -576,3 +613,47 @@ def test_text_after_a_whole_call_streams_as_read_whole_wherever_the_chunks_end(f
     assert message["content"] == content and len(message["tool_calls"]) == 1, message
     for cut in range(len(text) + 1):
         assert without_generated_ids(analyses.streamed_in_two(parser, text, cut)) == message, cut
+
+
+# -- a marker where a value begins ----------------------------------------------------------------
+
+def _mistral_array_outputs() -> list:
+    """(analysis, tools, its output of one call) for the fixture family and Mistral templates that
+    write calls as `[TOOL_CALLS][{...}]`, each with and without tools."""
+    found = [(analyses.mistral_array(), analyses.render_output(
+        analyses.mistral_array(), None, "", [("get_weather", {"location": "Paris, France", "days": 3})],
+        stop=False), "mistral_array")]
+    for path in [p for p in llamacpp_templates() if p.name == "mistralai-Mistral-Nemo-Instruct-2407.jinja"] + \
+            [p for p in corpora.shared_templates() if p.name == "vllm__tool_chat_template_mistral.jinja"]:
+        analysis = autoparser.load(str(path))
+        found.append((analysis, run_case(analysis, "one_call", probe_messages()["one_call"]).output, path.stem))
+    return [pytest.param(analysis, tools, output, id=f"{name}-{'tools' if tools else 'no-tools'}")
+            for analysis, output, name in found for tools in (PROBE_TOOLS, None)]
+
+
+@pytest.mark.parametrize(("value", "kept"), [("Paris", {}), ("3", {"location": "Paris, France"})],
+                         ids=["first-value", "second-value"])
+@pytest.mark.parametrize(("analysis", "tools", "output"), _mistral_array_outputs())
+def test_a_calls_marker_where_a_value_begins_breaks_the_call(analysis, tools, output: str, value: str,
+                                                            kept: dict) -> None:
+    """`[TOOL_CALLS][{"name": "get_weather", "arguments": {"location": [TOOL_CALLS]`: the marker that
+    opens the calls, where an argument's value begins, is that marker, not an array (its `[` was
+    the value and its name was lost). The value breaks off there, as at a marker no JSON value
+    begins with (`<tool_call>` in Hermes): the call keeps its complete values and is marked
+    incomplete, the member cut off and the marker are content; stream and whole agree at every
+    split, and nothing written is lost (`unplaced`)."""
+    opener = analysis.tools.section_start.strip()
+    assert output.startswith(opener)
+    at = output.index(value, output.index('"arguments"'))
+    text = output[:at - (output[at - 1] == '"')] + opener  # the value's quote too
+    parser = analysis.parser(tools=tools)
+    message = _agrees_whole_and_streamed(parser, text)
+    [call] = message["tool_calls"]
+    assert call["incomplete"] and json.loads(call["function"]["arguments"]) == kept, message
+    assert message["content"].endswith(": " + opener), message
+
+    def parse(written: str) -> dict:
+        return _agrees_whole_and_streamed(parser, written)
+
+    losses = losses_at_every_cut(text, parse, marker_patterns(analysis), analysis.tools.array)
+    assert not losses, losses[0]
