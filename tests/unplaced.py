@@ -101,9 +101,10 @@ CLOSERS = re.compile(r"[\"')\]}]+$")
 def _call_spelled(tools: Any, call: dict[str, Any]) -> str:
     """A returned call as its format writes it, markers left out: a JSON call or JSON arguments
     with their punctuation (a lone backslash the output holds, an escape cut in two or none, is
-    `\\\\` in JSON: counted once), tagged arguments as their keys and values (a string's own text,
-    without the quotes a template may put around it); an incomplete call without the closing
-    quotes and brackets it was given."""
+    `\\\\` in JSON: counted once; a line break or tab it holds raw is escaped there: not
+    counted), tagged arguments as their keys and values (a string's own text, without the quotes
+    a template may put around it); an incomplete call without the closing quotes and brackets it
+    was given."""
     name, arguments = call["function"]["name"], call["function"]["arguments"]
     # an id is the call's own text only where the format has a place for it (not a name's place)
     has_id = (tools.id_field if tools.format == "json" else tools.id_start or tools.id_end) and not tools.name_in_id
@@ -119,6 +120,7 @@ def _call_spelled(tools: Any, call: dict[str, Any]) -> str:
     if tools.args_as_string:
         arguments = json.dumps(arguments)
     arguments = arguments.replace("\\\\", "\\")
+    arguments = re.sub(r"\\[nrt]", " ", arguments)  # a control character the output may hold raw
     if incomplete:  # (where members follow them, an id; the call's own at its end below)
         arguments = CLOSERS.sub("", arguments)
     if tools.format == "tag_json":
