@@ -523,7 +523,7 @@ def test_shared_corpus_calls_cut_anywhere_lose_no_character_and_show_none_twice(
     """Each shared-corpus template's own output of calls, cut at every character: nothing written
     after the calls returned last changed is lost (markers aside; `unplaced`), no character
     written is shown twice (`shown_twice`), and the stream split in two equals the whole parse
-    (fed one character at a time too, at every seventh cut)."""
+    (fed one character at a time too, at every 17th cut)."""
     found = _round_trip_output(path)
     if found is None:
         pytest.skip("no tool call round-trips through this template")
@@ -531,7 +531,7 @@ def test_shared_corpus_calls_cut_anywhere_lose_no_character_and_show_none_twice(
     parser = analysis.parser(tools=PROBE_TOOLS, thinking=thinking)
 
     def parse(written: str) -> dict:
-        if len(written) % 7 == 0:
+        if len(written) % 17 == 0:
             message = analyses.parse(analysis, written, tools=PROBE_TOOLS, thinking=thinking)
         else:
             message = parser.parse(written)
@@ -540,6 +540,20 @@ def test_shared_corpus_calls_cut_anywhere_lose_no_character_and_show_none_twice(
         return message
 
     _nothing_lost_or_twice(analysis, output, parse)
+
+
+@pytest.mark.parametrize("tail", [",", ", ", ", 4"])
+@pytest.mark.parametrize("family", ["qwen3_coder", "glm45", "keyed_tags", "deepseek_v32"])
+def test_a_tagged_number_cut_after_a_comma_is_its_text(family: str, tail: str) -> None:
+    """A tagged value `3,` or `3, 4` has no brackets: it is its text, not an array (Python reads it
+    as a tuple, so the call held `[3]`, brackets the output never held); streamed as whole."""
+    analysis = getattr(analyses, family)()
+    whole = analyses.render_output(analysis, None, "", [("get_weather", {"days": 3})], stop=False)
+    written = whole[:whole.index("3") + 1] + tail
+    message = analyses.parse(analysis, written, tools=TOOLS)  # whole and one character at a time
+    [call] = message["tool_calls"]
+    assert json.loads(call["function"]["arguments"])["days"].strip() == "3" + tail.rstrip(), message
+    assert not shown_twice(written, message, analysis), message
 
 
 @pytest.mark.parametrize("tail", ["x", " x", "}", "</s>"])
