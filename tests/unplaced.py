@@ -7,6 +7,9 @@ message returns (names, arguments, whether each is complete) are the same from s
 and everything written after that prefix made no call, so all of it, markers aside, must be found
 in the reasoning and the content, in the order written. An output where no call is returned is
 the case where that prefix is empty: all of it is reasoning or content.
+
+Nothing is shown twice either (`shown_twice`): counted with each call as its format writes it,
+the message holds no character more often than the output.
 """
 
 from __future__ import annotations
@@ -138,8 +141,9 @@ def shown_twice(written: str, message: dict[str, Any], analysis: Any) -> Counter
     (`_call_spelled`, its markers left out, an incomplete call without the closing quotes and
     brackets it was given) counted together. Empty unless a character written is given to two
     parts of the message (a call and the content, the reasoning and the content, two calls) or
-    to one twice; a marker's characters count as the output's whether the message shows them
-    (a call that failed, a marker cut off) or not."""
+    to one twice, or the message holds one the output never held (a value's brackets); a
+    marker's characters count as the output's whether the message shows them (a call that
+    failed, a marker cut off) or not, so a marker shown twice goes unseen."""
     tools = analysis.tools.flat_view()
     parts = [message["reasoning_content"] or "", message["content"] or "",
              *(_call_spelled(tools, call) for call in message["tool_calls"])]
