@@ -7,11 +7,16 @@ message returns (names, arguments, whether each is complete) are the same from s
 and everything written after that prefix made no call, so all of it, markers aside, must be found
 in the reasoning and the content, in the order written. An output where no call is returned is
 the case where that prefix is empty: all of it is reasoning or content.
+
+Nothing is shown twice either (`shown_twice`): counted with each call as its format writes it,
+the message holds no character more often than the output.
 """
 
 from __future__ import annotations
 
+import json
 import re
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -89,3 +94,57 @@ def losses_at_every_cut(output: str, parse: Callable[[str], dict[str, Any]], pat
         if lost:
             losses.append((output[:end], lost, message))
     return losses
+
+
+# -- nothing shown twice ----------------------------------------------------------------------------
+
+CLOSERS = re.compile(r"[\"')\]}]+$")
+
+
+def _call_spelled(tools: Any, call: dict[str, Any]) -> str:
+    """A returned call as its format writes it, markers left out: a JSON call or JSON arguments
+    with their punctuation (a lone backslash the output holds, an escape cut in two or none, is
+    `\\\\` in JSON: counted once; a line break or tab it holds raw is escaped there: not
+    counted), tagged arguments as their keys and values (a string's own text, without the quotes
+    a template may put around it); an incomplete call without the closing quotes and brackets it
+    was given."""
+    name, arguments = call["function"]["name"], call["function"]["arguments"]
+    # an id is the call's own text only where the format has a place for it (not a name's place)
+    has_id = (tools.id_field if tools.format == "json" else tools.id_start or tools.id_end) and not tools.name_in_id
+    written_id = call["id"] if has_id and not GENERATED_ID.fullmatch(call["id"]) else ""
+    incomplete = bool(call.get("incomplete"))
+    if tools.format == "tag_tagged":
+        try:
+            values = json.loads(arguments).items()
+        except ValueError:
+            values = [("", arguments)]
+        pairs = [f"{key} {value if isinstance(value, str) else json.dumps(value)}" for key, value in values]
+        return " ".join([name, written_id, *pairs])
+    if tools.args_as_string:
+        arguments = json.dumps(arguments)
+    arguments = arguments.replace("\\\\", "\\")
+    arguments = re.sub(r"\\[nrt]", " ", arguments)  # a control character the output may hold raw
+    if incomplete:  # (where members follow them, an id; the call's own at its end below)
+        arguments = CLOSERS.sub("", arguments)
+    if tools.format == "tag_json":
+        return " ".join([name, written_id, arguments])
+    body = f'"{tools.name_field}": "{name}", "{tools.args_field}": {arguments}'
+    if written_id and tools.id_field:
+        body += f', "{tools.id_field}": "{written_id}"'
+    spelled = f'{{"{tools.function_field}": {{{body}}}}}' if tools.function_field else f"{{{body}}}"
+    return CLOSERS.sub("", spelled) if incomplete else spelled
+
+
+def shown_twice(written: str, message: dict[str, Any], analysis: Any) -> Counter:
+    """The characters the message holds more often than `written`, the output it was read from
+    (whitespace aside): the reasoning, the content and each call as its format writes it
+    (`_call_spelled`, its markers left out, an incomplete call without the closing quotes and
+    brackets it was given) counted together. Empty unless a character written is given to two
+    parts of the message (a call and the content, the reasoning and the content, two calls) or
+    to one twice, or the message holds one the output never held (a value's brackets); a
+    marker's characters count as the output's whether the message shows them (a call that
+    failed, a marker cut off) or not, so a marker shown twice goes unseen."""
+    tools = analysis.tools.flat_view()
+    parts = [message["reasoning_content"] or "", message["content"] or "",
+             *(_call_spelled(tools, call) for call in message["tool_calls"])]
+    return Counter("".join("".join(parts).split())) - Counter("".join(written.split()))

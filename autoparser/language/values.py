@@ -158,10 +158,22 @@ def _literal(text: str):
     """The value of a Python literal, each set a list of its items in the order written (a
     set's own order follows string hashing, which differs from run to run)."""
     tree = ast.parse(text, mode="eval")
+    if isinstance(tree.body, ast.Tuple) and not _bracketed(text):
+        # `3, 4` (or a value cut after `3,`) is a tuple to Python, but no value: it has no brackets
+        raise ValueError("a tuple without brackets")
     value = ast.literal_eval(tree)  # rejects what Python would, such as a list inside a set
     if any(isinstance(node, ast.Set) for node in ast.walk(tree)):
         value = ast.literal_eval(_SetsAsLists().visit(tree))
     return value
+
+
+def _bracketed(text: str) -> bool:
+    """Whether a tuple's text is one bracketed tuple: put in a list, it is the list's one element."""
+    try:
+        elements = ast.parse(f"[{text}\n]", mode="eval").body.elts  # (the line ends a comment)
+    except SyntaxError:
+        return False
+    return len(elements) == 1 and isinstance(elements[0], ast.Tuple)
 
 
 class _SetsAsLists(ast.NodeTransformer):

@@ -19,6 +19,8 @@ import json
 import os
 import re
 from collections import Counter
+from functools import cache
+from pathlib import Path
 
 import analyses
 import corpora
@@ -41,7 +43,7 @@ from test_runtime_properties import (
     calls,
     plain_text,
 )
-from unplaced import left_out, losses_at_every_cut, marker_patterns
+from unplaced import left_out, losses_at_every_cut, marker_patterns, shown_twice
 
 import autoparser
 from autoparser.language.reading import Parser
@@ -361,7 +363,8 @@ def _array_parsers() -> list:
     fixtures', and each bare-array corpus template's with and without tools."""
     parsers = [pytest.param((Parser(analyses.bare_json_array()), "Hello"), id="bare_json_array"),
                pytest.param((Parser(analyses.mistral_array()), "Hello[TOOL_CALLS]"), id="mistral_array")]
-    for path in corpora.shared_templates():
+    # (without the shared corpus, the fixtures' parsers: only the corpus's tests skip)
+    for path in corpora.shared_templates() if corpora.shared_corpus_dir() else []:
         if path.name in BARE_ARRAY_TEMPLATES:
             loaded = autoparser.load(str(path))
             parsers += [pytest.param((loaded.parser(tools=analyses.WEATHER_TOOLS), "Hello"), id=f"{path.stem}-tools"),
@@ -421,15 +424,34 @@ def _two_calls(analysis) -> str:
                                   stop=False)
 
 
+def _nothing_lost_or_twice(analysis, output: str, parse) -> None:
+    """At every cut of `output`, what `parse` gives for it loses nothing written after the calls
+    returned last changed (`losses_at_every_cut`) and shows no character written twice
+    (`shown_twice`)."""
+    twice = []
+
+    def checked(written: str) -> dict:
+        message = parse(written)
+        doubled = shown_twice(written, message, analysis)
+        if doubled:
+            twice.append((written, doubled, message))
+        return message
+
+    losses = losses_at_every_cut(output, checked, marker_patterns(analysis), analysis.tools.array)
+    assert not losses, losses[0]
+    assert not twice, twice[0]
+
+
 @pytest.mark.parametrize("tools", [TOOLS, None], ids=["named", "unnamed"])
 @pytest.mark.parametrize("family", sorted(name for name, make in analyses.FAMILIES.items() if make().tools.supported))
-def test_two_calls_cut_anywhere_lose_no_character(family: str, tools) -> None:
+def test_two_calls_cut_anywhere_lose_no_character_and_show_none_twice(family: str, tools) -> None:
     """Cut at every character, every non-whitespace character written after the calls returned
     last changed (markers aside) is in the reasoning or the content, in order: brackets, quotes
-    and separators of a call cut off before it could be returned included (`unplaced`); streamed
+    and separators of a call cut off before it could be returned included (`unplaced`); and no
+    character written is given to two parts of the message (`shown_twice`: cut right after a
+    Hermes call's `}}`, its object's `}` was a complete call's and the content's too); streamed
     one character at a time, and in two, as whole."""
     analysis = analyses.FAMILIES[family]()
-    text = _two_calls(analysis)
     parser = Parser(analysis, tools=tools)
 
     def parse(written: str) -> dict:
@@ -439,39 +461,7 @@ def test_two_calls_cut_anywhere_lose_no_character(family: str, tools) -> None:
                 without_generated_ids(message), (written, split)
         return message
 
-    losses = losses_at_every_cut(text, parse, marker_patterns(analysis), analysis.tools.array)
-    assert not losses, losses[0]
-
-
-def _hermes_spelling(message: dict) -> str:
-    """The message's non-whitespace characters as a Hermes output holds them: reasoning, content,
-    and each call's object around its name and arguments."""
-    calls = [f'{{"name": "{c["function"]["name"]}", "arguments": {c["function"]["arguments"]}}}'
-             for c in message["tool_calls"]]
-    return "".join(" ".join([message["reasoning_content"] or "", message["content"] or "", *calls]).split())
-
-
-@pytest.mark.parametrize("tools", [TOOLS, None], ids=["named", "unnamed"])
-@pytest.mark.parametrize("family", ["hermes", "qwen3"])
-def test_hermes_calls_cut_anywhere_give_no_character_twice(family: str, tools) -> None:
-    """Cut at every character, no character written is both a call's and the content's: each
-    character of the message (a call counted as the object it was written as) is one the output
-    holds; only the quotes and brackets that close an incomplete call may be added. Cut right after a call's `}}`, its object's `}` was a complete call's and the
-    content's too. Streamed one character at a time, and in two, as whole."""
-    analysis = getattr(analyses, family)()
-    text = _two_calls(analysis)
-    parser = Parser(analysis, tools=tools)
-    for cut in range(len(text) + 1):
-        written = text[:cut]
-        message = analyses.parse(analysis, written, tools=tools)  # whole and one character at a time
-        for split in (cut // 3, max(cut - 1, 0)):
-            assert without_generated_ids(analyses.streamed_in_two(parser, written, split)) == \
-                without_generated_ids(message), (written, split)
-        doubled = Counter(_hermes_spelling(message)) - Counter("".join(written.split()))
-        if message["tool_calls"] and message["tool_calls"][-1].get("incomplete"):
-            for closer in "\"}]":
-                doubled.pop(closer, None)
-        assert not doubled, (text[:cut], message, doubled)
+    _nothing_lost_or_twice(analysis, _two_calls(analysis), parse)
 
 
 @pytest.mark.parametrize("tail", [', "id"', ', "id":', ', "id": ', ', "id": "'])
@@ -491,7 +481,11 @@ def test_an_id_member_cut_before_its_value_is_content(tail: str) -> None:
             without_generated_ids(message), cut
 
 
-def _corpus_output(path) -> tuple[autoparser.Analysis, str, bool | None] | None:
+FIXTURE_TEMPLATES = sorted((Path(__file__).resolve().parents[2] / "fixtures" / "templates").glob("*.jinja"))
+
+
+@cache
+def _round_trip_output(path: Path) -> tuple[autoparser.Analysis, str, bool | None] | None:
     """The template's analysis, its round-trip output of two calls (one where it writes no
     second), and the thinking flag it was parsed with; None where neither round-trips."""
     try:
@@ -507,26 +501,63 @@ def _corpus_output(path) -> tuple[autoparser.Analysis, str, bool | None] | None:
     return None
 
 
-@pytest.mark.parametrize("path", corpora.shared_template_params())
-def test_shared_corpus_calls_cut_anywhere_lose_no_character(path) -> None:
-    """Each shared-corpus template's own output of calls, cut at every character: nothing written
-    after the calls returned last changed is lost (markers aside; `unplaced`), and the stream
-    split in two equals the whole parse."""
-    found = _corpus_output(path)
+@pytest.mark.parametrize("path", FIXTURE_TEMPLATES, ids=lambda path: path.stem)
+def test_fixture_calls_cut_anywhere_lose_no_character_and_show_none_twice(path: Path) -> None:
+    """Each fixture family's own output of calls, cut at every character: nothing written after
+    the calls returned last changed is lost (markers aside; `unplaced`), no character written is
+    shown twice (`shown_twice`), and the stream, one character at a time and in two, equals the
+    whole parse."""
+    found = _round_trip_output(path)
     if found is None:
         pytest.skip("no tool call round-trips through this template")
     analysis, output, thinking = found
     parser = analysis.parser(tools=PROBE_TOOLS, thinking=thinking)
 
     def parse(written: str) -> dict:
-        message = parser.parse(written)
-        split = len(written) // 2
-        assert without_generated_ids(analyses.streamed_in_two(parser, written, split)) == \
-            without_generated_ids(message), (written, split)
+        message = analyses.parse(analysis, written, tools=PROBE_TOOLS, thinking=thinking)  # and char by char
+        assert without_generated_ids(analyses.streamed_in_two(parser, written, len(written) // 2)) == \
+            without_generated_ids(message), written
         return message
 
-    losses = losses_at_every_cut(output, parse, marker_patterns(analysis), analysis.tools.array)
-    assert not losses, losses[0]
+    _nothing_lost_or_twice(analysis, output, parse)
+
+
+@pytest.mark.parametrize("path", corpora.shared_template_params())
+def test_shared_corpus_calls_cut_anywhere_lose_no_character_and_show_none_twice(path) -> None:
+    """Each shared-corpus template's own output of calls, cut at every character: nothing written
+    after the calls returned last changed is lost (markers aside; `unplaced`), no character
+    written is shown twice (`shown_twice`), and the stream split in two equals the whole parse
+    (fed one character at a time too, at every 17th cut)."""
+    found = _round_trip_output(path)
+    if found is None:
+        pytest.skip("no tool call round-trips through this template")
+    analysis, output, thinking = found
+    parser = analysis.parser(tools=PROBE_TOOLS, thinking=thinking)
+
+    def parse(written: str) -> dict:
+        if len(written) % 17 == 0:
+            message = analyses.parse(analysis, written, tools=PROBE_TOOLS, thinking=thinking)
+        else:
+            message = parser.parse(written)
+        assert without_generated_ids(analyses.streamed_in_two(parser, written, len(written) // 2)) == \
+            without_generated_ids(message), written
+        return message
+
+    _nothing_lost_or_twice(analysis, output, parse)
+
+
+@pytest.mark.parametrize("tail", [",", ", ", ", 4"])
+@pytest.mark.parametrize("family", ["qwen3_coder", "glm45", "keyed_tags", "deepseek_v32"])
+def test_a_tagged_number_cut_after_a_comma_is_its_text(family: str, tail: str) -> None:
+    """A tagged value `3,` or `3, 4` has no brackets: it is its text, not an array (Python reads it
+    as a tuple, so the call held `[3]`, brackets the output never held); streamed as whole."""
+    analysis = getattr(analyses, family)()
+    whole = analyses.render_output(analysis, None, "", [("get_weather", {"days": 3})], stop=False)
+    written = whole[:whole.index("3") + 1] + tail
+    message = analyses.parse(analysis, written, tools=TOOLS)  # whole and one character at a time
+    [call] = message["tool_calls"]
+    assert json.loads(call["function"]["arguments"])["days"].strip() == "3" + tail.rstrip(), message
+    assert not shown_twice(written, message, analysis), message
 
 
 @pytest.mark.parametrize("tail", ["x", " x", "}", "</s>"])

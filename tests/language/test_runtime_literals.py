@@ -24,7 +24,7 @@ LFM = ("<|tool_call_start|>[", "]<|tool_call_end|>")
 
 @pytest.mark.parametrize(("text", "value"), [
     ("3", 3), ("-2.5", -2.5), ("True", True), ("None", None), ("'it\\'s'", "it's"),
-    ("[1, 'a', None]", [1, "a", None]), ("(1, 2)", [1, 2]), ("{'a': {'b': False}}", {"a": {"b": False}}),
+    ("[1, 'a', None]", [1, "a", None]), ("(1, 2)", [1, 2]), ("(3,)", [3]), ("()", []), ("{'a': {'b': False}}", {"a": {"b": False}}),
     ('{"a": true, "b": null}', {"a": True, "b": None}), ("{'a': true}", {"a": True}), ("{1: 2}", {"1": 2}),
     ('"\\ud83d\\ude00"', "😀"), ("{'urgent', 'bug', 'a'}", ["urgent", "bug", "a"]),
     ("{'k': ({'z', 'y'},)}", {"k": [["z", "y"]]}),
@@ -33,7 +33,9 @@ def test_literals_become_json(text: str, value: Any) -> None:
     assert literal_to_json(text) == value
 
 
-@pytest.mark.parametrize("text", ["abc", "0x1F", "1e999", "f(1)", "__import__('os')", "1 +", "", "{1, [2]}"])
+@pytest.mark.parametrize("text", ["abc", "0x1F", "1e999", "f(1)", "__import__('os')", "1 +", "", "{1, [2]}",
+                                  # tuples without brackets: no value a template writes
+                                  "3,", "3, 4", "(1), (2)", "'a', 'b'"])
 def test_what_is_no_literal(text: str) -> None:
     with pytest.raises(NotALiteral):
         literal_to_json(text)
