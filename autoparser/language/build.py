@@ -61,7 +61,8 @@ class ReasoningCut:
     `start_state`: where the output starts (`request.OPEN`, `FREE`, `IMPLIED`; `CLOSED`: no
     reasoning is read). `interrupts`: what ends reasoning that no end marker closed; they begin
     the answer. `implied`: text the output did not open as reasoning is reasoning when an end
-    marker follows it, unless one of `answer_openers` comes first."""
+    marker follows it, unless one of `answer_openers` comes first. `start_alone`: the start
+    marker's tag, which opens reasoning by itself too (the marker's word left out; "": none)."""
 
     start_state: str
     start: str = ""
@@ -69,6 +70,7 @@ class ReasoningCut:
     interrupts: tuple[str, ...] = ()
     implied: bool = False
     answer_openers: tuple[str, ...] = ()
+    start_alone: str = ""
 
 
 def reasoning_cut(analysis: AnalysisData, request: Request) -> ReasoningCut:
@@ -85,7 +87,7 @@ def reasoning_cut(analysis: AnalysisData, request: Request) -> ReasoningCut:
         return ReasoningCut(CLOSED)
     implied = reading.implies_reasoning()
     openers = tuple(reading.call_openers()) if implied else ()
-    return ReasoningCut(reading.start, start, end, reading.interrupts(), implied, openers)
+    return ReasoningCut(reading.start, start, end, reading.interrupts(), implied, openers, reading.bare_opener)
 
 
 __all__ = ["ReasoningCut", "Request", "build_language", "chosen_tools", "is_plain_string", "object_shape",

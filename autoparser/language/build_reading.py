@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import asdict, is_dataclass, replace
+from functools import cached_property
 from typing import Any
 
 from autoparser.analysis_data import AnalysisData
@@ -138,7 +139,7 @@ class _Reading(_Messages, _Builder):
         if self.in_messages() and self.header_leads():
             return self.language(self.messages())
         # a reasoning marker first opens reasoning, or is an empty reasoning block: not text
-        lead = (self.r.start, self.r.end) if self.reads_reasoning() else ()
+        lead = (self.r.start, self.r.end, self.bare_opener) if self.reads_reasoning() else ()
         # where reasoning is implied, the first end marker ends it: the answer before one holds none;
         # where the output began as the answer, its first end marker is markup (`stray`)
         implied = (self.r.end.strip(),) if self.implies_reasoning() or self.stray_end() else ()
@@ -542,12 +543,14 @@ class _Reading(_Messages, _Builder):
             # the prompt opened reasoning: a start marker the model writes again first is markup,
             # and one more after it is the reasoning's text
             repeated = self.reasoning_to_answer(answer, section, end, repeated=True, written=True)
-            return choice(seq(self.gap(), self.marker(start), choice(*repeated)), choice(*inside))
+            return choice(seq(self.gap(), self.marker(start), choice(*repeated)),
+                          *self.bare_opened(answer, section, end, repeated=True), choice(*inside))
         ends_answer = stray is not None and self.stray_end()
         options = [unended if unended is not None and (self.implies_reasoning() or ends_answer) else body,
                    seq(self.gap(), self.marker(end), body)]
         if start:
             options.append(seq(self.gap(), self.opener_again(start), self.marker(start), choice(*inside)))
+            options += self.bare_opened(answer, section, end, repeated=False)
         if self.implies_reasoning():
             # reasoning the output did not open ends at its end marker only: call markup before
             # one makes it the answer
@@ -566,29 +569,59 @@ class _Reading(_Messages, _Builder):
             return EMPTY
         return optional(Rule("opener-again", self.marker(tag.group()), kind=MARKUP))
 
+    def bare_opened(self, body: Node, section: Node | None, end: str, repeated: bool) -> list[Node]:
+        """Reasoning opened by the start marker's tag alone, its word left out (`bare_opener`):
+        as after the whole marker, except that the reasoning does not begin with the word (there
+        the whole marker was written: one reading, so nothing is held for the other). `repeated`:
+        the prompt opened reasoning already and the model writes the tag again (markup)."""
+        bare = self.bare_opener
+        if not bare:
+            return []
+        word = self.r.start.strip()[len(bare):].strip()
+        inside = self.reasoning_to_answer(body, section, end, repeated=repeated, written=True, word=word)
+        return [seq(self.gap(), Rule("bare-opener", self.marker(bare)), choice(*inside))]
+
+    @cached_property
+    def bare_opener(self) -> str:
+        """Where the reasoning's start marker is a token-like tag and one word (`<|channel>thought`)
+        and no other marker of the reply, nor the generation prompt, writes that tag (no other word
+        after it names another part: an answer's or a call's channel), the tag alone: a model may
+        leave the word (and the line break after it) out ("" otherwise)."""
+        start = self.r.start.strip()
+        tag = _FIRST_TAG.match(start)
+        if tag is None or not _CHANNEL_WORD.fullmatch(start[tag.end():]):
+            return ""
+        others = [*_strings(self.a.content), *_strings(self.a.tools.to_dict()), *_strings(self.a.messages),
+                  *self.a.stop, self.r.end, self.a.generation_prompt.replace(start, "")]
+        return "" if any(tag.group() in other for other in others) else tag.group()
+
     def reasoning_to_answer(self, body: Node, section: Node | None, end: str, repeated: bool = False,
-                            written: bool = False) -> list[Node]:
+                            written: bool = False, word: str = "") -> list[Node]:
         """Reasoning, then what ends it: its end marker and `body`; an interrupt and the answer;
         the end of the output; a call whose section opener was left out. `repeated`: the reasoning
         follows a start marker the model wrote again after the prompt's (one more is its text);
-        `written`: the model wrote a start marker before it."""
+        `written`: the model wrote a start marker before it; `word`: what the reasoning does not
+        begin with (the start marker's word, after its tag alone)."""
         interrupts = self.interrupts()
         # output that opens the calls at once, reasoning unwritten, holds no reasoning even where
         # an end marker comes later: the calls are the answer (so a call in it that breaks is no
         # reasoning); after a start marker the model wrote, the calls' opener is its text
         opener = self.calls_opener() if not written and section is not None and self.calls_opener() in interrupts else ""
-        closed = self.reasoning_text(repeated=repeated, not_first=(opener,) if opener else ())
+        unworded = (word,) if word else ()
+        closed = self.reasoning_text(repeated=repeated, not_first=tuple(m for m in (opener, word) if m))
         inside = [seq(closed, self.marker(end), body)]
         if self.forced:
-            inside += self.answer_ends_reasoning(body, repeated)
+            inside += self.answer_ends_reasoning(body, repeated, word)
         if interrupts:
-            inside.append(seq(self.reasoning_text(*interrupts, repeated=repeated), self.after_interrupt(section, end)))
+            inside.append(seq(self.reasoning_text(*interrupts, repeated=repeated, not_first=unworded),
+                              self.after_interrupt(section, end)))
         else:
-            inside.append(self.reasoning_text(repeated=repeated))
+            inside.append(self.reasoning_text(repeated=repeated, not_first=unworded))
         unopened = self.call_opener_alone()
         if unopened and section is not None and not self.in_messages():
             # a call whose section opener was left out ends the reasoning only where a call follows
-            inside.append(seq(self.reasoning_text(*interrupts, unopened, repeated=repeated),
+            inside.append(seq(self.reasoning_text(*interrupts, unopened, repeated=repeated,
+                                                  not_first=unworded),
                               self.calls_then_text(section, end)))
         return inside
 
@@ -619,13 +652,15 @@ class _Reading(_Messages, _Builder):
                                self.calls_then_text(section, end) if section is not None else EMPTY))
         return choice(*options)
 
-    def answer_ends_reasoning(self, body: Node, repeated: bool = False) -> list[Node]:
+    def answer_ends_reasoning(self, body: Node, repeated: bool = False, word: str = "") -> list[Node]:
         """Where the prompt opened reasoning, an answer opened by its own start marker ends that
-        reasoning (the reasoning's own end marker, if it follows after all, wins: first option)."""
+        reasoning (the reasoning's own end marker, if it follows after all, wins: first option);
+        `word`: what that reasoning does not begin with."""
         opener, end = self.c.start.strip(), self.r.end.strip()
         if not opener or opener == end:
             return []
-        return [seq(self.reasoning_text(opener, repeated=repeated), self.marker(opener), body)]
+        return [seq(self.reasoning_text(opener, repeated=repeated, not_first=(word,) if word else ()),
+                    self.marker(opener), body)]
 
     def message_markers(self) -> tuple[str, Node, str]:
         """In a reply written as messages, what the parser drops from the text: the separator
@@ -666,7 +701,7 @@ class _Reading(_Messages, _Builder):
         start marker the model repeats first is markup, unless it already did (`repeated`);
         `not_first`: markers it does not begin with either."""
         stops = (self.r.end.strip(), *self.stop, *also_stop)
-        first = (self.r.start,) if self.forced and not repeated else ()
+        first = tuple(m for m in (self.r.start, self.bare_opener) if m) if self.forced and not repeated else ()
         return Capture(REASONING, Text(stops, hint="reasoning", not_first=(*first, *not_first)))
 
     def text(self, *also_stop: str, calls: bool = True, not_first: tuple[str, ...] = ()) -> Node:
@@ -772,5 +807,19 @@ class _Reading(_Messages, _Builder):
         return "[" if t.array else "{"
 
 
+_CHANNEL_WORD = re.compile(r"\s*[A-Za-z][\w-]*")  # the one word after a tag that names a channel
 _FIRST_TAG = re.compile(r"<[^<>\s]+>|\[[^\[\]\s]+\]")  # a marker's first part, written as a token is
 _LAST_TAG = re.compile(r"(?:<[^<>\s]+>|\[[^\[\]\s]+\])\Z")  # a header's last marker, written as a token is
+
+
+def _strings(part: Any) -> list[str]:
+    """Every string in an analysis part (a dataclass, dict or list, nested)."""
+    if isinstance(part, str):
+        return [part]
+    if is_dataclass(part) and not isinstance(part, type):
+        part = asdict(part)
+    if isinstance(part, Mapping):
+        return [s for value in part.values() for s in _strings(value)]
+    if isinstance(part, list | tuple):
+        return [s for value in part for s in _strings(value)]
+    return []

@@ -59,6 +59,7 @@ class ReasoningIds:
 
         self.start_state = cut.start_state
         self.start = ids(cut.start)
+        self.start_alone = ids(cut.start_alone)  # the start marker's tag, opening reasoning by itself too
         self.end = ids(cut.end)
         self.interrupts = tuple(p for p in (ids(m) for m in cut.interrupts) if p)
         self.whitespace = frozenset(i for text in _WHITESPACE_TEXTS for i in ids(text))
@@ -137,10 +138,12 @@ class ReasoningIds:
         return min(ends)[1] if ends else None
 
     def _opened(self, output_ids: Sequence[int]) -> int | None:
-        """After the opener the output begins with (whitespace before it allowed), or None."""
+        """After the opener the output begins with (whitespace before it allowed): the start
+        marker, else its tag alone; or None."""
         begin = self._first_word(output_ids)
-        if tuple(output_ids[begin:begin + len(self.start)]) == self.start:
-            return begin + len(self.start)
+        for opener in (self.start, self.start_alone):
+            if opener and tuple(output_ids[begin:begin + len(opener)]) == opener:
+                return begin + len(opener)
         return None
 
     def _implied(self, output_ids: Sequence[int]) -> tuple[int, int] | None:

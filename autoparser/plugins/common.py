@@ -322,6 +322,7 @@ class ReasoningSplit:
         self.stream_reasoning = stream_reasoning
         self._unsent = ""
         self.start, self.end = cut.start, cut.end
+        self.start_alone = cut.start_alone  # the start marker's tag, opening reasoning by itself too
         self.interrupts = [m for m in cut.interrupts if m]
         self.implied = bool(cut.implied) and cut.start_state != OPEN
         self.answer_openers = [m for m in cut.answer_openers if m]
@@ -376,8 +377,9 @@ class ReasoningSplit:
             if self.state == self.OPENING:
                 return self._opened(held, stripped)
             self._fresh = False
-            if stripped.startswith(self.start):
-                held = stripped[len(self.start):]
+            opener = self._opener(stripped)
+            if opener:
+                held = stripped[len(opener):]
         return self._inside(held)
 
     def _openings(self) -> list[str]:
@@ -386,10 +388,15 @@ class ReasoningSplit:
             return [self.start]
         return [m for m in (self.start, self.end) if m]
 
+    def _opener(self, stripped: str) -> str:
+        """The start marker the output begins with: whole, else its tag alone ("": neither)."""
+        return next((m for m in (self.start, self.start_alone) if m and stripped.startswith(m)), "")
+
     def _opened(self, held: str, stripped: str) -> tuple[str, str]:
-        if self.start and stripped.startswith(self.start):
+        opener = self._opener(stripped)
+        if opener:
             self.state = self.INSIDE
-            return self._inside(stripped[len(self.start):])
+            return self._inside(stripped[len(opener):])
         if stripped.startswith(self.end):  # an empty reasoning block
             self.state = self.DONE
             return "", stripped[len(self.end):]
@@ -447,6 +454,9 @@ class ReasoningSplit:
 
     def finish(self) -> tuple[str, str]:
         held, self._held = self._held, ""
+        opener = self._opener(held.lstrip()) if self.state == self.OPENING or self._fresh else ""
+        if opener:  # the output ended on the start marker's tag alone (held: the word might follow)
+            held, self.state = held.lstrip()[len(opener):], self.INSIDE
         if self.state == self.IMPLIED:
             held, self._implied_parts = "".join(self._implied_parts), []
         state, self.state = self.state, self.DONE

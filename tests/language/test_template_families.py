@@ -15,6 +15,7 @@ import pytest
 from analyses import without_generated_ids
 
 import autoparser
+from autoparser.generators.lark import parse_with_lark
 from autoparser.language import policy
 from autoparser.language.values import nested_to_json
 from autoparser.roundtrip import TOOLS, probe_messages, run_case
@@ -27,7 +28,7 @@ FAMILIES = ("catalog_inputs.jinja", "typed_params.jinja", "named_closing.jinja",
             "tab_labels.jinja", "channel_switch.jinja", "line_after_name.jinja",
             "elided_answer.jinja", "xml_children.jinja", "edn_calls.jinja", "indented_block.jinja",
             "instructed_calls.jinja", "id_for_name.jinja", "retrieval_calls.jinja",
-            "first_part_content.jinja", "tail_switch.jinja")
+            "first_part_content.jinja", "tail_switch.jinja", "worded_channel.jinja")
 # the conversation does not start with the prompt (a block follows the last reply): no probe round trip
 NO_ROUND_TRIP = {"trailing_instructions.jinja"}
 # the model reasons first, unmarked, and the history keeps only the answer: no answer-only round trip
@@ -325,6 +326,66 @@ def test_each_state_of_the_switch_reads_its_own_prompt(thinking: bool | None, te
     message = parser.parse(text)
     assert (message["reasoning_content"], message["content"]) == expected
     assert _streamed(parser, list(text)) == without_generated_ids(message)
+
+
+# -- a channel opened by a tag and one word, the word left out ------------------------------------------
+
+def test_a_channel_opened_by_a_tag_and_a_word_is_found() -> None:
+    r = analyze_family("worded_channel.jinja").reasoning
+    assert (r.start, r.end, r.toggle, r.closed_when_off, r.forced_open) == (
+        "<|aside>mull", "<aside|>", "ponder", True, False)
+
+
+CALL = '<|act>{"name": "get_weather", "arguments": {"location": "Oslo"}}<act|>'
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("<|aside>mull\nplan<aside|>Done.", ("plan", "Done.")),  # the word the template writes
+    ("<|aside>plan<aside|>Done.", ("plan", "Done.")),  # the word and its line break left out
+    ("<|aside>muddled plan<aside|>Done.", ("muddled plan", "Done.")),  # begins like the word, then parts
+    ("<|aside>mull\n<aside|>Done.", (None, "Done.")),  # empty, worded
+    ("<|aside><aside|>Done.", (None, "Done.")),  # empty, the word left out
+    ("<|aside>plan, unfinished", ("plan, unfinished", None)),
+    ("<|aside>plan<aside|>" + CALL, ("plan", None)),
+    ("Done.", (None, "Done.")),
+])
+@pytest.mark.parametrize("opened", [False, True], ids=["model-opens", "prompt-opened"])
+def test_the_channel_word_may_be_left_out(opened: bool, text: str, expected: tuple) -> None:
+    """The template writes its reasoning channel as `<|aside>mull` and a line break, and writes that
+    tag nowhere else: a model that writes the tag alone opens the same channel, streamed or whole,
+    and the word it does write is never reasoning, nor held as such. Where the prompt opened the
+    channel, the tag written again first is markup, with its word or without."""
+    analysis = analyze_family("worded_channel.jinja")
+    prompt = analysis.render([{"role": "user", "content": "hi"}], add_generation_prompt=True)
+    if opened:
+        prompt += "<|aside>mull\n"
+        expected = ("Done.", None) if text == "Done." else expected  # the prompt's channel holds it
+    parser = analysis.parser(tools=TOOLS, prompt=prompt)
+    message = parser.parse(text)
+    assert (message["reasoning_content"], message["content"]) == expected
+    assert _calls(message) == ([("get_weather", '{"location": "Oslo"}')] if CALL in text else [])
+    for size in (1, 2, 5):
+        assert _streamed(parser, [text[i:i + size] for i in range(0, len(text), size)]) == \
+            without_generated_ids(message), f"{size}-character chunks"
+    if not opened:  # the Lark grammar reads what the parser reads (it knows no prompt: the model opens)
+        lark = parse_with_lark(analysis, text, tools=TOOLS)
+        assert (lark["reasoning_content"], lark["content"]) == expected
+
+
+def test_the_written_word_is_held_only_until_it_is_whole() -> None:
+    """After the tag, text that may still be the word is held; once the word is whole (it is
+    markup) or has parted from it (it is reasoning), the reasoning streams as it comes."""
+    parser = analyze_family("worded_channel.jinja").parser(tools=TOOLS)
+    for body, skipped in (("mull\nplan it", len("mull\n")), ("muddled plan", 0)):
+        stream = parser.stream()
+        sent = "".join(d.get("reasoning_content") or "" for d in stream.feed("<|aside>"))
+        for at in range(len(body)):
+            sent += "".join(d.get("reasoning_content") or "" for d in stream.feed(body[at]))
+            read = body[skipped:at + 1] if at >= skipped else ""
+            undecided = "mull\n".startswith(body[:at + 1])  # still the word, or reasoning like it
+            assert read.startswith(sent) and len(read.rstrip()) - len(sent) <= (at + 1 if undecided else 0), \
+                (body, at, sent)
+        assert sent == body[skipped:]
 
 
 # -- a switch that changes the channel the prompt opens, not its markers ---------------------------------

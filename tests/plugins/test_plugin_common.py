@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from analyses import gpt_oss
 from hypothesis import given
 from hypothesis import strategies as st
 
-from autoparser.language.build import ReasoningCut
+import autoparser
+from autoparser.language.build import ReasoningCut, Request, reasoning_cut
 from autoparser.language.request import CLOSED, FREE, IMPLIED, OPEN
 from autoparser.language.token_ids import ReasoningIds
 from autoparser.plugins.common import CallIds, ReasoningSplit, merge_deltas, template_key
@@ -16,6 +20,10 @@ START, END, OPENER = "<think>", "</think>", "<tool_call>"
 def split_all(text: str, cuts: list[int], state: str, implied: bool = False,
               stream_reasoning: bool = True) -> tuple[str, str]:
     cut = ReasoningCut(state, START, END, (OPENER,), implied, (OPENER,) if implied else ())
+    return split_by(cut, text, cuts, stream_reasoning)
+
+
+def split_by(cut: ReasoningCut, text: str, cuts: list[int], stream_reasoning: bool = True) -> tuple[str, str]:
     split = ReasoningSplit(cut, stream_reasoning)
     reasoning, rest = [], []
     points = sorted({c % (len(text) + 1) for c in cuts} | {0, len(text)})
@@ -191,3 +199,74 @@ def test_the_tool_stage_reads_a_fenced_json_answer_where_the_request_asks_for_js
     assert asked.parse(fenced)["content"] == '{"a": 1}'
     assert model.answer_parser(None, "auto", True).parse(fenced)["content"] == fenced
     assert asked is model.answer_parser(None, "auto", True, {"type": "json_object"})  # built once
+
+
+# -- a start marker whose tag opens reasoning alone (its word left out) -----------------------------
+
+TAG, WORDED, CLOSE = "<|chan>", "<|chan>thought", "<chan|>"
+CHANNEL_IDS = {WORDED: None, TAG: 2_000_001, CLOSE: 2_000_002, OPENER: 1_000_003}
+
+
+def channel_cut(state: str) -> ReasoningCut:
+    return ReasoningCut(state, WORDED, CLOSE, (OPENER,), start_alone=TAG)
+
+
+def test_the_start_markers_tag_alone_opens_reasoning() -> None:
+    for state in (FREE, OPEN):
+        for text in ("<|chan>thought\nhm<chan|>ok", "<|chan>hm<chan|>ok", " <|chan>\nhm<chan|>ok"):
+            assert split_by(channel_cut(state), text, []) == ("hm", "ok"), (state, text)
+        assert split_by(channel_cut(state), "<|chan>thousand<chan|>ok", []) == ("thousand", "ok")
+    assert split_by(channel_cut(FREE), "no reasoning", []) == ("", "no reasoning")
+    assert split_by(ReasoningCut(FREE, WORDED, CLOSE, (OPENER,)), "<|chan>hm<chan|>ok", []) == (
+        "", "<|chan>hm<chan|>ok")  # without `start_alone`, the tag alone opens nothing
+
+
+channel_pieces = st.lists(st.sampled_from(["a", " ", "\n", "<|ch", "an>", "thou", "ght", TAG, WORDED, CLOSE, OPENER]),
+                          max_size=12)
+
+
+def channel_encode(text: str) -> list[int]:
+    """The tag and the end marker one special token each; the word is written as text."""
+    ids, at = [], 0
+    while at < len(text):
+        marker = next((m for m in (TAG, CLOSE, OPENER) if text.startswith(m, at)), None)
+        ids.append(CHANNEL_IDS[marker] if marker else ord(text[at]))
+        at += len(marker) if marker else 1
+    return ids
+
+
+def channel_decode(ids: list[int]) -> str:
+    names = {v: k for k, v in CHANNEL_IDS.items() if v}
+    return "".join(names.get(i) or chr(i) for i in ids)
+
+
+@given(channel_pieces, st.lists(st.integers(min_value=0, max_value=200), max_size=8), st.sampled_from([OPEN, FREE]))
+def test_the_tag_alone_splits_alike_in_any_chunking_and_in_ids(parts: list[str], cuts: list[int], state: str) -> None:
+    text = "".join(parts)
+    reasoning, rest = split_by(channel_cut(state), text, [])
+    assert split_by(channel_cut(state), text, cuts) == (reasoning, rest)
+    ids = ReasoningIds(channel_cut(state), channel_encode)
+    output = channel_encode(text)
+    if ids.is_reasoning_end(output):
+        assert channel_decode(ids.extract_content_ids(output)).strip() == rest.strip()
+    else:
+        assert not rest.strip()
+    span = ids.reasoning_span(output)
+    assert channel_decode(output[span[0]:span[1]] if span else []).strip() == reasoning
+
+
+def test_the_cut_takes_the_tag_alone_where_the_parser_does() -> None:
+    """The reasoning stage of an engine cuts where the parser reads: the fixture template's
+    `<|aside>mull` opens reasoning with its tag alone too; harmony's channels keep their words."""
+    template = Path(__file__).resolve().parents[2] / "fixtures" / "templates" / "worded_channel.jinja"
+    analysis = autoparser.analyze(template.read_text(encoding="utf-8"), bos_token="<s>", eos_token="</s>")
+    prompt = analysis.render([{"role": "user", "content": "hi"}], add_generation_prompt=True)
+    cut = reasoning_cut(analysis, Request(prompt=prompt))
+    assert cut.start_alone == "<|aside>"
+    parser = analysis.parser(prompt=prompt)
+    for text in ("<|aside>mull\nplan<aside|>Done.", "<|aside>plan<aside|>Done.", "<|aside>muddled<aside|>Done.",
+                 "Done."):
+        message = parser.parse(text)
+        reasoning, rest = ReasoningSplit(cut).split(text)
+        assert (reasoning or None, rest.strip()) == (message["reasoning_content"], message["content"])
+    assert reasoning_cut(gpt_oss(), Request(thinking=True)).start_alone == ""
