@@ -405,10 +405,12 @@ class LanguageStream(_Passes, _Recovery, _Stepping):
         if chunk:
             # readings undecided for too long give way at the very character where the held text
             # reaches the limit, wherever the chunks end (policy rule `undecided-too-long`)
+            # (text that went out meanwhile leaves room for more, so the room is measured again)
             room = UNDECIDED_LIMIT - self._held()
-            if 0 < room < len(chunk):
+            while 0 < room < len(chunk):
                 self._read(chunk[:room])
                 chunk = chunk[room:]
+                room = UNDECIDED_LIMIT - self._held()
             self._read(chunk)
         return self.out.take()
 

@@ -87,6 +87,8 @@ class JsonScanner:
     Nothing is invented: an object member (its comma, key and colon) or an array element's comma
     is held back until the value after it has validly started, so a cut or an error before that
     drops the member whole (`held_raw()` gives its text back) instead of closing it with `null`.
+    Whitespace inside a container is held the same way until what follows it is read, so a value
+    breaking off after it gives the whitespace back with the text that broke it.
     """
 
     __slots__ = ("state", "stack", "nesting", "first", "started", "holding", "pending", "pending_raw", "markers")
@@ -140,6 +142,10 @@ class JsonScanner:
                 return self._result(text, pos, DONE, out, hold)
             match = _WHITESPACE.match(text, pos)
             if match.end() > pos:
+                if self.stack and not self.holding:
+                    # inside a container, whitespace is held until what follows it is read: where
+                    # the value breaks off there, it is the model's text after the arguments
+                    self._hold(out, pos, hold)
                 out.append(match.group())
                 pos = match.end()
                 if pos >= end:
@@ -148,7 +154,8 @@ class JsonScanner:
             if state == _AFTER:
                 if char == ",":
                     # the comma is held until the next element starts, so a cut here needs no repair
-                    self._hold(out, pos, hold)
+                    if not self.holding:
+                        self._hold(out, pos, hold)
                     out.append(char)
                     pos += 1
                     self.state = _NEXT
@@ -156,6 +163,7 @@ class JsonScanner:
                 closer = "}" if self.stack[-1] == "{" else "]"
                 if char != closer:
                     return self._result(text, pos, ERROR, out, hold)
+                self._release(out, hold)
                 out.append(char)
                 pos += 1
                 self._close_container()
@@ -182,12 +190,14 @@ class JsonScanner:
                     self.state = _KEY
                     continue
                 if char == "}":
+                    self._release(out, hold)
                     out.append(char)
                     pos += 1
                     self._close_container()
                     continue
                 return self._result(text, pos, ERROR, out, hold)
             if state == _ARRAY_FIRST and char == "]":
+                self._release(out, hold)
                 out.append(char)
                 pos += 1
                 self._close_container()

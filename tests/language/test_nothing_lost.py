@@ -25,7 +25,7 @@ from pathlib import Path
 import analyses
 import corpora
 import pytest
-from analyses import DS_BOS, DS_EOS, without_generated_ids
+from analyses import DS_BOS, DS_CALL, DS_EOS, DS_SECTION, DS_SEP, without_generated_ids
 from corpora import llamacpp_templates
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -46,11 +46,13 @@ from test_runtime_properties import (
 from unplaced import left_out, losses_at_every_cut, marker_patterns, shown_twice
 
 import autoparser
+from autoparser.language import interpret
 from autoparser.language.reading import Parser
 from autoparser.render import TemplateRenderError
 from autoparser.roundtrip import TOOLS as PROBE_TOOLS
 from autoparser.roundtrip import probe_messages, run_case
 
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "templates"
 SETTINGS = settings(max_examples=int(os.environ.get("AUTOPARSER_HYPOTHESIS_EXAMPLES", "40")), deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
 
@@ -688,3 +690,51 @@ def test_a_calls_marker_where_a_value_begins_breaks_the_call(analysis, tools, ou
 
     losses = losses_at_every_cut(text, parse, marker_patterns(analysis), analysis.tools.array)
     assert not losses, losses[0]
+
+
+# -- whitespace after a value the arguments could not go on from --------------------------------------
+
+def _every_chunking_equals_whole(parser, text: str) -> dict:
+    """The whole parse, checked against one character at a time and every split in two."""
+    whole = without_generated_ids(parser.parse(text))
+    stream = parser.stream()
+    for char in text:
+        stream.feed(char)
+    stream.finish()
+    assert without_generated_ids(stream.message()) == whole
+    for cut in range(len(text) + 1):
+        assert without_generated_ids(analyses.streamed_in_two(parser, text, cut)) == whole, cut
+    return whole
+
+
+@pytest.mark.parametrize("gap", [" ", "   ", "\n\t "])
+@pytest.mark.parametrize("value", ['"Boston"', "3", "[1, 2]", '{"a": 1}'])
+def test_whitespace_between_a_value_and_the_text_that_breaks_the_arguments_is_content(value: str, gap: str) -> None:
+    """`{"city": "Boston" oops}`: the call keeps the value and is incomplete, and the text after
+    the value, the whitespace before `oops` included, is content (it went into the arguments,
+    `{"city": "Boston" }`, and no channel had it)."""
+    analysis = analyses.deepseek_v31()
+    text = "Sure. " + DS_SECTION[0] + DS_CALL[0] + "get_weather" + DS_SEP + '{"city": ' + value + gap + "oops}" + \
+        DS_CALL[1] + DS_SECTION[1]
+    message = _every_chunking_equals_whole(Parser(analysis), text)
+    [call] = message["tool_calls"]
+    assert call["incomplete"] and call["function"]["arguments"] == '{"city": ' + value + "}"
+    assert message["content"].startswith("Sure. " + gap + "oops}"), message
+
+
+@pytest.mark.parametrize("gap", [" ", "  \n"])
+def test_a_bare_json_call_kept_at_the_undecided_limit_gives_the_whitespace_after_its_value_to_content(
+        monkeypatch, gap: str) -> None:
+    """A bare JSON call undecided past the limit (policy rule `undecided-too-long`) is kept
+    incomplete where it breaks after its argument (`..."Paris" oops}}`): the whitespace between
+    the value's closing quote and `oops` is content, not arguments. The limit is lowered so that
+    every split in two can be checked."""
+    monkeypatch.setattr(interpret, "UNDECIDED_LIMIT", 600)
+    analysis = autoparser.load(str(FIXTURES / "bare_json.jinja"))
+    parser = analysis.parser(tools=analyses.WEATHER_TOOLS)
+    head = analyses.render_output(analysis, None, "", [("get_weather", {"city": "x"})]).split('"x"')[0] + '"'
+    big = ("lorem ipsum dolor sit amet, " * 30)[:700 - len(head)]
+    message = _every_chunking_equals_whole(parser, "Hi " + head + big + '"' + gap + "oops}}")
+    [call] = message["tool_calls"]
+    assert call["incomplete"] and json.loads(call["function"]["arguments"]) == {"city": big}
+    assert message["content"] == "Hi " + gap + "oops}}"
