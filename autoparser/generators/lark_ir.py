@@ -97,7 +97,7 @@ class _Writer:
         rules of their own (`_` rules: spliced into the parse tree): Lark expands a group inside a
         rule into alternatives of that rule, which doubles with every optional part."""
         if isinstance(node, ir.Lit):
-            return self.literal(node.text)
+            return self.terminal(f"/{_regex_escape(node.text)}/") if node.exact else self.literal(node.text)
         if isinstance(node, ir.Chars):
             hi = "" if node.max is None else str(node.max)
             allowed = node.allowed.replace("/", "\\/")  # a slash would end Lark's regex literal

@@ -551,7 +551,7 @@ class _Builder:
         for key in list(props) + [r for r in required if r not in props]:
             value, raw = self.tagged_value(name, params, key, props.get(key, True))
             member = Rule(f"{name}-arg-{key}",
-                          seq(self.marker(t.arg_start), Lit(key),
+                          seq(self.arg_marker(), Lit(key),
                               self.marker(t.arg_key_end) if raw else self.json_key_end(props.get(key, True)),
                               value, EMPTY if between else self.member_end(key, raw)), MEMBER, key)
             members.append((member, key in required))
@@ -564,7 +564,7 @@ class _Builder:
         """An argument the schema does not name, its key read by `key`."""
         t = self.t
         return Rule(f"{name}-arg-extra",
-                    seq(self.marker(t.arg_start), key, self.marker(t.arg_key_end), self.extra_value(name, params),
+                    seq(self.arg_marker(), key, self.marker(t.arg_key_end), self.extra_value(name, params),
                         EMPTY if self.values_between() else self.extra_end()), MEMBER)
 
     any_order = False  # generation writes the arguments in the schema's order
@@ -619,6 +619,14 @@ class _Builder:
         `key:§text§,`)."""
         t = self.t
         return self.bare_keys and is_weak(t.arg_end.strip()) and not t.arg_separator.strip()
+
+    def arg_marker(self) -> Node:
+        """The marker before each argument. Where each argument is a line of its own, its line
+        break and indentation are read whole: a line indented less (the next call's) is no
+        argument of this call."""
+        if self.line_indent() is not None:
+            return Lit(self.t.arg_start, exact=True)
+        return self.marker(self.t.arg_start)
 
     def line_indent(self) -> int | None:
         """Where each argument is a line of its own (keys have only a line break and indentation

@@ -428,7 +428,8 @@ class _Reading(_Messages, _Builder):
         if nested.style == "bracketed":
             return ("bracketed", nested.start, nested.key_end, nested.end, nested.quote)
         if nested.style == "indented":
-            return ("indented", nested.key_end, nested.item)
+            indent = self.line_indent()  # the argument's own: its block lies deeper
+            return ("indented", nested.key_end, nested.item, *([] if indent is None else [" " * indent]))
         if nested.style == "tags" and nested.start:  # markup of its own around each member
             return ("tags", nested.start, nested.key_end, nested.end, nested.item)
         if nested.style == "tags" and t.arg_start.strip():
@@ -450,7 +451,7 @@ class _Reading(_Messages, _Builder):
             text = choice(Bracketed(nested[1]), replace(text, not_first=(*text.not_first, "{", "[")))
         value = RawString(name, params, None, "$", f"{name}-extra", self.t.arg_end, text, bounded=False,
                           as_json=True, nested=nested, null=JSON_NULL)
-        json_member = Rule(f"{name}-arg-extra-json", seq(self.marker(self.t.arg_start), key,
+        json_member = Rule(f"{name}-arg-extra-json", seq(self.arg_marker(), key,
                                                          self.json_key_end(NOT_STRING), value), MEMBER)
         return choice(extra, json_member)
 
@@ -487,7 +488,7 @@ class _Reading(_Messages, _Builder):
             if raw and isinstance(value, RawString):  # a string written as JSON
                 text = replace(value.text, nonempty=True) if isinstance(value.text, Text) else value.text
                 value = replace(value, text=text, bounded=False, as_json=True)
-            member = Rule(f"{name}-arg-{key}", seq(self.marker(t.arg_start), Lit(key),
+            member = Rule(f"{name}-arg-{key}", seq(self.arg_marker(), Lit(key),
                                                     self.json_key_end(NOT_STRING) if raw else self.marker(t.arg_key_end),
                                                     value, self.member_end(key, raw)), MEMBER, key)
             variants.append((member, False))
@@ -497,7 +498,7 @@ class _Reading(_Messages, _Builder):
             text = replace(text, nonempty=True) if isinstance(text, Text) else text
             value = RawString(name, params, None, "$", f"{name}-extra", t.arg_end, text, bounded=False, as_json=True,
                               null=JSON_NULL)
-            extra = choice(extra, Rule(f"{name}-arg-extra-json", seq(self.marker(t.arg_start), unnamed,
+            extra = choice(extra, Rule(f"{name}-arg-extra-json", seq(self.arg_marker(), unnamed,
                                                                       self.json_key_end(NOT_STRING), value,
                                                                       self.extra_end()),
                                        MEMBER))

@@ -47,9 +47,13 @@ MARKUP = "markup"
 
 @dataclass(frozen=True)
 class Lit:
+    """A marker. `exact`: one that is whitespace alone (a line break and an argument's
+    indentation) is read whole, as written: a line indented less is no such marker."""
+
     text: str
     special: bool = False
     spelled: bool = False
+    exact: bool = False
 
 
 @dataclass(frozen=True)

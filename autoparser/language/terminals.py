@@ -37,13 +37,14 @@ class _Lit:
     whitespace before it skipped (the parser skips whitespace between structural parts; text
     before a marker has taken its own), and as much of the whitespace it ends with as the text has."""
 
-    __slots__ = ("core", "trail", "done")
+    __slots__ = ("core", "trail", "done", "exact")
 
     def __init__(self, node: ir.Lit) -> None:
         text = node.text
         self.core = text.strip()
         self.trail = text[len(text.rstrip()):] if self.core else text
         self.done = not self.core  # the core was read
+        self.exact = node.exact  # the trail is read whole or the marker is not there
 
     def step(self, t: _Thread, buf: str, final: bool) -> int:
         pos = t.pos
@@ -69,6 +70,8 @@ class _Lit:
             self.trail = trail[index:]
             t.pos = pos
             return MORE
+        if self.exact and index < len(trail):
+            return FAIL
         t.pos = pos
         return DONE
 
@@ -218,6 +221,13 @@ class _Text:
         """A value that opens with the language's value section (XML CDATA, `<![CDATA[a < b]]>`) reads it whole:
         markers inside it are its text. MORE while it is open; DONE once past it (or none)."""
         if self.cdata == "start":
+            if self.weak is not None and self.weak_prefix[0] in _WHITESPACE:
+                # a line break that ends the value is looked for before the whitespace is read past
+                if self.weak.match(buf, t.pos):
+                    self.cdata = ""
+                    return DONE
+                if not final and self.weak_prefix[1].match(buf, t.pos):
+                    return MORE
             pos = self.blank = _BLANKS.match(buf, max(t.pos, self.blank)).end()
             if pos > t.pos:  # the whitespace before it is held, so that a long run pins no text
                 self.spaces.append(buf[t.pos:pos])

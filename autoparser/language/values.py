@@ -311,7 +311,8 @@ _BARE_OBJECT_KEY = re.compile(r"([{,]\s*)([A-Za-z_][\w\-]*)(\s*:)")
 
 def nested_to_json(raw: str, nested: tuple[str, ...]) -> str | None:
     """The JSON text of an object or array written in the template's own syntax (`nested`:
-    ("quoted", quote) or ("tags", arg_start, key_end, arg_end, item)), or None."""
+    ("quoted", quote), ("tags", arg_start, key_end, arg_end, item), ("bracketed", start, key_end,
+    separator, quote) or ("indented", key_end, item[, the argument's indentation])), or None."""
     if nested[:1] == ("quoted",):
         value = quoted_to_json(raw, nested[1])
     elif nested[:1] == ("tags",):
@@ -325,15 +326,16 @@ def nested_to_json(raw: str, nested: tuple[str, ...]) -> str | None:
     return None if value is None else json.dumps(value, ensure_ascii=False)
 
 
-def indented_to_json(raw: str, key_end: str, item: str):
+def indented_to_json(raw: str, key_end: str, item: str, member_indent: str | None = None):
     """A block of lines indented deeper than its argument's (`\\n  unit: c\\n  days:\\n    - 1`): lines
     that open with `item` are an array's elements, others `KEY key_end VALUE` an object's members;
     a member or element with no value on its line holds the deeper lines after it. None when the
-    text is not such a block (a value on the argument's own line)."""
+    text is not such a block (a value on the argument's own line, or a line indented no deeper
+    than `member_indent`, the argument's own indentation: the next argument's or call's)."""
     if raw[:1] != "\n" and raw.strip():
         return None
     lines = [(len(line) - len(line.lstrip(" ")), line.strip()) for line in raw.split("\n") if line.strip()]
-    if not lines:
+    if not lines or member_indent is not None and min(indent for indent, _ in lines) <= len(member_indent):
         return None
     try:
         value, end = _block(lines, 0, item, key_end, 0)

@@ -541,6 +541,17 @@ def test_an_indented_block_reads_back_as_json_or_not_at_all(raw: str, expected: 
     assert (json.loads(found) if found is not None else None) == expected
 
 
+@pytest.mark.parametrize(("raw", "expected"), [
+    ("\n    a: 1\n    b:\n      - 2", {"a": 1, "b": [2]}),
+    ("\n  a: 1", None),  # at the argument's own indentation: the next argument
+    ("\n    a: 1\ncall: x", None),  # a line indented less: the next call's header
+    ("\ncall: x", None),
+])
+def test_an_indented_block_lies_deeper_than_its_argument(raw: str, expected: object) -> None:
+    found = nested_to_json(raw, ("indented", ":", "-", "  "))
+    assert (json.loads(found) if found is not None else None) == expected
+
+
 def test_each_argument_line_ends_its_value_where_the_next_key_or_call_begins() -> None:
     """Arguments one a line (`  key: value`): a value ends at the line break before the next
     key or call, not at a line inside it indented deeper; the end of output ends the last value,
@@ -556,6 +567,45 @@ def test_each_argument_line_ends_its_value_where_the_next_key_or_call_begins() -
             ("get_weather", {"location": "Paris, France", "days": 3}), ("search_docs", {"query": "a: b"})]
         assert not any(c.get("incomplete") for c in message["tool_calls"])
         assert _streamed(parser, list(text)) == without_generated_ids(message)
+
+
+@pytest.mark.parametrize("tools", [TOOLS, None], ids=["named", "unnamed"])
+def test_the_next_calls_header_is_no_argument_of_the_call_before(tools) -> None:
+    """Arguments one a line, indented (`  days: 3`): a line indented less (`call: sea`, the
+    next call's header, cut off) is no argument of the call before, at any cut after its last
+    value; whole as streamed one character at a time and split in two anywhere."""
+    analysis = analyze_family("indented_block.jinja")
+    parser = analysis.parser(tools=tools)
+    first = "Sure.\ncall: get_weather\n  location: Paris, France\n  days: 3"
+    text = first + "\ncall: search_docs\n  query: a: b"
+    header = len(first) + len("\ncall:")  # before it, the line may still be the value's
+    for cut in range(header, len(text) + 1):
+        written = text[:cut]
+        whole = without_generated_ids(parser.parse(written))
+        call = whole["tool_calls"][0]
+        assert json.loads(call["function"]["arguments"]) == {"location": "Paris, France", "days": 3}, written
+        assert not call.get("incomplete"), written
+        assert _streamed(parser, list(written)) == whole, written
+        for split in range(len(written) + 1):
+            assert _streamed(parser, [written[:split], written[split:]]) == whole, (written, split)
+
+
+@pytest.mark.parametrize("tools", [TOOLS, None], ids=["named", "unnamed"])
+@pytest.mark.parametrize("text", ["\ncall: get_weather\n  days:\ncall: ",
+                                  "\ncall: get_weather\n  days:\ncall: search_docs\n  query: x",
+                                  "\ncall: get_weather\n  days:\n  - 1\ncall: search_docs"])
+def test_a_line_no_deeper_than_the_argument_is_no_block_of_its_value(text: str, tools) -> None:
+    """An argument with no value on its line (`days:`) holds only the lines indented deeper
+    than it: the next call's header (`call: `, at no indentation) or a line at the argument's
+    own indentation is no nested block of it (`{"call": ""}`, `[1]`); streamed as whole."""
+    parser = analyze_family("indented_block.jinja").parser(tools=tools)
+    whole = without_generated_ids(parser.parse(text))
+    for call in whole["tool_calls"]:
+        arguments = json.loads(call["function"]["arguments"])
+        assert "call" not in arguments and not isinstance(arguments.get("days"), (dict, list)), whole
+    assert _streamed(parser, list(text)) == whole
+    for split in range(len(text) + 1):
+        assert _streamed(parser, [text[:split], text[split:]]) == whole, split
 
 
 UNNAMED = {"location": "Paris", "unit": "celsius", "hours": 6, "days": 3}  # `unit`, `hours`: no schema names them
