@@ -28,11 +28,13 @@ FAMILIES = ("catalog_inputs.jinja", "typed_params.jinja", "named_closing.jinja",
             "tab_labels.jinja", "channel_switch.jinja", "line_after_name.jinja",
             "elided_answer.jinja", "xml_children.jinja", "edn_calls.jinja", "indented_block.jinja",
             "instructed_calls.jinja", "id_for_name.jinja", "retrieval_calls.jinja",
-            "first_part_content.jinja", "tail_switch.jinja", "worded_channel.jinja")
+            "first_part_content.jinja", "tail_switch.jinja", "worded_channel.jinja",
+            "worded_channel_opened.jinja")
 # the conversation does not start with the prompt (a block follows the last reply): no probe round trip
 NO_ROUND_TRIP = {"trailing_instructions.jinja"}
-# the model reasons first, unmarked, and the history keeps only the answer: no answer-only round trip
-REASONS_FIRST = {"elided_answer.jinja"}
+# the model reasons first (unmarked, or in a channel the prompt opens) and the history keeps only the
+# answer: no answer-only round trip
+REASONS_FIRST = {"elided_answer.jinja", "worded_channel_opened.jinja"}
 holdback = corpora.tool_module("holdback_report")
 
 
@@ -334,6 +336,31 @@ def test_a_channel_opened_by_a_tag_and_a_word_is_found() -> None:
     r = analyze_family("worded_channel.jinja").reasoning
     assert (r.start, r.end, r.toggle, r.closed_when_off, r.forced_open) == (
         "<|aside>mull", "<aside|>", "ponder", True, False)
+
+
+def test_a_prompt_that_opens_the_worded_channel_writes_its_whole_start_marker() -> None:
+    """The prompt ends with the tag, the word and a line break: the word belongs to the start
+    marker, not the reasoning's text."""
+    r = analyze_family("worded_channel_opened.jinja").reasoning
+    assert (r.start, r.end, r.toggle, r.closed_when_off, r.forced_open) == (
+        "<|aside>mull", "<aside|>", "ponder", True, True)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("plan<aside|>Done.", ("plan", "Done.")),
+    ("<|aside>mull\nplan<aside|>Done.", ("plan", "Done.")),  # the model writes the marker again
+    ("<|aside>plan<aside|>Done.", ("plan", "Done.")),  # again, its word left out
+    ("mull it over<aside|>Done.", ("mull it over", "Done.")),  # the word in the reasoning is text
+    ("plan, unfinished", ("plan, unfinished", None)),
+])
+def test_the_channel_the_prompt_opened_holds_the_reasoning(text: str, expected: tuple) -> None:
+    analysis = analyze_family("worded_channel_opened.jinja")
+    prompt = analysis.render([{"role": "user", "content": "hi"}], add_generation_prompt=True)
+    assert prompt.endswith("<|aside>mull\n")
+    parser = analysis.parser(tools=TOOLS, prompt=prompt)
+    message = parser.parse(text)
+    assert (message["reasoning_content"], message["content"]) == expected
+    assert _streamed(parser, list(text)) == without_generated_ids(message)
 
 
 CALL = '<|act>{"name": "get_weather", "arguments": {"location": "Oslo"}}<act|>'
