@@ -370,6 +370,9 @@ CALL = '<|act>{"name": "get_weather", "arguments": {"location": "Oslo"}}<act|>'
     ("<|aside>mull\nplan<aside|>Done.", ("plan", "Done.")),  # the word the template writes
     ("<|aside>plan<aside|>Done.", ("plan", "Done.")),  # the word and its line break left out
     ("<|aside>muddled plan<aside|>Done.", ("muddled plan", "Done.")),  # begins like the word, then parts
+    ("<|aside>mulled it over<aside|>Done.", ("mulled it over", "Done.")),  # the word, then more of a word
+    ("<|aside>mull_it<aside|>Done.", ("mull_it", "Done.")),
+    ("<|aside>mull: plan<aside|>Done.", (": plan", "Done.")),  # the whole word, then punctuation
     ("<|aside>mull\n<aside|>Done.", (None, "Done.")),  # empty, worded
     ("<|aside><aside|>Done.", (None, "Done.")),  # empty, the word left out
     ("<|aside>plan, unfinished", ("plan, unfinished", None)),
@@ -401,9 +404,10 @@ def test_the_channel_word_may_be_left_out(opened: bool, text: str, expected: tup
 
 def test_the_written_word_is_held_only_until_it_is_whole() -> None:
     """After the tag, text that may still be the word is held; once the word is whole (it is
-    markup) or has parted from it (it is reasoning), the reasoning streams as it comes."""
+    markup) or has parted from it (it is reasoning, as where a word character follows it), the
+    reasoning streams as it comes."""
     parser = analyze_family("worded_channel.jinja").parser(tools=TOOLS)
-    for body, skipped in (("mull\nplan it", len("mull\n")), ("muddled plan", 0)):
+    for body, skipped in (("mull\nplan it", len("mull\n")), ("muddled plan", 0), ("mulled it", 0)):
         stream = parser.stream()
         sent = "".join(d.get("reasoning_content") or "" for d in stream.feed("<|aside>"))
         for at in range(len(body)):
