@@ -407,8 +407,8 @@ def _markers_from_toggle(toggle: Toggle) -> tuple[str, str, bool, bool]:
             start, end = _opening_words(off[len(on):], extra[0], extra[1]), extra[1]
             closed_when_off = True
         elif extra and on_markers:
-            start, end = on_markers[-1], extra[0]
-            forced_open = closed_when_off = _ends_with_marker(on, start)
+            start, end = _worded_opening(on, on_markers[-1]), extra[0]
+            forced_open = closed_when_off = _ends_with_marker(on, start) or start != on_markers[-1]
     elif on.startswith(off):
         extra = markers_in(on[len(off):])
         if extra:
@@ -445,6 +445,14 @@ def _opening_words(text: str, start: str, end: str) -> str:
     if opening != start and ("\n" in opening or len(opening) > 48 or " " in opening):
         return start
     return opening
+
+
+def _worded_opening(text: str, marker: str) -> str:
+    """`marker` and the one word `text` ends with right after it, on its own line (`<|channel>thought`
+    and a line break): the word names the channel the marker opens. Else `marker`."""
+    at = text.rfind(marker)
+    word = text[at + len(marker):].rstrip() if at >= 0 else ""
+    return marker + word if _CHANNEL_WORD.fullmatch(word) and text[at:].endswith(("\n", "\r")) else marker
 
 
 def _ends_with_marker(text: str, marker: str) -> bool:
@@ -535,12 +543,18 @@ def _end_marker_from_stripping(prober: Prober, candidates: list[str], kwargs: di
 def _text_opening(prober: Prober, prompt: str, kwargs: dict[str, Any]) -> str:
     """A line of plain text the generation prompt ends with, after its last marker, that a reply
     in the history does not repeat (`Here are my reasoning steps:`): the prompt opened the
-    reasoning with it."""
+    reasoning with it. A single word written right after that marker names the channel the
+    marker opens (`<|channel>thought`): the opening is the marker and the word."""
     segs = segments(prompt)
     last = max((i for i, s in enumerate(segs) if is_marker(s)), default=-1)
-    lines = "".join(segs[last + 1:]).strip().splitlines()
+    after = "".join(segs[last + 1:])
+    lines = after.strip().splitlines()
     tail = lines[-1].strip() if lines else ""
     if not tail or len(tail) > 64 or not any(c.isalpha() for c in tail):
         return ""
     full = prober.conversation(prober.assistant(CONTENT_TEXT), **kwargs)
-    return tail if full and CONTENT_TEXT in full and tail not in full else ""
+    if not full or CONTENT_TEXT not in full or tail in full:
+        return ""
+    if last >= 0 and after.startswith(tail) and _CHANNEL_WORD.fullmatch(tail):
+        return segs[last] + tail
+    return tail

@@ -97,7 +97,9 @@ class _Writer:
         rules of their own (`_` rules: spliced into the parse tree): Lark expands a group inside a
         rule into alternatives of that rule, which doubles with every optional part."""
         if isinstance(node, ir.Lit):
-            return self.terminal(f"/{_regex_escape(node.text)}/") if node.exact else self.literal(node.text)
+            if node.exact:
+                return self.terminal(f"/{_regex_escape(node.text)}/")
+            return self.literal(node.text, node.bounded)
         if isinstance(node, ir.Chars):
             hi = "" if node.max is None else str(node.max)
             allowed = node.allowed.replace("/", "\\/")  # a slash would end Lark's regex literal
@@ -153,13 +155,14 @@ class _Writer:
             self.rules[name] = " | ".join(f"{o} {inner} {c}" for o, c in zip(opens, closes, strict=True))
         return name
 
-    def literal(self, text: str) -> str:
+    def literal(self, text: str, bounded: bool = False) -> str:
         """A marker as the parser finds it: whitespace inside it any whitespace, whitespace
         around it optional (the parser skips whitespace between structural parts, and takes
-        it once from a raw value next to the marker)."""
+        it once from a raw value next to the marker); `bounded`: not before a word character
+        where it ends in one."""
         if not text.strip():
             return self.optional(self.terminal(f"/{_regex_escape(text)}/")) if text else ""
-        return self.terminal(f"/{_marker_regex(text)}/")
+        return self.terminal(f"/{_marker_regex(text)}{_word_end(text, bounded)}/")
 
     def optional(self, body: str) -> str:
         return self.new("_opt", f"({body})?") if body else ""
@@ -200,7 +203,7 @@ class _Writer:
         strong, weak_pattern, weak = _text_stops(node)
         excluded = strong + ([weak_pattern] if weak_pattern else [])
         guard = f"(?!{'|'.join(excluded)})" if excluded else ""
-        firsts = [_regex_escape(m.strip()) for m in node.not_first if m.strip()]
+        firsts = [_regex_escape(m.strip()) + _word_end(m, node.bounded) for m in node.not_first if m.strip()]
         first = f"(?!\\s*(?:{'|'.join(firsts)}))" if firsts else ""
         lead = node.end[: len(node.end) - len(node.end.lstrip())] if node.end and node.end.strip() else ""
         run = f"(?:{guard}[\\s\\S])+"
@@ -495,3 +498,10 @@ class _Reader:
 
 
 __all__ = ["LarkLanguage", "read_message", "write_lark"]
+
+
+def _word_end(marker: str, bounded: bool) -> str:
+    """The lookahead that keeps a bounded marker ending in a word character from being read
+    before another word character."""
+    last = marker.strip()[-1:]
+    return r"(?!\w)" if bounded and (last.isalnum() or last == "_") else ""

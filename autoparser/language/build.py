@@ -62,7 +62,9 @@ class ReasoningCut:
     reasoning is read). `interrupts`: what ends reasoning that no end marker closed; they begin
     the answer. `implied`: text the output did not open as reasoning is reasoning when an end
     marker follows it, unless one of `answer_openers` comes first. `start_alone`: the start
-    marker's tag, which opens reasoning by itself too (the marker's word left out; "": none)."""
+    marker's tag, which opens reasoning by itself too (the marker's word left out; "": none).
+    `start_bounded`: the start marker, where it ends in a word character, is not that marker
+    where a word character follows it (the tag alone and reasoning that begins with a longer word)."""
 
     start_state: str
     start: str = ""
@@ -71,6 +73,7 @@ class ReasoningCut:
     implied: bool = False
     answer_openers: tuple[str, ...] = ()
     start_alone: str = ""
+    start_bounded: bool = False
 
 
 def reasoning_cut(analysis: AnalysisData, request: Request) -> ReasoningCut:
@@ -87,7 +90,8 @@ def reasoning_cut(analysis: AnalysisData, request: Request) -> ReasoningCut:
         return ReasoningCut(CLOSED)
     implied = reading.implies_reasoning()
     openers = tuple(reading.call_openers()) if implied else ()
-    return ReasoningCut(reading.start, start, end, reading.interrupts(), implied, openers, reading.bare_opener)
+    return ReasoningCut(reading.start, start, end, reading.interrupts(), implied, openers, reading.bare_opener,
+                        start_bounded=bool(reading.bare_opener))
 
 
 __all__ = ["ReasoningCut", "Request", "build_language", "chosen_tools", "is_plain_string", "object_shape",

@@ -703,7 +703,17 @@ class _Reading(_Messages, _Builder):
         `not_first`: markers it does not begin with either."""
         stops = (self.r.end.strip(), *self.stop, *also_stop)
         first = tuple(m for m in (self.r.start, self.bare_opener) if m) if self.forced and not repeated else ()
-        return Capture(REASONING, Text(stops, hint="reasoning", not_first=(*first, *not_first)))
+        return Capture(REASONING, Text(stops, hint="reasoning", not_first=(*first, *not_first),
+                                       bounded=bool(self.bare_opener)))
+
+    def marker(self, text: str, spelled: bool = False) -> Node:
+        """A marker; the reasoning's start marker, where it is a tag and its channel's word
+        (`bare_opener`), is not read where a word character follows the word (`<|channel>thoughtful`
+        is the tag alone and reasoning that begins with `thoughtful`)."""
+        node = super().marker(text, spelled)
+        if not self.bare_opener or text.strip() != self.r.start.strip():
+            return node
+        return _bounded(node)
 
     def text(self, *also_stop: str, calls: bool = True, not_first: tuple[str, ...] = ()) -> Node:
         """Content as the parser reads it: text up to what opens a call, the content markers
@@ -811,6 +821,15 @@ class _Reading(_Messages, _Builder):
 _CHANNEL_WORD = re.compile(r"\s*[A-Za-z][\w-]*")  # the one word after a tag that names a channel
 _FIRST_TAG = re.compile(r"<[^<>\s]+>|\[[^\[\]\s]+\]")  # a marker's first part, written as a token is
 _LAST_TAG = re.compile(r"(?:<[^<>\s]+>|\[[^\[\]\s]+\])\Z")  # a header's last marker, written as a token is
+
+
+def _bounded(node: Node) -> Node:
+    """`node`, a marker, with its last literal `bounded`."""
+    if isinstance(node, Lit):
+        return replace(node, bounded=True)
+    if isinstance(node, Seq) and node.items:
+        return Seq((*node.items[:-1], _bounded(node.items[-1])))
+    return node
 
 
 def _strings(part: Any) -> list[str]:

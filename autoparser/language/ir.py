@@ -5,13 +5,16 @@ makes it from an analysis and a request; the GBNF backend writes it as a grammar
 
 * `Lit`: literal text; `special` when it is one special token of the vocabulary (a backend
   references the token, not its spelling), `spelled` when that token is also accepted written
-  out as text (where generation resumes from text a trigger matched);
+  out as text (where generation resumes from text a trigger matched); `bounded` when text that
+  ends in a word character is not this marker where a word character follows it (the word
+  `thought` is not read in `thoughtful`);
 * `Chars`: a run of characters from a class (`a-zA-Z0-9_`), `min` to `max` long, none of the
   runs in `excluded` (the keys a schema names, where a member reads any other key);
 * `Text`: free text up to a set of markers (`stops`); it may end only where the marker that
   follows (`end`) would be found exactly there, so splitting at the first marker gives it back;
   `limit` bounds its length; `weak` makes one stop count only before the right thing;
-  `not_first`: markers it does not begin with (the parser reads the marker there);
+  `not_first`: markers it does not begin with (the parser reads the marker there), `bounded` as
+  a `Lit`'s (a marker word there only where no word character follows it);
 * `Seq`, `Choice`, `Repeat`: sequence, alternatives, repetition (`max` None: unbounded);
 * `Gap`: optional whitespace between structural parts, at most `max` characters;
 * `Json`: a JSON value typed by a schema (`kind` "schema"), or any value / string / object;
@@ -48,12 +51,14 @@ MARKUP = "markup"
 @dataclass(frozen=True)
 class Lit:
     """A marker. `exact`: one that is whitespace alone (a line break and an argument's
-    indentation) is read whole, as written: a line indented less is no such marker."""
+    indentation) is read whole, as written: a line indented less is no such marker; `bounded`: one
+    that ends in a word character is not there where a word character follows it."""
 
     text: str
     special: bool = False
     spelled: bool = False
     exact: bool = False
+    bounded: bool = False
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,7 @@ class Text:
     hint: str = "text"
     nonempty: bool = False
     not_first: tuple[str, ...] = ()  # markers the text does not begin with (after whitespace)
+    bounded: bool = False  # a `not_first` marker ending in a word character: not before another
 
 
 @dataclass(frozen=True)

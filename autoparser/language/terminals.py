@@ -16,7 +16,7 @@ from typing import Any
 
 from autoparser.language import ir
 from autoparser.language.jsonscan import DONE, ERROR, JsonScanner
-from autoparser.language.markers import FULL, PARTIAL, MarkerSet, match_at
+from autoparser.language.markers import FULL, NONE, PARTIAL, MarkerSet, match_at
 from autoparser.language.readings import (
     _BLANKS,
     _WHITESPACE,
@@ -31,13 +31,27 @@ from autoparser.language.request import is_weak
 
 # -- terminals -----------------------------------------------------------------------------------------
 
+def _word_ends(buf: str, end: int, marker: str, final: bool) -> int:
+    """A bounded marker read up to `end`: FULL where it does not end in a word character or no
+    word character follows it, PARTIAL while the next character is still to come, else NONE."""
+    if not _is_word(marker[-1:]):
+        return FULL
+    if end < len(buf):
+        return NONE if _is_word(buf[end]) else FULL
+    return FULL if final else PARTIAL
+
+
+def _is_word(char: str) -> bool:
+    return char.isalnum() or char == "_"
+
+
 
 class _Lit:
     """A marker: its core as written (inner whitespace flexible, as the parser finds markers),
     whitespace before it skipped (the parser skips whitespace between structural parts; text
     before a marker has taken its own), and as much of the whitespace it ends with as the text has."""
 
-    __slots__ = ("core", "trail", "done", "exact")
+    __slots__ = ("core", "trail", "done", "exact", "bounded")
 
     def __init__(self, node: ir.Lit) -> None:
         text = node.text
@@ -45,6 +59,7 @@ class _Lit:
         self.trail = text[len(text.rstrip()):] if self.core else text
         self.done = not self.core  # the core was read
         self.exact = node.exact  # the trail is read whole or the marker is not there
+        self.bounded = node.bounded
 
     def step(self, t: _Thread, buf: str, final: bool) -> int:
         pos = t.pos
@@ -54,6 +69,8 @@ class _Lit:
             if pos == len(buf) and not final:
                 return MORE
             found, end = match_at(buf, pos, self.core, final)
+            if found == FULL and self.bounded:
+                found = _word_ends(buf, end, self.core, final)
             if found != FULL:
                 return MORE if found == PARTIAL else FAIL
             t.name_text(buf[pos:end])
@@ -123,7 +140,7 @@ class _Text:
     ends the text in one reading and is part of it in another: what follows decides."""
 
     __slots__ = ("markers", "weak", "weak_prefix", "leads", "lead", "nonempty", "start", "split", "after",
-                 "firsts", "past", "soft", "cdata", "section", "spaces", "empty", "blank")
+                 "firsts", "bounded", "past", "soft", "cdata", "section", "spaces", "empty", "blank")
 
     def __init__(self, node: ir.Text, markers: MarkerSet, weak: tuple[Any, Any] | None, start: int,
                  split: re.Pattern[str] | None, soft: bool = False, section: tuple[str, ...] = ()) -> None:
@@ -137,6 +154,7 @@ class _Text:
         self.split = split  # brackets where what follows may begin (a bare JSON call)
         self.after = start  # where to look for the next one
         self.firsts = tuple(m.strip() for m in node.not_first if m.strip())  # cleared once checked
+        self.bounded = node.bounded
         self.past = start  # the end of the last soft stop read as text
         # the whitespace it begins with, read past while a `not_first` marker may follow it (the
         # marker's if one does, else the text's), so that a long run pins no text behind the reading
@@ -261,13 +279,17 @@ class _Text:
             t.pos = pos
         if pos == len(buf) and not final:
             return MORE
-        found = [match_at(buf, pos, marker, final)[0] for marker in self.firsts]
+        found = [self._first_at(buf, pos, marker, final) for marker in self.firsts]
         if FULL in found:
             return DONE
         if PARTIAL in found and not final:
             return MORE
         self.firsts = ()
         return FAIL
+
+    def _first_at(self, buf: str, pos: int, marker: str, final: bool) -> int:
+        found, end = match_at(buf, pos, marker, final)
+        return _word_ends(buf, end, marker, final) if found == FULL and self.bounded else found
 
     def _safe(self, buf: str, pos: int, blank: int) -> int:
         """How far the text may be read: not into a marker's possible beginning, nor (where the

@@ -323,6 +323,8 @@ class ReasoningSplit:
         self._unsent = ""
         self.start, self.end = cut.start, cut.end
         self.start_alone = cut.start_alone  # the start marker's tag, opening reasoning by itself too
+        # the start marker's word is no word of it where a word character follows (the tag alone opened)
+        self.start_bounded = cut.start_bounded and _is_word(cut.start[-1:])
         self.interrupts = [m for m in cut.interrupts if m]
         self.implied = bool(cut.implied) and cut.start_state != OPEN
         self.answer_openers = [m for m in cut.answer_openers if m]
@@ -371,7 +373,8 @@ class ReasoningSplit:
         self._held = ""
         if self.state == self.OPENING or self._fresh:
             stripped = held.lstrip()
-            if not stripped or any(m.startswith(stripped) and m != stripped for m in self._openings()):
+            if not stripped or any(m.startswith(stripped) and m != stripped for m in self._openings()) or (
+                    self.start_bounded and stripped == self.start):  # a word character may follow it
                 self._held = held
                 return "", ""
             if self.state == self.OPENING:
@@ -390,7 +393,8 @@ class ReasoningSplit:
 
     def _opener(self, stripped: str) -> str:
         """The start marker the output begins with: whole, else its tag alone ("": neither)."""
-        return next((m for m in (self.start, self.start_alone) if m and stripped.startswith(m)), "")
+        return next((m for m in (self.start, self.start_alone) if m and stripped.startswith(m) and not (
+            m == self.start and self.start_bounded and _is_word(stripped[len(m):len(m) + 1]))), "")
 
     def _opened(self, held: str, stripped: str) -> tuple[str, str]:
         opener = self._opener(stripped)
@@ -463,6 +467,10 @@ class ReasoningSplit:
         if state == self.INSIDE:
             return self._deliver(self._reasoning.push(held) if held else ""), ""
         return self._deliver(""), held
+
+
+def _is_word(char: str) -> bool:
+    return bool(char) and (char.isalnum() or char == "_")
 
 
 def merge_deltas(deltas: list[dict[str, Any]]) -> tuple[str, str, list[dict[str, Any]]]:

@@ -28,11 +28,13 @@ FAMILIES = ("catalog_inputs.jinja", "typed_params.jinja", "named_closing.jinja",
             "tab_labels.jinja", "channel_switch.jinja", "line_after_name.jinja",
             "elided_answer.jinja", "xml_children.jinja", "edn_calls.jinja", "indented_block.jinja",
             "instructed_calls.jinja", "id_for_name.jinja", "retrieval_calls.jinja",
-            "first_part_content.jinja", "tail_switch.jinja", "worded_channel.jinja")
+            "first_part_content.jinja", "tail_switch.jinja", "worded_channel.jinja",
+            "worded_channel_opened.jinja")
 # the conversation does not start with the prompt (a block follows the last reply): no probe round trip
 NO_ROUND_TRIP = {"trailing_instructions.jinja"}
-# the model reasons first, unmarked, and the history keeps only the answer: no answer-only round trip
-REASONS_FIRST = {"elided_answer.jinja"}
+# the model reasons first (unmarked, or in a channel the prompt opens) and the history keeps only the
+# answer: no answer-only round trip
+REASONS_FIRST = {"elided_answer.jinja", "worded_channel_opened.jinja"}
 holdback = corpora.tool_module("holdback_report")
 
 
@@ -336,6 +338,31 @@ def test_a_channel_opened_by_a_tag_and_a_word_is_found() -> None:
         "<|aside>mull", "<aside|>", "ponder", True, False)
 
 
+def test_a_prompt_that_opens_the_worded_channel_writes_its_whole_start_marker() -> None:
+    """The prompt ends with the tag, the word and a line break: the word belongs to the start
+    marker, not the reasoning's text."""
+    r = analyze_family("worded_channel_opened.jinja").reasoning
+    assert (r.start, r.end, r.toggle, r.closed_when_off, r.forced_open) == (
+        "<|aside>mull", "<aside|>", "ponder", True, True)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("plan<aside|>Done.", ("plan", "Done.")),
+    ("<|aside>mull\nplan<aside|>Done.", ("plan", "Done.")),  # the model writes the marker again
+    ("<|aside>plan<aside|>Done.", ("plan", "Done.")),  # again, its word left out
+    ("mull it over<aside|>Done.", ("mull it over", "Done.")),  # the word in the reasoning is text
+    ("plan, unfinished", ("plan, unfinished", None)),
+])
+def test_the_channel_the_prompt_opened_holds_the_reasoning(text: str, expected: tuple) -> None:
+    analysis = analyze_family("worded_channel_opened.jinja")
+    prompt = analysis.render([{"role": "user", "content": "hi"}], add_generation_prompt=True)
+    assert prompt.endswith("<|aside>mull\n")
+    parser = analysis.parser(tools=TOOLS, prompt=prompt)
+    message = parser.parse(text)
+    assert (message["reasoning_content"], message["content"]) == expected
+    assert _streamed(parser, list(text)) == without_generated_ids(message)
+
+
 CALL = '<|act>{"name": "get_weather", "arguments": {"location": "Oslo"}}<act|>'
 
 
@@ -343,6 +370,9 @@ CALL = '<|act>{"name": "get_weather", "arguments": {"location": "Oslo"}}<act|>'
     ("<|aside>mull\nplan<aside|>Done.", ("plan", "Done.")),  # the word the template writes
     ("<|aside>plan<aside|>Done.", ("plan", "Done.")),  # the word and its line break left out
     ("<|aside>muddled plan<aside|>Done.", ("muddled plan", "Done.")),  # begins like the word, then parts
+    ("<|aside>mulled it over<aside|>Done.", ("mulled it over", "Done.")),  # the word, then more of a word
+    ("<|aside>mull_it<aside|>Done.", ("mull_it", "Done.")),
+    ("<|aside>mull: plan<aside|>Done.", (": plan", "Done.")),  # the whole word, then punctuation
     ("<|aside>mull\n<aside|>Done.", (None, "Done.")),  # empty, worded
     ("<|aside><aside|>Done.", (None, "Done.")),  # empty, the word left out
     ("<|aside>plan, unfinished", ("plan, unfinished", None)),
@@ -374,9 +404,10 @@ def test_the_channel_word_may_be_left_out(opened: bool, text: str, expected: tup
 
 def test_the_written_word_is_held_only_until_it_is_whole() -> None:
     """After the tag, text that may still be the word is held; once the word is whole (it is
-    markup) or has parted from it (it is reasoning), the reasoning streams as it comes."""
+    markup) or has parted from it (it is reasoning, as where a word character follows it), the
+    reasoning streams as it comes."""
     parser = analyze_family("worded_channel.jinja").parser(tools=TOOLS)
-    for body, skipped in (("mull\nplan it", len("mull\n")), ("muddled plan", 0)):
+    for body, skipped in (("mull\nplan it", len("mull\n")), ("muddled plan", 0), ("mulled it", 0)):
         stream = parser.stream()
         sent = "".join(d.get("reasoning_content") or "" for d in stream.feed("<|aside>"))
         for at in range(len(body)):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from analyses import gpt_oss
 from hypothesis import given
 from hypothesis import strategies as st
@@ -221,6 +222,20 @@ def test_the_start_markers_tag_alone_opens_reasoning() -> None:
         "", "<|chan>hm<chan|>ok")  # without `start_alone`, the tag alone opens nothing
 
 
+@pytest.mark.parametrize("state", [FREE, OPEN])
+@pytest.mark.parametrize("text, expected", [
+    ("<|chan>thoughtful<chan|>ok", ("thoughtful", "ok")),  # a longer word: the tag alone opened
+    ("<|chan>thought_1<chan|>ok", ("thought_1", "ok")),
+    ("<|chan>thought<chan|>ok", ("", "ok")),
+    ("<|chan>thought: hm<chan|>ok", (": hm", "ok")),
+    ("<|chan>thought", ("", "")),  # the output ends on the whole marker
+])
+def test_a_bounded_start_marker_is_not_read_before_a_word_character(state: str, text: str, expected: tuple) -> None:
+    cut = ReasoningCut(state, WORDED, CLOSE, (OPENER,), start_alone=TAG, start_bounded=True)
+    for size in (1, 2, 3, len(text)):
+        assert split_by(cut, text, list(range(size, len(text), size))) == expected, size
+
+
 channel_pieces = st.lists(st.sampled_from(["a", " ", "\n", "<|ch", "an>", "thou", "ght", TAG, WORDED, CLOSE, OPENER]),
                           max_size=12)
 
@@ -265,7 +280,7 @@ def test_the_cut_takes_the_tag_alone_where_the_parser_does() -> None:
     assert cut.start_alone == "<|aside>"
     parser = analysis.parser(prompt=prompt)
     for text in ("<|aside>mull\nplan<aside|>Done.", "<|aside>plan<aside|>Done.", "<|aside>muddled<aside|>Done.",
-                 "Done."):
+                 "<|aside>mulled it<aside|>Done.", "<|aside>mull_it<aside|>Done.", "Done."):
         message = parser.parse(text)
         reasoning, rest = ReasoningSplit(cut).split(text)
         assert (reasoning or None, rest.strip()) == (message["reasoning_content"], message["content"])
