@@ -235,7 +235,7 @@ class _Writer:
 
     def members_of(self, node: ir.Members) -> str:
         """Members in order, the required ones present, a separator between two present ones."""
-        sep = self.write(node.separator)
+        sep = self.separator(node.separator)
         items = []
         for member, required in node.items:
             key = member.key if isinstance(member, ir.Rule) else None
@@ -269,6 +269,20 @@ class _Writer:
             return name
 
         return rest(0, True) if items else "_empty"
+
+    def separator(self, node: ir.Node) -> str:
+        """The separator between members. Where it is a soft stop (`,`), a raw value before it may
+        hold it or end at it; the parser keeps the reading that ended the value where both read on
+        to the end (it forks that one first), so each separator read as one ranks the parse higher:
+        `days:3,hours:4` is two members, not `days` = `3,hours:4`."""
+        sep = self.write(node)
+        if not (sep and isinstance(node, ir.Lit) and is_weak(node.text.strip())):
+            return sep
+        name = f"_sep_{sep.lower()}"
+        if name not in self.rules:
+            self.rules[name] = sep
+            self.priorities[name] = 1
+        return name
 
     def member(self, owner: str, member: ir.Node, key: str | None) -> str:
         """One tagged argument, its value in a rule of its own (the message reads it by key)."""
@@ -313,7 +327,8 @@ def _text_stops(node: ir.Text) -> tuple[list[str], str, list[str]]:
     if node.weak is not None:
         word = r"[^\W\d][\w.\-]*\s*" if node.weak.word else ""
         weak_pattern = _regex_escape(node.weak.marker) + node.weak.spacing() + word + _regex_escape(node.weak.before)
-    return [_regex_escape(s) for s in strong], weak_pattern, [s for s in strong if is_weak(s)]
+    soft = [s for s in strong if is_weak(s) and s != (node.end or "").strip()]  # as `terminals._is_soft`
+    return [_regex_escape(s) for s in strong], weak_pattern, soft
 
 
 def _marker_regex(text: str, exact_lead: bool = False) -> str:
