@@ -22,9 +22,11 @@ test module still runs.
 from __future__ import annotations
 
 import importlib.util
+import io
 import json
 import os
 import sys
+import tarfile
 from functools import cache
 from pathlib import Path
 from types import ModuleType
@@ -47,6 +49,16 @@ def tool_module(name: str) -> ModuleType:
     sys.modules[module_name] = module  # dataclasses look their module up while a class is built
     spec.loader.exec_module(module)
     return module
+
+
+def make_sdist(path: Path, members: dict[str, bytes]) -> Path:
+    """A source package at `path` holding `members` (archive name -> bytes), for the fetchers' tests."""
+    with tarfile.open(path, "w:gz") as archive:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return path
 
 
 def corpus_fetcher() -> ModuleType:

@@ -2,25 +2,14 @@
 
 from __future__ import annotations
 
-import io
-import tarfile
 from pathlib import Path
 
 import pytest
-from corpora import corpus_fetcher
+from corpora import corpus_fetcher, make_sdist
 
 fetcher = corpus_fetcher()
 TOP = fetcher.SDIST_STEM
 MODELS = f"{TOP}/vendor/llama.cpp/models"
-
-
-def make_sdist(path: Path, members: dict[str, bytes]) -> Path:
-    with tarfile.open(path, "w:gz") as archive:
-        for name, data in members.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            archive.addfile(info, io.BytesIO(data))
-    return path
 
 
 @pytest.fixture()

@@ -47,10 +47,10 @@ import sys
 import tarfile
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, Generic, TypeVar
 from urllib.parse import urljoin
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tools/ is scripts, not a package
@@ -748,9 +748,13 @@ COMMON_SUITE = {
 }
 
 
+CaseT = TypeVar("CaseT")
+
+
 @dataclass
-class Extraction:
-    cases: list[Case] = field(default_factory=list)
+class Extraction(Generic[CaseT]):
+    """The cases read from one test module, and why the rest of its items were not."""
+    cases: list[CaseT] = field(default_factory=list)
     skipped: collections.Counter[str] = field(default_factory=collections.Counter)
 
 
@@ -764,7 +768,7 @@ def _new_case(family: str, module: str, test: str, output: str, expected: dict[s
                 debatable=debatable)
 
 
-def common_suite_cases(module: Module, family: str, name: str, out: Extraction) -> None:
+def common_suite_cases(module: Module, family: str, name: str, out: Extraction[Case]) -> None:
     """Cases of vLLM's shared suite, from the module's `ToolParserTestConfig(...)`."""
     for node in ast.walk(module.tree):
         if not (isinstance(node, ast.Call) and _callee(node) == "ToolParserTestConfig"):
@@ -817,7 +821,7 @@ def _expected_from_arguments(bound: dict[str, Any], expected: dict[str, Any]) ->
 
 
 def parametrized_cases(module: Module, family: str, name: str, test: str, fn: ast.FunctionDef,
-                       env: dict[str, Any], rowset: tuple[list[str], list[Any], list[str]], out: Extraction) -> None:
+                       env: dict[str, Any], rowset: tuple[list[str], list[Any], list[str]], out: Extraction[Case]) -> None:
     names, rows, ids = rowset
     for k, row in enumerate(rows):
         bound, marks, pid = _row_values(names, row)
@@ -849,7 +853,7 @@ def parametrized_cases(module: Module, family: str, name: str, test: str, fn: as
 
 def standalone_case(module: Module, family: str, name: str, test: str, fn: ast.FunctionDef,
                     env: dict[str, Any], rowsets: list[tuple[list[str], list[Any], list[str]]],
-                    out: Extraction) -> None:
+                    out: Extraction[Case]) -> None:
     env = dict(env)
     for names, rows, _ids in rowsets:  # other parametrizations (streaming or not): the first row
         if rows:
@@ -869,9 +873,9 @@ def standalone_case(module: Module, family: str, name: str, test: str, fn: ast.F
                                ["standalone test"]))
 
 
-def module_cases(path: Path, family: str) -> Extraction:
+def module_cases(path: Path, family: str) -> Extraction[Case]:
     """The cases one vLLM test module states, and what it states that is not read (by reason)."""
-    module, out = Module(path), Extraction()
+    module, out = Module(path), Extraction[Case]()
     common_suite_cases(module, family, path.name, out)
     for cls, fn in test_functions(module.tree):
         test = f"{cls.name}::{fn.name}" if cls else fn.name
@@ -887,20 +891,24 @@ def module_cases(path: Path, family: str) -> Extraction:
     return out
 
 
-def template_of(family_template: str, case: Case) -> str:
-    return next((t for key, t in TEMPLATE_BY_TEST.items() if key in case.id), family_template)
+def template_of(family_template: str, case: Any, by_test: dict[str, str] = TEMPLATE_BY_TEST) -> str:
+    """The family's template, or the one `by_test` names for a key in the case's id."""
+    return next((t for key, t in by_test.items() if key in case.id), family_template)
 
 
-def read_cases(directory: Path) -> tuple[list[Case], dict[str, collections.Counter[str]]]:
-    """Every case of the modules in `TEMPLATES` (ids made unique), and what was not extracted."""
-    cases: list[Case] = []
+def read_cases(directory: Path, templates: dict[str, tuple[str, str]] = TEMPLATES,
+               extract: Callable[[Path, str], Extraction[Any]] = module_cases,
+               by_test: dict[str, str] = TEMPLATE_BY_TEST) -> tuple[list[Any], dict[str, collections.Counter[str]]]:
+    """Every case `extract` reads from the modules in `templates` (module -> (family, template)),
+    ids made unique, and what was not extracted."""
+    cases: list[Any] = []
     skipped: dict[str, collections.Counter[str]] = {}
-    for module, (family, template) in TEMPLATES.items():
+    for module, (family, template) in templates.items():
         if not (directory / module).is_file():
             continue
-        extraction = module_cases(directory / module, family)
+        extraction = extract(directory / module, family)
         for case in extraction.cases:
-            case.template = template_of(template, case)
+            case.template = template_of(template, case, by_test)
         cases.extend(extraction.cases)
         skipped[family] = extraction.skipped
     seen: collections.Counter[str] = collections.Counter()
@@ -997,7 +1005,7 @@ def _without_ids(message: dict[str, Any]) -> dict[str, Any]:
     return message
 
 
-def chunkings(case: Case) -> list[list[str]]:
+def chunkings(case: Any) -> list[list[str]]:
     """How the output is streamed: a character at a time, vLLM's chunks, random cuts (seeded)."""
     text = case.model_output
     out = [list(text)] + ([case.chunks] if case.chunks else [])
@@ -1008,13 +1016,18 @@ def chunkings(case: Case) -> list[list[str]]:
     return out
 
 
+def streamed(parser: Any, chunks: list[str]) -> dict[str, Any]:
+    """The message the parser's stream gives for the output fed in these chunks."""
+    stream = parser.stream()
+    for chunk in chunks:
+        stream.feed(chunk)
+    stream.finish()
+    return stream.message()
+
+
 def streamed_cause(parser: Any, case: Case, whole: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     for chunks in chunkings(case):
-        stream = parser.stream()
-        for chunk in chunks:
-            stream.feed(chunk)
-        stream.finish()
-        message = stream.message()
+        message = streamed(parser, chunks)
         if _without_ids(message) != _without_ids(whole):
             return "streamed differs from whole", message
     return "", whole
@@ -1090,17 +1103,18 @@ def analysis_of(spec: str) -> Any:
     return autoparser.analyze(path.read_text(encoding="utf-8"), eos_token=EOS_TOKENS.get(spec, ""))
 
 
-def run_all(cases: list[Case]) -> list[Outcome]:
+def run_all(cases: list[Any], run: Callable[[Any, Any], Any] = run_case) -> list[Any]:
+    """Each case run by `run` against the analysis of its template (each template analysed once)."""
     analyses: dict[str, Any] = {}
     outcomes = []
     for case in cases:
         if case.template not in analyses:
             analyses[case.template] = analysis_of(case.template)
-        outcomes.append(run_case(case, analyses[case.template]))
+        outcomes.append(run(case, analyses[case.template]))
     return outcomes
 
 
-def totals(outcomes: list[Outcome]) -> tuple[int, int]:
+def totals(outcomes: list[Any]) -> tuple[int, int]:
     """(passed, comparable): comparable cases are those whose family has a template."""
     passed = sum(o.status == "pass" for o in outcomes)
     return passed, passed + sum(o.status == "fail" for o in outcomes)
@@ -1140,40 +1154,58 @@ def describe_failure(outcome: Outcome) -> str:
             f"\n  got:      {json.dumps(got, ensure_ascii=False)}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+@dataclass(frozen=True)
+class CaseTool:
+    """One script over vLLM's tests: where its modules are and how it reads, runs and reports them."""
+    name: str
+    description: str
+    subdir: PurePosixPath
+    read_cases: Callable[[Path], tuple[list[Any], dict[str, collections.Counter[str]]]]
+    run_all: Callable[[list[Any]], list[Any]]
+    report: Callable[[list[Any], dict[str, collections.Counter[str]]], str]
+    describe_failure: Callable[[Any], str]
+
+
+def run_tool(tool: CaseTool, argv: list[str] | None = None) -> int:
+    """The command line every such script shares: fetch, then --json, --failures and --report."""
+    parser = argparse.ArgumentParser(description=tool.description)
     parser.add_argument("--sdist", type=Path, help=f"use this {SDIST_STEM}.tar.gz instead of downloading it")
     parser.add_argument("--force", action="store_true", help="extract again even if already present")
     parser.add_argument("--fetch-only", action="store_true", help="fetch the test modules, print where they are")
-    parser.add_argument("--report", action="store_true", help="pass counts per family and in total")
+    parser.add_argument("--report", action="store_true", help="pass counts per family and in total, and the causes")
     parser.add_argument("--failures", metavar="FAMILY", help="print the failing cases of FAMILY ('all' for every one)")
     parser.add_argument("--json", action="store_true", help="print the extracted cases as JSON lines")
     args = parser.parse_args(argv)
     try:
-        directory = fetch(args.sdist, force=args.force)
+        directory = fetch(args.sdist, force=args.force, subdir=tool.subdir)
     except FetchError as exc:
-        print(f"vllm_parser_cases: {exc}", file=sys.stderr)
+        print(f"{tool.name}: {exc}", file=sys.stderr)
         return 1
     if args.fetch_only:
         print(f"{len(list(directory.glob('*.py')))} test modules in {directory}")
         return 0
-    cases, skipped = read_cases(directory)
+    cases, skipped = tool.read_cases(directory)
     if args.json:
         for case in cases:
             print(json.dumps(asdict(case), ensure_ascii=False))
         return 0
     try:
-        outcomes = run_all(cases)
+        outcomes = tool.run_all(cases)
     except FetchError as exc:
-        print(f"vllm_parser_cases: {exc}", file=sys.stderr)
+        print(f"{tool.name}: {exc}", file=sys.stderr)
         return 1
     if args.failures:
         for outcome in outcomes:
             if outcome.status != "pass" and args.failures in ("all", outcome.case.family):
-                print(describe_failure(outcome))
+                print(tool.describe_failure(outcome))
     if args.report or not args.failures:
-        print(report(outcomes, skipped))
+        print(tool.report(outcomes, skipped))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_tool(CaseTool("vllm_parser_cases", __doc__.splitlines()[0], TESTS, read_cases, run_all, report,
+                             describe_failure), argv)
 
 
 if __name__ == "__main__":

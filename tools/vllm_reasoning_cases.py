@@ -31,36 +31,42 @@ one answer), or where vLLM keeps a reasoning marker in the content.
 
 from __future__ import annotations
 
-import argparse
 import ast
 import collections
-import functools
 import itertools
 import json
-import random
 import re
 import sys
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tools/ is scripts, not a package
+import vllm_parser_cases as shared  # noqa: E402
 from vllm_parser_cases import (  # noqa: E402
     DEBATABLE_NAME,
     REASONING_TESTS,
-    FetchError,
+    CaseTool,
+    Extraction,
     Module,
     Param,
     _callee,
+    _without_ids,
     bind_assignments,
+    chunkings,
     evaluate,
-    fetch,
     parametrize_sets,
-    template_path,
+    run_tool,
+    streamed,
     test_functions,
+    totals,
 )
-from vllm_parser_cases import SDIST_STEM as SDIST_STEM  # noqa: E402  (the tests' and fetch's, re-exported)
+
+# re-exported for the tests and tests/corpora.py, which reach them through this module
+from vllm_parser_cases import SDIST_STEM as SDIST_STEM  # noqa: E402
+from vllm_parser_cases import FetchError as FetchError  # noqa: E402
+from vllm_parser_cases import fetch as fetch  # noqa: E402
 from vllm_parser_cases import tests_dir as tests_dir  # noqa: E402
 
 # test module -> (family, template): the template of the model the test names where the corpora
@@ -110,12 +116,6 @@ class Case:
     template_kwargs: dict[str, Any] | None = None  # the test's chat_template_kwargs
     notes: list[str] = field(default_factory=list)
     debatable: bool = False
-
-
-@dataclass
-class Extraction:
-    cases: list[Case] = field(default_factory=list)
-    skipped: collections.Counter[str] = field(default_factory=collections.Counter)
 
 
 # -- reading the modules ----------------------------------------------------------------------------
@@ -303,7 +303,7 @@ def _row_case_fields(bound: dict[str, Any]) -> tuple[str | None, list[str] | Non
 
 
 def function_cases(family: str, path: Path, test: str, fn: ast.FunctionDef, env: dict[str, Any],
-                   out: Extraction) -> None:
+                   out: Extraction[Case]) -> None:
     for bound, label in _rows(fn, env):
         row_env = dict(env, **bound, **{ROW_ID: label})
         bind_assignments(fn.body, row_env)
@@ -346,9 +346,9 @@ def skip_reason(fn: ast.FunctionDef) -> str:
     return "no literal output fed to the parser"
 
 
-def module_cases(path: Path, family: str) -> Extraction:
+def module_cases(path: Path, family: str) -> Extraction[Case]:
     """The cases one vLLM reasoning test module states, and what it states that is not read."""
-    module, out = Module(path), Extraction()
+    module, out = Module(path), Extraction[Case]()
     for cls, fn in test_functions(module.tree):
         env = dict(module.env)
         if cls is not None:
@@ -371,22 +371,8 @@ def mark_split_expectations(cases: list[Case]) -> None:
 
 
 def read_cases(directory: Path) -> tuple[list[Case], dict[str, collections.Counter[str]]]:
-    cases: list[Case] = []
-    skipped: dict[str, collections.Counter[str]] = {}
-    for module, (family, template) in TEMPLATES.items():
-        if not (directory / module).is_file():
-            continue
-        extraction = module_cases(directory / module, family)
-        for case in extraction.cases:
-            case.template = next((t for key, t in TEMPLATE_BY_TEST.items() if key in case.id), template)
-        cases.extend(extraction.cases)
-        skipped[family] = extraction.skipped
-    seen: collections.Counter[str] = collections.Counter()
-    for case in cases:
-        seen[case.id] += 1
-        if seen[case.id] > 1:
-            case.id += f"#{seen[case.id]}"
-    return cases, skipped
+    """Every case of the modules in `TEMPLATES` (ids made unique), and what was not extracted."""
+    return shared.read_cases(directory, TEMPLATES, module_cases, TEMPLATE_BY_TEST)
 
 
 # -- running ----------------------------------------------------------------------------------------
@@ -456,31 +442,6 @@ def compare(case: Case, message: dict[str, Any], analysis: Any) -> tuple[str, bo
     return " and ".join(wrong) + " differ", False
 
 
-def chunkings(case: Case) -> list[list[str]]:
-    text = case.model_output
-    out = [list(text)] + ([case.chunks] if case.chunks else [])
-    if len(text) > 2:
-        rng = random.Random(case.id)
-        cuts = sorted(rng.sample(range(1, len(text)), min(len(text) - 1, len(text) // 3)))
-        out.append([text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)])
-    return out
-
-
-def streamed(parser: Any, chunks: list[str]) -> dict[str, Any]:
-    stream = parser.stream()
-    for chunk in chunks:
-        stream.feed(chunk)
-    stream.finish()
-    return stream.message()
-
-
-def _without_ids(message: dict[str, Any]) -> dict[str, Any]:
-    message = json.loads(json.dumps(message))
-    for call in message.get("tool_calls") or []:
-        call.pop("id", None)
-    return message
-
-
 # -- the prompt a case assumes ----------------------------------------------------------------------
 
 def _render(analysis: Any, kwargs: dict[str, Any]) -> str | None:
@@ -545,24 +506,8 @@ def run_case(case: Case, analysis: Any) -> Outcome:
     return Outcome(case, "fail" if cause else "pass", cause, message, exact, state)
 
 
-@functools.cache
-def analysis_of(spec: str) -> Any:
-    import autoparser
-
-    path = template_path(spec) if spec else None
-    if path is None or not path.is_file():
-        return None
-    return autoparser.analyze(path.read_text(encoding="utf-8"))
-
-
 def run_all(cases: list[Case]) -> list[Outcome]:
-    return [run_case(case, analysis_of(case.template)) for case in cases]
-
-
-def totals(outcomes: list[Outcome]) -> tuple[int, int]:
-    """(passed, comparable): comparable cases are those whose family has a template."""
-    passed = sum(o.status == "pass" for o in outcomes)
-    return passed, passed + sum(o.status == "fail" for o in outcomes)
+    return shared.run_all(cases, run_case)
 
 
 def report(outcomes: list[Outcome], skipped: dict[str, collections.Counter[str]]) -> str:
@@ -613,35 +558,8 @@ def describe_failure(outcome: Outcome) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sdist", type=Path, help="use this vLLM sdist instead of downloading it")
-    parser.add_argument("--force", action="store_true", help="extract again even if already present")
-    parser.add_argument("--report", action="store_true", help="pass counts per family and the causes")
-    parser.add_argument("--failures", metavar="FAMILY", help="print the failing cases of FAMILY ('all' for every one)")
-    parser.add_argument("--json", action="store_true", help="print the extracted cases as JSON lines")
-    args = parser.parse_args(argv)
-    try:
-        directory = fetch(args.sdist, force=args.force, subdir=REASONING_TESTS)
-    except FetchError as exc:
-        print(f"vllm_reasoning_cases: {exc}", file=sys.stderr)
-        return 1
-    cases, skipped = read_cases(directory)
-    if args.json:
-        for case in cases:
-            print(json.dumps(asdict(case), ensure_ascii=False))
-        return 0
-    try:
-        outcomes = run_all(cases)
-    except FetchError as exc:
-        print(f"vllm_reasoning_cases: {exc}", file=sys.stderr)
-        return 1
-    if args.failures:
-        for outcome in outcomes:
-            if outcome.status != "pass" and args.failures in ("all", outcome.case.family):
-                print(describe_failure(outcome))
-    if args.report or not args.failures:
-        print(report(outcomes, skipped))
-    return 0
+    return run_tool(CaseTool("vllm_reasoning_cases", __doc__.splitlines()[0], REASONING_TESTS, read_cases, run_all,
+                             report, describe_failure), argv)
 
 
 if __name__ == "__main__":

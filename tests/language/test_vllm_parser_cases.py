@@ -7,12 +7,16 @@ project. The pass count over them is a floor: an analysis change may raise it, n
 
 from __future__ import annotations
 
-import io
-import tarfile
 from pathlib import Path
 
 import pytest
-from corpora import llamacpp_templates, shared_templates, vllm_parser_cases_tool, vllm_parser_tests
+from corpora import (
+    llamacpp_templates,
+    make_sdist,
+    shared_templates,
+    vllm_parser_cases_tool,
+    vllm_parser_tests,
+)
 
 tool = vllm_parser_cases_tool()
 
@@ -110,19 +114,10 @@ def test_comparison_and_its_debatable_classes() -> None:
     assert tool.compare(_case({"content": "hi"}), _message("bye")) == "content differs"
 
 
-def _sdist(path: Path, members: dict[str, bytes]) -> Path:
-    with tarfile.open(path, "w:gz") as archive:
-        for name, data in members.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            archive.addfile(info, io.BytesIO(data))
-    return path
-
-
 def test_fetch_extracts_only_the_tool_parser_tests(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AUTOPARSER_CACHE", str(tmp_path / "cache"))
     root = f"{tool.SDIST_STEM}/tests/tool_parsers"
-    sdist = _sdist(tmp_path / "vllm.tar.gz", {
+    sdist = make_sdist(tmp_path / "vllm.tar.gz", {
         f"{root}/test_demo_tool_parser.py": b"X = 1\n",
         f"{root}/sub/test_nested.py": b"",
         f"{root}/../../escape.py": b"",
@@ -133,7 +128,7 @@ def test_fetch_extracts_only_the_tool_parser_tests(tmp_path: Path, monkeypatch: 
     assert sorted(p.name for p in directory.iterdir()) == ["test_demo_tool_parser.py"]
     assert tool.fetch(tmp_path / "absent.tar.gz") == directory  # already there: nothing is read
     with pytest.raises(tool.FetchError, match="holds no"):
-        tool.fetch(_sdist(tmp_path / "empty.tar.gz", {"x/y.py": b""}), force=True)
+        tool.fetch(make_sdist(tmp_path / "empty.tar.gz", {"x/y.py": b""}), force=True)
 
 
 def test_vllm_expectations_do_not_regress() -> None:

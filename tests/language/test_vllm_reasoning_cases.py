@@ -7,12 +7,16 @@ project. The pass count over them is a floor: an analysis change may raise it, n
 
 from __future__ import annotations
 
-import io
-import tarfile
 from pathlib import Path
 
 import pytest
-from corpora import llamacpp_templates, shared_templates, vllm_reasoning_cases_tool, vllm_reasoning_tests
+from corpora import (
+    llamacpp_templates,
+    make_sdist,
+    shared_templates,
+    vllm_reasoning_cases_tool,
+    vllm_reasoning_tests,
+)
 
 tool = vllm_reasoning_cases_tool()
 
@@ -143,19 +147,10 @@ def test_comparison_and_its_classes() -> None:
     assert tool.compare(_case(want), {"content": "x"}, _Analysis("", ""))[0] == "analysis finds no reasoning"
 
 
-def _sdist(path: Path, members: dict[str, bytes]) -> Path:
-    with tarfile.open(path, "w:gz") as archive:
-        for name, data in members.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            archive.addfile(info, io.BytesIO(data))
-    return path
-
-
 def test_fetch_extracts_only_the_reasoning_tests(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AUTOPARSER_CACHE", str(tmp_path / "cache"))
     stem = tool.SDIST_STEM
-    sdist = _sdist(tmp_path / "vllm.tar.gz", {
+    sdist = make_sdist(tmp_path / "vllm.tar.gz", {
         f"{stem}/tests/reasoning/test_demo_reasoning_parser.py": b"X = 1\n",
         f"{stem}/tests/reasoning/sub/test_nested.py": b"",
         f"{stem}/tests/tool_parsers/test_demo_tool_parser.py": b"",
