@@ -686,10 +686,11 @@ def schema_json_types(sub: Any) -> tuple[str, ...]:
 
 def later_call_openers(root: Node) -> tuple[str, ...]:
     """Where a later call begins (`Language.resync`): each `NEXT_CALL` rule's markers from its
-    separator up to the first that holds a word, whitespace between them any whitespace."""
+    separator, and each `SECTION` rule's from its opener (a section written again after one
+    that broke off), up to the first that holds a word, whitespace between them any whitespace."""
     found: set[str] = set()
     for node in walk(root):
-        if isinstance(node, Rule) and node.kind == NEXT_CALL:
+        if isinstance(node, Rule) and node.kind in (NEXT_CALL, SECTION):
             found |= _openers((node.body,), "", 24)
     return tuple(sorted(found))
 

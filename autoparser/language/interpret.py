@@ -579,7 +579,7 @@ class LanguageStream(_Passes, _Recovery, _Stepping):
             t.mark += delta
             t.call_from += delta
             if t.section_at is not None:
-                t.section_at = (t.section_at[0] + delta, t.section_at[1])
+                t.section_at = (t.section_at[0] + delta, *t.section_at[1:])
             if t.head.__class__ is _Text:
                 t.head.start += delta
                 t.head.after += delta

@@ -277,7 +277,8 @@ class Language:
     `value_section`: the section (opening, closing) a raw argument value may be wrapped in (XML
     CDATA), read whole: the markers inside it are the value's text, the section's are not.
     `resync`: where a call may begin again after one that broke, for calls that end only in
-    punctuation (a later call's separator and its first markers up to a word, `, { "name"`):
+    punctuation (a later call's separator and its first markers up to a word, `, { "name"`, or a
+    later section's opener up to a word, the section the broken call was in left unended):
     the broken call's text is content up to one of them, and the calls go on from there."""
 
     root: Node

@@ -59,7 +59,9 @@ RULES: tuple[Rule, ...] = (
          "Where no reading continues, the one that got furthest keeps what it read (of those that got "
          "as far, the first in the language's order, however the chunks came; a call whose "
          "arguments had started is closed and marked incomplete), the text from there to where it "
-         "failed is content, and the language is read again from there with reasoning over; but "
+         "failed is content, and the language is read again from there with reasoning over (after a "
+         "call that broke in a section, from its end marker, or where only punctuation ends a call, "
+         "from where a later call or a later section begins); but "
          "reasoning whose end marker never came ends where calls began, valid or broken: the "
          "reading that broke in them is the one kept, and the text after the broken call waits for "
          "that end marker (`undecided-too-long`)."),

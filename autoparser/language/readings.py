@@ -201,7 +201,8 @@ class _Thread:
         self.streamed: int | None = None  # a string value that streams: 0 not begun, 1 begun (None: kept whole)
         self.spool: tuple[str, str] | None = None  # a literal that may stream: its quote, the text held back
         self.call_from = pos  # where the part that holds the last call began (a separator before it included)
-        self.section_at: tuple[int, Any] | None = None  # where the last call section began, and what follows it
+        # where the last call section began, what follows it, and its rule
+        self.section_at: tuple[int, Any, ir.Rule] | None = None
         self.section_open = False  # no call has begun in that section yet
         self.first_in_section = False  # the call being read is that section's first
         self.markup = 0  # markers read as markup where a text beside them could hold them (`ir.MARKUP`)

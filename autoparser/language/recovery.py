@@ -259,9 +259,21 @@ class _Recovery:
             if resync is None:
                 return None  # the section is text
             stack = (resync[0], (resync[1], following))
+            if not first:
+                return [stack, *self._section_again(t, resync[0])]
         else:
             stack = (rest[0], (rest[1], following))
         return [(self.reader.root, None), stack] if first else [stack]
+
+    def _section_again(self, t: _Thread, content: Any) -> list[Any]:
+        """Where a call that ends only in punctuation broke in a section that keeps a call: the
+        broken call's text as `content`, then that section's opener written again (a later one
+        where the calls go on, the broken one's end left unwritten), then what follows the
+        section. After a first call, reading the whole language again finds that section."""
+        section = t.section_at
+        if section is None or not _below(t.stack, section[1]):
+            return []
+        return [(content, (section[2], _without_spent_repeats(section[1], t.pos + self.offset[0])))]
 
     def _cut_off(self, t: _Thread) -> None:
         """The output ended inside a call's arguments: they keep the values that were complete

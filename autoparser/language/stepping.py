@@ -107,7 +107,7 @@ class _Stepping:
                 t.stack = (item, t.stack)
         elif cls is ir.Rule:
             if node.kind == ir.SECTION:
-                t.section_at = (t.pos, t.stack)
+                t.section_at = (t.pos, t.stack, node)
                 t.section_open = True  # what it reads is held until a call in it begins
             elif node.kind == ir.CALL:
                 t.call_from = t.mark

@@ -692,6 +692,48 @@ def test_a_calls_marker_where_a_value_begins_breaks_the_call(analysis, tools, ou
     assert not losses, losses[0]
 
 
+# -- a whole section written again after a call that broke ----------------------------------------------
+
+def _one_call_outputs() -> list:
+    """(analysis, tools, its output of one call, that call's first value) for the Mistral
+    `[TOOL_CALLS][{...}]` outputs above, a bare JSON array of calls (no marker opens it) and
+    families whose calls end in markers, each with and without tools."""
+    found = [pytest.param(*param.values, "Paris", id=param.id) for param in _mistral_array_outputs()]
+    for family in ("bare_json_array", "hermes", "deepseek_v31", "kimi_k2", "mistral_compact"):
+        analysis = getattr(analyses, family)()
+        output = analyses.render_output(analysis, None, "", [("get_weather", {"city": "Paris"})], stop=False)
+        found += [pytest.param(analysis, tools, output, "Paris", id=f"{family}-{'tools' if tools else 'no-tools'}")
+                  for tools in (TOOLS, None)]
+    return found
+
+
+@pytest.mark.parametrize(("analysis", "tools", "output", "value"), _one_call_outputs())
+def test_a_whole_section_after_a_broken_call_is_read_as_calls(analysis, tools, output: str, value: str) -> None:
+    """`[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": }` then the whole section
+    written again: the broken call is kept incomplete (its text content), and the section after
+    it is read as a call (policy rule `nothing-lost`: reading starts again where a later call or a
+    later section begins, not only where a later call in the same section does; a call that ends
+    only in punctuation has no end marker to go on after). Stream and whole agree however the
+    chunks come, and nothing written is lost (`unplaced`)."""
+    at = output.index(value)
+    broken = output[:at - (output[at - 1] == '"')] + "}"
+    text = broken + output
+    parser = analysis.parser(tools=tools)
+    whole = without_generated_ids(parser.parse(output))
+    [wanted] = whole["tool_calls"]
+    message = _agrees_whole_and_streamed(parser, text)
+    *before, last = message["tool_calls"]
+    assert last == wanted and not last.get("incomplete"), message
+    assert all(call.get("incomplete") for call in before), message
+    assert value not in (message["content"] or ""), message
+
+    def parse(written: str) -> dict:
+        return without_generated_ids(parser.parse(written))
+
+    losses = losses_at_every_cut(text, parse, marker_patterns(analysis), analysis.tools.array)
+    assert not losses, losses[0]
+
+
 # -- whitespace after a value the arguments could not go on from --------------------------------------
 
 def _every_chunking_equals_whole(parser, text: str) -> dict:
