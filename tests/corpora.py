@@ -28,7 +28,7 @@ import os
 import sys
 import tarfile
 from functools import cache
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from types import ModuleType
 from typing import Any
 
@@ -183,43 +183,32 @@ def vllm_parser_cases_tool() -> ModuleType:
 
 
 @cache
-def _vllm_fetch_error() -> str | None:
-    """Fetch vLLM's tool-parser test modules once per session; the reason it failed, or None."""
+def _vllm_fetch_error(subdir: PurePosixPath, what: str) -> str | None:
+    """Fetch one folder of vLLM's tests once per session; the reason it failed, or None."""
     tool = vllm_parser_cases_tool()
     try:
-        tool.fetch()
+        tool.fetch(subdir=subdir)
     except tool.FetchError as exc:
-        return f"vLLM's tool-parser tests unavailable: {exc}"
+        return f"vLLM's {what} tests unavailable: {exc}"
     return None
+
+
+def _vllm_tests(subdir: PurePosixPath, what: str) -> Path:
+    reason = _vllm_fetch_error(subdir, what)
+    if reason:
+        pytest.skip(reason, allow_module_level=True)
+    return vllm_parser_cases_tool().tests_dir(subdir)
 
 
 def vllm_parser_tests() -> Path:
     """vLLM's `tests/tool_parsers/` (its parser expectations), fetched on first use."""
-    reason = _vllm_fetch_error()
-    if reason:
-        pytest.skip(reason, allow_module_level=True)
-    return vllm_parser_cases_tool().tests_dir()
+    return _vllm_tests(vllm_parser_cases_tool().TESTS, "tool-parser")
 
 
 def vllm_reasoning_cases_tool() -> ModuleType:
     return tool_module("vllm_reasoning_cases")
 
 
-@cache
-def _vllm_reasoning_fetch_error() -> str | None:
-    """Fetch vLLM's reasoning-parser test modules once per session; the reason it failed, or None."""
-    tool = vllm_reasoning_cases_tool()
-    try:
-        tool.fetch(subdir=tool.REASONING_TESTS)
-    except tool.FetchError as exc:
-        return f"vLLM's reasoning-parser tests unavailable: {exc}"
-    return None
-
-
 def vllm_reasoning_tests() -> Path:
     """vLLM's `tests/reasoning/` (its reasoning-parser expectations), fetched on first use."""
-    reason = _vllm_reasoning_fetch_error()
-    if reason:
-        pytest.skip(reason, allow_module_level=True)
-    tool = vllm_reasoning_cases_tool()
-    return tool.tests_dir(tool.REASONING_TESTS)
+    return _vllm_tests(vllm_parser_cases_tool().REASONING_TESTS, "reasoning-parser")
