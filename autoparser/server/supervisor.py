@@ -188,8 +188,10 @@ class SupervisedWorker(ChatWorker):
         self._bound.close(SHUTTING_DOWN)
         for job_id, entry in entries:
             if entry.sent:
-                self._send(("cancel", job_id))
+                # Ended before the worker hears of it: the worker answers a cancel with a finish
+                # of its own, which must find the job gone rather than end its stream as "stop".
                 self._end(job_id, shutting_down("The server is shutting down; this generation was stopped."))
+                self._send(("cancel", job_id))
             else:
                 self._end(job_id, shutting_down(SHUTTING_DOWN))
 
