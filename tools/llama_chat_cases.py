@@ -601,6 +601,23 @@ def continued_analysis(case: Case, analysis: Any) -> Any:
     return data
 
 
+# the thinking tag llama.cpp's hand-written handlers prefill a reasoning continuation with
+LLAMA_THINKING_TAG = "<think>"
+
+
+def continued_prompt(case: Case, analysis: Any) -> str | None:
+    """The prompt a reasoning continuation leaves the model in, where the template writes no
+    reasoning of its own (`continued_analysis` cannot start the parser inside it): llama.cpp's
+    hand-written handler for such a template prefills its thinking tag and the reasoning so far
+    after the generation prompt, and the parser reads that prompt (the CONTRACT's `prompt=`).
+    None for every other case."""
+    if case.continue_final_message != "reasoning" or analysis.reasoning.mode != "none" or not case.messages:
+        return None
+    tools = [openai_tool(t) for t in case.tools] or None
+    history = analysis.render([openai_message(m) for m in case.messages[:-1]], tools=tools)
+    return history + LLAMA_THINKING_TAG + case.messages[-1]["reasoning_content"]
+
+
 def response_format(case: Case) -> dict[str, Any] | None:
     """The OpenAI `response_format` of a case that asks for an answer by a JSON schema."""
     if not case.json_schema:
@@ -618,7 +635,8 @@ def run_case(case: Case, analysis: Any) -> Outcome:
     try:
         # llama.cpp returns every call the output holds whatever `parallel_tool_calls` says
         parser = Parser(continued_analysis(case, analysis), tools=tools, thinking=case.enable_thinking,
-                        parallel_tool_calls=True, tool_choice=choice, response_format=response_format(case))
+                        parallel_tool_calls=True, tool_choice=choice, response_format=response_format(case),
+                        prompt=continued_prompt(case, analysis))
         if case.is_partial:
             got = _accumulate(parser.stream().feed(case.input))
         else:

@@ -25,6 +25,7 @@ writes) and `build_reading.py` (the wider one the parser reads); `request.py` ho
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 
 from autoparser.analysis_data import AnalysisData
@@ -42,14 +43,45 @@ from autoparser.language.request import (
     FREE,
     OPEN,
     Request,
+    after_last,
+    assistant_header,
+    core,
 )
+
+# a tag around one word (`<think>`, `[THINK]`, `<|reasoning|>`): its closer has `/` before the word
+_WORD_TAG = re.compile(r"(<\|?|\[)([A-Za-z][\w-]*)(\|?>|\])")
+_THINKING_WORDS = ("think", "thought", "reason")
 
 
 def build_language(analysis: AnalysisData, request: Request) -> Language:
     """The output language of `request` for the format `analysis` describes.
 
     Raises ValueError for a `tool_choice` naming a tool not in `tools`."""
+    analysis = with_prefilled_reasoning(analysis, request)
     return (_Reading if request.reading else _Builder)(analysis, request).build()
+
+
+def with_prefilled_reasoning(analysis: AnalysisData, request: Request) -> AnalysisData:
+    """A template that writes no reasoning, continued from a prompt whose assistant turn begins
+    with a thinking tag it leaves open (`<think>I'm`, as a caller prefills reasoning the template
+    cannot show): the output goes on inside that block, which the tag's closer (`</think>`) ends.
+    The analysis with that block as its reasoning; the analysis as it is otherwise."""
+    prompt, header = request.prompt, assistant_header(analysis)
+    if analysis.reasoning.mode != "none" or not prompt or not header:
+        return analysis
+    turn = after_last(prompt, [core(s) for s in analysis.stop])
+    at = prompt.rfind(header)
+    if at < turn or at < 0:
+        return analysis
+    tail = prompt[at + len(header):]
+    tag = _WORD_TAG.match(tail.lstrip())
+    if not tag or not any(word in tag.group(2).lower() for word in _THINKING_WORDS):
+        return analysis
+    start, end = tag.group(0), tag.group(1) + "/" + tag.group(2) + tag.group(3)
+    if end in tail:
+        return analysis
+    return replace(analysis, reasoning=replace(analysis.reasoning, mode="tagged", start=start, end=end,
+                                               forced_open=False, start_inferred=False))
 
 
 @dataclass(frozen=True)
@@ -78,6 +110,7 @@ class ReasoningCut:
 
 def reasoning_cut(analysis: AnalysisData, request: Request) -> ReasoningCut:
     """How the parser reading `request`'s output separates its reasoning from the answer."""
+    analysis = with_prefilled_reasoning(analysis, request)
     reading = _Reading(analysis, replace(request, reading=True))
     start, end = reading.r.start.strip(), reading.r.end.strip()
     if reading.opened or reading.r.mode == "none" or not end:

@@ -53,7 +53,7 @@ def bare_fence(args_start: str) -> str:
 OPEN, CLOSED, FREE, IMPLIED = "open", "closed", "free", "implied"
 
 
-def _after_last(text: str, markers: list[str]) -> int:
+def after_last(text: str, markers: list[str]) -> int:
     """The position right after the last occurrence of any of `markers` in text (0: none)."""
     best = 0
     for marker in markers:
@@ -94,13 +94,13 @@ def start_state(analysis: AnalysisData, thinking: bool | None, prompt: str | Non
             return OPEN, False
         return free, False
     stops = [core(s) for s in analysis.stop]
-    turn = _after_last(prompt, stops)  # the last turn starts after the last end-of-turn marker
+    turn = after_last(prompt, stops)  # the last turn starts after the last end-of-turn marker
     if has_reasoning and start:
         opened = prompt.rfind(start)
         if opened >= turn and opened >= 0 and prompt.find(end, opened) < 0:
             return OPEN, bool(prompt[opened + len(start):].strip())
     header = assistant_header(analysis)
-    anchor = _after_last(prompt, [header, end if has_reasoning else ""])
+    anchor = after_last(prompt, [header, end if has_reasoning else ""])
     markers = analysis.tools.markers
     tool_markers = [core(m) for m in (markers.section_start, markers.call_start, markers.section_end, markers.call_end)]
     tail = prompt[anchor:]

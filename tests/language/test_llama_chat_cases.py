@@ -16,7 +16,7 @@ tool = llama_chat_cases_tool()
 
 # Passing cases out of the 463 comparable ones. Raise it when the analysis improves; the failures
 # are listed when it drops.
-PASS_FLOOR = 429  # see docs/measurements.md for the causes of the rest
+PASS_FLOOR = 430  # see docs/measurements.md for the causes of the rest
 
 SNIPPET = r'''
 static common_chat_tool echo_tool{

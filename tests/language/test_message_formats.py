@@ -97,6 +97,22 @@ def test_gpt_oss_recipient_before_or_after_the_channel() -> None:
         assert same_streamed(parser, text) == ("Think.", None, [("get_weather", {"city": "Oslo"})])
 
 
+@pytest.mark.parametrize("text", [
+    '<|channel|>analysis<|message|>Run it.<|end|><|start|>assistant to=container.exec'
+    '<|channel|>commentary<|message|>python3 -c \'print("hello")\'',
+    '<|channel|>analysis<|message|>Run it.<|end|><|start|>assistant<|channel|>commentary to=python '
+    '<|constrain|>code<|message|>print("hello")',
+])
+@pytest.mark.parametrize("tools", [TOOLS, None])
+def test_gpt_oss_message_to_a_recipient_that_is_no_tool_keeps_its_body(text: str, tools: list | None) -> None:
+    """A built-in recipient the request gave no tool for (llama.cpp drops the message): its body
+    is content, nothing the model wrote is lost (README, "Where this departs from a peer")."""
+    parser = template("openai-gpt-oss-120b.jinja").parser(tools=tools)
+    reasoning, content, calls = same_streamed(parser, text)
+    assert (reasoning, calls) == ("Run it.", [])
+    assert "print(" in content and "<|" not in content
+
+
 # -- compound markers -------------------------------------------------------------------------------
 
 

@@ -151,3 +151,46 @@ def test_a_mention_of_the_calls_opener_inside_closed_reasoning_stays_reasoning(v
     # and the calls need some reasoning before them: an output that starts with them opened none
     required = build_grammar(v31, TOOLS, tool_choice="required", thinking=True, prompt=prompt)
     assert not Gbnf(required.gbnf).matches(CALL_TEXT)
+
+
+@pytest.fixture(scope="module")
+def no_reasoning() -> autoparser.Analysis:
+    """A template that writes no reasoning at all (Kimi-K2's first template: no `<think>` in it)."""
+    path = next((p for p in llamacpp_templates() if p.name == "moonshotai-Kimi-K2.jinja"), None)
+    if path is None:
+        pytest.skip("moonshotai-Kimi-K2 is not in the llama.cpp corpus")
+    a = autoparser.analyze(Path(path).read_text(encoding="utf-8"), bos_token="<s>", eos_token="</s>")
+    assert a.reasoning.mode == "none"
+    return a
+
+
+CONTINUED = " thinking</think>Hello, world!"
+
+
+def test_a_thinking_tag_the_prompt_leaves_open_is_continued_as_reasoning(no_reasoning) -> None:
+    """A caller prefills reasoning the template cannot show (`<think>I'm`, as llama.cpp does for
+    this template): the output goes on inside that block, which the tag's closer ends."""
+    prompt = no_reasoning.render(ASKED) + "<think>I'm"
+    message = _both(no_reasoning.parser(prompt=prompt), CONTINUED)
+    assert (message["reasoning_content"], message["content"]) == (" thinking", "Hello, world!")
+    for seed in range(5):
+        streamed = analyses.streamed_in_random_chunks(no_reasoning.parser(prompt=prompt), CONTINUED, seed)
+        assert without_generated_ids(streamed) == without_generated_ids(message)
+    assert no_reasoning.gbnf(prompt=prompt, lazy=False)
+
+
+@pytest.mark.parametrize("prefill", [
+    "<think>I'm</think>Hi",  # the prompt closed the block: the answer goes on
+    "<answer>I'm",           # a tag that names no thinking
+    "",                      # no prefill
+])
+def test_a_prompt_that_leaves_no_thinking_tag_open_reads_no_reasoning(no_reasoning, prefill: str) -> None:
+    prompt = no_reasoning.render(ASKED) + prefill
+    message = _both(no_reasoning.parser(prompt=prompt), CONTINUED)
+    assert message["reasoning_content"] is None and "</think>" in message["content"]
+
+
+def test_a_thinking_tag_in_the_users_message_opens_nothing(no_reasoning) -> None:
+    prompt = no_reasoning.render([{"role": "user", "content": "What does <think> do?"}])
+    message = _both(no_reasoning.parser(prompt=prompt), "It marks reasoning.")
+    assert (message["reasoning_content"], message["content"]) == (None, "It marks reasoning.")
