@@ -325,8 +325,7 @@ def _text_stops(node: ir.Text) -> tuple[list[str], str, list[str]]:
     strong = [s for s in stops if not (node.weak and s == node.weak.marker)]
     weak_pattern = ""
     if node.weak is not None:
-        word = r"[^\W\d][\w.\-]*\s*" if node.weak.word else ""
-        weak_pattern = _regex_escape(node.weak.marker) + node.weak.spacing() + word + _regex_escape(node.weak.before)
+        weak_pattern = _regex_escape(node.weak.marker) + node.weak.follows(_regex_escape)
     soft = [s for s in strong if is_weak(s) and s != (node.end or "").strip()]  # as `terminals._is_soft`
     return [_regex_escape(s) for s in strong], weak_pattern, soft
 

@@ -454,8 +454,14 @@ class _Reading(_Reasoning, _Messages, _Builder):
 
     def tagged_body(self, name: str, params: Any) -> Node:
         """As generated; where each argument opens with its own marker, the body may also be one
-        JSON object (`<invoke name="f">{"a": 1}</invoke>`), which the parser reads as the arguments."""
+        JSON object (`<invoke name="f">{"a": 1}</invoke>`), which the parser reads as the arguments.
+        Where each argument is a line of its own, the call does not end before a line as deep as
+        its arguments' (as in YAML, that line is the call's: its next argument, or text that
+        breaks it, never the text after the call; cut off inside it, the call is cut off)."""
         body = super().tagged_body(name, params)
+        indent = self.line_indent()
+        if indent is not None:
+            return seq(body, Gap(0, not_line=indent))
         if self.bare_keys or self.literal or not self.t.arg_start.strip():
             return body
         return choice(body, seq(Gap(JSON_SPACE), Capture(ARGUMENTS, Json("object"))))

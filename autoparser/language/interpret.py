@@ -170,9 +170,9 @@ class LanguageReader:
             weak = None
             if node.weak is not None:
                 stops.discard(node.weak.marker)
-                mark, before = re.escape(node.weak.marker), re.escape(node.weak.before)
-                word = r"[^\W\d][\w.\-]*\s*" if node.weak.word else ""
-                weak = (re.compile(rf"{mark}(?={node.weak.spacing()}{word}{before})"),
+                mark = re.escape(node.weak.marker)
+                word = ir.WORD if node.weak.word else ""
+                weak = (re.compile(rf"{mark}(?={node.weak.follows(re.escape)})"),
                         (node.weak.marker[0], re.compile(rf"{mark}\s*(?:{word})?\Z")))
             kinds = {stop: "soft" if _is_soft(stop, node) else "stop" for stop in stops}
             found = self._markers[id(node)] = (MarkerSet(kinds), weak)

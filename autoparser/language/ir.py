@@ -16,7 +16,9 @@ makes it from an analysis and a request; the GBNF backend writes it as a grammar
   `not_first`: markers it does not begin with (the parser reads the marker there), `bounded` as
   a `Lit`'s (a marker word there only where no word character follows it);
 * `Seq`, `Choice`, `Repeat`: sequence, alternatives, repetition (`max` None: unbounded);
-* `Gap`: optional whitespace between structural parts, at most `max` characters;
+* `Gap`: optional whitespace between structural parts, at most `max` characters; `not_line`: not
+  before a line indented that many spaces or more (`Gap(0, n)` reads nothing: where a call whose
+  arguments are lines at that indentation ends, such a line is the call's, not what follows it);
 * `Json`: a JSON value typed by a schema (`kind` "schema"), or any value / string / object;
 * `PyValue`: a tagged value written as a JSON or Python literal (`'text'`, `True`, `None`),
   spelled as its `Spelling` says;
@@ -35,7 +37,7 @@ no end marker after it ends where the tool calls begin (`build_generation._Build
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
@@ -74,8 +76,15 @@ class Weak:
     """`marker` ends the text only where `before` follows it, after whitespace and (`word`) a
     word: `, days=`; a bracket that opens a bare JSON call only before a key's quote (`{"`).
     `leads`: the text may begin with the marker (where it opened nothing, it is text).
-    `indent`: the marker is a line break that counts only before a line indented at most this
-    many spaces (a deeper-indented line belongs to the value: a nested block); None: any."""
+    `indent`: the marker is a line break. It counts before a line indented exactly this many
+    spaces that begins as a word does, whatever follows (as in YAML, a line at the keys'
+    indentation never goes on with the value: it is the next key, or text that breaks the call),
+    and before a line indented less that begins with a word and `before` (the next call's
+    header); a line indented deeper (a nested block), less without that (a string's next line)
+    or at the keys' with no word (`}` of a JSON value) is the value's. At the end of the output,
+    a line no deeper than the keys' that may still become one that counts (`call` of `call:`)
+    counts too: a marker cut off, as a cut marker ends a value (`cut_follows`).
+    None: the marker counts after any whitespace, then (`word`) a word, then `before`."""
 
     marker: str
     before: str
@@ -83,9 +92,28 @@ class Weak:
     leads: bool = False
     indent: int | None = None
 
-    def spacing(self) -> str:
-        """The regex of the whitespace allowed between the marker and what must follow it."""
-        return r"\s*" if self.indent is None else rf"[ \t]{{0,{self.indent}}}"
+    def follows(self, escape: Callable[[str], str]) -> str:
+        """The regex of what must follow the marker for it to count, `before` escaped by `escape`."""
+        word = WORD if self.word else ""
+        if self.indent is None:
+            return r"\s*" + word + escape(self.before)
+        keys = rf"[ \t]{{{self.indent}}}[^\W\d]"
+        return rf"(?:{keys}|[ \t]{{0,{self.indent - 1}}}{word}{escape(self.before)})" if self.indent else keys
+
+    def cut_follows(self) -> str | None:
+        """The regex of what may follow the marker at the end of the output for it to count (a
+        line that may still become one it counts before); None: nothing more than `follows`."""
+        if self.indent is None:
+            return None
+        return rf"[ \t]{{0,{self.indent}}}(?:{WORD if self.word else ''})?\Z"
+
+
+WORD = r"[^\W\d][\w.\-]*\s*"  # a key or a name as the parser reads one, and the spaces after it
+
+
+def indented_line(indent: int) -> str:
+    """The regex of a line break then a line indented `indent` spaces or more (`Gap.not_line`)."""
+    return rf"\n[ \t]{{{indent},}}\S"
 
 
 @dataclass(frozen=True)
@@ -120,6 +148,7 @@ class Repeat:
 @dataclass(frozen=True)
 class Gap:
     max: int
+    not_line: int | None = None
 
 
 @dataclass(frozen=True)
@@ -477,7 +506,8 @@ def _show(node: Node, rules: dict[str, str]) -> str:  # noqa: C901 - one case pe
     if isinstance(node, Repeat):
         return f"{_group(node.item, rules)}{_bounds(node.min, node.max)}"
     if isinstance(node, Gap):
-        return f"gap{{0,{node.max}}}"
+        barred = f" not before a line indented {node.not_line}+" if node.not_line is not None else ""
+        return f"gap{{0,{node.max}}}{barred}"
     if isinstance(node, Json):
         typed = f" {node.owner}{node.path[1:]}" if node.kind == "schema" else ""
         return f"json-{node.kind}{typed}"

@@ -139,8 +139,8 @@ class _Stepping:
             t.head = _Text(node, markers, weak, t.pos, self.reader.split(self._follow(t.stack)), t.value is not None,
                            self.reader.section if t.value is not None else ())
         elif cls is ir.Gap:
-            if node.max:
-                t.head = _Gap(node.max)
+            if node.max or node.not_line is not None:
+                t.head = _Gap(node)
         elif cls is ir.Chars:
             t.head = _Chars(node, self.reader.chars(node))
         elif cls is ir.Json:

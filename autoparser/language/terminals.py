@@ -114,15 +114,36 @@ class _Chars:
         return DONE
 
 
+@lru_cache(maxsize=16)
+def _barred_line(indent: int) -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """The line a gap may not come before (`ir.Gap.not_line`), and what may still become it."""
+    return re.compile(ir.indented_line(indent)), re.compile(r"(?:\n[ \t]*)?\Z")
+
+
+@lru_cache(maxsize=64)
+def _weak_cut(weak: ir.Weak) -> re.Pattern[str] | None:
+    """The weak marker at the end of the output where what follows it there may still have made it count."""
+    follows = weak.cut_follows()
+    return None if follows is None else re.compile(re.escape(weak.marker) + follows)
+
+
 class _Gap:
-    """Whitespace, at most `max` characters (as much as there is)."""
+    """Whitespace, at most `max` characters (as much as there is); not before a line its
+    `not_line` bars (a line break, then as deep an indentation): there it fails."""
 
-    __slots__ = ("most",)
+    __slots__ = ("most", "barred")
 
-    def __init__(self, most: int) -> None:
-        self.most = most
+    def __init__(self, node: ir.Gap) -> None:
+        self.most = node.max
+        self.barred = _barred_line(node.not_line) if node.not_line is not None else None
 
     def step(self, t: _Thread, buf: str, final: bool) -> int:
+        barred = self.barred
+        if barred is not None:
+            if barred[0].match(buf, t.pos):
+                return FAIL
+            if not final and barred[1].match(buf, t.pos):
+                return MORE
         pos, end = t.pos, t.pos
         while end < len(buf) and end - pos < self.most and buf[end] in _WHITESPACE:
             end += 1
@@ -140,13 +161,14 @@ class _Text:
     ends the text in one reading and is part of it in another: what follows decides."""
 
     __slots__ = ("markers", "weak", "weak_prefix", "leads", "lead", "nonempty", "start", "split", "after",
-                 "firsts", "bounded", "past", "soft", "cdata", "section", "spaces", "empty", "blank")
+                 "firsts", "bounded", "past", "soft", "cdata", "section", "spaces", "empty", "blank", "weak_cut")
 
     def __init__(self, node: ir.Text, markers: MarkerSet, weak: tuple[Any, Any] | None, start: int,
                  split: re.Pattern[str] | None, soft: bool = False, section: tuple[str, ...] = ()) -> None:
         self.markers = markers
         self.weak, self.weak_prefix = weak or (None, None)
         self.leads = node.weak is not None and node.weak.leads  # a weak marker it begins with is text
+        self.weak_cut = _weak_cut(node.weak) if node.weak is not None else None
         end = node.end or ""
         self.lead = end[:len(end) - len(end.lstrip())] if end.strip() else ""
         self.nonempty = node.nonempty
@@ -194,6 +216,10 @@ class _Text:
                 stop = found.start()
             elif not final:
                 held = self._weak_hold(buf, max(pos, since), stop)
+            elif stop is None and self.weak_cut is not None:
+                # the output ended inside what may have made the weak marker count: a marker cut off
+                cut = self.weak_cut.search(buf, since)
+                stop = cut.start() if cut is not None else None
         if self.soft and hit is not None and hit[2] == "soft" and stop == hit[0] and held is None and (
                 self.split is None or not self.split.search(buf, pos, stop)):
             self._read(t, buf, stop)

@@ -17,6 +17,7 @@ import pytest
 from analyses import WEATHER_TOOLS, streamed_in_random_chunks, without_generated_ids
 
 import autoparser
+from autoparser.language.reading import Parser
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "templates" / "paren_python_calls.jinja"
 LFM = ("<|tool_call_start|>[", "]<|tool_call_end|>")
@@ -119,6 +120,18 @@ REASONING = sorted(name for name, make in analyses.FAMILIES.items()
                    if make().tools.supported and make().reasoning.mode != "none" and make().reasoning.end)
 
 
+def _call_in_reasoning(analysis: autoparser.Analysis) -> tuple[str, str, str, Parser]:
+    """The reasoning's opener the model writes ("" where the prompt opens it), the format's output
+    of one call, that call with its value missing, and a parser with tools and thinking on;
+    skipped where a call written in reasoning with no end marker after it is no call."""
+    opener = "" if analysis.reasoning.forced_open else analysis.reasoning.start
+    calls = analyses.render_output(analysis, None, calls=[("get_weather", {"city": "Oslo"})], stop=False)
+    parser = analysis.parser(tools=WEATHER_TOOLS, thinking=True)
+    if analyses.calls(parser.parse(opener + "Plan." + calls)) != [("get_weather", {"city": "Oslo"})]:
+        pytest.skip("a call written in reasoning without its end marker is no call in this format")
+    return opener, calls, re.sub(r"""["']?Oslo["']?""", "", calls, count=1), parser
+
+
 @pytest.mark.parametrize("family", REASONING)
 def test_a_broken_call_ends_reasoning_that_no_end_marker_closes(family: str) -> None:
     """Reasoning with no end marker after it ends where the calls begin, whether the call there
@@ -127,12 +140,7 @@ def test_a_broken_call_ends_reasoning_that_no_end_marker_closes(family: str) -> 
     as SGLang's reasoning parsers cut reasoning at a call marker; none of it is reasoning,
     streamed or not. With the end marker later, all before it stays reasoning."""
     analysis = analyses.FAMILIES[family]()
-    opener = "" if analysis.reasoning.forced_open else analysis.reasoning.start
-    calls = analyses.render_output(analysis, None, calls=[("get_weather", {"city": "Oslo"})], stop=False)
-    parser = analysis.parser(tools=WEATHER_TOOLS, thinking=True)
-    if analyses.calls(parser.parse(opener + "Plan." + calls)) != [("get_weather", {"city": "Oslo"})]:
-        pytest.skip("a call written in reasoning without its end marker is no call in this format")
-    broken = re.sub(r"""["']?Oslo["']?""", "", calls, count=1)
+    opener, _, broken, parser = _call_in_reasoning(analysis)
     text = opener + "Plan." + broken + " More."
     message = parser.parse(text)
     if [c for c in message["tool_calls"] if not c.get("incomplete")]:
@@ -170,12 +178,7 @@ def test_a_broken_call_in_reasoning_gives_the_same_roles_however_long_the_text_a
     the language is read again after it, so a whole call later is a call; with the end marker
     after it, all before the marker stays reasoning."""
     analysis = analyses.FAMILIES[template]() if template in analyses.FAMILIES else _corpus_analysis(template)
-    opener = "" if analysis.reasoning.forced_open else analysis.reasoning.start
-    calls = analyses.render_output(analysis, None, calls=[("get_weather", {"city": "Oslo"})], stop=False)
-    parser = analysis.parser(tools=WEATHER_TOOLS, thinking=True)
-    if analyses.calls(parser.parse(opener + "Plan." + calls)) != [("get_weather", {"city": "Oslo"})]:
-        pytest.skip("a call written in reasoning without its end marker is no call in this format")
-    broken = re.sub(r"""["']?Oslo["']?""", "", calls, count=1)
+    opener, calls, broken, parser = _call_in_reasoning(analysis)
     shapes = []
     for length in (10, 3 * 4096):
         filler = _filler(length)

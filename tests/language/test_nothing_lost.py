@@ -503,12 +503,11 @@ def _round_trip_output(path: Path) -> tuple[autoparser.Analysis, str, bool | Non
     return None
 
 
-@pytest.mark.parametrize("path", FIXTURE_TEMPLATES, ids=lambda path: path.stem)
-def test_fixture_calls_cut_anywhere_lose_no_character_and_show_none_twice(path: Path) -> None:
-    """Each fixture family's own output of calls, cut at every character: nothing written after
-    the calls returned last changed is lost (markers aside; `unplaced`), no character written is
-    shown twice (`shown_twice`), and the stream, one character at a time and in two, equals the
-    whole parse."""
+def _round_trip_cuts_lose_nothing(path: Path, every: int) -> None:
+    """The template's round-trip output of calls (`_round_trip_output`; skipped where none
+    round-trips), cut at every character: nothing lost or shown twice (`_nothing_lost_or_twice`),
+    and the stream split in two equal to the whole parse, fed one character at a time too at
+    every `every`th cut."""
     found = _round_trip_output(path)
     if found is None:
         pytest.skip("no tool call round-trips through this template")
@@ -516,12 +515,24 @@ def test_fixture_calls_cut_anywhere_lose_no_character_and_show_none_twice(path: 
     parser = analysis.parser(tools=PROBE_TOOLS, thinking=thinking)
 
     def parse(written: str) -> dict:
-        message = analyses.parse(analysis, written, tools=PROBE_TOOLS, thinking=thinking)  # and char by char
+        if len(written) % every == 0:
+            message = analyses.parse(analysis, written, tools=PROBE_TOOLS, thinking=thinking)  # and char by char
+        else:
+            message = parser.parse(written)
         assert without_generated_ids(analyses.streamed_in_two(parser, written, len(written) // 2)) == \
             without_generated_ids(message), written
         return message
 
     _nothing_lost_or_twice(analysis, output, parse)
+
+
+@pytest.mark.parametrize("path", FIXTURE_TEMPLATES, ids=lambda path: path.stem)
+def test_fixture_calls_cut_anywhere_lose_no_character_and_show_none_twice(path: Path) -> None:
+    """Each fixture family's own output of calls, cut at every character: nothing written after
+    the calls returned last changed is lost (markers aside; `unplaced`), no character written is
+    shown twice (`shown_twice`), and the stream, one character at a time and in two, equals the
+    whole parse."""
+    _round_trip_cuts_lose_nothing(path, every=1)
 
 
 @pytest.mark.parametrize("path", corpora.shared_template_params())
@@ -530,22 +541,7 @@ def test_shared_corpus_calls_cut_anywhere_lose_no_character_and_show_none_twice(
     after the calls returned last changed is lost (markers aside; `unplaced`), no character
     written is shown twice (`shown_twice`), and the stream split in two equals the whole parse
     (fed one character at a time too, at every 17th cut)."""
-    found = _round_trip_output(path)
-    if found is None:
-        pytest.skip("no tool call round-trips through this template")
-    analysis, output, thinking = found
-    parser = analysis.parser(tools=PROBE_TOOLS, thinking=thinking)
-
-    def parse(written: str) -> dict:
-        if len(written) % 17 == 0:
-            message = analyses.parse(analysis, written, tools=PROBE_TOOLS, thinking=thinking)
-        else:
-            message = parser.parse(written)
-        assert without_generated_ids(analyses.streamed_in_two(parser, written, len(written) // 2)) == \
-            without_generated_ids(message), written
-        return message
-
-    _nothing_lost_or_twice(analysis, output, parse)
+    _round_trip_cuts_lose_nothing(path, every=17)
 
 
 @pytest.mark.parametrize("tail", [",", ", ", ", 4"])

@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import analyses
 import corpora
 import pytest
 from analyses import without_generated_ids
+from unplaced import losses_at_every_cut, marker_patterns
 
 import autoparser
 from autoparser.generators.lark import parse_with_lark
@@ -604,13 +606,13 @@ def test_each_argument_line_ends_its_value_where_the_next_key_or_call_begins() -
 def test_the_next_calls_header_is_no_argument_of_the_call_before(tools) -> None:
     """Arguments one a line, indented (`  days: 3`): a line indented less (`call: sea`, the
     next call's header, cut off) is no argument of the call before, at any cut after its last
-    value; whole as streamed one character at a time and split in two anywhere."""
+    value, before the header's colon too (`\ncall` is no part of the value `3`); whole as
+    streamed one character at a time and split in two anywhere."""
     analysis = analyze_family("indented_block.jinja")
     parser = analysis.parser(tools=tools)
     first = "Sure.\ncall: get_weather\n  location: Paris, France\n  days: 3"
     text = first + "\ncall: search_docs\n  query: a: b"
-    header = len(first) + len("\ncall:")  # before it, the line may still be the value's
-    for cut in range(header, len(text) + 1):
+    for cut in range(len(first), len(text) + 1):
         written = text[:cut]
         whole = without_generated_ids(parser.parse(written))
         call = whole["tool_calls"][0]
@@ -619,6 +621,71 @@ def test_the_next_calls_header_is_no_argument_of_the_call_before(tools) -> None:
         assert _streamed(parser, list(written)) == whole, written
         for split in range(len(written) + 1):
             assert _streamed(parser, [written[:split], written[split:]]) == whole, (written, split)
+
+
+KEYS_LINE = "Sure.\ncall: get_weather\n  location: Paris, France\n  days: 3"
+
+
+def _agrees_in_any_chunks(parser, written: str) -> dict:  # type: ignore[no-untyped-def]
+    """The whole parse, checked against one character at a time, every split in two and random chunkings."""
+    whole = without_generated_ids(parser.parse(written))
+    assert _streamed(parser, list(written)) == whole, written
+    for split in range(len(written) + 1):
+        assert _streamed(parser, [written[:split], written[split:]]) == whole, (written, split)
+    for seed in range(6):
+        assert without_generated_ids(analyses.streamed_in_random_chunks(parser, written, seed)) == whole, \
+            (written, seed)
+    return whole
+
+
+@pytest.mark.parametrize("tools", [TOOLS, None], ids=["named", "unnamed"])
+@pytest.mark.parametrize("line", ["\n  unit: celsius", "\n  location: Oslo", "\n  call: x"])
+def test_a_line_at_the_keys_indentation_cut_before_its_colon_is_a_key_cut_off(line: str, tools) -> None:
+    """Arguments one a line (`  days: 3`): a line at the keys' own indentation never goes on with
+    the value before it (as in YAML, a value's next line lies deeper). Cut inside it before its
+    colon, it is a key not yet complete: the value stays `3` (it was `"3\\n  unit"`), the call is
+    incomplete and what was written of the key is content, as a JSON call cut in a key keeps it
+    (`{"days": 3, "un`); whole as streamed in any chunks, and nothing written is lost (`unplaced`)."""
+    analysis = analyze_family("indented_block.jinja")
+    parser = analysis.parser(tools=tools)
+    colon = len(KEYS_LINE) + line.index(":")
+    for cut in range(len(KEYS_LINE) + len("\n  ") + 1, colon + 1):
+        written = (KEYS_LINE + line)[:cut]
+        whole = _agrees_in_any_chunks(parser, written)
+        [call] = whole["tool_calls"]
+        assert json.loads(call["function"]["arguments"]) == {"location": "Paris, France", "days": 3}, written
+        assert call.get("incomplete") and whole["content"].endswith(written[len(KEYS_LINE):]), (written, whole)
+
+    def parse(written: str) -> dict:
+        return _agrees_in_any_chunks(parser, written)
+
+    losses = losses_at_every_cut(KEYS_LINE + line, parse, marker_patterns(analysis))
+    assert not losses, losses[0]
+
+
+@pytest.mark.parametrize("tools", [TOOLS, None], ids=["named", "unnamed"])
+@pytest.mark.parametrize("rest", ["\n  oops", "\n  oops\n  unit: celsius", "\n  two words\ncall: search_docs"])
+def test_a_line_at_the_keys_indentation_with_no_colon_breaks_the_call(rest: str, tools) -> None:
+    """A complete output where a line at the keys' indentation has no colon: the line is not the
+    value's text (`3`, not `"3\\n  oops"`); the call breaks there, keeps its complete values and
+    is incomplete, and the text from that line on is content, as where any call breaks; whole
+    as streamed in any chunks."""
+    parser = analyze_family("indented_block.jinja").parser(tools=tools)
+    whole = _agrees_in_any_chunks(parser, KEYS_LINE + rest)
+    call = whole["tool_calls"][0]
+    assert json.loads(call["function"]["arguments"]) == {"location": "Paris, France", "days": 3}, whole
+    assert call.get("incomplete") and rest.split("\n")[1] in whole["content"], whole
+
+
+@pytest.mark.parametrize("tools", [TOOLS, None], ids=["named", "unnamed"])
+def test_a_value_goes_on_on_a_line_indented_less_that_is_no_header(tools) -> None:
+    """A string's next line written at no indentation (`Paris\\nsecond line`) is no key and no
+    call's header: it is the value's text, as the template renders a string holding a line break."""
+    parser = analyze_family("indented_block.jinja").parser(tools=tools)
+    whole = _agrees_in_any_chunks(parser, "Sure.\ncall: get_weather\n  location: Paris\nsecond line\n  days: 3")
+    [call] = whole["tool_calls"]
+    assert json.loads(call["function"]["arguments"]) == {"location": "Paris\nsecond line", "days": 3}
+    assert not call.get("incomplete") and whole["content"] == "Sure.", whole
 
 
 @pytest.mark.parametrize("tools", [TOOLS, None], ids=["named", "unnamed"])
