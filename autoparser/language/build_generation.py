@@ -655,7 +655,23 @@ class _Builder:
         stops = (end, t.arg_start, t.call_end, t.section_end, *self.stop)
         if self.line_indent() is not None:
             return one_line_text(stops)
-        return Text(stops, end, self.limit, hint="raw-text")
+        return Text((*stops, *self.value_cutters()), end, self.limit, hint="raw-text")
+
+    def value_cutters(self) -> tuple[str, ...]:
+        """The markers that open the calls or one call, punctuation aside. The reader may take
+        one written in a raw value for a call begun again (`_Reading.call_begun_again`): the
+        grammar writes none there."""
+        markers = (self.t.section_start.strip(), self.own_call_opener())
+        return tuple(m for m in dict.fromkeys(markers) if m and not is_weak(m))
+
+    def own_call_opener(self) -> str:
+        """The core of the marker each call begins with: its opener, or in tagged formats its
+        name marker where it has no opener ("": none)."""
+        t = self.t
+        call = t.call_start.strip()
+        if not call and t.format in ("tag_json", "tag_tagged"):
+            call = t.name_start.strip()
+        return call
 
     def comma_text(self) -> Node:
         """Raw text in `name(key=value, key=value)`: a comma ends it only before a key and `=`."""

@@ -368,7 +368,22 @@ class _Reading(_Reasoning, _Messages, _Builder):
         indent = self.line_indent()
         if indent is not None:  # a value ends at the line break before the next key (or call)
             weak = Weak("\n", t.arg_key_end.strip(), indent=indent)
-        return Text((end, *self.stop, *enders), end, hint="raw-text", weak=weak)
+        return Text((end, *self.stop, *enders), end, hint="raw-text", weak=weak or self.call_begun_again())
+
+    def call_begun_again(self) -> Weak | None:
+        """A call's opener written where a raw value runs, followed by what follows it in a call
+        (the name marker, or a name and the marker after it: `<tool_call>get_weather\n<arg_key>`):
+        the model began the next call, so the value ends there and its call is cut (policy rule
+        `nothing-lost`), the next call read whole. The opener alone, as text a value mentions
+        (`use <tool_call> tags`), is the value's text. None where a call has no such opener."""
+        t = self.t
+        opener = self.own_call_opener()
+        if not opener or is_weak(opener) or self.comma_values():
+            return None
+        if t.call_start.strip() and t.name_start.strip():
+            return Weak(opener, t.name_start.strip(), word=False)
+        after_name = t.name_end.strip() or t.arg_start.strip()
+        return Weak(opener, after_name) if after_name else None
 
     def cdata_text(self) -> Node:
         """A raw string wrapped in an XML CDATA section (`<![CDATA[a </b> c]]>`): the section's

@@ -103,6 +103,15 @@ Plain = tuple[re.Pattern[str], tuple[MarkerSet, ...], re.Pattern[str] | None, tu
 
 SPLIT_CHARS = "{["  # the brackets a bare JSON call begins with, where free text may end early
 
+
+def _weak_held(marker: str, word: str, before: str) -> re.Pattern[str]:
+    """What a text holds at the end of what has come while a weak marker may still count: the
+    marker begun, or the marker, whitespace, a word and what must follow begun."""
+    begun = "".join(f"|{re.escape(marker[:n])}" for n in range(1, len(marker)))
+    then = "".join(f"|{re.escape(before[:n])}" for n in range(1, len(before)))
+    return re.compile(rf"(?:{re.escape(marker)}\s*(?:{word})?(?:{then[1:]})?{begun})\Z")
+
+
 # -- the reader --------------------------------------------------------------------------------------------
 
 
@@ -173,7 +182,7 @@ class LanguageReader:
                 mark = re.escape(node.weak.marker)
                 word = ir.WORD if node.weak.word else ""
                 weak = (re.compile(rf"{mark}(?={node.weak.follows(re.escape)})"),
-                        (node.weak.marker[0], re.compile(rf"{mark}\s*(?:{word})?\Z")))
+                        (node.weak.marker[0], _weak_held(node.weak.marker, word, node.weak.before)))
             kinds = {stop: "soft" if _is_soft(stop, node) else "stop" for stop in stops}
             found = self._markers[id(node)] = (MarkerSet(kinds), weak)
             self._keep.append(node)
@@ -265,7 +274,9 @@ class LanguageReader:
     def _lead_markers(self, node: Any) -> frozenset[str]:
         found = self._lead_sets.get(id(node))
         if found is None:
-            found = self._lead_sets[id(node)] = frozenset(_lead_markers(node, 8))
+            # deep enough for a call whose name marker opens it: the next call's rule, the call
+            # with its end marker, the call, the tool's call, its first marker
+            found = self._lead_sets[id(node)] = frozenset(_lead_markers(node, 12))
             self._keep.append(node)
         return found
 

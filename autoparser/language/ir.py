@@ -74,7 +74,9 @@ class Chars:
 @dataclass(frozen=True)
 class Weak:
     """`marker` ends the text only where `before` follows it, after whitespace and (`word`) a
-    word: `, days=`; a bracket that opens a bare JSON call only before a key's quote (`{"`).
+    word: `, days=`; a bracket that opens a bare JSON call only before a key's quote (`{"`); a
+    call's opener that ends a raw value only where a call goes on after it
+    (`<tool_call>get_weather\n<arg_key>`: the model began the next call; the opener alone is text).
     `leads`: the text may begin with the marker (where it opened nothing, it is text).
     `indent`: the marker is a line break. It counts before a line indented exactly this many
     spaces that begins as a word does, whatever follows (as in YAML, a line at the keys'

@@ -226,8 +226,10 @@ class _Text:
             self.past = stop + len(hit[1])
             return SPLIT
         keep_spaces = False
-        if held is None and stop is None and not final:
-            held = self._safe(buf, pos, blank)
+        if stop is None and not final:
+            # (a weak marker held may come after whitespace the end marker may begin with)
+            safe = self._safe(buf, pos, blank)
+            held = safe if held is None else min(held, safe)
             keep_spaces = held == pos and bool(self.lead)  # they may be the end marker's
         if self.split is not None:
             bracket = self.split.search(buf, max(pos, self.after), held if held is not None else

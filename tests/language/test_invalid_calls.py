@@ -14,7 +14,8 @@ from pathlib import Path
 import analyses
 import corpora
 import pytest
-from analyses import WEATHER_TOOLS, streamed_in_random_chunks, without_generated_ids
+from analyses import WEATHER_TOOLS, streamed_in_random_chunks, streamed_in_two, without_generated_ids
+from unplaced import losses_at_every_cut, marker_patterns
 
 import autoparser
 from autoparser.language.reading import Parser
@@ -114,6 +115,63 @@ def test_reasoning_the_model_opened_may_begin_with_the_calls_opener(seed: int) -
         assert message["reasoning_content"] == "<tool_call>x"
         assert message["content"] == "hi"
         assert not message["tool_calls"]
+
+
+# formats whose argument values are raw text closed by an end tag, each call with an opener
+RAW_VALUES = ["deepseek_v32", "deepseek_v4", "glm4_tool_only", "glm45", "keyed_tags", "qwen3_coder"]
+AFTER_RESTART = ("search", {"query": "Paris"})
+
+
+def _restarted(analysis: autoparser.Analysis) -> str:
+    """Two calls with the first value cut short (`Os`) where the second call begins: the model
+    wrote the next call instead of the rest of the value and its end tag."""
+    text = analyses.render_output(analysis, None, calls=[("get_weather", {"city": "Oslo"}), AFTER_RESTART])
+    t = analysis.tools
+    opener = t.call_start.strip() or t.name_start.strip()
+    second = text.rindex(opener, 0, text.index("Paris"))
+    assert second > text.index("Oslo")
+    return text[:text.index("Oslo") + 2] + text[second:]
+
+
+@pytest.mark.parametrize("family", RAW_VALUES)
+def test_a_call_begun_again_inside_a_raw_value_ends_that_value(family: str) -> None:
+    """The calls' or a call's opener written where a raw value runs ends the value: the call cut
+    there is kept incomplete with what it was given, and the next call is read whole, not taken
+    into the value up to its own end tag (a model that begins a call again is more common than a
+    value that holds the opener as text); whole, one character at a time and in random chunks
+    alike, and no prefix of the output loses what it wrote."""
+    analysis = analyses.FAMILIES[family]()
+    parser = analysis.parser(tools=WEATHER_TOOLS)
+    text = _restarted(analysis)
+    message = analyses.parse(analysis, text, tools=WEATHER_TOOLS)
+    assert analyses.calls(message)[-1:] == [AFTER_RESTART], message
+    first = message["tool_calls"][:-1]
+    assert all(call.get("incomplete") for call in first), message  # else the cut call is content
+    assert "Paris" not in (message["content"] or ""), message
+    for seed in range(8):
+        assert without_generated_ids(streamed(parser, text, seed)) == without_generated_ids(message)
+
+    def parse(written: str) -> dict:
+        whole = parser.parse(written)
+        assert without_generated_ids(streamed_in_two(parser, written, len(written) // 2)) == \
+            without_generated_ids(whole), written
+        return whole
+
+    losses = losses_at_every_cut(text, parse, marker_patterns(analysis), analysis.tools.array)
+    assert not losses, losses[0]
+
+
+@pytest.mark.parametrize("family", RAW_VALUES)
+def test_a_raw_value_may_mention_a_calls_opener(family: str) -> None:
+    """A call's opener in a raw value with no call after it (not the name and the marker that
+    follow it in a call) is the value's text, whole and streamed."""
+    analysis = analyses.FAMILIES[family]()
+    t = analysis.tools
+    value = f"Write {(t.call_start.strip() or t.name_start.strip())} then a name."
+    text = analyses.render_output(analysis, None, calls=[("get_weather", {"city": value})])
+    message = analyses.parse(analysis, text, tools=WEATHER_TOOLS)
+    assert analyses.calls(message) == [("get_weather", {"city": value})], message
+    assert not message["tool_calls"][0].get("incomplete")
 
 
 REASONING = sorted(name for name, make in analyses.FAMILIES.items()
