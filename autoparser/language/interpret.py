@@ -136,7 +136,11 @@ class LanguageReader:
         # first character leaves the streamed string's fast path
         inner = tuple(m for m in language.resync if not is_weak(m) and not any(c.isspace() for c in m))
         self.inner_resync = inner
+        # a chunk holding one of them, or ending with what may yet be one (tested where it holds a first character)
         self.resync_firsts = re.compile(f"[{re.escape(''.join(sorted({m[0] for m in inner})))}]") if inner else None
+        prefixes = sorted({m[:end] for m in inner for end in range(1, len(m))}, key=len, reverse=True)
+        held = [*map(re.escape, inner), f"(?:{'|'.join(map(re.escape, prefixes))})\\Z"]
+        self.resync_held = re.compile("|".join(held)) if inner else None
 
     def stream(self, deltas: bool = True, call_id: Callable[[], str] = new_call_id) -> LanguageStream:
         return LanguageStream(self, deltas, call_id)
@@ -363,7 +367,7 @@ class LanguageStream(_Passes, _Recovery, _Stepping):
             self.escape, self.hot = False, call
         else:
             try:
-                if self.firsts is not None and self.firsts.search(chunk) is not None:
+                if self.firsts is not None and self.firsts.search(chunk) is not None and self._may_resync(chunk):
                     raise KeyError(chunk)  # where a call may begin again: see `_string_rest`
                 piece = string_texts[chunk]
             except KeyError:
@@ -394,7 +398,7 @@ class LanguageStream(_Passes, _Recovery, _Stepping):
         next chunk (tested first: such a chunk is never whole string text, and no expression need
         say so); where it is whole string text, it goes out; otherwise it ends the string or goes
         wrong, and the reading reads on."""
-        if self.firsts is not None and self.firsts.search(text) is not None:
+        if self.firsts is not None and self.firsts.search(text) is not None and self._may_resync(text):
             # what may be a place where a call begins again is read: a call may break off there
             self.escape = False
             return self._feed(text)
@@ -411,6 +415,11 @@ class LanguageStream(_Passes, _Recovery, _Stepping):
             return self._feed(text)
         call.append(piece)
         return [{"tool_calls": [{"index": call.index, "function": {"arguments": piece}}]}]
+
+    def _may_resync(self, chunk: str) -> bool:
+        """Whether a chunk of a streamed string holds a place where a call may begin again, or
+        ends with what may yet be one (`LanguageReader.inner_resync`): the reading reads it."""
+        return self.reader.resync_held.search(chunk) is not None
 
     def _feed(self, chunk: str) -> list[dict]:
         if self.finished:

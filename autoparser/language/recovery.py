@@ -46,7 +46,10 @@ class _Recovery:
 
     def _recovers_better(self, t: _Thread, first: bool) -> bool:
         """Whether recovery goes on from `t`, a reading that just failed, rather than from the
-        failed reading kept so far. The one that read more calls whole wins (a reading that runs
+        failed reading kept so far. One that broke off a call where a call may begin again
+        inside its JSON string (`_Thread.resync_at`) wins over one that read on in that call
+        past it and failed before its arguments ended. Else the one that read more calls whole
+        wins (a reading that runs
         on past a call's end, say inside a quoted value, to the end of the output, takes none);
         then the one that got further; at the same place, one inside a call's arguments (it keeps
         what they hold, wherever the chunks ended), then the one that saw the latest emitted
@@ -59,8 +62,11 @@ class _Recovery:
         if dead is None:
             return True
         other, emitted = dead
-        if _read_past_break(other, t) or _read_past_break(t, other):
-            return t.resync_at >= 0  # the call broke where a call may begin again, inside its string
+        # a call broke off where a call may begin again, inside its string: there, the first time
+        if _read_past_break(other, t):
+            return False
+        if _read_past_break(t, other):
+            return True
         ended = self._ended_reasoning_at_calls(t, other)
         if ended is not None:
             return ended
