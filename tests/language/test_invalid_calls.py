@@ -263,3 +263,17 @@ def test_a_valid_string_holding_a_calls_opener_is_its_value(family: str) -> None
     assert analyses.calls(message) == [("get_weather", {"city": f"Os{opener}lo"}), PAIR[1]]
     assert not any(c.get("incomplete") for c in message["tool_calls"])
     _every_way(parser, mentioned)
+
+
+@pytest.mark.parametrize("family", OPENED_JSON)
+def test_a_cut_string_goes_back_to_the_first_opener_it_ran_past(family: str) -> None:
+    """Where the cut string runs past two openers (a stray one, then the next call's), reading
+    starts again at the first: the broken call keeps only what came before it, the stray opener
+    is content, and the next call is whole, streamed however the chunks come."""
+    analysis, text, opener, cut = _cut_before_next_call(family, None)
+    parser = analysis.parser(tools=WEATHER_TOOLS)
+    twice = text[:cut] + opener + text[text.rindex(opener, 0, text.index("Paris")):]
+    message = parser.parse(twice)
+    assert analyses.calls(message) == [("get_weather", {"city": "Os"}), PAIR[1]]
+    assert message["content"].strip() == opener
+    _every_way(parser, twice)
