@@ -140,6 +140,16 @@ class LanguageReader:
         self.section = language.value_section
         # markers a JSON value may meet where it is unfinished: there the value breaks off
         self.value_markers = value_markers(m for m in language.markers() if not is_weak(m))
+        # where a call may begin again that is no punctuation: met inside a JSON string of a call's
+        # arguments, a reading breaks off the call there (`_JsonValue`), and a chunk holding one's
+        # first character leaves the streamed string's fast path
+        inner = tuple(m for m in language.resync if not is_weak(m) and not any(c.isspace() for c in m))
+        self.inner_resync = inner
+        # a chunk holding one of them, or ending with what may yet be one (tested where it holds a first character)
+        self.resync_firsts = re.compile(f"[{re.escape(''.join(sorted({m[0] for m in inner})))}]") if inner else None
+        prefixes = sorted({m[:end] for m in inner for end in range(1, len(m))}, key=len, reverse=True)
+        held = [*map(re.escape, inner), f"(?:{'|'.join(map(re.escape, prefixes))})\\Z"]
+        self.resync_held = re.compile("|".join(held)) if inner else None
 
     def stream(self, deltas: bool = True, call_id: Callable[[], str] = new_call_id) -> LanguageStream:
         return LanguageStream(self, deltas, call_id)
@@ -327,6 +337,7 @@ class LanguageStream(_Passes, _Recovery, _Stepping):
         if continues:  # the output goes on with the prompt's own text: its whitespace is kept
             (self.out.reasoning if continues == ir.REASONING else self.out.content).started = True
         self.call_id = call_id
+        self.firsts = reader.resync_firsts
         self.buf = ""
         # how much text before `buf` was dropped: positions are relative to `buf`, those of events
         # made by readings are absolute (the readings share this cell)
@@ -367,6 +378,8 @@ class LanguageStream(_Passes, _Recovery, _Stepping):
             self.escape, self.hot = False, call
         else:
             try:
+                if self.firsts is not None and self.firsts.search(chunk) is not None and self._may_resync(chunk):
+                    raise KeyError(chunk)  # where a call may begin again: see `_string_rest`
                 piece = string_texts[chunk]
             except KeyError:
                 piece = cut_texts.get(chunk)
@@ -396,6 +409,10 @@ class LanguageStream(_Passes, _Recovery, _Stepping):
         next chunk (tested first: such a chunk is never whole string text, and no expression need
         say so); where it is whole string text, it goes out; otherwise it ends the string or goes
         wrong, and the reading reads on."""
+        if self.firsts is not None and self.firsts.search(text) is not None and self._may_resync(text):
+            # what may be a place where a call begins again is read: a call may break off there
+            self.escape = False
+            return self._feed(text)
         piece = text_before_cut(text)
         if piece is not None:
             self.escape, self.hot = True, None
@@ -409,6 +426,11 @@ class LanguageStream(_Passes, _Recovery, _Stepping):
             return self._feed(text)
         call.append(piece)
         return [{"tool_calls": [{"index": call.index, "function": {"arguments": piece}}]}]
+
+    def _may_resync(self, chunk: str) -> bool:
+        """Whether a chunk of a streamed string holds a place where a call may begin again, or
+        ends with what may yet be one (`LanguageReader.inner_resync`): the reading reads it."""
+        return self.reader.resync_held.search(chunk) is not None
 
     def _feed(self, chunk: str) -> list[dict]:
         if self.finished:
@@ -464,6 +486,8 @@ class LanguageStream(_Passes, _Recovery, _Stepping):
             return None
         t = threads[0]
         head = t.head
+        if self.dead is not None and self._dead_pending() is not None:
+            return None  # the text it reads is held: its call may break off where it broke off
         if (head.__class__ is not _JsonValue or not head.scanner.in_string or t.pos != len(self.buf)
                 or not t.call.started or t.call.mode != "json" or t.value is not None or t.events):
             return None

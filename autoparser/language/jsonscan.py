@@ -116,6 +116,20 @@ class JsonScanner:
         """Inside a string value: text without quotes, backslashes or control characters passes."""
         return self.state == _STRING
 
+    @property
+    def in_text(self) -> bool:
+        """Inside a string, a value or a key."""
+        return self.state == _STRING or self.state == _KEY
+
+    def copy(self) -> JsonScanner:
+        """A scanner in this one's state that scans on by itself."""
+        twin = JsonScanner(self.first, self.markers)
+        twin.state, twin.stack, twin.nesting = self.state, list(self.stack), list(self.nesting)
+        twin.started, twin.holding = self.started, self.holding
+        if self.pending_raw:
+            twin.pending, twin.pending_raw = list(self.pending), list(self.pending_raw)
+        return twin
+
     def scan(self, text: str, pos: int, final: bool = False) -> tuple[int, int, str]:
         """Consume `text[pos:]`; return (new position, MORE/DONE/ERROR, text to emit).
 

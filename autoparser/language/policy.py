@@ -61,7 +61,9 @@ RULES: tuple[Rule, ...] = (
          "arguments had started is closed and marked incomplete), the text from there to where it "
          "failed is content, and the language is read again from there with reasoning over (after a "
          "call that broke in a section, from its end marker, or where only punctuation ends a call, "
-         "from where a later call or a later section begins); but "
+         "from where a later call or a later section begins; where a call's JSON string ran on "
+         "past a marker that opens a later call or section, from that marker, the call's "
+         "arguments ending before it); but "
          "reasoning whose end marker never came ends where calls began, valid or broken: the "
          "reading that broke in them is the one kept, and the text after the broken call waits for "
          "that end marker (`undecided-too-long`)."),

@@ -160,3 +160,13 @@ def _inside_call(t: _Thread) -> bool:
     """Whether the reading is inside a call, before its end marker (a JSON call object that
     broke off after its arguments)."""
     return t.after_call is not None and _below(t.stack, t.after_call)
+
+
+def _read_past_break(broken: _Thread, t: _Thread) -> bool:
+    """Whether `t` read on, past where `broken` broke off its call at a place where a call may
+    begin again inside its JSON string (`_Thread.resync_at`), inside that very call, whose
+    arguments it has not read whole (or broke it off later): should it fail, recovery goes on
+    from `broken`."""
+    return (broken.resync_at >= 0 and (t.resync_at < 0 or t.resync_at > broken.resync_at)
+            and t.calls_read == broken.calls_read and t.call_from == broken.call_from and t.pos >= broken.pos
+            and not t.call.done)

@@ -20,7 +20,9 @@ from autoparser.language.values import (
     decided_end,
 )
 
-MORE, FAIL, SPLIT = 0, 2, 3  # terminal results besides DONE: wait, no match, the text may end here
+# terminal results besides DONE: wait, no match, the text may end here, one reading breaks off here
+# (where a call may begin again, met inside a call's JSON string) and another reads on
+MORE, FAIL, SPLIT, BREAK = 0, 2, 3, 4
 # what a reading's events are, besides text of a role (`ir.REASONING`, `ir.CONTENT`): a call opens
 # (name, id), argument text, an object's opening brace held for the first key, a call cut off
 OPENS, ARGS, BRACE, CUT = "opens", "args", "brace", "cut"
@@ -170,7 +172,7 @@ class _Thread:
                  "skip", "own_id", "after_call", "section_calls", "calls_read",
                  "call_over", "streamed", "spool", "call_from", "section_at", "section_open", "first_in_section",
                  "offset", "call_at", "calls_held", "shared", "markup", "unchecked", "member_at", "value_end", "reasoned",
-                 "after_dead", "left", "first_unread")
+                 "after_dead", "left", "first_unread", "resync_at")
 
     def __init__(self, stack: Any, pos: int, offset: list[int]) -> None:
         self.stack = stack  # (node, rest) pairs, None at the bottom
@@ -221,6 +223,9 @@ class _Thread:
         # begin with, and the options taken there together: [how many are not checked yet, whether
         # one began, what was left of the reading before them]
         self.first_unread: tuple[int, frozenset[str], list[Any]] | None = None
+        # where it broke off its call at a call's or section's opener inside the call's JSON string
+        # (absolute; -1: it did not): recovery goes on from there should the call fail later
+        self.resync_at = -1
 
     def fork(self, stack: Any) -> _Thread:
         twin = _Thread(stack, self.pos, self.offset)
@@ -255,6 +260,7 @@ class _Thread:
         twin.after_dead = self.after_dead
         twin.left = self.left
         twin.first_unread = self.first_unread
+        twin.resync_at = self.resync_at
         return twin
 
     def drop_events(self, count: int) -> None:

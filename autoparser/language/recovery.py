@@ -19,6 +19,7 @@ from autoparser.language.preference import (
     _inside_call,
     _origin,
     _reach,
+    _read_past_break,
 )
 from autoparser.language.readings import (
     _WHITESPACE,
@@ -45,7 +46,10 @@ class _Recovery:
 
     def _recovers_better(self, t: _Thread, first: bool) -> bool:
         """Whether recovery goes on from `t`, a reading that just failed, rather than from the
-        failed reading kept so far. The one that read more calls whole wins (a reading that runs
+        failed reading kept so far. One that broke off a call where a call may begin again
+        inside its JSON string (`_Thread.resync_at`) wins over one that read on in that call
+        past it and failed before its arguments ended. Else the one that read more calls whole
+        wins (a reading that runs
         on past a call's end, say inside a quoted value, to the end of the output, takes none);
         then the one that got further; at the same place, one inside a call's arguments (it keeps
         what they hold, wherever the chunks ended), then the one that saw the latest emitted
@@ -58,6 +62,11 @@ class _Recovery:
         if dead is None:
             return True
         other, emitted = dead
+        # a call broke off where a call may begin again, inside its string: there, the first time
+        if _read_past_break(other, t):
+            return False
+        if _read_past_break(t, other):
+            return True
         ended = self._ended_reasoning_at_calls(t, other)
         if ended is not None:
             return ended
@@ -134,6 +143,8 @@ class _Recovery:
         dead = self.dead
         if dead is None:
             return None
+        if any(_read_past_break(dead[0], t) for t in self.threads):
+            return dead[0].events[self.emitted - dead[1]:] if self.emitted >= dead[1] else []
         reached = (dead[0].calls_read, dead[0].pos if dead[0].head.__class__ is not _Trailer else -1)
         if any((t.calls_read, _origin(t)) > reached for t in self.threads) and not all(
                 self._ended_reasoning_at_calls(dead[0], t) for t in self.threads):
@@ -227,7 +238,9 @@ class _Recovery:
         # where the next call began (its marker read, not its name), the call failed in is that one, not kept
         rest = self._rest_of_section(best, opened and not _next_call_begun(best, self.offset[0]))
         # reading the whole language again starts a character on, so that it cannot fail there again
-        failed = best.pos if best.pos > self.safe or not self.buf or (rest is not None and len(rest) == 1) else self.safe + 1
+        # (where a call broke off at a place a call may begin again, from that place)
+        again = best.pos > self.safe or not self.buf or best.resync_at >= 0 or (rest is not None and len(rest) == 1)
+        failed = best.pos if again else self.safe + 1
         if best.head.__class__ is _Trailer and best.pos > self.safe:
             self.safe = failed  # the language was read whole: what follows is read again
         self.out.add_content(self.buf[self.safe:failed])

@@ -18,6 +18,7 @@ from autoparser.language.readings import (
     _FRAMES,
     _NONE_FITS,
     BRACE,
+    BREAK,
     FAIL,
     MORE,
     SPLIT,
@@ -79,6 +80,10 @@ class _Stepping:
                 if status == SPLIT:  # one reading ends the text here, the other reads on
                     twin = t.fork(t.stack)
                     twin.left = head
+                    return [twin, t]
+                if status == BREAK:  # a call may begin again inside its string: one reading breaks off there
+                    twin = t.fork(t.stack)
+                    twin.head, twin.resync_at = head.broken_copy(), t.pos + self.offset[0]
                     return [twin, t]
                 if head.__class__ is _Trailer:
                     return t
@@ -327,7 +332,7 @@ class _Stepping:
     def _json(self, t: _Thread, node: ir.Json) -> None:
         if t.member is not None:
             self._value(t, node)
-        t.head = _JsonValue(node, self.reader.value_markers)
+        t.head = _JsonValue(node, self.reader.value_markers, self.reader.inner_resync)
 
     def _value(self, t: _Thread, node: Any) -> None:
         """A tagged argument's value starts: its text is kept for `_end_member`; a string value

@@ -20,6 +20,7 @@ from autoparser.language.markers import FULL, NONE, PARTIAL, MarkerSet, match_at
 from autoparser.language.readings import (
     _BLANKS,
     _WHITESPACE,
+    BREAK,
     CUT,
     FAIL,
     MORE,
@@ -363,15 +364,60 @@ class _JsonValue:
     """A JSON value, scanned as it arrives. As a call's arguments it streams; as a tagged value,
     or a string holding the arguments, it is kept whole."""
 
-    __slots__ = ("scanner", "node", "opened", "began")
+    __slots__ = ("scanner", "node", "opened", "began", "resync", "passed", "broken")
 
-    def __init__(self, node: ir.Json, markers: tuple[str, ...] = ()) -> None:
+    def __init__(self, node: ir.Json, markers: tuple[str, ...] = (), resync: tuple[str, ...] = ()) -> None:
         self.node = node
         self.scanner = JsonScanner("{" if node.kind == "object" else "", markers)
         self.opened = False  # the arguments' `{` was read (confirming the call waits for what follows)
         self.began = False  # argument text went out (whitespace before the value never does)
+        self.resync = resync  # where a call may begin again (`LanguageReader.inner_resync`)
+        self.passed = -1  # the last of them met inside a string of streamed arguments (absolute)
+        self.broken = False  # the reading broke off there (`BREAK`): it fails
 
     def step(self, t: _Thread, buf: str, final: bool) -> int:
+        if self.broken:
+            return FAIL
+        if not self.resync or t.role != ir.ARGUMENTS or t.call.mode != "json" or t.value is not None:
+            return self._read(t, buf, final)
+        # streamed arguments read up to where a call may begin: inside a string there, the
+        # reading that breaks off the call at it is kept, should this one fail further on
+        stop = self._resync_at(buf, max(t.pos, self.passed - t.offset[0] + 1), final)
+        if stop is None:
+            return self._read(t, buf, final)
+        status = self._read(t, buf[:stop], False)
+        if status != MORE:
+            return status
+        if t.pos < stop or not self.scanner.in_text:
+            return self._read(t, buf, final)
+        if not any(buf.startswith(marker, stop) for marker in self.resync):
+            return MORE  # what may yet be one ends the text
+        self.passed = stop + t.offset[0]
+        return BREAK
+
+    def broken_copy(self) -> _JsonValue:
+        """This value as read so far, for the reading that breaks off here (`BREAK`)."""
+        twin = _JsonValue(self.node)
+        twin.scanner, twin.opened, twin.began = self.scanner.copy(), self.opened, self.began
+        twin.passed, twin.broken = self.passed, True
+        return twin
+
+    def _resync_at(self, buf: str, start: int, final: bool) -> int | None:
+        """Where the first place a call may begin again stands from `start` on, or (more to come)
+        where the text ends with what may yet be one; None where neither."""
+        found = -1
+        for marker in self.resync:
+            at = buf.find(marker, start, found + len(marker) if found >= 0 else len(buf))
+            if at >= 0:
+                found = at
+        if not final:
+            end = len(buf) if found < 0 else found
+            for at in range(max(start, len(buf) - max(map(len, self.resync)) + 1), end):
+                if any(marker.startswith(buf[at:]) for marker in self.resync):
+                    return at
+        return found if found >= 0 else None
+
+    def _read(self, t: _Thread, buf: str, final: bool) -> int:
         start = t.pos
         if not self.scanner.started and t.role == ir.ARGUMENTS and t.call.mode == "json" and t.value is None:
             first = self._first_char(buf, start)

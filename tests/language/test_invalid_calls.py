@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import analyses
 import corpora
@@ -255,3 +256,84 @@ def test_a_broken_call_in_reasoning_gives_the_same_roles_however_long_the_text_a
         assert shape["reasoning_content"] == "Plan." and shape["content"].endswith("<filler>")
     if after == "call":
         assert analyses.calls(message)[-1:] == [("get_weather", {"city": "Oslo"})]
+
+
+# formats whose calls or sections open with a marker, their arguments written as JSON
+OPENED_JSON = ["deepseek_r1", "deepseek_r1_0528", "deepseek_v31", "deepseek_v3_0324", "hermes", "kimi_k2",
+               "mistral_compact", "qwen3", "qwen3_thinking"]
+PAIR = [("get_weather", {"city": "Oslo"}), ("get_weather", {"city": "Paris"})]
+
+
+def _cut_before_next_call(family: str, reasoning: str | None) -> tuple[Any, str, str, int]:
+    """The analysis, a rendered pair of calls, the opener of the second one, and where the first
+    call's string value is cut: after "Os" of "Oslo"."""
+    analysis = analyses.FAMILIES[family]()
+    if reasoning is not None and not analysis.reasoning.end:
+        pytest.skip("the format has no reasoning")
+    text = analyses.render_output(analysis, reasoning, calls=PAIR)
+    opener = analysis.tools.call_start.strip() or analysis.tools.name_start.strip()
+    cut = text.index("Oslo") + len("Os")
+    return analysis, text, opener, cut
+
+
+def _one_character_at_a_time(parser: Any, text: str) -> dict:
+    stream = parser.stream()
+    for char in text:
+        stream.feed(char)
+    stream.finish()
+    return stream.message()
+
+
+def _every_way(parser: Any, text: str) -> None:
+    """Streamed one character at a time and in random chunks, the message is the whole parse's."""
+    whole = without_generated_ids(parser.parse(text))
+    assert without_generated_ids(_one_character_at_a_time(parser, text)) == whole
+    for seed in range(4):
+        assert without_generated_ids(streamed(parser, text, seed)) == whole, seed
+
+
+@pytest.mark.parametrize("reasoning", [None, "Plan."])
+@pytest.mark.parametrize("family", OPENED_JSON)
+def test_a_string_value_cut_by_the_next_calls_opener_keeps_that_call(family: str, reasoning: str | None) -> None:
+    """A call whose JSON string value breaks off where the next call's opener begins
+    (`{"city": "Os<tool_call>...`) is read again from that opener, though the string ran on past
+    it and the call failed only later (policy rule `nothing-lost`): the broken call keeps what it
+    had, incomplete, and the next call is whole; streamed however the chunks come, nothing lost."""
+    analysis, text, opener, cut = _cut_before_next_call(family, reasoning)
+    parser = analysis.parser(tools=WEATHER_TOOLS)
+    if analyses.calls(parser.parse(text)) != PAIR:
+        pytest.skip("the output needs its reasoning to be read as calls")
+    broken = text[:cut] + text[text.rindex(opener, 0, text.index("Paris")):]
+    message = parser.parse(broken)
+    assert analyses.calls(message) == [("get_weather", {"city": "Os"}), ("get_weather", {"city": "Paris"})]
+    assert [bool(c.get("incomplete")) for c in message["tool_calls"]] == [True, False]
+    assert not (message["content"] or "").strip()
+    _every_way(parser, broken)
+    assert not losses_at_every_cut(broken, parser.parse, marker_patterns(analysis), analysis.tools.array)
+
+
+@pytest.mark.parametrize("family", OPENED_JSON)
+def test_a_valid_string_holding_a_calls_opener_is_its_value(family: str) -> None:
+    """Only a call that fails goes back to an opener inside its string: a valid JSON string that
+    mentions the opener is the value, streamed however the chunks come."""
+    analysis, text, opener, cut = _cut_before_next_call(family, None)
+    parser = analysis.parser(tools=WEATHER_TOOLS)
+    mentioned = text[:cut] + opener + text[cut:]
+    message = parser.parse(mentioned)
+    assert analyses.calls(message) == [("get_weather", {"city": f"Os{opener}lo"}), PAIR[1]]
+    assert not any(c.get("incomplete") for c in message["tool_calls"])
+    _every_way(parser, mentioned)
+
+
+@pytest.mark.parametrize("family", OPENED_JSON)
+def test_a_cut_string_goes_back_to_the_first_opener_it_ran_past(family: str) -> None:
+    """Where the cut string runs past two openers (a stray one, then the next call's), reading
+    starts again at the first: the broken call keeps only what came before it, the stray opener
+    is content, and the next call is whole, streamed however the chunks come."""
+    analysis, text, opener, cut = _cut_before_next_call(family, None)
+    parser = analysis.parser(tools=WEATHER_TOOLS)
+    twice = text[:cut] + opener + text[text.rindex(opener, 0, text.index("Paris")):]
+    message = parser.parse(twice)
+    assert analyses.calls(message) == [("get_weather", {"city": "Os"}), PAIR[1]]
+    assert message["content"].strip() == opener
+    _every_way(parser, twice)
