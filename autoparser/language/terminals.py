@@ -104,11 +104,14 @@ class _Chars:
         found = self.pattern.match(buf, t.pos)
         run = found.end() - t.pos
         most = self.node.max
-        if found.end() == len(buf) and not final and (most is None or run < most):
-            return MORE
+        if found.end() == len(buf) and not final and (most is None or run <= most):
+            return MORE  # (a run as long as the most allowed fails if one more character follows)
         if run < self.node.min:
             return FAIL
-        if most is not None and run > most or found.group() in self.node.excluded:
+        if most is not None and run > most:
+            t.pos += most  # it fails at the character past the most allowed, however the text came
+            return FAIL
+        if found.group() in self.node.excluded:
             return FAIL
         t.pos = found.end()
         t.key_text(found.group())

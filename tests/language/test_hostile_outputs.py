@@ -14,6 +14,7 @@ from corpora import llamacpp_templates
 from unplaced import losses_at_every_cut, marker_patterns
 
 import autoparser
+from autoparser.language.build_generation import MAX_KEY
 from autoparser.language.reading import Parser
 from autoparser.roundtrip import probe_messages, run_case
 
@@ -311,3 +312,21 @@ def test_an_option_the_next_character_rules_out_is_not_read_where_a_chunk_ends(t
 
     losses = losses_at_every_cut(text, parse, marker_patterns(analysis))
     assert not losses, losses[0]
+
+
+@pytest.mark.parametrize("extra", [0, 1, 2, 40])
+def test_a_key_longer_than_any_the_parser_reads_fails_where_it_passes_the_limit_however_it_streams(
+        extra: int) -> None:
+    """Llama 3.2's pythonic calls: `[search(xxx…)]` with a key longer than the longest the parser
+    reads. Streamed a character at a time, a key exactly as long as the limit at the end of a chunk
+    was taken whole (the next character was not yet known) and the reading failed one character
+    later, where the whole parse failed it at the key's start and recovered from a reading that
+    had returned the call with no arguments. The key fails at the character past the limit
+    however the text comes: one message, the text all content."""
+    parser = Parser(analyses.llama32_pythonic(), tools=WEATHER_TOOLS)
+    text = "[search(" + "x" * (MAX_KEY + extra) + ")]<|eot_id|>"
+    whole = without_generated_ids(parser.parse(text))
+    assert whole["tool_calls"] == [] and whole["content"] == text.removesuffix("<|eot_id|>")
+    for size in (1, 2, 4, 64):
+        assert without_generated_ids(streamed(parser, text, size)[0]) == whole, size
+
