@@ -32,7 +32,9 @@ _LOW_SURROGATE = re.compile(r"\\u[dD][c-fC-F][0-9a-fA-F]{2}")
 _LOW_SURROGATE_PREFIX = re.compile(r"\\(?:u(?:[dD](?:[c-fC-F][0-9a-fA-F]{0,1})?)?)?\Z")
 _JSON_WORDS = re.compile(r"\b(true|false|null)\b")
 _PY_WORDS = {"true": "True", "false": "False", "null": "None"}
-_STRINGS = re.compile(r"""('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")""", re.S)
+# a quoted string, or one the text ends inside (read to the end once: a quote that never closes
+# would otherwise be scanned to the end again from every later quote, quadratic in the text)
+_STRINGS = re.compile(r"""('(?:[^'\\]++|\\.)*+(?:'|\\?\Z)|"(?:[^"\\]++|\\.)*+(?:"|\\?\Z))""", re.S)
 _NON_DECIMAL = re.compile(r"(?<![\w.])[+-]?0[xXoObB]")
 # a quoted string literal's opening: an optional prefix (r, u, b) and the quote
 QUOTE_OPEN = re.compile(r"([rRuUbB]{0,2})('\'\'|\"\"\"|'|\")")

@@ -3,6 +3,7 @@ opened by the generation prompt, keyed end tags, and values printed the Python w
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import analyses
@@ -318,3 +319,13 @@ def test_a_raw_strings_word_for_null_is_the_languages() -> None:
     assert renulled != language
     assert read(renulled, "nil") == ('{"name": null}',) * 2
     assert read(renulled, "null") == ('{"name": "null"}',) * 2
+
+
+def test_an_unquoted_value_with_escaped_quotes_is_kept_as_written() -> None:
+    """A quote that never closes in a value that is no literal: the text as the model wrote it
+    (its conversion reads such a quote to the end once, not from every later quote again)."""
+    analysis = analyses.llama32_pythonic()
+    parser = analysis.parser(tools=analyses.WEATHER_TOOLS)
+    value = 'abc \\" ' * 200 + "Paris"
+    message = parser.parse(f"[search(), search(city={value})]")
+    assert json.loads(message["tool_calls"][-1]["function"]["arguments"]) == {"city": value}
