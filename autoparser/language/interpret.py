@@ -347,6 +347,9 @@ class LanguageStream(_Passes, _Recovery, _Stepping):
         # the reading that got furthest before all failed, and how many events had been emitted then
         self.dead: tuple[_Thread, int] | None = None
         self.emitted = 0  # events emitted so far
+        # (emitted, the readings' event lists, how many of their first events are known equal):
+        # while nothing goes out, a commit compares only the events new since the last one
+        self._agreed_known: tuple[int, list[list[tuple]], int] | None = None
         self.resumed = False  # reading again after text that no reading took (reasoning is over)
         self.reasoning_over = False  # ... and it did not stop inside reasoning: its end marker is text
         self.finished = False
@@ -654,10 +657,12 @@ class LanguageStream(_Passes, _Recovery, _Stepping):
             # where a call is held whole, no event past its start goes out: they are not compared,
             # so that the events held while it waits are not compared again with every chunk
             most = threads[0].call_at + 1 if held_whole and threads[0].call_at >= 0 else len(first)
-            agreed = 0
+            agreed = min(self._known_equal(threads), most)
             while agreed < most and all(len(t.events) > agreed and t.events[agreed] == first[agreed]
                                         for t in threads[1:]):
                 agreed += 1
+            # the last event compared may still grow (text joined to it): it is compared again
+            self._agreed_known = (self.emitted, [t.events for t in threads], max(agreed - 1, 0))
         if agreed and not final and first[agreed - 1][0] == OPENS:
             agreed -= 1
         if agreed and held_whole:
@@ -679,6 +684,17 @@ class LanguageStream(_Passes, _Recovery, _Stepping):
             # readings undecided for too long: the one that began the most calls wins, as at the end
             self.threads = [_chosen(threads)]
             self._commit(final)
+
+    def _known_equal(self, threads: list[_Thread]) -> int:
+        """How many first events the readings are known to share from the last commit: as many
+        as then where nothing went out since and each reading holds the same event list (events
+        before a list's last are never changed, only dropped when they go out)."""
+        known = self._agreed_known
+        if known is None or known[0] != self.emitted or len(known[1]) != len(threads):
+            return 0
+        if any(events is not t.events for events, t in zip(known[1], threads, strict=True)):
+            return 0
+        return known[2]
 
     def _failed_reading_wins(self) -> bool:
         """Whether the failed reading that recovery would go on from, should every living reading
