@@ -364,6 +364,9 @@ class LanguageStream(_Passes, _Recovery, _Stepping):
         # while every reading waits inside free text of one role with nothing held: where a
         # chunk may stop being plain text, and the texts' marker sets (`_plain_end`), for `_feed`'s text path
         self.plain: Plain | None = None
+        # whether readings still undecided give way at the end of the text being read (they do
+        # where the held text reaches the limit, and past it at `_read_over_limit`'s places)
+        self.limit_reached = False
 
     # -- public ----------------------------------------------------------------------------
 
@@ -443,12 +446,28 @@ class LanguageStream(_Passes, _Recovery, _Stepping):
             # reaches the limit, wherever the chunks end (policy rule `undecided-too-long`)
             # (text that went out meanwhile leaves room for more, so the room is measured again)
             room = UNDECIDED_LIMIT - self._held()
+            self.limit_reached = True  # (where the held text reaches it, it is at this text's end)
             while 0 < room < len(chunk):
                 self._read(chunk[:room])
                 chunk = chunk[room:]
                 room = UNDECIDED_LIMIT - self._held()
-            self._read(chunk)
+            if room <= 0:
+                self._read_over_limit(chunk)
+            else:
+                self._read(chunk)
         return self.out.take()
+
+    def _read_over_limit(self, chunk: str) -> None:
+        """Text read while the held text is already over the limit (one reading may hold a long
+        member by itself): readings that disagree from here give way only where the text read so
+        far ends at a multiple of `WHOLE_PIECE`, where a whole parse's pieces end, so that where
+        they give way does not depend on how the chunks came (policy rule `undecided-too-long`)."""
+        while chunk:
+            end = len(self.buf) + self.offset[0]
+            size = min(len(chunk), WHOLE_PIECE - end % WHOLE_PIECE)
+            self.limit_reached = (end + size) % WHOLE_PIECE == 0
+            self._read(chunk[:size])
+            chunk = chunk[size:]
 
     def _read(self, chunk: str) -> None:
         self._trim()
@@ -680,7 +699,7 @@ class LanguageStream(_Passes, _Recovery, _Stepping):
             return  # nothing held that readings could share or be undecided on
         if not final and self._dead_pending() is None:
             self._commit_common_text()
-        if self._held() >= UNDECIDED_LIMIT:
+        if self._held() >= UNDECIDED_LIMIT and (final or self.limit_reached):
             # readings undecided for too long: the one that began the most calls wins, as at the end
             self.threads = [_chosen(threads)]
             self._commit(final)
@@ -701,7 +720,8 @@ class LanguageStream(_Passes, _Recovery, _Stepping):
         fail where it stands, has held text back for as long as readings may disagree: it wins as
         it would at the end, so the text's roles do not depend on how long it goes on (policy
         rule `undecided-too-long`)."""
-        return self.dead is not None and self._held() >= UNDECIDED_LIMIT and self._dead_pending() is not None
+        return (self.dead is not None and self._held() >= UNDECIDED_LIMIT and self.limit_reached
+                and self._dead_pending() is not None)
 
     def _before_open_sections(self, events: list[tuple], agreed: int) -> int:
         """How many of the `agreed` events may go out: a section's opener and the text after it

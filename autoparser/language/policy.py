@@ -74,7 +74,9 @@ RULES: tuple[Rule, ...] = (
     Rule("undecided-too-long",
          f"Readings that still disagree once {UNDECIDED_LIMIT} characters are held (counted once, "
          "however many readings hold them and however the chunks came) give way there to the one that "
-         "began the most calls, then read the most markup, then to the first in the language's order; "
+         "began the most calls, then read the most markup, then to the first in the language's order "
+         f"(where the held text was already past it, one reading having held it alone: where the text "
+         f"read ends at a multiple of {WHOLE_PIECE} characters, as a whole output's pieces do); "
          "a failed reading that would be kept were the others to fail where they stand (one that broke "
          "in a call in reasoning no end marker has closed yet) is kept, as at the end of the output."),
 )

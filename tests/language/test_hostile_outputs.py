@@ -15,6 +15,7 @@ from unplaced import losses_at_every_cut, marker_patterns
 
 import autoparser
 from autoparser.language.build_generation import MAX_KEY
+from autoparser.language.policy import UNDECIDED_LIMIT
 from autoparser.language.reading import Parser
 from autoparser.roundtrip import probe_messages, run_case
 
@@ -330,3 +331,43 @@ def test_a_key_longer_than_any_the_parser_reads_fails_where_it_passes_the_limit_
     for size in (1, 2, 4, 64):
         assert without_generated_ids(streamed(parser, text, size)[0]) == whole, size
 
+
+@pytest.mark.parametrize("family", ["mistral_array", "hermes", "deepseek_r1"])
+def test_a_member_longer_than_the_undecided_limit_streams_as_read_whole(family: str) -> None:
+    """A string argument longer than the most text readings may hold undecided, then a second
+    call. The one reading alive holds the member whole until it ends (it may yet break off), so
+    the held text is past the limit when the readings fork after it; they gave way at the end of
+    whatever chunk that was, where a whole parse read on to the end of its piece and kept the
+    reading of the second call. Past the limit, they give way only at the ends of a whole
+    parse's pieces: the stream keeps both calls as the whole parse does."""
+    analysis = getattr(analyses, family)()
+    value = 'abc \\" ' * (UNDECIDED_LIMIT // 7 + 100)
+    text = analyses.render_output(analysis, calls=[("get_weather", {"city": "Paris"}), ("search", {"query": "q"})])
+    text = text.replace('"Paris"', '"' + value + 'Paris"')
+    parser = Parser(analysis, tools=WEATHER_TOOLS)
+    whole = without_generated_ids(parser.parse(text))
+    assert [c["function"]["name"] for c in whole["tool_calls"]] == ["get_weather", "search"]
+    for size in (4, 7, 1000):
+        assert without_generated_ids(streamed(parser, text, size)[0]) == whole, size
+
+
+@pytest.mark.parametrize("text", [
+    '<|tool_call>call:get_weather{city:<|"|>Oslo<|"|>days:3}<tool_call|>',
+    '<|tool_call>call:get_weather{city:<|"|>Oslo<|"|>d',
+    '<|tool_call>call:get_weather{city:<|"|>Oslo<|"|>,days:3}<tool_call|>',
+])
+def test_what_follows_a_member_is_judged_on_its_first_character_wherever_the_chunks_end(text: str) -> None:
+    """Gemma 4: a member, then no separator before the next. Read whole, the member's end sees
+    `d`, which nothing after a member begins with, and the reading fails inside the arguments (the
+    call is incomplete); where a chunk ended after the member, the members ended before `d` was
+    known, and the reading failed past the call's end (the call whole). Where a chunk ends after a
+    member, what follows it is judged on its first character once that comes, and read whole the
+    member is ended before the reading fails there: one message, however the output is cut, the
+    member's value in the call and the text after it content."""
+    path = next(p for p in llamacpp_templates() if p.name == "google-gemma-4-31B-it-interleaved.jinja")
+    parser = autoparser.load(str(path)).parser(tools=WEATHER_TOOLS)
+    whole = _agrees_whole_and_streamed(parser, text)
+    assert whole["tool_calls"][0]["function"]["arguments"].startswith('{"city": "Oslo"')
+    assert '<|"|>' not in (whole["content"] or "")
+    for size in (1, 2, 3):
+        assert without_generated_ids(streamed(parser, text, size)[0]) == whole, size
