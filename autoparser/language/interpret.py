@@ -54,6 +54,7 @@ from autoparser.language import ir
 from autoparser.language.jsonscan import (
     cut_texts,
     is_string_text,
+    remember_string_text,
     string_texts,
     text_before_cut,
     value_markers,
@@ -141,8 +142,8 @@ class LanguageReader:
         # markers a JSON value may meet where it is unfinished: there the value breaks off
         self.value_markers = value_markers(m for m in language.markers() if not is_weak(m))
         # where a call may begin again that is no punctuation: met inside a JSON string of a call's
-        # arguments, a reading breaks off the call there (`_JsonValue`), and a chunk holding one's
-        # first character leaves the streamed string's fast path
+        # arguments, a reading breaks off the call there (`_JsonValue`), and a chunk holding one,
+        # or ending with what may yet be one, leaves the streamed string's fast path
         inner = tuple(m for m in language.resync if not is_weak(m) and not any(c.isspace() for c in m))
         self.inner_resync = inner
         # a chunk holding one of them, or ending with what may yet be one (tested where it holds a first character)
@@ -150,6 +151,9 @@ class LanguageReader:
         prefixes = sorted({m[:end] for m in inner for end in range(1, len(m))}, key=len, reverse=True)
         held = [*map(re.escape, inner), f"(?:{'|'.join(map(re.escape, prefixes))})\\Z"]
         self.resync_held = re.compile("|".join(held)) if inner else None
+        # short chunks known to be whole string text that the streamed string's fast path takes
+        # at once: with such places, only those that hold none and end with no beginning of one
+        self.string_texts = string_texts if not inner else {}
 
     def stream(self, deltas: bool = True, call_id: Callable[[], str] = new_call_id) -> LanguageStream:
         return LanguageStream(self, deltas, call_id)
@@ -338,6 +342,7 @@ class LanguageStream(_Passes, _Recovery, _Stepping):
             (self.out.reasoning if continues == ir.REASONING else self.out.content).started = True
         self.call_id = call_id
         self.firsts = reader.resync_firsts
+        self.texts = reader.string_texts
         self.buf = ""
         # how much text before `buf` was dropped: positions are relative to `buf`, those of events
         # made by readings are absolute (the readings share this cell)
@@ -378,9 +383,7 @@ class LanguageStream(_Passes, _Recovery, _Stepping):
             self.escape, self.hot = False, call
         else:
             try:
-                if self.firsts is not None and self.firsts.search(chunk) is not None and self._may_resync(chunk):
-                    raise KeyError(chunk)  # where a call may begin again: see `_string_rest`
-                piece = string_texts[chunk]
+                piece = self.texts[chunk]  # never where a call may begin again: see `_string_rest`
             except KeyError:
                 piece = cut_texts.get(chunk)
                 if piece is None:
@@ -421,6 +424,8 @@ class LanguageStream(_Passes, _Recovery, _Stepping):
         elif is_string_text(text):
             piece = text
             self.escape, self.hot = False, call
+            if self.texts is not string_texts:
+                remember_string_text(self.texts, text)
         else:
             self.escape = False
             return self._feed(text)

@@ -487,11 +487,16 @@ def is_string_text(chunk: str) -> bool:
     or unprintable character, a test cheaper than a regular expression."""
     if not chunk or not ('"' not in chunk and "\\" not in chunk and chunk.isprintable() or is_string_body(chunk)):
         return False
-    if len(chunk) <= _REMEMBERED_LENGTH:
-        if len(string_texts) >= _REMEMBERED_COUNT:
-            string_texts.clear()
-        string_texts[chunk] = chunk
+    remember_string_text(string_texts, chunk)
     return True
+
+
+def remember_string_text(texts: dict[str, str], chunk: str) -> None:
+    """Remember a chunk known to be whole string text in `texts`, where it is short."""
+    if len(chunk) <= _REMEMBERED_LENGTH:
+        if len(texts) >= _REMEMBERED_COUNT:
+            texts.clear()
+        texts[chunk] = chunk
 
 
 def text_before_cut(chunk: str) -> str | None:
