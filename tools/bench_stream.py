@@ -22,7 +22,11 @@ reasoning (the V3.1 format with thinking on: three readings of the text until `<
 every chunk goes through the reader rather than the in-string hot path, and prints each stream's
 time beside its whole parse.
 
-Usage: python tools/bench_stream.py [--template PATH] [--repeat N] [--prose]
+With --html it also streams a call whose 45 KB of arguments are markup (`<b>word</b> ` repeated)
+in 4-character chunks: many chunks end with `<`, which may begin a marker where a call begins
+again, and are held at that character on the in-string hot path rather than read by the reader.
+
+Usage: python tools/bench_stream.py [--template PATH] [--repeat N] [--prose] [--html]
 With --template the analysis is inferred from that chat template; by default the DeepSeek V3.1
 format is spelled out here, so the benchmark measures the parser alone.
 """
@@ -93,6 +97,17 @@ def prose_times(analysis: Analysis, repeat: int) -> None:
               f"(stream / whole = {streamed / whole:.1f})")
 
 
+def html_times(parser: Parser, repeat: int) -> None:
+    """A call whose arguments are markup, streamed and parsed whole."""
+    text, arguments = model_output("<b>word</b> " * 3750)
+    streamed, message, _ = best(lambda: stream_time(parser, text), repeat)
+    whole, _ = best(lambda: whole_time(parser, text), repeat)
+    if message["tool_calls"][0]["function"]["arguments"] != arguments:
+        print("WRONG RESULT: the streamed markup arguments differ", file=sys.stderr)
+    print(f"html {len(arguments) // 1000} KB     {streamed * 1000:8.2f} ms streamed, {whole * 1000:6.2f} ms whole "
+          f"(stream / whole = {streamed / whole:.1f})")
+
+
 def stream_time(parser: Parser, text: str) -> tuple[float, dict, int]:
     start = time.process_time()
     stream = parser.stream()
@@ -132,6 +147,7 @@ def main() -> int:
     options.add_argument("--template", type=Path, help="analyze this chat template instead")
     options.add_argument("--repeat", type=int, default=9, help="take the best of N runs")
     options.add_argument("--prose", action="store_true", help="also stream 100 KB of prose as answer and reasoning")
+    options.add_argument("--html", action="store_true", help="also stream 45 KB of markup as a call's arguments")
     args = options.parse_args()
     if args.template:
         import autoparser
@@ -169,6 +185,8 @@ def main() -> int:
     print(f"floor 100 KB:   {floor * 1000:8.2f} ms  (do-nothing consumer; stream / floor = {large / floor:.2f})")
     if args.prose:
         prose_times(analysis, args.repeat)
+    if args.html:
+        html_times(parser, args.repeat)
     return 0
 
 

@@ -54,6 +54,7 @@ from autoparser.language import ir
 from autoparser.language.jsonscan import (
     cut_texts,
     is_string_text,
+    remember,
     string_texts,
     text_before_cut,
     value_markers,
@@ -141,8 +142,8 @@ class LanguageReader:
         # markers a JSON value may meet where it is unfinished: there the value breaks off
         self.value_markers = value_markers(m for m in language.markers() if not is_weak(m))
         # where a call may begin again that is no punctuation: met inside a JSON string of a call's
-        # arguments, a reading breaks off the call there (`_JsonValue`), and a chunk holding one's
-        # first character leaves the streamed string's fast path
+        # arguments, a reading breaks off the call there (`_JsonValue`), and a chunk holding one,
+        # or ending with what may yet be one, leaves the streamed string's fast path
         inner = tuple(m for m in language.resync if not is_weak(m) and not any(c.isspace() for c in m))
         self.inner_resync = inner
         # a chunk holding one of them, or ending with what may yet be one (tested where it holds a first character)
@@ -150,6 +151,13 @@ class LanguageReader:
         prefixes = sorted({m[:end] for m in inner for end in range(1, len(m))}, key=len, reverse=True)
         held = [*map(re.escape, inner), f"(?:{'|'.join(map(re.escape, prefixes))})\\Z"]
         self.resync_held = re.compile("|".join(held)) if inner else None
+        # ... ending with what may yet be one (`LanguageStream._resync_begun`)
+        self.resync_begun = re.compile(f"(?:{'|'.join(map(re.escape, prefixes))})\\Z") if inner else None
+        # short chunks known to be whole string text that the streamed string's fast path takes
+        # at once: with such places, only those that hold none and end with no beginning of one
+        self.string_texts = string_texts if not inner else {}
+        # ... and those whole string text but for what may yet be one at their end: where that begins
+        self.begun_at: dict[str, int] = {}
 
     def stream(self, deltas: bool = True, call_id: Callable[[], str] = new_call_id) -> LanguageStream:
         return LanguageStream(self, deltas, call_id)
@@ -338,6 +346,8 @@ class LanguageStream(_Passes, _Recovery, _Stepping):
             (self.out.reasoning if continues == ir.REASONING else self.out.content).started = True
         self.call_id = call_id
         self.firsts = reader.resync_firsts
+        self.texts = reader.string_texts
+        self.begun_at = reader.begun_at
         self.buf = ""
         # how much text before `buf` was dropped: positions are relative to `buf`, those of events
         # made by readings are absolute (the readings share this cell)
@@ -357,6 +367,7 @@ class LanguageStream(_Passes, _Recovery, _Stepping):
         self.string_call: ToolCall | None = None
         self.hot: ToolCall | None = None  # that call while no backslash is held: `feed`'s hot path
         self.escape = False  # a backslash that ended the last chunk inside that call's string, held
+        self.begun = ""  # ... or the beginning of a place where a call may begin again (`escape` set too)
         self.aside: list[str] = []  # the text just before `buf` that recovery may still need
         self.aside_len = 0
         # the arguments read in this pass, (where they began, where they ended) as absolute positions
@@ -375,18 +386,21 @@ class LanguageStream(_Passes, _Recovery, _Stepping):
         if call is None:
             if not self.escape:
                 return self._feed(chunk)
-            # the hot path after a backslash held back: it goes before the chunk
-            call, chunk = self.string_call, "\\" + chunk
-            try:
-                piece = string_texts[chunk]
-            except KeyError:
-                return self._string_rest(call, chunk)
+            if self.begun:  # what may yet be a place where a call begins again, held: see `_string_rest`
+                call, chunk, self.begun = self.string_call, self.begun + chunk, ""
+                piece = self.texts.get(chunk)
+                if piece is None:
+                    return self._string_rest(call, chunk)
+            else:  # the hot path after a backslash held back: it goes before the chunk
+                call, chunk = self.string_call, "\\" + chunk
+                try:
+                    piece = string_texts[chunk]
+                except KeyError:
+                    return self._string_rest(call, chunk)
             self.escape, self.hot = False, call
         else:
             try:
-                if self.firsts is not None and self.firsts.search(chunk) is not None and self._may_resync(chunk):
-                    raise KeyError(chunk)  # where a call may begin again: see `_string_rest`
-                piece = string_texts[chunk]
+                piece = self.texts[chunk]  # never where a call may begin again: see `_string_rest`
             except KeyError:
                 piece = cut_texts.get(chunk)
                 if piece is None:
@@ -414,11 +428,23 @@ class LanguageStream(_Passes, _Recovery, _Stepping):
         backslash cut from its escape, what comes before goes out and the backslash waits for the
         next chunk (tested first: such a chunk is never whole string text, and no expression need
         say so); where it is whole string text, it goes out; otherwise it ends the string or goes
-        wrong, and the reading reads on."""
-        if self.firsts is not None and self.firsts.search(text) is not None and self._may_resync(text):
-            # what may be a place where a call begins again is read: a call may break off there
-            self.escape = False
-            return self._feed(text)
+        wrong, and the reading reads on. Where it holds a place where a call may begin again, the
+        reading reads it (a call may break off there); where it is whole string text but for what
+        may yet be one at its end, what comes before goes out and the rest waits for the next
+        chunk, as the reading would hold it."""
+        at = self.begun_at.get(text) if self.firsts is not None else None
+        if at is None and self.firsts is not None and self.firsts.search(text) is not None and self._may_resync(text):
+            at = self._resync_begun(text)
+            if at is None:
+                self.escape = False
+                return self._feed(text)
+        if at is not None:
+            piece, self.begun = text[:at], text[at:]
+            self.escape, self.hot = True, None
+            if not piece:
+                return []
+            call.append(piece)
+            return [{"tool_calls": [{"index": call.index, "function": {"arguments": piece}}]}]
         piece = text_before_cut(text)
         if piece is not None:
             self.escape, self.hot = True, None
@@ -427,6 +453,8 @@ class LanguageStream(_Passes, _Recovery, _Stepping):
         elif is_string_text(text):
             piece = text
             self.escape, self.hot = False, call
+            if self.texts is not string_texts:
+                remember(self.texts, text, text)
         else:
             self.escape = False
             return self._feed(text)
@@ -437,6 +465,19 @@ class LanguageStream(_Passes, _Recovery, _Stepping):
         """Whether a chunk of a streamed string holds a place where a call may begin again, or
         ends with what may yet be one (`LanguageReader.inner_resync`): the reading reads it."""
         return self.reader.resync_held.search(chunk) is not None
+
+    def _resync_begun(self, text: str) -> int | None:
+        """Where `text`, whole string text before it and holding no place where a call may begin
+        again, ends with what may yet be one (the longest such end, as `_JsonValue` holds it);
+        None where it is not so."""
+        begun = self.reader.resync_begun.search(text)
+        if begun is None or any(marker in text for marker in self.reader.inner_resync):
+            return None
+        at = begun.start()
+        if at and not is_string_text(text[:at]):
+            return None
+        remember(self.begun_at, text, at)
+        return at
 
     def _feed(self, chunk: str) -> list[dict]:
         if self.finished:
@@ -488,11 +529,16 @@ class LanguageStream(_Passes, _Recovery, _Stepping):
     def finish(self) -> list[dict]:
         if not self.finished:
             self.string_call = self.hot = None
+            held: list[dict] = []
+            if self.begun:  # what may have begun a place where a call begins again is read
+                self.escape, begun, self.begun = False, self.begun, ""
+                held = self._feed(begun)
             if self.escape:  # a backslash the output ends with is read as the reading reads it
                 self.escape = False
                 self.feed("\\")
             self.finished = True
             self._advance(True)
+            return held + self.out.take()
         return self.out.take()
 
     def message(self) -> dict:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
+from typing import Any
 
 MORE = 0  # everything given was consumed or held back; the value is not finished
 DONE = 1  # the value ended at the returned position
@@ -487,11 +488,16 @@ def is_string_text(chunk: str) -> bool:
     or unprintable character, a test cheaper than a regular expression."""
     if not chunk or not ('"' not in chunk and "\\" not in chunk and chunk.isprintable() or is_string_body(chunk)):
         return False
-    if len(chunk) <= _REMEMBERED_LENGTH:
-        if len(string_texts) >= _REMEMBERED_COUNT:
-            string_texts.clear()
-        string_texts[chunk] = chunk
+    remember(string_texts, chunk, chunk)
     return True
+
+
+def remember(table: dict[str, Any], chunk: str, known: Any) -> None:
+    """Remember what is known of a chunk in `table`, where the chunk is short (cleared when full)."""
+    if len(chunk) <= _REMEMBERED_LENGTH:
+        if len(table) >= _REMEMBERED_COUNT:
+            table.clear()
+        table[chunk] = known
 
 
 def text_before_cut(chunk: str) -> str | None:

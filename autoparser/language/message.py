@@ -61,7 +61,7 @@ class ToolCall:
 
     Argument fragments are joined in groups as `append` takes them, so a long argument streamed in
     tiny chunks is held as a few hundred strings rather than tens of thousands. A stream's hot path
-    (`interpret.LanguageStream.feed`) adds chunks met before as the strings `jsonscan.string_texts`
+    (`interpret.LanguageStream.feed`) adds chunks met before as the strings `LanguageReader.string_texts`
     shares, one reference each, joined with the next group.
     """
 
