@@ -10,12 +10,8 @@ from dataclasses import asdict, is_dataclass, replace
 from functools import cached_property
 from typing import Any
 
-from autoparser.language.build_generation import (
-    CALL_FORMATS,
-)
-from autoparser.language.build_tools import (
-    tool_name,
-)
+from autoparser.language.build_generation import CALL_FORMATS
+from autoparser.language.build_tools import tool_name
 from autoparser.language.ir import (
     CONTENT,
     EMPTY,
