@@ -20,6 +20,7 @@ import ast
 import json
 import math
 import re
+import warnings
 
 from autoparser.language.request import schema_type
 
@@ -30,6 +31,11 @@ _HEX = re.compile(r"[0-9a-fA-F]*")
 _OCTAL = re.compile(r"[0-7]{1,3}")
 _LOW_SURROGATE = re.compile(r"\\u[dD][c-fC-F][0-9a-fA-F]{2}")
 _LOW_SURROGATE_PREFIX = re.compile(r"\\(?:u(?:[dD](?:[c-fC-F][0-9a-fA-F]{0,1})?)?)?\Z")
+# A model's `'a\/b'` is a Python literal with an escape Python keeps as written; compiling it warns
+# (DeprecationWarning, SyntaxWarning from 3.12) on stderr, attributed to the source "<unknown>"
+for _category in (DeprecationWarning, SyntaxWarning):
+    warnings.filterwarnings("ignore", message="invalid escape sequence", category=_category, module="<unknown>")
+
 _JSON_WORDS = re.compile(r"\b(true|false|null)\b")
 _PY_WORDS = {"true": "True", "false": "False", "null": "None"}
 # a quoted string, or one the text ends inside (read to the end once: a quote that never closes
