@@ -127,16 +127,9 @@ class _EndCall:
     __slots__ = ()
 
 
-class _FollowsMember:
-    """Where a member ended at the end of the text: what follows is checked on its first character."""
-
-    __slots__ = ()
-
-
 _END_MEMBER = _EndMember()
-_FOLLOWS_MEMBER = _FollowsMember()
 _END_CALL = _EndCall()
-_FRAMES = (_EndCapture, _EndMember, _EndCall, _FollowsMember)
+_FRAMES = (_EndCapture, _EndMember, _EndCall)
 
 
 _MADE_WHILE_READING = (_MembersFrom, _Member, _Again)

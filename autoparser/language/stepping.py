@@ -15,7 +15,6 @@ from autoparser.language.mapper import member_json, member_key, quoted_text
 from autoparser.language.readings import (
     _END_CALL,
     _END_MEMBER,
-    _FOLLOWS_MEMBER,
     _FRAMES,
     _NONE_FITS,
     BRACE,
@@ -28,7 +27,6 @@ from autoparser.language.readings import (
     _EndCall,
     _EndCapture,
     _EndMember,
-    _FollowsMember,
     _Member,
     _MembersFrom,
     _Thread,
@@ -200,17 +198,9 @@ class _Stepping:
             t.member_at = t.pos + self.offset[0]
             t.stack = (node.body, (_END_MEMBER, t.stack))
         elif cls is _EndMember:
+            if not self._may_follow(t):
+                return _NONE_FITS  # its value would be converted only for the reading to fail next
             self._end_member(t)
-            if t.pos >= len(self.buf) and not final:
-                # where a chunk ends, what follows the member is judged on its first character
-                # once it comes (the member goes out meanwhile), as where the text went on
-                t.stack = (_FOLLOWS_MEMBER, t.stack)
-                return t
-            if not self._may_follow(t):
-                return _NONE_FITS
-        elif cls is _FollowsMember:
-            if not self._may_follow(t):
-                return _NONE_FITS
         elif cls is ir.Lazy:
             t.stack = (self.reader.unlazy(node), t.stack)
         else:
