@@ -46,7 +46,7 @@ from test_runtime_properties import (
 from unplaced import left_out, losses_at_every_cut, marker_patterns, shown_twice
 
 import autoparser
-from autoparser.language import interpret
+from autoparser.language import commits, interpret
 from autoparser.language.reading import Parser
 from autoparser.render import TemplateRenderError
 from autoparser.roundtrip import TOOLS as PROBE_TOOLS
@@ -767,7 +767,8 @@ def test_a_bare_json_call_kept_at_the_undecided_limit_gives_the_whitespace_after
     incomplete where it breaks after its argument (`..."Paris" oops}}`): the whitespace between
     the value's closing quote and `oops` is content, not arguments. The limit is lowered so that
     every split in two can be checked."""
-    monkeypatch.setattr(interpret, "UNDECIDED_LIMIT", 600)
+    for reader_part in (interpret, commits):  # the modules of the reader that read the limit
+        monkeypatch.setattr(reader_part, "UNDECIDED_LIMIT", 600)
     analysis = autoparser.load(str(FIXTURES / "bare_json.jinja"))
     parser = analysis.parser(tools=analyses.WEATHER_TOOLS)
     head = analyses.render_output(analysis, None, "", [("get_weather", {"city": "x"})]).split('"x"')[0] + '"'
