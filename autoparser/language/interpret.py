@@ -141,10 +141,10 @@ class LanguageReader:
         # a chunk holding one of them, or ending with what may yet be one (tested where it holds a first character)
         self.resync_firsts = re.compile(f"[{re.escape(''.join(sorted({m[0] for m in inner})))}]") if inner else None
         prefixes = sorted({m[:end] for m in inner for end in range(1, len(m))}, key=len, reverse=True)
-        held = [*map(re.escape, inner), f"(?:{'|'.join(map(re.escape, prefixes))})\\Z"]
-        self.resync_held = re.compile("|".join(held)) if inner else None
+        ending = f"(?:{'|'.join(map(re.escape, prefixes))})\\Z"
+        self.resync_held = re.compile("|".join([*map(re.escape, inner), ending])) if inner else None
         # ... ending with what may yet be one (`LanguageStream._resync_begun`)
-        self.resync_begun = re.compile(f"(?:{'|'.join(map(re.escape, prefixes))})\\Z") if inner else None
+        self.resync_begun = re.compile(ending) if inner else None
         # short chunks known to be whole string text that the streamed string's fast path takes
         # at once: with such places, only those that hold none and end with no beginning of one
         self.string_texts = string_texts if not inner else {}
@@ -435,10 +435,7 @@ class LanguageStream(_Commits, _Passes, _Recovery, _Stepping):
             self.escape, self.hot = True, None
             if not piece:
                 return []
-            call.append(piece)
-            return [{"tool_calls": [{"index": call.index, "function": {"arguments": piece}}]}]
-        piece = text_before_cut(text)
-        if piece is not None:
+        elif (piece := text_before_cut(text)) is not None:
             self.escape, self.hot = True, None
             if not piece:
                 return []
