@@ -1,0 +1,123 @@
+"""SGLang's function-call parser expectations (read from its test modules as data) against the analysis.
+
+The cases live in `fixtures/sglang_parser_cases.jsonl`, written by `tools/sglang_parser_cases.py
+--extract` from an SGLang checkout (SGLang publishes no source package with its tests); each names
+the SGLang commit and file it was read from. The reader is checked here on a small module written in
+the style of those tests. The pass count is a floor: an analysis change may raise it, never lower it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from corpora import llamacpp_templates, shared_templates, tool_module
+
+tool = tool_module("sglang_parser_cases")
+
+# Non-debatable passing cases out of the 84 non-debatable ones whose family has a template. Raise it
+# when the analysis improves; the failures are listed when it drops.
+PASS_FLOOR = 78
+
+MODULE = '''
+import json
+import unittest
+
+
+class TestDemoDetector(unittest.TestCase):
+    def setUp(self):
+        self.tools = [Tool(type="function", function=Function(name="lookup", parameters={"type": "object"}))]
+        self.detector = PythonicDetector()
+
+    def test_plain(self):
+        text = "Nothing to call."
+        result = self.detector.detect_and_parse(text, self.tools)
+        self.assertEqual(result.normal_text, text)
+        self.assertEqual(len(result.calls), 0)
+
+    def test_call_then_another(self):
+        result = self.detector.detect_and_parse("See [lookup(q='tides')]", self.tools)
+        call = result.calls[0]
+        self.assertEqual(call.name, "lookup")
+        params = json.loads(call.parameters)
+        self.assertEqual(params["q"], "tides")
+        result = self.detector.detect_and_parse("[lookup(q='moon')]", self.tools)
+        self.assertEqual(json.loads(result.calls[0].parameters), {"q": "moon"})
+
+    def test_malformed_increments(self):
+        self.detector.parse_streaming_increment("[look", self.tools)
+        result = self.detector.parse_streaming_increment("up(q='x')]", self.tools)
+        self.assertEqual(len(result.calls), 1)
+
+    def test_chunks(self):
+        for chunk in ["[lookup(", "q='x')]"]:
+            self.detector.parse_streaming_increment(chunk, self.tools)
+
+
+def test_unknown_detector():
+    result = DummyDetector().detect_and_parse("{}", [])
+    assert len(result.calls) == 0
+'''
+
+
+def test_reader_reads_unittest_methods_and_reports_the_rest() -> None:
+    extraction = tool.module_cases("test/function_call/test_demo.py", MODULE, commit="abc")
+    by_test = {case.test.split("::", 1)[1]: case for case in extraction.cases}
+    assert list(by_test) == ["TestDemoDetector::test_plain", "TestDemoDetector::test_call_then_another#1",
+                             "TestDemoDetector::test_call_then_another#2"]
+    plain = by_test["TestDemoDetector::test_plain"]
+    assert plain.expected == {"content": "Nothing to call.", "tool_calls": []}
+    assert plain.family == "pythonic" and plain.commit == "abc" and plain.file == "test/function_call/test_demo.py"
+    assert plain.tools == [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
+    first, second = by_test["TestDemoDetector::test_call_then_another#1"], by_test[
+        "TestDemoDetector::test_call_then_another#2"]
+    assert first.model_output == "See [lookup(q='tides')]"
+    assert first.expected == {"tool_calls": [{"name": "lookup", "arguments_subset": {"q": "tides"}}],
+                              "tool_calls_at_least": True}
+    assert second.expected == {"tool_calls": [{"arguments": {"q": "moon"}}], "tool_calls_at_least": True}
+    assert dict(extraction.skipped) == {("pythonic", "several increments fed to one detector"): 1,
+                                        ("pythonic", "outputs fed in a loop"): 1,
+                                        ("-", "no detector SGLang ships"): 1}
+
+
+def test_fixture_round_trips_and_names_its_source(tmp_path: Path) -> None:
+    case = tool.module_cases("test/function_call/test_demo.py", MODULE, commit="abc").cases[0]
+    target = tmp_path / "cases.jsonl"
+    tool.write_fixture([case], {"pythonic": tool.collections.Counter({"outputs fed in a loop": 1})}, target)
+    cases, skipped = tool.load_fixture(target)
+    assert [c.id for c in cases] == [case.id]
+    assert cases[0].template == tool.FAMILIES["PythonicDetector"][1]
+    assert skipped == {"pythonic": {"outputs fed in a loop": 1}}
+    committed, _ = tool.load_fixture()
+    assert committed and all(c.commit and c.file.endswith(".py") for c in committed)
+
+
+def test_reads_a_git_dir(tmp_path: Path) -> None:
+    work = tmp_path / "sglang"
+    (work / "test" / "function_call").mkdir(parents=True)
+    (work / "test" / "function_call" / "test_demo.py").write_text(MODULE, encoding="utf-8")
+    (work / "test" / "test_other.py").write_text("X = 1\n", encoding="utf-8")
+    git = ["git", "-C", str(work), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "demo"], check=True)
+    for source in (work / ".git", work):
+        cases, _skipped = tool.extract(source)
+        assert len(cases) == 3 and len({c.commit for c in cases}) == 1 and len(cases[0].commit) == 40
+        assert {c.file for c in cases} == {"test/function_call/test_demo.py"}
+
+
+def test_sglang_expectations_do_not_regress() -> None:
+    shared_templates()  # skip without either template corpus
+    llamacpp_templates()
+    cases, _skipped = tool.load_fixture()
+    missing = {c.template for c in cases if c.template and not tool.template_path(c.template).is_file()}
+    if missing:
+        pytest.skip(f"templates missing from the corpora: {sorted(missing)}")
+    outcomes = tool.score(cases)
+    assert not [o for o in outcomes if o.cause.startswith("parser raised")], "no case should crash the parser"
+    passed = sum(o.status == "pass" for o in outcomes)
+    failing = "\n".join(f"{o.case.id}: {o.cause}" for o in outcomes if o.status == "fail")
+    if passed < PASS_FLOOR:
+        pytest.fail(f"{passed} SGLang expectations pass, below the floor of {PASS_FLOOR}:\n{failing}")
