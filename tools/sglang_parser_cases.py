@@ -7,7 +7,10 @@ tools and the detector, then `detect_and_parse(text, tools)` and `self.assertEqu
 publishes wheels only, so its tests are read from a checkout or a bare git directory; this script
 reads them as data, by Python's `ast` and literals only (nothing of SGLang is imported or run), and
 writes what it reads to `fixtures/sglang_parser_cases.jsonl`, each case with the SGLang commit and
-file it comes from. An expression that is no literal, a loop over outputs, or a detector fed several
+file it comes from. Its reasoning-parser tests (`test_reasoning_parser.py`: `detect_and_parse(text)`
+and `ReasoningParser(model).parse_non_stream(text)` against `reasoning_text` and `normal_text`) go to
+`fixtures/sglang_reasoning_cases.jsonl` and are scored as `vllm_reasoning_cases.py` scores vLLM's, in
+the prompt state each expectation assumes. An expression that is no literal, a loop over outputs, or a detector fed several
 increments in one test is counted as not extracted, never guessed.
 
 Scoring reuses `vllm_parser_cases.py`: each case is parsed whole against the analysis of the
@@ -38,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tools/ is scripts, not a package
+import vllm_reasoning_cases as reasoning_tool  # noqa: E402
 from vllm_parser_cases import (  # noqa: E402
     DEBATABLE_NAME,
     Asserted,
@@ -60,6 +64,8 @@ from vllm_parser_cases import (  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "fixtures" / "sglang_parser_cases.jsonl"
 TEST_FILE = re.compile(r"^test/(.+/)?(function_call/test_[\w]+|test_function_call_parser)\.py$")
+REASONING_FIXTURE = REPO / "fixtures" / "sglang_reasoning_cases.jsonl"
+REASONING_TEST_FILE = re.compile(r"^test/(.+/)?test_reasoning_parser\.py$")
 
 # detector class -> (family, template). The template is the one SGLang (or the model) serves the
 # family with where a corpus holds it, as `tests/language/test_peer_cases.py` chooses; "" where no
@@ -85,13 +91,30 @@ FAMILIES: dict[str, tuple[str, str]] = {
 EOS_TOKENS = {"llamacpp:GigaChat3-10B-A1.8B.jinja": "</s>",
               "llamacpp:mistralai-Mistral-Nemo-Instruct-2407.jinja": "</s>"}
 
-PARSE_CALLS = {"detect_and_parse": False, "parse_streaming_increment": True}  # -> streamed
+# reasoning detector class -> (family, template), as for FAMILIES; and the model names SGLang's
+# `ReasoningParser(name)` builds them by.
+REASONING_FAMILIES: dict[str, tuple[str, str]] = {
+    "DeepSeekR1Detector": ("deepseek_r1", "llamacpp:deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja"),
+    "Qwen3Detector": ("qwen3", "llamacpp:Qwen-Qwen3-0.6B.jinja"),
+    "KimiDetector": ("kimi", ""),  # its ◁think▷ markers appear in no published template
+    "BaseReasoningFormatDetector": ("base_reasoning", ""),  # markers the test chooses, no model
+}
+REASONING_MODELS = {"deepseek-r1": "DeepSeekR1Detector", "qwen3": "Qwen3Detector", "kimi": "KimiDetector"}
+
+PARSE_CALLS = {"detect_and_parse": False, "parse_streaming_increment": True,  # -> streamed
+               "parse_non_stream": False, "parse_stream_chunk": True}
 
 
 @dataclass
 class SglangCase(Case):
     commit: str = ""  # the SGLang commit the test module was read at
     file: str = ""  # the test module's path in that commit
+
+
+@dataclass
+class SglangReasoningCase(reasoning_tool.Case):
+    commit: str = ""
+    file: str = ""
 
 
 # -- reading the source ----------------------------------------------------------------------------
@@ -105,12 +128,13 @@ def _is_git_dir(path: Path) -> bool:
     return (path / "HEAD").is_file() and (path / "objects").is_dir()
 
 
-def test_modules(source: Path) -> tuple[str, dict[str, str]]:
-    """(commit, {path: text}) of SGLang's function-call test modules in a checkout or git dir."""
+def test_modules(source: Path, pattern: re.Pattern[str] = TEST_FILE) -> tuple[str, dict[str, str]]:
+    """(commit, {path: text}) of SGLang's test modules whose path matches `pattern` (its function-call
+    tests by default) in a checkout or git dir."""
     if _is_git_dir(source):
         commit = _git(source, "rev-parse", "HEAD").strip()
         names = _git(source, "ls-tree", "-r", "--name-only", "HEAD").splitlines()
-        return commit, {n: _git(source, "show", f"HEAD:{n}") for n in names if TEST_FILE.match(n)}
+        return commit, {n: _git(source, "show", f"HEAD:{n}") for n in names if pattern.match(n)}
     try:
         commit = subprocess.run(["git", "-C", str(source), "rev-parse", "HEAD"], check=True,
                                 capture_output=True, text=True).stdout.strip()
@@ -119,7 +143,7 @@ def test_modules(source: Path) -> tuple[str, dict[str, str]]:
     texts = {}
     for path in sorted(source.rglob("test_*.py")):
         name = path.relative_to(source).as_posix()
-        if TEST_FILE.match(name):
+        if pattern.match(name):
             texts[name] = path.read_text(encoding="utf-8")
     return commit, texts
 
@@ -164,6 +188,8 @@ def _comparisons(statement: ast.stmt) -> list[tuple[ast.expr, str, ast.expr | No
         return [(args[0], "Gt" if name == "assertGreater" else "GtE", args[1])]
     if name == "assertFalse" and args:
         return [(args[0], "Not", None)]
+    if name == "assertIn" and len(args) >= 2:
+        return [(args[1], "Contains", args[0])]
     if name == "assertIsNone" and args:
         return [(args[0], "Eq", ast.Constant(None))]
     return []
@@ -176,6 +202,8 @@ class Fed:
     streamed: bool
     chunks: list[str] | None = None
     found: Asserted = field(default_factory=Asserted)
+    reasoning: Any = ...  # Ellipsis: not asserted
+    reasoning_contains: bool = False  # the reasoning asserted only to contain some text
 
 
 @dataclass(frozen=True)
@@ -186,19 +214,26 @@ class Shape:
     name: str
     parameters: str
     text: str | None
+    reasoning: str | None = None
 
     @staticmethod
     def of_result(var: str) -> Shape:
-        return Shape(f"{var}.calls", r"\[\d+\]\.name", r"\[\d+\]\.parameters", f"{var}.normal_text")
+        return Shape(f"{var}.calls", r"\[\d+\]\.name", r"\[\d+\]\.parameters", f"{var}.normal_text",
+                     f"{var}.reasoning_text")
+
+    @staticmethod
+    def of_text(var: str, reasoning: bool = False) -> Shape:
+        """A name bound to the normal (or the reasoning) text alone."""
+        return Shape("", "", "", None, var) if reasoning else Shape("", "", "", var)
 
     @staticmethod
     def of_merged(var: str) -> Shape:
         return Shape(var, r"\[\d+\]\[['\"]name['\"]\]", r"\[\d+\]\[['\"]parameters['\"]\]", None)
 
 
-def _read(left: ast.expr, op: str, right: Any, shape: Shape, found: Asserted) -> None:
+def _read(left: ast.expr, op: str, right: Any, shape: Shape, fed: Fed) -> None:
     """One comparison about a result, in the shapes SGLang's tests use."""
-    text = ast.unparse(left)
+    text, found = ast.unparse(left), fed.found
     calls = re.escape(shape.calls)
     parameters = rf"{calls}{shape.parameters}"
     index = _index_of(text) or 0
@@ -223,6 +258,10 @@ def _read(left: ast.expr, op: str, right: Any, shape: Shape, found: Asserted) ->
         found.subset[index][left.slice.value] = right
     elif text == shape.text and op == "Eq" and (isinstance(right, str) or right is None):
         found.content = right
+    elif text == shape.reasoning and op == "Eq" and (isinstance(right, str) or right is None):
+        fed.reasoning = right
+    elif text == shape.reasoning and op == "Contains":
+        fed.reasoning_contains = True
 
 
 def _chunk_loop(loop: ast.For, env: dict[str, Any]) -> tuple[list[str], dict[str, Shape], set[str]] | None:
@@ -293,14 +332,16 @@ def read_method(fn: ast.FunctionDef, env: dict[str, Any]) -> Reading:
             for name, shape in merged.items():
                 results[name], shapes[name] = fed, shape
             for name in texts:
-                results[name], shapes[name] = fed, Shape("", "", "", name)
+                results[name], shapes[name] = fed, Shape.of_text(name)
             streamed_to["loop"] += 2  # any later increment continues this stream
             continue
         statement = _Substitute(aliases).visit(copy.deepcopy(statement))
         if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
             target, value = statement.targets[0], statement.value
             parse = _parse_call(value)
-            if parse is not None and isinstance(target, ast.Name):
+            targets = [e for e in (target.elts if isinstance(target, ast.Tuple) else [target])
+                       if isinstance(e, ast.Name)]
+            if parse is not None and targets and len(targets) <= 2:
                 call, streams = parse
                 detector = ast.unparse(call.func.value)  # type: ignore[attr-defined]
                 streamed_to[detector] += streams
@@ -312,11 +353,16 @@ def read_method(fn: ast.FunctionDef, env: dict[str, Any]) -> Reading:
                     return Reading(skipped="no literal output fed to the detector")
                 if not isinstance(text, str):
                     return Reading(skipped="no literal output fed to the detector")
-                aliases = {a: e for a, e in aliases.items() if target.id not in {n.id for n in ast.walk(e)
-                                                                                 if isinstance(n, ast.Name)}}
-                results[target.id] = Fed(text, streams)
-                shapes[target.id] = Shape.of_result(target.id)
-                out.fed.append(results[target.id])
+                rebound = {t.id for t in targets}
+                aliases = {a: e for a, e in aliases.items()
+                           if not rebound & {n.id for n in ast.walk(e) if isinstance(n, ast.Name)}}
+                fed = Fed(text, streams)
+                out.fed.append(fed)
+                if len(targets) == 1:
+                    results[targets[0].id], shapes[targets[0].id] = fed, Shape.of_result(targets[0].id)
+                else:  # `reasoning, normal = parser.parse_non_stream(text)`
+                    results[targets[0].id], shapes[targets[0].id] = fed, Shape.of_text(targets[0].id, True)
+                    results[targets[1].id], shapes[targets[1].id] = fed, Shape.of_text(targets[1].id)
                 continue
             if isinstance(target, ast.Name) and _result_var(value, results) is not None:
                 aliases[target.id] = value  # `call = result.calls[0]`, `params = json.loads(...)`
@@ -338,7 +384,7 @@ def read_method(fn: ast.FunctionDef, env: dict[str, Any]) -> Reading:
                 right = evaluate(right_node, env) if right_node is not None else None
             except Exception:  # noqa: BLE001  (an expectation that is no literal is not read)
                 continue
-            _read(left, op, right, shapes[var], results[var].found)
+            _read(left, op, right, shapes[var], results[var])
         if not isinstance(statement, ast.Expr | ast.Assert):
             bind_assignments([statement], env)
     return out
@@ -357,7 +403,17 @@ def _flattened(statements: list[ast.stmt]) -> list[ast.stmt]:
 
 # -- extraction -------------------------------------------------------------------------------------
 
-def _detector_of(nodes: list[ast.AST]) -> str | None:
+def _built(node: ast.AST, families: dict[str, tuple[str, str]]) -> str | None:
+    """The detector class `node` builds: `Qwen3Detector()`, or `ReasoningParser("qwen3")`."""
+    if not isinstance(node, ast.Call):
+        return None
+    name = _callee(node)
+    if name == "ReasoningParser" and node.args and isinstance(node.args[0], ast.Constant):
+        name = REASONING_MODELS.get(str(node.args[0].value).lower(), "")
+    return name if name in families else None
+
+
+def _detector_of(nodes: list[ast.AST], families: dict[str, tuple[str, str]] = FAMILIES) -> str | None:
     """The detector class a test feeds: the one bound to the name its first parse call is made on,
     else the first one it builds (in its own body first, then in `setUp`)."""
     feeds = [n for n in ast.walk(nodes[0]) if isinstance(n, ast.Call) and _parse_call(n)]
@@ -365,12 +421,12 @@ def _detector_of(nodes: list[ast.AST]) -> str | None:
     for node in nodes:
         for sub in ast.walk(node):
             if (isinstance(sub, ast.Assign) and ast.unparse(sub.targets[0]) == receiver
-                    and isinstance(sub.value, ast.Call) and _callee(sub.value) in FAMILIES):
-                return _callee(sub.value)
+                    and _built(sub.value, families)):
+                return _built(sub.value, families)
     for node in nodes:
         for sub in ast.walk(node):
-            if isinstance(sub, ast.Call) and _callee(sub) in FAMILIES:
-                return _callee(sub)
+            if _built(sub, families):
+                return _built(sub, families)
     return None
 
 
@@ -406,53 +462,66 @@ def _tools(env: dict[str, Any]) -> list[dict[str, Any]] | None:
 @dataclass
 class ModuleExtraction:
     """The cases read from one test module, and why the rest of its items were not, by (family, reason)."""
-    cases: list[SglangCase] = field(default_factory=list)
+    cases: list[Any] = field(default_factory=list)
     skipped: collections.Counter[tuple[str, str]] = field(default_factory=collections.Counter)
 
 
-def module_cases(path: str, source: str, commit: str = "") -> ModuleExtraction:
-    """The cases one SGLang test module states, and what it states that is not read (by reason)."""
+def _reasoning_expectation(fed: Fed) -> dict[str, Any]:
+    out = {} if fed.reasoning is ... else {"reasoning": fed.reasoning}
+    return out if fed.found.content is ... else dict(out, content=fed.found.content)
+
+
+def module_cases(path: str, source: str, commit: str = "", reasoning: bool = False) -> ModuleExtraction:
+    """The cases one SGLang test module states (function calls, or with `reasoning` its reasoning
+    detectors'), and what it states that is not read (by family and reason)."""
+    families = REASONING_FAMILIES if reasoning else FAMILIES
     tree = _SelfAsName().visit(ast.parse(source))
     module_env: dict[str, Any] = {"__helpers__": {}}
     bind_assignments(tree.body, module_env)
     out = ModuleExtraction()
     for cls, fn in _tests(tree):
         env, setup = _class_env(cls, module_env) if cls is not None else (dict(module_env), None)
-        detector = _detector_of([fn, *([setup] if setup else [])])
+        detector = _detector_of([fn, *([setup] if setup else [])], families)
         test = f"{cls.name}::{fn.name}" if cls else fn.name
         if detector is None:
             out.skipped[("-", "no detector SGLang ships")] += 1
             continue
-        family = FAMILIES[detector][0]
+        family = families[detector][0]
         reading = read_method(fn, env)
         if reading.skipped or not reading.fed:
             out.skipped[(family, reading.skipped or "no output fed to a detector")] += 1
             continue
         for k, fed in enumerate(reading.fed):
-            expected = expectation(fed.found)
+            expected = _reasoning_expectation(fed) if reasoning else expectation(fed.found)
+            if reasoning and fed.reasoning is ... and fed.reasoning_contains:
+                out.skipped[(family, "reasoning asserted only to contain some text")] += 1
+                continue
             if not expected:
                 out.skipped[(family, "no expectation read")] += 1
                 continue
             label = test if len(reading.fed) == 1 else f"{test}#{k + 1}"
             notes = [f"detector {detector}", ("streamed in SGLang's chunks" if fed.chunks else
                                                  "one streamed increment" if fed.streamed else "detect_and_parse")]
-            out.cases.append(SglangCase(
-                id=f"sglang-{family}-{label}", family=family, test=f"{Path(path).name}::{label}", template="",
-                model_output=fed.text, expected=expected, chunks=fed.chunks, tools=_tools(env), notes=notes,
-                debatable=bool(DEBATABLE_NAME.search(fn.name)), commit=commit, file=path))
+            common = {"id": f"sglang-{family}-{label}", "family": family, "test": f"{Path(path).name}::{label}",
+                      "template": "", "model_output": fed.text, "expected": expected, "chunks": fed.chunks,
+                      "notes": notes, "debatable": bool(DEBATABLE_NAME.search(fn.name)), "commit": commit,
+                      "file": path}
+            out.cases.append(SglangReasoningCase(**common, streaming=fed.streamed) if reasoning
+                             else SglangCase(**common, tools=_tools(env)))
     return out
 
 
-def extract(source: Path) -> tuple[list[SglangCase], dict[str, collections.Counter[str]]]:
-    """Every case of SGLang's function-call tests in `source` (a checkout or a git dir), and the
-    test items not extracted, by family and reason ("-" where the test builds no known detector)."""
-    commit, texts = test_modules(source)
-    cases: list[SglangCase] = []
+def extract(source: Path, reasoning: bool = False) -> tuple[list[Any], dict[str, collections.Counter[str]]]:
+    """Every case of SGLang's function-call (or with `reasoning` reasoning-parser) tests in `source`
+    (a checkout or a git dir), and the test items not extracted, by family and reason ("-" where the
+    test builds no known detector)."""
+    commit, texts = test_modules(source, REASONING_TEST_FILE if reasoning else TEST_FILE)
+    cases: list[Any] = []
     skipped: dict[str, collections.Counter[str]] = {}
     for path, text in texts.items():
         if not any(f"{name}(" in text for name in PARSE_CALLS):
             continue  # a module of server, schema or template tests: no output is fed to a detector
-        extraction = module_cases(path, text, commit)
+        extraction = module_cases(path, text, commit, reasoning)
         cases.extend(extraction.cases)
         for (family, reason), count in extraction.skipped.items():
             skipped.setdefault(family, collections.Counter())[reason] += count
@@ -464,22 +533,24 @@ def extract(source: Path) -> tuple[list[SglangCase], dict[str, collections.Count
     return cases, skipped
 
 
-def write_fixture(cases: list[SglangCase], skipped: dict[str, collections.Counter[str]], target: Path) -> None:
+def write_fixture(cases: list[Any], skipped: dict[str, collections.Counter[str]], target: Path) -> None:
     """The cases as JSON lines, after one line that says what was not extracted, per family."""
     lines = [json.dumps({"not_extracted": {p: dict(c) for p, c in skipped.items() if c}}, sort_keys=True)]
     for case in cases:
         record = asdict(case)
-        record.pop("template")  # chosen when scoring, from FAMILIES
+        record.pop("template")  # chosen when scoring, from FAMILIES or REASONING_FAMILIES
         lines.append(json.dumps(record, ensure_ascii=False, sort_keys=True))
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-def load_fixture(path: Path = FIXTURE) -> tuple[list[SglangCase], dict[str, collections.Counter[str]]]:
-    """The cases of the fixture, each given its family's template, and the not-extracted counts by family."""
-    names = {f.name for f in fields(SglangCase)}
-    templates = {family: template for family, template in FAMILIES.values()}
-    cases: list[SglangCase] = []
+def load_fixture(path: Path = FIXTURE, reasoning: bool = False) -> tuple[list[Any], dict[str, collections.Counter[str]]]:
+    """The cases of a fixture (of reasoning cases with `reasoning`), each given its family's template,
+    and the not-extracted counts by family."""
+    kind = SglangReasoningCase if reasoning else SglangCase
+    names = {f.name for f in fields(kind)}
+    templates = dict((REASONING_FAMILIES if reasoning else FAMILIES).values())
+    cases: list[Any] = []
     skipped: dict[str, collections.Counter[str]] = {}
     for line in path.read_text(encoding="utf-8").splitlines():
         record = json.loads(line)
@@ -487,8 +558,7 @@ def load_fixture(path: Path = FIXTURE) -> tuple[list[SglangCase], dict[str, coll
             skipped = {p: collections.Counter(c) for p, c in record["not_extracted"].items()}
             continue
         record["template"] = templates.get(record["family"], "")
-        case = SglangCase(**{k: v for k, v in record.items() if k in names})
-        cases.append(case)
+        cases.append(kind(**{k: v for k, v in record.items() if k in names}))
     return cases, skipped
 
 
@@ -533,6 +603,15 @@ def score(cases: list[SglangCase]) -> list[Any]:
     return outcomes
 
 
+def score_reasoning(cases: list[SglangReasoningCase]) -> list[Any]:
+    """Each reasoning case run as `vllm_reasoning_cases.py` runs vLLM's, in the prompt state its
+    expectation assumes."""
+    outcomes = run_all(cases, reasoning_tool.run_case, eos_tokens=EOS_TOKENS)
+    for outcome in outcomes:
+        outcome.cause = outcome.cause.replace("vLLM", "SGLang")
+    return outcomes
+
+
 def not_extracted(skipped: dict[str, collections.Counter[str]]) -> str:
     lines = ["not extracted, by family:"]
     for family, counts in sorted(skipped.items()):
@@ -540,35 +619,62 @@ def not_extracted(skipped: dict[str, collections.Counter[str]]) -> str:
     return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class Kind:
+    """Function-call or reasoning cases: where they are kept and how they are scored and shown."""
+    name: str
+    reasoning: bool
+    score: Any
+    report: Any
+    describe: Any
+
+
+KINDS = (Kind("function-call", False, score, report, describe_failure),
+         Kind("reasoning", True, score_reasoning, reasoning_tool.report, reasoning_tool.describe_failure))
+
+
+def _extract_into(source: Path, kind: Kind, target: Path) -> None:
+    cases, skipped = extract(source, kind.reasoning)
+    write_fixture(cases, skipped, target)
+    by_family = collections.Counter(c.family for c in cases)
+    print(f"{len(cases)} {kind.name} cases written to {target}: "
+          + ", ".join(f"{f} {n}" for f, n in sorted(by_family.items())))
+    print(f"not extracted: {sum(sum(c.values()) for c in skipped.values())} test items")
+
+
+def _show(kind: Kind, target: Path, failures: str | None, summary: bool) -> None:
+    cases, skipped = load_fixture(target, kind.reasoning)
+    outcomes = kind.score(cases)
+    if failures:
+        for outcome in outcomes:
+            if outcome.status != "pass" and failures in ("all", outcome.case.family):
+                print(kind.describe(outcome).replace("vLLM", "SGLang"))
+    if summary:
+        passed, comparable = totals(outcomes)
+        debatable = sum(o.status == "fail" and o.debatable for o in outcomes)
+        print(f"== SGLang's {kind.name} parser tests")
+        print(kind.report(outcomes, skipped).replace("vLLM", "SGLang"))
+        print(f"non-debatable: {passed}/{comparable - debatable} pass; {debatable} debatable failures")
+        print(not_extracted(skipped))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--extract", type=Path, metavar="SGLANG", help="read a checkout or git dir, write the fixture")
-    parser.add_argument("--fixture", type=Path, default=FIXTURE, help="the cases file (default: %(default)s)")
+    parser.add_argument("--extract", type=Path, metavar="SGLANG", help="read a checkout or git dir, write the fixtures")
+    parser.add_argument("--fixture", type=Path, default=FIXTURE, help="the function-call cases (%(default)s)")
+    parser.add_argument("--reasoning-fixture", type=Path, default=REASONING_FIXTURE,
+                        help="the reasoning cases (%(default)s)")
     parser.add_argument("--report", action="store_true", help="pass counts per family and in total, and the causes")
     parser.add_argument("--failures", metavar="FAMILY", help="print the failing cases of FAMILY ('all' for every one)")
     args = parser.parse_args(argv)
+    targets = {False: args.fixture, True: args.reasoning_fixture}
     if args.extract:
-        cases, skipped = extract(args.extract)
-        write_fixture(cases, skipped, args.fixture)
-        by_family = collections.Counter(c.family for c in cases)
-        print(f"{len(cases)} cases written to {args.fixture}: "
-              + ", ".join(f"{f} {n}" for f, n in sorted(by_family.items())))
-        print(f"not extracted: {sum(sum(c.values()) for c in skipped.values())} test items")
+        for kind in KINDS:
+            _extract_into(args.extract, kind, targets[kind.reasoning])
         if not (args.report or args.failures):
             return 0
-    cases, skipped = load_fixture(args.fixture)
-    outcomes = score(cases)
-    if args.failures:
-        for outcome in outcomes:
-            if outcome.status != "pass" and args.failures in ("all", outcome.case.family):
-                print(describe_failure(outcome))
-    if args.report or not args.failures:
-        passed, comparable = totals(outcomes)
-        failing = [o for o in outcomes if o.status == "fail"]
-        debatable = sum(o.debatable for o in failing)
-        print(report(outcomes, skipped))
-        print(f"non-debatable: {passed}/{comparable - debatable} pass; {debatable} debatable failures")
-        print(not_extracted(skipped))
+    for kind in KINDS:
+        _show(kind, targets[kind.reasoning], args.failures, args.report or not args.failures)
     return 0
 
 

@@ -1,6 +1,6 @@
-"""SGLang's function-call parser expectations (read from its test modules as data) against the analysis.
+"""SGLang's function-call and reasoning parser expectations (read from its tests as data) against the analysis.
 
-The cases live in `fixtures/sglang_parser_cases.jsonl`, written by `tools/sglang_parser_cases.py
+The cases live in `fixtures/sglang_parser_cases.jsonl` and `fixtures/sglang_reasoning_cases.jsonl`, written by `tools/sglang_parser_cases.py
 --extract` from an SGLang checkout (SGLang publishes no source package with its tests); each names
 the SGLang commit and file it was read from. The reader is checked here on a small module written in
 the style of those tests. The pass count is a floor: an analysis change may raise it, never lower it.
@@ -19,6 +19,8 @@ tool = tool_module("sglang_parser_cases")
 # Passing cases out of the 106 non-debatable ones whose family has a template (112 in all). Raise it
 # when the analysis improves; the failures are listed when it drops.
 PASS_FLOOR = 100
+# Passing reasoning cases out of the 9 whose family has a template (all non-debatable).
+REASONING_PASS_FLOOR = 9
 
 MODULE = '''
 import json
@@ -68,6 +70,26 @@ class TestDemoDetector(unittest.TestCase):
             self.detector.detect_and_parse(f"[lookup(q={n})]", self.tools)
 
 
+class TestDemoReasoning(unittest.TestCase):
+    def setUp(self):
+        self.detector = Qwen3Detector()
+
+    def test_think_then_answer(self):
+        result = self.detector.detect_and_parse("<think>Hmm</think>Yes.")
+        self.assertEqual(result.reasoning_text, "Hmm")
+        self.assertEqual(result.normal_text, "Yes.")
+
+    def test_by_model_name(self):
+        reasoning, normal = ReasoningParser("QWEN3").parse_non_stream("<think>Hm</think>No.")
+        self.assertEqual(normal, "No.")
+        self.assertEqual(reasoning, "Hm")
+
+    def test_contains_only(self):
+        reasoning, normal = ReasoningParser("qwen3").parse_non_stream("<think>Long</think>Ok.")
+        self.assertIn("Lo", reasoning)
+        self.assertEqual(normal, "Ok.")
+
+
 def test_unknown_detector():
     result = DummyDetector().detect_and_parse("{}", [])
     assert len(result.calls) == 0
@@ -94,7 +116,18 @@ def test_reader_reads_unittest_methods_and_reports_the_rest() -> None:
     assert chunked.expected == {"content": "Sure. ", "tool_calls": [{"arguments": {"q": "x"}}]}
     assert dict(extraction.skipped) == {("pythonic", "several increments fed to one detector"): 1,
                                         ("pythonic", "outputs fed in a loop"): 1,
-                                        ("-", "no detector SGLang ships"): 1}
+                                        ("-", "no detector SGLang ships"): 4}  # 3 reasoning tests
+
+
+def test_reader_reads_reasoning_detectors() -> None:
+    extraction = tool.module_cases("test/test_reasoning_parser.py", MODULE, commit="abc", reasoning=True)
+    by_test = {case.test.split("::", 1)[1]: case for case in extraction.cases}
+    assert list(by_test) == ["TestDemoReasoning::test_think_then_answer", "TestDemoReasoning::test_by_model_name"]
+    assert by_test["TestDemoReasoning::test_think_then_answer"].expected == {"reasoning": "Hmm", "content": "Yes."}
+    by_name = by_test["TestDemoReasoning::test_by_model_name"]
+    assert by_name.expected == {"reasoning": "Hm", "content": "No."} and by_name.family == "qwen3"
+    assert not by_name.streaming and by_name.commit == "abc"
+    assert extraction.skipped[("qwen3", "reasoning asserted only to contain some text")] == 1
 
 
 def test_fixture_round_trips_and_names_its_source(tmp_path: Path) -> None:
@@ -105,8 +138,9 @@ def test_fixture_round_trips_and_names_its_source(tmp_path: Path) -> None:
     assert [c.id for c in cases] == [case.id]
     assert cases[0].template == tool.FAMILIES["PythonicDetector"][1]
     assert skipped == {"pythonic": {"outputs fed in a loop": 1}}
-    committed, _ = tool.load_fixture()
-    assert committed and all(c.commit and c.file.endswith(".py") for c in committed)
+    for reasoning in (False, True):
+        committed, _ = tool.load_fixture(tool.REASONING_FIXTURE if reasoning else tool.FIXTURE, reasoning)
+        assert committed and all(c.commit and c.file.endswith(".py") for c in committed)
 
 
 def test_reads_a_git_dir(tmp_path: Path) -> None:
@@ -137,3 +171,18 @@ def test_sglang_expectations_do_not_regress() -> None:
     failing = "\n".join(f"{o.case.id}: {o.cause}" for o in outcomes if o.status == "fail")
     if passed < PASS_FLOOR:
         pytest.fail(f"{passed} SGLang expectations pass, below the floor of {PASS_FLOOR}:\n{failing}")
+
+
+def test_sglang_reasoning_expectations_do_not_regress() -> None:
+    shared_templates()
+    llamacpp_templates()
+    cases, _skipped = tool.load_fixture(tool.REASONING_FIXTURE, reasoning=True)
+    missing = {c.template for c in cases if c.template and not tool.template_path(c.template).is_file()}
+    if missing:
+        pytest.skip(f"templates missing from the corpora: {sorted(missing)}")
+    outcomes = tool.score_reasoning(cases)
+    passed = sum(o.status == "pass" for o in outcomes)
+    failing = "\n".join(f"{o.case.id}: {o.cause}" for o in outcomes if o.status == "fail")
+    if passed < REASONING_PASS_FLOOR:
+        pytest.fail(f"{passed} SGLang reasoning expectations pass, below the floor of {REASONING_PASS_FLOOR}:\n"
+                    f"{failing}")
