@@ -57,6 +57,7 @@ from vllm_parser_cases import (  # noqa: E402
     normalized_tools,
     report,
     run_all,
+    template_of,
     template_path,  # noqa: F401  (re-exported for the tests)
     totals,
 )
@@ -84,11 +85,22 @@ FAMILIES: dict[str, tuple[str, str]] = {
     "Glm47MoeDetector": ("glm47_moe", "llamacpp:GLM-4.7-Flash.jinja"),
     "Lfm2Detector": ("lfm2", "llamacpp:LFM2.5-8B-A1B.jinja"),
     "GigaChat3Detector": ("gigachat3", "llamacpp:GigaChat3-10B-A1.8B.jinja"),
+    "HermesDetector": ("hermes", "llamacpp:Qwen-Qwen2.5-7B-Instruct.jinja"),
+    "DeepSeekV4Detector": ("deepseekv4", "llamacpp:deepseek-ai-DeepSeek-V4.jinja"),
+    "GptOssDetector": ("gpt_oss", "llamacpp:openai-gpt-oss-120b.jinja"),
+    "Gemma4Detector": ("gemma4", "llamacpp:google-gemma-4-31B-it.jinja"),
+    "HunyuanDetector": ("hunyuan", "llamacpp:tencent-Hy3.jinja"),  # Hy3's `<tool_sep>` calls
+    "MiniCPM5Detector": ("minicpm5", "llamacpp:openbmb-MiniCPM5-1B.jinja"),
+    "MinimaxM3Detector": ("minimax_m3", "llamacpp:MiniMax-M3.jinja"),
+    "PoolsideV1Detector": ("poolside_v1", "llamacpp:poolside-Laguna-XS.2.jinja"),
+    "InklingDetector": ("inkling", ""),
     "JsonArrayParser": ("json_array", ""),  # SGLang's generic parser for constrained output
     "BaseFormatDetector": ("base_format", ""),  # the abstract base, driven by a test double
 }
+# Cases whose test name holds the key use another template: GigaChat 3.1 writes `<|function_call|>`.
+TEMPLATE_BY_TEST = {"function_call_marker": "llamacpp:GigaChat3.1-10B-A1.8B.jinja"}
 # The end-of-sequence token a template needs to render, where it uses one.
-EOS_TOKENS = {"llamacpp:GigaChat3-10B-A1.8B.jinja": "</s>",
+EOS_TOKENS = {"llamacpp:GigaChat3-10B-A1.8B.jinja": "</s>", "llamacpp:GigaChat3.1-10B-A1.8B.jinja": "</s>",
               "llamacpp:mistralai-Mistral-Nemo-Instruct-2407.jinja": "</s>"}
 
 # reasoning detector class -> (family, template), as for FAMILIES; and the model names SGLang's
@@ -97,9 +109,23 @@ REASONING_FAMILIES: dict[str, tuple[str, str]] = {
     "DeepSeekR1Detector": ("deepseek_r1", "llamacpp:deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja"),
     "Qwen3Detector": ("qwen3", "llamacpp:Qwen-Qwen3-0.6B.jinja"),
     "KimiDetector": ("kimi", ""),  # its ◁think▷ markers appear in no published template
+    "KimiK2Detector": ("kimi_k2", "llamacpp:Kimi-K2-Thinking.jinja"),
+    "Glm45Detector": ("glm45", "shared:xinference__glm-4.5.jinja"),
+    "HunyuanDetector": ("hunyuan", "shared:vllm__tool_chat_template_hunyuan_a13b.jinja"),
+    "Nemotron3Detector": ("nemotron3", "llamacpp:NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja"),
+    "Apertus2509Detector": ("apertus", "llamacpp:Apertus-8B-Instruct.jinja"),
+    "Gemma4Detector": ("gemma4", "llamacpp:google-gemma-4-31B-it.jinja"),
+    "GptOssDetector": ("gpt_oss", "llamacpp:openai-gpt-oss-120b.jinja"),
+    "MiniMaxAppendThinkDetector": ("minimax_append_think", "llamacpp:MiniMax-M2.jinja"),
+    "MiniMaxM3Detector": ("minimax_m3", "llamacpp:MiniMax-M3.jinja"),
+    "InklingDetector": ("inkling", ""),
     "BaseReasoningFormatDetector": ("base_reasoning", ""),  # markers the test chooses, no model
 }
-REASONING_MODELS = {"deepseek-r1": "DeepSeekR1Detector", "qwen3": "Qwen3Detector", "kimi": "KimiDetector"}
+REASONING_MODELS = {"deepseek-r1": "DeepSeekR1Detector", "qwen3": "Qwen3Detector", "qwen3-thinking": "Qwen3Detector",
+                    "kimi": "KimiDetector", "kimi_k2": "KimiK2Detector", "glm45": "Glm45Detector",
+                    "hunyuan": "HunyuanDetector", "nemotron_3": "Nemotron3Detector", "gemma4": "Gemma4Detector",
+                    "gpt-oss": "GptOssDetector", "minimax-append-think": "MiniMaxAppendThinkDetector",
+                    "minimax-m3": "MiniMaxM3Detector"}
 
 PARSE_CALLS = {"detect_and_parse": False, "parse_streaming_increment": True,  # -> streamed
                "parse_non_stream": False, "parse_stream_chunk": True}
@@ -403,17 +429,32 @@ def _flattened(statements: list[ast.stmt]) -> list[ast.stmt]:
 
 # -- extraction -------------------------------------------------------------------------------------
 
-def _built(node: ast.AST, families: dict[str, tuple[str, str]]) -> str | None:
-    """The detector class `node` builds: `Qwen3Detector()`, or `ReasoningParser("qwen3")`."""
+def imported_names(tree: ast.Module, reasoning: bool) -> dict[str, str]:
+    """Local name -> class name of what the module imports from SGLang's function-call modules (or
+    with `reasoning` its reasoning-parser module): both define classes named alike (`KimiK2Detector`)."""
+    out: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and ("reasoning" in node.module) == reasoning:
+            out.update({a.asname or a.name: a.name for a in node.names})
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out.update({a.asname or a.name: "" for a in node.names})  # the other kind's class
+    return out
+
+
+def _built(node: ast.AST, families: dict[str, tuple[str, str]], names: dict[str, str] | None = None) -> str | None:
+    """The detector class `node` builds: `Qwen3Detector()`, or `ReasoningParser("qwen3")`, its local
+    name resolved through the module's imports (`names`) where it is imported."""
     if not isinstance(node, ast.Call):
         return None
     name = _callee(node)
+    name = (names or {}).get(name, name)
     if name == "ReasoningParser" and node.args and isinstance(node.args[0], ast.Constant):
         name = REASONING_MODELS.get(str(node.args[0].value).lower(), "")
     return name if name in families else None
 
 
-def _detector_of(nodes: list[ast.AST], families: dict[str, tuple[str, str]] = FAMILIES) -> str | None:
+def _detector_of(nodes: list[ast.AST], families: dict[str, tuple[str, str]] = FAMILIES,
+                 names: dict[str, str] | None = None) -> str | None:
     """The detector class a test feeds: the one bound to the name its first parse call is made on,
     else the first one it builds (in its own body first, then in `setUp`)."""
     feeds = [n for n in ast.walk(nodes[0]) if isinstance(n, ast.Call) and _parse_call(n)]
@@ -421,12 +462,12 @@ def _detector_of(nodes: list[ast.AST], families: dict[str, tuple[str, str]] = FA
     for node in nodes:
         for sub in ast.walk(node):
             if (isinstance(sub, ast.Assign) and ast.unparse(sub.targets[0]) == receiver
-                    and _built(sub.value, families)):
-                return _built(sub.value, families)
+                    and _built(sub.value, families, names)):
+                return _built(sub.value, families, names)
     for node in nodes:
         for sub in ast.walk(node):
-            if _built(sub, families):
-                return _built(sub, families)
+            if _built(sub, families, names):
+                return _built(sub, families, names)
     return None
 
 
@@ -476,12 +517,13 @@ def module_cases(path: str, source: str, commit: str = "", reasoning: bool = Fal
     detectors'), and what it states that is not read (by family and reason)."""
     families = REASONING_FAMILIES if reasoning else FAMILIES
     tree = _SelfAsName().visit(ast.parse(source))
+    names = imported_names(tree, reasoning)
     module_env: dict[str, Any] = {"__helpers__": {}}
     bind_assignments(tree.body, module_env)
     out = ModuleExtraction()
     for cls, fn in _tests(tree):
         env, setup = _class_env(cls, module_env) if cls is not None else (dict(module_env), None)
-        detector = _detector_of([fn, *([setup] if setup else [])], families)
+        detector = _detector_of([fn, *([setup] if setup else [])], families, names)
         test = f"{cls.name}::{fn.name}" if cls else fn.name
         if detector is None:
             out.skipped[("-", "no detector SGLang ships")] += 1
@@ -558,7 +600,9 @@ def load_fixture(path: Path = FIXTURE, reasoning: bool = False) -> tuple[list[An
             skipped = {p: collections.Counter(c) for p, c in record["not_extracted"].items()}
             continue
         record["template"] = templates.get(record["family"], "")
-        cases.append(kind(**{k: v for k, v in record.items() if k in names}))
+        case = kind(**{k: v for k, v in record.items() if k in names})
+        case.template = template_of(case.template, case, TEMPLATE_BY_TEST)
+        cases.append(case)
     return cases, skipped
 
 
