@@ -47,6 +47,7 @@ from vllm_parser_cases import (  # noqa: E402
     Asserted,
     Case,
     Unresolvable,
+    _bind,
     _callee,
     _index_of,
     analysis_of,
@@ -319,6 +320,38 @@ def _chunk_loop(loop: ast.For, env: dict[str, Any]) -> tuple[list[str], dict[str
     return chunks, merged, texts
 
 
+def _helper_loop(value: ast.expr, targets: list[ast.Name], env: dict[str, Any]) -> tuple[Fed, dict[str, Shape]] | str | None:
+    """A call to a module helper that streams chunks through a detector in a loop and returns what it
+    merged (`tool_calls, text = _collect(detector, chunks, tools)`): the output fed, and the test's
+    names for the merged calls and text. None for any other statement; "unread" for such a helper
+    this reader cannot follow."""
+    helper = env.get("__helpers__", {}).get(_callee(value)) if isinstance(value, ast.Call) else None
+    if helper is None or not _contains_parse_call(helper):
+        return None
+    local = dict(env)
+    try:
+        local.update(zip([a.arg for a in helper.args.args], [evaluate(a, env) for a in value.args], strict=False))
+    except Exception:  # noqa: BLE001  (the detector argument is no literal: it is not needed)
+        for param, arg in zip([a.arg for a in helper.args.args], value.args, strict=False):
+            _bind(local, param, lambda a=arg: evaluate(a, env))
+    loops = [n for n in ast.walk(helper) if isinstance(n, ast.For) and _contains_parse_call(n)]
+    returned = next((n.value for n in ast.walk(helper) if isinstance(n, ast.Return) and n.value is not None), None)
+    loop = _chunk_loop(loops[0], local) if len(loops) == 1 else None
+    if loop is None or returned is None:
+        return "unread"
+    chunks, merged, texts = loop
+    names = returned.elts if isinstance(returned, ast.Tuple) else [returned]
+    if len(names) != len(targets) or not all(isinstance(n, ast.Name) for n in names):
+        return "unread"
+    shapes = {}
+    for mine, theirs in zip(targets, names, strict=True):
+        if theirs.id in merged:  # type: ignore[attr-defined]
+            shapes[mine.id] = Shape.of_merged(mine.id)
+        elif theirs.id in texts:  # type: ignore[attr-defined]
+            shapes[mine.id] = Shape.of_text(mine.id)
+    return Fed("".join(chunks), True, chunks), shapes
+
+
 def _result_var(node: ast.expr, fed: dict[str, Fed]) -> str | None:
     names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} & set(fed)
     return names.pop() if len(names) == 1 else None
@@ -389,6 +422,16 @@ def read_method(fn: ast.FunctionDef, env: dict[str, Any]) -> Reading:
                 else:  # `reasoning, normal = parser.parse_non_stream(text)`
                     results[targets[0].id], shapes[targets[0].id] = fed, Shape.of_text(targets[0].id, True)
                     results[targets[1].id], shapes[targets[1].id] = fed, Shape.of_text(targets[1].id)
+                continue
+            collected = _helper_loop(value, targets, env)
+            if collected is not None:
+                if collected == "unread" or out.fed or streamed_to:
+                    return Reading(skipped="outputs fed in a loop")
+                fed, named = collected
+                out.fed.append(fed)
+                for name, shape in named.items():
+                    results[name], shapes[name] = fed, shape
+                streamed_to["loop"] += 2
                 continue
             if isinstance(target, ast.Name) and _result_var(value, results) is not None:
                 aliases[target.id] = value  # `call = result.calls[0]`, `params = json.loads(...)`
@@ -518,7 +561,8 @@ def module_cases(path: str, source: str, commit: str = "", reasoning: bool = Fal
     families = REASONING_FAMILIES if reasoning else FAMILIES
     tree = _SelfAsName().visit(ast.parse(source))
     names = imported_names(tree, reasoning)
-    module_env: dict[str, Any] = {"__helpers__": {}}
+    module_env: dict[str, Any] = {"__helpers__": {
+        n.name: n for n in tree.body if isinstance(n, ast.FunctionDef) and not n.name.startswith("test")}}
     bind_assignments(tree.body, module_env)
     out = ModuleExtraction()
     for cls, fn in _tests(tree):
