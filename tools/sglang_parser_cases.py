@@ -98,11 +98,14 @@ FAMILIES: dict[str, tuple[str, str]] = {
     "JsonArrayParser": ("json_array", ""),  # SGLang's generic parser for constrained output
     "BaseFormatDetector": ("base_format", ""),  # the abstract base, driven by a test double
 }
-# Cases whose test name holds the key use another template: GigaChat 3.1 writes `<|function_call|>`.
-TEMPLATE_BY_TEST = {"function_call_marker": "llamacpp:GigaChat3.1-10B-A1.8B.jinja"}
+# Cases whose test name holds the key use another template: GigaChat 3.1 writes `<|function_call|>`,
+# Devstral Mistral's compact `[TOOL_CALLS]name[ARGS]{...}`.
+TEMPLATE_BY_TEST = {"function_call_marker": "llamacpp:GigaChat3.1-10B-A1.8B.jinja",
+                    "compact": "llamacpp:unsloth-mistral-Devstral-Small-2507.jinja"}
 # The end-of-sequence token a template needs to render, where it uses one.
 EOS_TOKENS = {"llamacpp:GigaChat3-10B-A1.8B.jinja": "</s>", "llamacpp:GigaChat3.1-10B-A1.8B.jinja": "</s>",
-              "llamacpp:mistralai-Mistral-Nemo-Instruct-2407.jinja": "</s>"}
+              "llamacpp:mistralai-Mistral-Nemo-Instruct-2407.jinja": "</s>",
+              "llamacpp:unsloth-mistral-Devstral-Small-2507.jinja": "</s>"}
 
 # reasoning detector class -> (family, template), as for FAMILIES; and the model names SGLang's
 # `ReasoningParser(name)` builds them by.
