@@ -137,7 +137,7 @@ def test_reader_reads_unittest_methods_and_reports_the_rest() -> None:
     assert helped.expected == {"content": "", "tool_calls": [{"name": "lookup"}], "tool_calls_at_least": True}
     assert dict(extraction.skipped) == {("pythonic", "several increments fed to one detector"): 1,
                                         ("pythonic", "outputs fed in a loop"): 1,
-                                        ("-", "no detector SGLang ships"): 4}  # 3 reasoning tests
+                                        ("-", "no detector FAMILIES maps"): 4}  # 3 reasoning tests
 
 
 def test_reader_reads_reasoning_detectors() -> None:
