@@ -237,7 +237,8 @@ class Param:
 
 # Constructors of vLLM's protocol types: their keyword arguments are the fields.
 RECORD_TYPES = {"ToolCall", "FunctionCall", "DeltaToolCall", "DeltaFunctionCall", "dict",
-                "ChatCompletionToolsParam", "FunctionDefinition", "ChatCompletionToolParam", "Tool", "FunctionTool"}
+                "ChatCompletionToolsParam", "FunctionDefinition", "ChatCompletionToolParam", "Tool", "FunctionTool",
+                "Function"}
 
 
 def _callee(node: ast.Call) -> str:
@@ -1093,23 +1094,24 @@ def template_path(spec: str) -> Path | None:
     return directory / name if directory is not None else None
 
 
-def analysis_of(spec: str) -> Any:
+def analysis_of(spec: str, eos_tokens: dict[str, str] = EOS_TOKENS) -> Any:
     """The analysis of a template spec, or None where there is no template (or it is missing)."""
     import autoparser
 
     path = template_path(spec) if spec else None
     if path is None or not path.is_file():
         return None
-    return autoparser.analyze(path.read_text(encoding="utf-8"), eos_token=EOS_TOKENS.get(spec, ""))
+    return autoparser.analyze(path.read_text(encoding="utf-8"), eos_token=eos_tokens.get(spec, ""))
 
 
-def run_all(cases: list[Any], run: Callable[[Any, Any], Any] = run_case) -> list[Any]:
+def run_all(cases: list[Any], run: Callable[[Any, Any], Any] = run_case,
+            eos_tokens: dict[str, str] = EOS_TOKENS) -> list[Any]:
     """Each case run by `run` against the analysis of its template (each template analysed once)."""
     analyses: dict[str, Any] = {}
     outcomes = []
     for case in cases:
         if case.template not in analyses:
-            analyses[case.template] = analysis_of(case.template)
+            analyses[case.template] = analysis_of(case.template, eos_tokens)
         outcomes.append(run(case, analyses[case.template]))
     return outcomes
 
