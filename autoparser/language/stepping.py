@@ -35,6 +35,7 @@ from autoparser.language.readings import (
 from autoparser.language.request import value_kind
 from autoparser.language.shapes import _first_marker
 from autoparser.language.terminals import (
+    NEXT_CHAR,
     _Bracketed,
     _Chars,
     _Gap,
@@ -198,6 +199,11 @@ class _Stepping:
             t.member_at = t.pos + self.offset[0]
             t.stack = (node.body, (_END_MEMBER, t.stack))
         elif cls is _EndMember:
+            if t.pos >= len(self.buf) and not final and self._follow(t.stack, members=True) is not None:
+                # whether the member ends here is judged on the character after it (`_may_follow`):
+                # where a chunk ends right after it, the reading waits for that character
+                t.stack, t.head = (node, t.stack), NEXT_CHAR
+                return None
             if not self._may_follow(t):
                 return _NONE_FITS  # its value would be converted only for the reading to fail next
             self._end_member(t)

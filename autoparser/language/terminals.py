@@ -617,6 +617,19 @@ class _PyValue:
         return FAIL if final else MORE
 
 
+class _NextChar:
+    """Reads nothing: waits until the character at the position is there (or the output ended),
+    so that what comes next is judged on it wherever the chunks end, as in the whole text."""
+
+    __slots__ = ()
+
+    def step(self, t: _Thread, buf: str, final: bool) -> int:
+        return MORE if t.pos >= len(buf) and not final else DONE
+
+
+NEXT_CHAR = _NextChar()
+
+
 class _Trailer:
     """After the language: whitespace and end-of-turn markers only. Text after an end of turn
     is read again from the marker's end, the whitespace before it kept (`seen`: a marker was read;

@@ -350,3 +350,34 @@ def test_a_member_longer_than_the_undecided_limit_streams_as_read_whole(family: 
     for size in (4, 7, 1000):
         assert without_generated_ids(streamed(parser, text, size)[0]) == whole, size
 
+
+@pytest.mark.parametrize("text", [
+    '<|tool_call>call:get_weather{city:<|"|>Oslo<|"|>days:3}<tool_call|>',
+    '<|tool_call>call:get_weather{city:<|"|>Oslo<|"|>d',
+    '<|tool_call>call:get_weather{days:3<|"|>city:<|"|>Oslo<|"|>}<tool_call|>',
+    '<|tool_call>call:get_weather{city:<|"|>Oslo<|"|> days:3}<tool_call|>',
+    '<|tool_call>call:get_weather{city:<|"|>Oslo<|"|>,days:3}<tool_call|>',
+])
+def test_a_member_ends_where_the_character_after_it_decides_wherever_the_chunks_end(text: str) -> None:
+    """Gemma 4: a member, then no separator before the next. Read whole, the member's end sees
+    `d`, which nothing after a member begins with, and the reading fails there, inside the
+    arguments (the call is incomplete, its city kept); where a chunk ended right after the
+    member, the member was ended before `d` was known and the reading failed past the call's
+    end (the call whole). A reading at a member's end waits for the character after it: one
+    message however the output is cut, and nothing written is lost (`unplaced`)."""
+    path = next(p for p in llamacpp_templates() if p.name == "google-gemma-4-31B-it-interleaved.jinja")
+    analysis = autoparser.load(str(path))
+    parser = analysis.parser(tools=WEATHER_TOOLS)
+    whole = _agrees_whole_and_streamed(parser, text)
+    assert [c["function"]["name"] for c in whole["tool_calls"]] == ["get_weather"]
+    if '"|>d' in text:
+        assert whole["tool_calls"][0]["function"]["arguments"] == '{"city": "Oslo"}'
+        assert whole["tool_calls"][0].get("incomplete")
+    for size in (2, 3, 5):
+        assert without_generated_ids(streamed(parser, text, size)[0]) == whole, size
+
+    def parse(written: str) -> dict:
+        return _agrees_whole_and_streamed(parser, written)
+
+    losses = losses_at_every_cut(text, parse, marker_patterns(analysis))
+    assert not losses, losses[0]
