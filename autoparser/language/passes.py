@@ -227,9 +227,20 @@ class _Passes:
             return False
 
         dropped = {id(t) for t in waiting if inside(t)}
-        if len(dropped) == len(waiting):
+        if len(dropped) == len(waiting) and not self._broken_before(waiting, failed):
             dropped = set()
         return dropped | {id(t) for t in failed if inside(t)}
+
+    def _broken_before(self, waiting: list[_Thread], failed: list[_Thread]) -> bool:
+        """Whether a reading that failed broke off its call inside its JSON string at a place
+        where a call may begin again (`_Thread.resync_at`) no later than where each reading
+        waiting began its call: recovery goes on from that place, so a stream that dropped
+        those readings while the call they began inside was still being read (recovering from
+        the same place when it failed) and a text read in one pass alike drop them."""
+        places = [t.resync_at for t in failed if t.resync_at >= 0]
+        if self.dead is not None and self.dead[0].resync_at >= 0:
+            places.append(self.dead[0].resync_at)
+        return bool(places) and all(t.unchecked and min(t.unchecked) >= min(places) for t in waiting)
 
     def _outside_arguments(self, waiting: list[_Thread], failed: list[_Thread]) -> tuple[list, list]:
         """The readings waiting for text and those that failed in this pass, less those `_dropped`
