@@ -58,7 +58,7 @@ from autoparser.language.jsonscan import (
     text_before_cut,
     value_markers,
 )
-from autoparser.language.markers import MarkerSet
+from autoparser.language.markers import MarkerSet, ending_pattern
 from autoparser.language.message import Output, ToolCall, new_call_id
 from autoparser.language.passes import _Passes
 from autoparser.language.policy import UNDECIDED_LIMIT, WHOLE_PIECE
@@ -136,13 +136,14 @@ class LanguageReader:
         # where a call may begin again that is no punctuation: met inside a JSON string of a call's
         # arguments, a reading breaks off the call there (`_JsonValue`), and a chunk holding one,
         # or ending with what may yet be one, leaves the streamed string's fast path
-        inner = tuple(m for m in language.resync if not is_weak(m) and not any(c.isspace() for c in m))
-        self.inner_resync = inner
+        # (their inner whitespace any whitespace: `, { "name"` where only punctuation ends a call)
+        inner = tuple(m for m in language.resync if not is_weak(m))
+        self.inner_resync = MarkerSet(dict.fromkeys(inner, "resync")) if inner else None
         # a chunk holding one of them, or ending with what may yet be one (tested where it holds a first character)
         self.resync_firsts = re.compile(f"[{re.escape(''.join(sorted({m[0] for m in inner})))}]") if inner else None
-        prefixes = sorted({m[:end] for m in inner for end in range(1, len(m))}, key=len, reverse=True)
-        ending = f"(?:{'|'.join(map(re.escape, prefixes))})\\Z"
-        self.resync_held = re.compile("|".join([*map(re.escape, inner), ending])) if inner else None
+        ending = ending_pattern(inner)
+        whole = self.inner_resync.pattern.pattern if self.inner_resync is not None else ""
+        self.resync_held = re.compile(f"{whole}|{ending}") if inner else None
         # ... ending with what may yet be one (`LanguageStream._resync_begun`)
         self.resync_begun = re.compile(ending) if inner else None
         # short chunks known to be whole string text that the streamed string's fast path takes
@@ -460,7 +461,7 @@ class LanguageStream(_Commits, _Passes, _Recovery, _Stepping):
         again, ends with what may yet be one (the longest such end, as `_JsonValue` holds it);
         None where it is not so."""
         begun = self.reader.resync_begun.search(text)
-        if begun is None or any(marker in text for marker in self.reader.inner_resync):
+        if begun is None or self.reader.inner_resync.pattern.search(text) is not None:
             return None
         at = begun.start()
         if at and not is_string_text(text[:at]):

@@ -72,6 +72,12 @@ def _prefix_alternatives(marker: str) -> list[str]:
     return alternatives
 
 
+def ending_pattern(markers: tuple[str, ...]) -> str:
+    """Regex for a text that ends with what may yet be one of `markers` (or is one, whole), their
+    inner whitespace any whitespace: search it to find where the earliest such end begins."""
+    return "(?:" + "|".join(alt for marker in markers for alt in _prefix_alternatives(marker)) + r")\Z"
+
+
 class Literal:
     """One expected marker at a known position."""
 

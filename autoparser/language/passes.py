@@ -144,6 +144,7 @@ class _Fold:
         self.folding = False
         self.choices: list[_Choice] = []
         self.steps: list[_Failed] = []
+        self.broken_at = -1  # the first place a failed reading broke off its call (`_Thread.resync_at`)
 
     def failed(self) -> list[_Thread | _Failed]:
         """The failed readings the pass's end may drop or keep: held, or folded in as steps."""
@@ -215,11 +216,11 @@ class _Passes:
         self._sort(t, result, waiting, fold, todo, forks, pruned)
         while todo:
             self._read_all(todo, waiting, fold, forks, pruned, final)
-            todo = self._revived(waiting, fold.failed(), forks, pruned)
+            todo = self._revived(waiting, fold, forks, pruned)
         in_order = waiting
         if fold.folding:
             self._fold_held(fold)
-        waiting, dropped = self._outside_arguments(waiting, fold.failed())
+        waiting, dropped = self._outside_arguments(waiting, fold)
         if fold.steps or fold.held:
             self._keep_dead(fold, dropped, in_order)
         alive = _merged(waiting)
@@ -293,6 +294,8 @@ class _Passes:
         if result is None:
             if _in_json_arguments(t):
                 self.spans.append((t.call.args_from, t.pos + self.offset[0]))
+            if t.resync_at >= 0 and (fold.broken_at < 0 or t.resync_at < fold.broken_at):
+                fold.broken_at = t.resync_at
             fold.held.append((t, len(waiting)))
             if len(fold.held) > HELD_FAILED:
                 self._fold_held(fold)
@@ -301,7 +304,7 @@ class _Passes:
         else:
             waiting.append(t)
 
-    def _revived(self, waiting: list[_Thread], failed: list[_Thread | _Failed],
+    def _revived(self, waiting: list[_Thread], fold: _Fold,
                  forks: dict[tuple, tuple[tuple[int, int, int], int, tuple[int, ...]]],
                  pruned: list[tuple[_Thread, int]]) -> list[_Thread]:
         """The readings pruned at a fork for one waiting for text that the end of the pass drops
@@ -311,7 +314,7 @@ class _Passes:
         failed would fail where it did.)"""
         if not pruned:
             return []
-        dropped = self._dropped(waiting, failed)
+        dropped = self._dropped(waiting, fold)
         dropped = {t.ident for t in waiting if id(t) in dropped and t.ident}
         if not dropped:
             return []
@@ -322,10 +325,12 @@ class _Passes:
                 del forks[state]
         return list(reversed(revived))
 
-    def _dropped(self, waiting: list[_Thread], failed: list[_Thread | _Failed]) -> set[int]:
+    def _dropped(self, waiting: list[_Thread], fold: _Fold) -> set[int]:
         """The ids of the readings, waiting for text or failed in this pass, whose call began (in
         this pass) inside text another reading reads as a call's JSON arguments (policy rule
-        `calls-not-inside-arguments`); none waiting where none would be left."""
+        `calls-not-inside-arguments`); none waiting where none would be left, unless a failed
+        reading broke off its call before they began theirs (`_broken_before`)."""
+        failed = fold.failed()
         if not any(t.unchecked for t in waiting) and not any(t.unchecked for t in failed):
             return set()
         starts, ends = _covered(self.spans + [(t.call.args_from, float("inf")) for t in waiting
@@ -339,16 +344,27 @@ class _Passes:
             return False
 
         dropped = {id(t) for t in waiting if inside(t)}
-        if len(dropped) == len(waiting):
+        if len(dropped) == len(waiting) and not self._broken_before(waiting, fold.broken_at):
             dropped = set()
         return dropped | {id(t) for t in failed if inside(t)}
 
-    def _outside_arguments(self, waiting: list[_Thread],
-                           failed: list[_Thread | _Failed]) -> tuple[list[_Thread], set[int]]:
+    def _broken_before(self, waiting: list[_Thread], broken_at: int) -> bool:
+        """Whether a reading that failed broke off its call inside its JSON string at a place
+        where a call may begin again (`broken_at`, the first such place of those that failed in
+        this pass, or the kept one's `_Thread.resync_at`) no later than where each reading waiting
+        began its call: recovery goes on from that place, so a stream that dropped those readings
+        while the call they began inside was still being read (recovering from the same place
+        when it failed) and a text read in one pass alike drop them."""
+        places = [broken_at] if broken_at >= 0 else []
+        if self.dead is not None and self.dead[0].resync_at >= 0:
+            places.append(self.dead[0].resync_at)
+        return bool(places) and all(t.unchecked and min(t.unchecked) >= min(places) for t in waiting)
+
+    def _outside_arguments(self, waiting: list[_Thread], fold: _Fold) -> tuple[list[_Thread], set[int]]:
         """The readings waiting for text, less those `_dropped` (policy rule
         `calls-not-inside-arguments`), before any are merged or kept to recover from, so that the
         pass a call began in decides nothing; and the ids of all those dropped."""
-        dropped = self._dropped(waiting, failed)
+        dropped = self._dropped(waiting, fold)
         kept = [t for t in waiting if id(t) not in dropped]
         for t in kept:
             t.unchecked = ()

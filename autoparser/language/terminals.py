@@ -369,7 +369,7 @@ class _JsonValue:
 
     __slots__ = ("scanner", "node", "opened", "began", "resync", "passed", "broken")
 
-    def __init__(self, node: ir.Json, markers: tuple[str, ...] = (), resync: tuple[str, ...] = ()) -> None:
+    def __init__(self, node: ir.Json, markers: tuple[str, ...] = (), resync: MarkerSet | None = None) -> None:
         self.node = node
         self.scanner = JsonScanner("{" if node.kind == "object" else "", markers)
         self.opened = False  # the arguments' `{` was read (confirming the call waits for what follows)
@@ -391,9 +391,11 @@ class _JsonValue:
         status = self._read(t, buf[:stop], False)
         if status != MORE:
             return status
-        if t.pos < stop or not self.scanner.in_text:
+        # a backslash right before it escapes nothing the string may hold there: the call broke off before it too
+        cut_escape = t.pos == stop - 1 and buf[t.pos] == "\\"
+        if t.pos < stop and not cut_escape or not self.scanner.in_text:
             return self._read(t, buf, final)
-        if not any(buf.startswith(marker, stop) for marker in self.resync):
+        if self.resync.find_at(buf, stop) is None:
             return MORE  # what may yet be one ends the text
         self.passed = stop + t.offset[0]
         return BREAK
@@ -408,17 +410,12 @@ class _JsonValue:
     def _resync_at(self, buf: str, start: int, final: bool) -> int | None:
         """Where the first place a call may begin again stands from `start` on, or (more to come)
         where the text ends with what may yet be one; None where neither."""
-        found = -1
-        for marker in self.resync:
-            at = buf.find(marker, start, found + len(marker) if found >= 0 else len(buf))
-            if at >= 0:
-                found = at
+        hit = self.resync.find(buf, start)
         if not final:
-            end = len(buf) if found < 0 else found
-            for at in range(max(start, len(buf) - max(map(len, self.resync)) + 1), end):
-                if any(marker.startswith(buf[at:]) for marker in self.resync):
-                    return at
-        return found if found >= 0 else None
+            held = self.resync.safe_end(buf, start)
+            if held < len(buf) and (hit is None or held < hit[0]):
+                return held
+        return hit[0] if hit is not None else None
 
     def _read(self, t: _Thread, buf: str, final: bool) -> int:
         start = t.pos

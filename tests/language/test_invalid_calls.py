@@ -8,6 +8,7 @@ to the call after it, so it is never dropped when that call turns out to be text
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -337,3 +338,66 @@ def test_a_cut_string_goes_back_to_the_first_opener_it_ran_past(family: str) -> 
     assert analyses.calls(message) == [("get_weather", {"city": "Os"}), PAIR[1]]
     assert message["content"].strip() == opener
     _every_way(parser, twice)
+
+
+@pytest.mark.parametrize("family", OPENED_JSON)
+def test_a_backslash_before_the_next_calls_opener_breaks_off_the_string_too(family: str) -> None:
+    """A string cut by the next call's opener right after a backslash (`"Os\\<tool_call>`: an
+    escape the model never finished) breaks off there as well: the broken call keeps what came
+    before the backslash, the backslash is content, the next call is whole, streamed however the
+    chunks come, nothing lost."""
+    analysis, text, opener, cut = _cut_before_next_call(family, None)
+    parser = analysis.parser(tools=WEATHER_TOOLS)
+    broken = text[:cut] + "\\" + text[text.rindex(opener, 0, text.index("Paris")):]
+    message = parser.parse(broken)
+    assert analyses.calls(message) == [("get_weather", {"city": "Os"}), PAIR[1]]
+    assert [bool(c.get("incomplete")) for c in message["tool_calls"]] == [True, False]
+    assert message["content"] == "\\"
+    _every_way(parser, broken)
+    assert not losses_at_every_cut(broken, parser.parse, marker_patterns(analysis), analysis.tools.array)
+
+
+# formats where only punctuation or a name begins a later call: arrays of JSON calls, and a call
+# list whose first call the prompt opened (`>>>` then a name, and the first name alone)
+UNMARKED_JSON = ["bare_json_array", "functionary_v32", "mistral_array"]
+
+
+def _next_call_after_cut(family: str) -> tuple[Any, str, str]:
+    """The analysis, a rendered pair of calls, and the text from where the first call ends
+    (the separator and the second call, the output's end)."""
+    analysis = analyses.FAMILIES[family]()
+    text = analyses.render_output(analysis, None, calls=PAIR)
+    alone = analyses.render_output(analysis, None, calls=PAIR[:1])
+    return analysis, text, text[len(os.path.commonprefix([text, alone])):]
+
+
+@pytest.mark.parametrize("family", UNMARKED_JSON)
+def test_a_string_value_cut_by_the_next_calls_separator_keeps_that_call(family: str) -> None:
+    """Where nothing but punctuation or a name begins a call (`[{"name": ..., "arguments":
+    {"city": "Os, {"name": ...`), a JSON string cut by the next call's separator is read again
+    from that separator (`ir.Language.resync`, any whitespace inside it): the broken call keeps
+    what it had, incomplete, and the next call is whole; streamed however the chunks come,
+    nothing lost at any cut."""
+    analysis, text, rest = _next_call_after_cut(family)
+    parser = analysis.parser(tools=WEATHER_TOOLS)
+    broken = text[:text.index("Oslo") + len("Os")] + rest
+    message = parser.parse(broken)
+    assert analyses.calls(message) == [("get_weather", {"city": "Os"}), PAIR[1]], message
+    assert [bool(c.get("incomplete")) for c in message["tool_calls"]] == [True, False]
+    assert not (message["content"] or "").strip()
+    _every_way(parser, broken)
+    assert not losses_at_every_cut(broken, parser.parse, marker_patterns(analysis), analysis.tools.array)
+
+
+@pytest.mark.parametrize("family", UNMARKED_JSON)
+def test_a_valid_string_holding_the_next_calls_separator_is_its_value(family: str) -> None:
+    """A valid JSON string that holds what begins a later call (as its format writes it,
+    unescaped where JSON allows) is the value, streamed however the chunks come."""
+    analysis, _, rest = _next_call_after_cut(family)
+    value = "Os" + rest[:rest.index("get_weather") + len("get_weather")].replace('"', "'") + " lo"
+    text = analyses.render_output(analysis, None, calls=[("get_weather", {"city": value}), PAIR[1]])
+    parser = analysis.parser(tools=WEATHER_TOOLS)
+    message = parser.parse(text)
+    assert analyses.calls(message) == [("get_weather", {"city": value}), PAIR[1]]
+    assert not any(c.get("incomplete") for c in message["tool_calls"])
+    _every_way(parser, text)
