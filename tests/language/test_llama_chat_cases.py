@@ -122,6 +122,14 @@ def test_a_kept_call_to_a_tool_not_offered_is_debatable() -> None:
     assert not tool._unoffered_call_kept(case, {"content": "print(1)"})
 
 
+def test_a_call_held_until_its_arguments_start_is_debatable() -> None:
+    """llama.cpp streams a cut-off call's name before its arguments; the parser holds the call
+    until they start well (README, rule 5)."""
+    for arguments in ("", '{"arg1": '):
+        assert tool._name_before_arguments(_case(tool_calls=[{"name": "f", "arguments": arguments}]), {})
+    assert not tool._name_before_arguments(_case(tool_calls=[{"name": "f", "arguments": '{"arg1": 1'}]), {})
+
+
 def test_llama_cpp_expectations_do_not_regress() -> None:
     llamacpp_templates()  # skips when the corpus cannot be fetched
     outcomes = tool.run_all(llamacpp_chat_tests(), llamacpp_templates()[0].parent)
