@@ -647,12 +647,36 @@ def run_case(case: Case, analysis: Any) -> Outcome:
     opener = analysis.reasoning.start if analysis.reasoning.forced_open else ""
     cause = compare(case, got, opener if case.continue_final_message == "none" else "")
     if cause and case.expect["tool_calls"] and not analysis.tools.supported:
-        cause = "the template shows no tool calls"
+        unwritten = [t for t in TAG.findall(case.input) if t not in analysis.source]
+        cause = "template lacks it: the template shows no tool calls" if unwritten else "analysis finds no calls"
+    elif cause == "content differs" and _unoffered_call_kept(case, got):
+        cause = "debatable: llama.cpp drops a call to a tool not offered (kept as content here: nothing is lost)"
     elif cause and case.continue_final_message != "none":
         cause = f"continued message: {cause}"
+    elif cause and case.is_partial and _name_before_arguments(case, got):
+        cause = "debatable: llama.cpp streams a call's name before its arguments start (README, rule 5)"
     elif cause and case.is_partial:
         cause = f"partial output: {cause}"
     return Outcome(case, "fail" if cause else "pass", cause, got)
+
+
+TAG = re.compile(r"<[^<>\s]{1,40}>|\[[A-Z_]{2,40}\]")  # a marker-like token in an output
+
+
+def _name_before_arguments(case: Case, got: dict[str, Any]) -> bool:
+    """Whether llama.cpp expects a cut-off call whose arguments have not yet started well (none,
+    or a key with no value) where the parser holds the call back (no call yet)."""
+    calls = case.expect["tool_calls"]
+    return bool(calls) and not got.get("tool_calls") and all(
+        not re.search(r'[:=]\s*\S', call["arguments"]) for call in calls)
+
+
+def _unoffered_call_kept(case: Case, got: dict[str, Any]) -> bool:
+    """Whether llama.cpp expects no content and no call where the output, offered no tools,
+    calls one anyway, and the parser kept that call's text as the content."""
+    content = _strip(got.get("content"))
+    return (not case.tools and not case.expect["tool_calls"] and not _strip(case.expect["content"])
+            and bool(content) and content in case.input)
 
 
 def template_analysis(path: Path) -> tuple[Any, str]:
@@ -700,6 +724,10 @@ def report(outcomes: list[Outcome]) -> str:
     lines.append(f"total: {passed}/{comparable} comparable cases pass ({passed / max(comparable, 1):.1%}); "
                  f"{len(outcomes)} cases, {statuses['unrenderable']} on templates that cannot be analyzed, "
                  f"{statuses['not_extracted']} not extracted")
+    firm = [o for o in outcomes if o.status == "fail" and not o.cause.startswith("debatable")]
+    lacking = sum(o.cause.startswith("template lacks it") for o in firm)
+    lines.append(f"{passed}/{passed + len(firm)} of the non-debatable ones pass; {lacking} of the non-debatable "
+                 "failures test what the template does not write")
     causes = collections.Counter(o.cause for o in outcomes if o.status == "fail")
     lines += [f"  {count:>4}  {cause}" for cause, count in causes.most_common()]
     return "\n".join(lines)

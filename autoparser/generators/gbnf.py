@@ -503,7 +503,8 @@ def trigger_patterns(lazy: ir.Lazy) -> tuple[list[str], list[str]]:
     end = _regex_escape(guard.end)
     if guard.inside or not guard.start:
         return [f"{end}[\\s\\S]*?{group}"], list(lazy.anywhere)
-    no_reasoning = "^(?!\\s*" + _regex_escape(guard.start) + ")[\\s\\S]*?" + group
+    # an output that opens with the start marker, or with its tag alone, is in reasoning
+    no_reasoning = "^(?!\\s*" + _regex_escape(guard.alone or guard.start) + ")[\\s\\S]*?" + group
     return [no_reasoning, f"{end}[\\s\\S]*?{group}"], list(lazy.anywhere)
 
 

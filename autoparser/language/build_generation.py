@@ -6,7 +6,10 @@ wider language built on this one (`build_reading`). Standard library only.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
+from dataclasses import asdict, is_dataclass
+from functools import cached_property
 from typing import Any
 
 from autoparser.analysis_data import AnalysisData
@@ -134,6 +137,20 @@ class _Builder:
             self.tools = sorted(self.tools, key=lambda tool: -len(tool_name(tool)))
         self.check_call_format()
 
+    @cached_property
+    def bare_opener(self) -> str:
+        """Where the reasoning's start marker is a token-like tag and one word (`<|channel>thought`)
+        and no other marker of the reply, nor the generation prompt, writes that tag (no other word
+        after it names another part: an answer's or a call's channel), the tag alone: a model may
+        leave the word (and the line break after it) out ("" otherwise)."""
+        start = self.r.start.strip()
+        tag = FIRST_TAG.match(start)
+        if tag is None or not _CHANNEL_WORD.fullmatch(start[tag.end():]):
+            return ""
+        others = [*_strings(self.a.content), *_strings(self.a.tools.to_dict()), *_strings(self.a.messages),
+                  *self.a.stop, self.r.end, self.a.generation_prompt.replace(start, "")]
+        return "" if any(tag.group() in other for other in others) else tag.group()
+
     def check_call_format(self) -> None:
         t = self.t
         if self.choice != "none" and not (t.supported and t.format in CALL_FORMATS):
@@ -259,7 +276,13 @@ class _Builder:
         if self.forced or not self.r.start.strip():
             return closed
         # some templates write the end marker alone for an empty reasoning block
-        return optional(seq(self.gap(), choice(seq(self.marker(self.r.start.strip()), closed), self.marker(end))))
+        return optional(seq(self.gap(), choice(seq(self.reasoning_opener(), closed), self.marker(end))))
+
+    def reasoning_opener(self) -> Node:
+        """The reasoning's start marker, or its tag alone where that opens reasoning too
+        (`bare_opener`), as the parser reads it."""
+        start = self.r.start.strip()
+        return choice(self.marker(start), self.marker(self.bare_opener)) if self.bare_opener else self.marker(start)
 
     def calls_opener(self) -> str:
         """What opens the tool calls (its core); "" where calls have no marker of their own."""
@@ -291,7 +314,7 @@ class _Builder:
         text = Text((end, *self.stop, opener), opener, self.limit, hint="reasoning-before-calls", nonempty=True)
         unclosed = seq(Capture(REASONING, text), section)
         if not self.forced and self.r.start.strip():
-            unclosed = seq(self.gap(), self.marker(self.r.start.strip()), unclosed)
+            unclosed = seq(self.gap(), self.reasoning_opener(), unclosed)
         return choice(closed, unclosed)
 
     def call_markers(self) -> list[str]:
@@ -342,7 +365,7 @@ class _Builder:
         """Where triggers must not count: inside reasoning (None: no reasoning this turn)."""
         if not self.reasoning_active():
             return None
-        return Guard(self.r.start.strip(), self.r.end.strip(), self.forced)
+        return Guard(self.r.start.strip(), self.r.end.strip(), self.forced, self.bare_opener)
 
     def section(self, lazy_start: bool = False) -> Node:
         """The tool-call section. `lazy_start`: the language begins where a trigger matched, so
@@ -735,3 +758,20 @@ def _openers(items: tuple[Node, ...], prefix: str, depth: int) -> set[str]:
         taken = _openers((node.item, *rest), prefix, depth - 1)
         return taken | _openers(rest, prefix, depth - 1) if node.min == 0 else taken
     return set()
+
+
+_CHANNEL_WORD = re.compile(r"\s*[A-Za-z][\w-]*")  # the one word after a tag that names a channel
+FIRST_TAG = re.compile(r"<[^<>\s]+>|\[[^\[\]\s]+\]")  # a marker's first part, written as a token is
+
+
+def _strings(part: Any) -> list[str]:
+    """Every string in an analysis part (a dataclass, dict or list, nested)."""
+    if isinstance(part, str):
+        return [part]
+    if is_dataclass(part) and not isinstance(part, type):
+        part = asdict(part)
+    if isinstance(part, Mapping):
+        return [s for value in part.values() for s in _strings(value)]
+    if isinstance(part, list | tuple):
+        return [s for value in part for s in _strings(value)]
+    return []

@@ -29,6 +29,7 @@ from autoparser.language.request import core
 
 _HEADER_LEAD = re.compile(r"<[^<>]*>|\w+=?|\S")  # how a header begins: a tag, a word (`to=`), a symbol
 _HEADER_WORD = re.compile(r"[A-Za-z_]\w*")
+_TAG = re.compile(r"<[^<>]+>")
 
 
 class _Messages:
@@ -49,8 +50,10 @@ class _Messages:
         before the body marker: a header holding the reasoning header's own words opens
         reasoning; one naming a tool after the call header's prefix (`to=functions.NAME`), a call;
         any other header, the answer. Models vary headers (channel and recipient in either order,
-        more words), so only those words decide. Text with no header is content, whatever markup
-        it holds; so is a message whose header is none of these (a tool not asked for). Between
+        more words), so only those words decide; after a tag, the channel's word must be one the
+        template writes there, whole, or the message is the answer kept whole with its header
+        (`unknown_channel_message`). Text with no header is content, whatever markup it holds; so
+        is a message whose header is none of these (a tool not asked for). Between
         messages: the separator, the turn re-opened, a call's or the answer's end marker."""
         m = self.m
         enders = self.message_enders()
@@ -58,6 +61,7 @@ class _Messages:
                     core(self.c.end)]
         betweens = [b for b in dict.fromkeys(betweens) if b and b not in [core(s) for s in self.stop]]
         messages = [self.reasoning_message(), *self.call_messages(), self.answer_message(),
+                    self.unknown_channel_message(),
                     Capture(CONTENT, Text(enders[1:], hint="content", nonempty=True, not_first=self.header_leads()))]
         reply = Repeat(choice(*[self.marker(b) for b in betweens], *[m for m in messages if m != EMPTY]))
         if self.continues == CONTENT or self.forced:  # the prompt opened a message's body
@@ -112,18 +116,53 @@ class _Messages:
         for lead in self.header_leads():
             parts: list[Node] = [self.marker(lead)]
             for index, word in enumerate(words):
-                parts += [self.header_text(word, *cut, lead=lead if index == 0 else ""), Lit(word)]
+                # a word of the header is whole (`analysisE` is another channel's word)
+                parts += [self.header_text(word, *cut, lead=lead if index == 0 else ""), Lit(word, bounded=True)]
             parts += [self.header_text(*cut), self.marker(self.message_enders()[0]), body]
             options.append(seq(*parts))
         return choice(*options)
 
     def answer_message(self) -> Node:
+        """The answer's message: after a tag, a channel the template writes (its first word: the
+        answer's, or a call's channel written with no recipient); after another lead, any header
+        that is neither reasoning's nor a call's."""
         words = self.header_words("reasoning_header", "content_header") if self.r.mode != "none" else []
         prefix = self.call_prefix()
         body = Capture(CONTENT, Text(self.message_enders()[1:], hint="content"))
         stops = (*words, prefix) if prefix else tuple(words)
-        return choice(*[seq(self.marker(lead), self.header_text(*stops, lead=lead),
-                            self.marker(self.message_enders()[0]), body) for lead in self.header_leads()])
+        options = []
+        for lead in self.header_leads():
+            channels = [w for w in self.channel_words(lead) if w not in words]
+            head = [Lit(word, bounded=True) for word in channels]
+            options.append(seq(self.marker(lead), choice(*head) if head else EMPTY,
+                               self.header_text(*stops, lead=lead), self.marker(self.message_enders()[0]), body))
+        return choice(*options)
+
+    def channel_words(self, lead: str) -> list[str]:
+        """The words the template writes right after `lead` where it is a tag (a channel's name:
+        `<|channel|>final`), in its headers; none after a lead that is no tag."""
+        if not _TAG.fullmatch(lead):
+            return []
+        m = self.m
+        headers = (m.reasoning_header, m.content_header, m.call_header.replace("{name}", ""))
+        found = [_HEADER_WORD.match(core(h)[core(h).index(lead) + len(lead):]) for h in headers if lead in core(h)]
+        return list(dict.fromkeys(word.group() for word in found if word))
+
+    def unknown_channel_message(self) -> Node:
+        """A message whose channel (the word after a tag lead) the template never writes: the
+        answer, kept whole (its header and body marker as written, then its body), so no word of
+        it is lost; a user sees what the model addressed to a channel nobody reads."""
+        enders = self.message_enders()
+        options = []
+        for lead in self.header_leads():
+            known = self.channel_words(lead)
+            if not known:
+                continue
+            header = Text(tuple(dict.fromkeys((*enders, *known))), hint="header", nonempty=True,
+                          not_first=tuple(known), bounded=True)
+            options.append(seq(Capture(CONTENT, seq(self.marker(lead), header, self.marker(enders[0]))),
+                               Capture(CONTENT, Text(enders[1:], hint="content"))))
+        return choice(*options) if options else EMPTY
 
     def call_messages(self) -> list[Node]:
         """A call's message: the header naming the tool, then the call's arguments (or, where

@@ -4,13 +4,9 @@ where reasoning may start and end, what ends it, and the text around the calls.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
-from dataclasses import asdict, is_dataclass, replace
-from functools import cached_property
-from typing import Any
+from dataclasses import replace
 
-from autoparser.language.build_generation import CALL_FORMATS
+from autoparser.language.build_generation import CALL_FORMATS, FIRST_TAG
 from autoparser.language.build_tools import tool_name
 from autoparser.language.ir import (
     CONTENT,
@@ -84,7 +80,7 @@ class _Reasoning:
         """Where the reasoning's start marker is a token-like tag and a word after it
         (`<|channel>thought`), that tag written once more just before the marker
         (`<|channel><|channel>thought`): markup, a channel opened twice (nothing otherwise)."""
-        tag = _FIRST_TAG.match(start)
+        tag = FIRST_TAG.match(start)
         if tag is None or not start[tag.end():].strip():
             return EMPTY
         return optional(Rule("opener-again", self.marker(tag.group()), kind=MARKUP))
@@ -100,20 +96,6 @@ class _Reasoning:
         word = self.r.start.strip()[len(bare):].strip()
         inside = self.reasoning_to_answer(body, section, end, repeated=repeated, written=True, word=word)
         return [seq(self.gap(), Rule("bare-opener", self.marker(bare)), choice(*inside))]
-
-    @cached_property
-    def bare_opener(self) -> str:
-        """Where the reasoning's start marker is a token-like tag and one word (`<|channel>thought`)
-        and no other marker of the reply, nor the generation prompt, writes that tag (no other word
-        after it names another part: an answer's or a call's channel), the tag alone: a model may
-        leave the word (and the line break after it) out ("" otherwise)."""
-        start = self.r.start.strip()
-        tag = _FIRST_TAG.match(start)
-        if tag is None or not _CHANNEL_WORD.fullmatch(start[tag.end():]):
-            return ""
-        others = [*_strings(self.a.content), *_strings(self.a.tools.to_dict()), *_strings(self.a.messages),
-                  *self.a.stop, self.r.end, self.a.generation_prompt.replace(start, "")]
-        return "" if any(tag.group() in other for other in others) else tag.group()
 
     def reasoning_to_answer(self, body: Node, section: Node | None, end: str, repeated: bool = False,
                             written: bool = False, word: str = "") -> list[Node]:
@@ -273,10 +255,6 @@ class _Reasoning:
 
 
 
-_CHANNEL_WORD = re.compile(r"\s*[A-Za-z][\w-]*")  # the one word after a tag that names a channel
-_FIRST_TAG = re.compile(r"<[^<>\s]+>|\[[^\[\]\s]+\]")  # a marker's first part, written as a token is
-
-
 def _bounded(node: Node) -> Node:
     """`node`, a marker, with its last literal `bounded`."""
     if isinstance(node, Lit):
@@ -284,17 +262,3 @@ def _bounded(node: Node) -> Node:
     if isinstance(node, Seq) and node.items:
         return Seq((*node.items[:-1], _bounded(node.items[-1])))
     return node
-
-
-def _strings(part: Any) -> list[str]:
-    """Every string in an analysis part (a dataclass, dict or list, nested)."""
-    if isinstance(part, str):
-        return [part]
-    if is_dataclass(part) and not isinstance(part, type):
-        part = asdict(part)
-    if isinstance(part, Mapping):
-        return [s for value in part.values() for s in _strings(value)]
-    if isinstance(part, list | tuple):
-        return [s for value in part for s in _strings(value)]
-    return []
-

@@ -177,7 +177,8 @@ class LanguageReader:
             if guard.inside:
                 reasoning = block
             elif guard.start:
-                reasoning = ir.optional(ir.seq(ir.Gap(64), ir.Lit(guard.start), block))
+                opener = ir.choice(ir.Lit(guard.start), ir.Lit(guard.alone)) if guard.alone else ir.Lit(guard.start)
+                reasoning = ir.optional(ir.seq(ir.Gap(64), opener, block))
         content = ir.Capture(ir.CONTENT, ir.Text(triggers))
         return ir.seq(reasoning, content, ir.optional(node.body))
 

@@ -274,11 +274,13 @@ class Rule:
 @dataclass(frozen=True)
 class Guard:
     """Where triggers do not count: inside reasoning between `start` and `end`. `inside`: the
-    output starts in reasoning; `start` empty: reasoning can only be that first block."""
+    output starts in reasoning; `start` empty: reasoning can only be that first block; `alone`:
+    the start marker's tag, which opens reasoning by itself too ("": none)."""
 
     start: str
     end: str
     inside: bool
+    alone: str = ""
 
 
 @dataclass(frozen=True)
@@ -335,7 +337,7 @@ class Language:
             elif isinstance(node, Lazy):
                 found.update(t.strip() for t in node.triggers)
             elif isinstance(node, Guard):
-                found.update((node.start.strip(), node.end.strip()))
+                found.update((node.start.strip(), node.end.strip(), node.alone.strip()))
         found.update(self.value_section)
         found.discard("")
         return frozenset(found)
@@ -351,7 +353,7 @@ class Language:
                     elif isinstance(after, Lit) and _is_reasoning(before):
                         found.add(after.text.strip())
             elif isinstance(node, Guard):
-                found.update((node.start.strip(), node.end.strip()))
+                found.update((node.start.strip(), node.end.strip(), node.alone.strip()))
         found.discard("")
         return frozenset(found)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 import re
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -13,6 +14,8 @@ from gbnf_sampler import Gbnf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import autoparser
+from autoparser.analysis import Analysis
 from autoparser.generators.gbnf import (
     build_grammar,
     generate_gbnf,
@@ -90,6 +93,28 @@ def test_lazy_trigger_never_fires_inside_reasoning(name: str) -> None:
     assert lazy_start(result.trigger_patterns, thinking_aloud) is None
     closed = thinking_aloud + r.end + "\n\nSure. " + trigger
     assert lazy_start(result.trigger_patterns, closed) == len(closed) - len(trigger)
+
+
+def worded_channel() -> Analysis:
+    template = Path(__file__).resolve().parents[2] / "fixtures" / "templates" / "worded_channel.jinja"
+    return autoparser.analyze(template.read_text(encoding="utf-8"), bos_token="<s>", eos_token="</s>")
+
+
+@pytest.mark.parametrize("text", ["<|aside>mull\nplan<aside|>Done.", "<|aside>plan<aside|>Done.",
+                                  "<|aside>\nmulled it<aside|>Done.", "Done."])
+def test_the_grammar_opens_reasoning_with_the_tag_alone_as_the_parser_does(text: str) -> None:
+    """The start marker's tag opens reasoning by itself too (`<|aside>` for `<|aside>mull`): the
+    grammar admits what the parser reads as reasoning, and the lazy trigger does not fire in it."""
+    analysis = worded_channel()
+    grammar = Gbnf(build_grammar(analysis, [WEATHER], tool_choice="none", thinking=True).gbnf)
+    assert grammar.matches(text)
+    message = analysis.parser(thinking=True).parse(text)
+    assert message["content"] == "Done." and (message["reasoning_content"] is None) == (text == "Done.")
+    lazy = build_grammar(analysis, [WEATHER], tool_choice="auto", thinking=True)
+    trigger = analysis.triggers[0]
+    assert lazy_start(lazy.trigger_patterns, f"<|aside>I could write {trigger} here") is None
+    closed = f"<|aside>hm<aside|>Sure. {trigger}"
+    assert lazy_start(lazy.trigger_patterns, closed) == len(closed) - len(trigger)
 
 
 def test_lazy_trigger_without_reasoning_fires_anywhere() -> None:

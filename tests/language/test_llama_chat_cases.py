@@ -111,6 +111,25 @@ def test_comparison_follows_llama_cpp() -> None:
     assert tool.compare(inline, {"reasoning_content": "plan", "content": "other"}) != ""
 
 
+def test_a_kept_call_to_a_tool_not_offered_is_debatable() -> None:
+    """llama.cpp drops what an output offered no tools writes to a tool; kept as content, that
+    difference is the project's choice (nothing is lost), not a failure to read."""
+    case = _case(content="")
+    case.input = "<|start|>assistant to=python<|message|>print(1)"
+    assert tool._unoffered_call_kept(case, {"content": "print(1)"})
+    assert not tool._unoffered_call_kept(case, {"content": "something else"})
+    case.tools = [{"name": "python"}]
+    assert not tool._unoffered_call_kept(case, {"content": "print(1)"})
+
+
+def test_a_call_held_until_its_arguments_start_is_debatable() -> None:
+    """llama.cpp streams a cut-off call's name before its arguments; the parser holds the call
+    until they start well (README, rule 5)."""
+    for arguments in ("", '{"arg1": '):
+        assert tool._name_before_arguments(_case(tool_calls=[{"name": "f", "arguments": arguments}]), {})
+    assert not tool._name_before_arguments(_case(tool_calls=[{"name": "f", "arguments": '{"arg1": 1'}]), {})
+
+
 def test_llama_cpp_expectations_do_not_regress() -> None:
     llamacpp_templates()  # skips when the corpus cannot be fetched
     outcomes = tool.run_all(llamacpp_chat_tests(), llamacpp_templates()[0].parent)

@@ -113,6 +113,46 @@ def test_gpt_oss_message_to_a_recipient_that_is_no_tool_keeps_its_body(text: str
     assert "print(" in content and "<|" not in content
 
 
+@pytest.mark.parametrize("text, expected", [
+    # a channel the template never writes: the message is the answer, kept whole
+    ("<|channel|>foo<|message|>Hello.", (None, "<|channel|>foo<|message|>Hello.")),
+    ("<|channel|>analysis<|message|>Think.<|end|><|start|>assistant<|channel|>aside<|message|>Hello.",
+     ("Think.", "<|channel|>aside<|message|>Hello.")),
+    # a channel's word is whole: `analysisE` is no reasoning, `finale` no answer channel
+    ("<|channel|>analysisE<|message|>Think.", (None, "<|channel|>analysisE<|message|>Think.")),
+    ("<|channel|>finale<|message|>Hello.", (None, "<|channel|>finale<|message|>Hello.")),
+    # the channels the template writes: reasoning, the answer, a call's channel with no recipient
+    ("<|channel|>analysis<|message|>Think.<|end|><|start|>assistant<|channel|>final<|message|>Hello.",
+     ("Think.", "Hello.")),
+    ("<|channel|>final <|constrain|>json<|message|>{}", (None, "{}")),
+    ("<|channel|>commentary<|message|>Checking.", (None, "Checking.")),
+])
+def test_gpt_oss_channel_words(text: str, expected: tuple) -> None:
+    """A message's channel is the word after `<|channel|>`, whole; one the template never
+    writes loses nothing: its header stays in the content (README, "Messages and channels")."""
+    parser = template("openai-gpt-oss-120b.jinja").parser(tools=TOOLS)
+    assert same_streamed(parser, text) == (*expected, [])
+
+
+@pytest.mark.parametrize("name, text", [
+    ("Qwen3-Coder.jinja", "<tool_call>\n<function=get_weather>\n<parameter=city>\nA\n</parameter>\n"
+                          "<parameter=city>\nB\n</parameter>\n</function>\n</tool_call>"),
+    ("GLM-4.7-Flash.jinja", "<tool_call>get_weather<arg_key>city</arg_key><arg_value>A</arg_value>"
+                            "<arg_key>city</arg_key><arg_value>B</arg_value></tool_call>"),
+])
+def test_a_key_written_twice(name: str, text: str) -> None:
+    """A stream cannot take a sent value back (README): with the tools, each key is read once,
+    so the repeat breaks the call (the first value kept, the call incomplete, the repeat content);
+    without them both values go out as written and a JSON reader keeps the last."""
+    parser = template(name).parser(tools=TOOLS)
+    reasoning, content, calls = same_streamed(parser, text)
+    assert (reasoning, calls) == (None, [("get_weather", {"city": "A"})]) and "B" in content
+    assert parser.parse(text)["tool_calls"][0].get("incomplete")
+    untooled = template(name).parser()
+    assert same_streamed(untooled, text) == (None, None, [("get_weather", {"city": "B"})])
+    assert untooled.parse(text)["tool_calls"][0]["function"]["arguments"].count('"city"') == 2
+
+
 # -- compound markers -------------------------------------------------------------------------------
 
 

@@ -112,6 +112,15 @@ def test_comparison_and_its_debatable_classes() -> None:
     fenced = _case({"content": "hi"}, "```\nhi\n```")
     assert tool.compare(fenced, _message("```\nhi\n```")).startswith("debatable: vLLM drops wrapper markup")
     assert tool.compare(_case({"content": "hi"}), _message("bye")) == "content differs"
+    repeated = _case({"tool_calls": [{"name": "f", "arguments": {"tags": {"tag": ["a", "b"]}, "zip": 7}}]})
+    assert tool.compare(repeated, _message(None, ("f", '{"tags": {"tag": "b"}, "zip": "07"}'))).startswith(
+        "debatable: a key written twice")
+    assert tool.compare(repeated, _message(None, ("f", '{"tags": {"tag": "a"}, "zip": 7}'))) == "name/args differ"
+    # text between calls kept: what is left is the output with the calls cut out
+    between = _case({"content": "hello", "tool_calls": [{"name": "f"}, {"name": "f"}]},
+                    "hello<call>f()</call>hi<call>f()</call>")
+    assert tool.compare(between, _message("hellohi", ("f", "{}"), ("f", "{}"))).startswith(
+        "debatable: vLLM drops text around the calls")
 
 
 def test_fetch_extracts_only_the_tool_parser_tests(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -138,7 +138,10 @@ def test_comparison_and_its_classes() -> None:
     message = {"reasoning_content": "why", "content": None, "tool_calls": [{"function": {"name": "f"}}]}
     assert tool.compare(call, message, analysis) == ("", False)  # the call is read, not left as text
     foreign = _case(want, "why[/r]so</r>")
-    assert tool.compare(foreign, {"content": "why[/r]so</r>"}, analysis)[0] == "vLLM's markers differ from the template's"
+    assert tool.compare(foreign, {"content": "why[/r]so</r>"}, analysis)[0] == (
+        "template lacks it: vLLM's test writes markers the template never writes")
+    written = _Analysis(source="<think>{{ r }}</think></r>")  # the template writes `</r>`: no excuse
+    assert tool.compare(foreign, {"content": "why[/r]so</r>"}, written)[0] == "reasoning and content differ"
     wrapped = _case(want, "<think>why</think><answer>so</answer>")
     assert tool.compare(wrapped, {"reasoning_content": "why", "content": "<answer>so</answer>"}, analysis)[0] == (
         "debatable: vLLM drops wrapper markup the template never writes")
