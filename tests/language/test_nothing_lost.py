@@ -54,6 +54,7 @@ from autoparser.language.reading import Parser
 from autoparser.render import TemplateRenderError
 from autoparser.roundtrip import TOOLS as PROBE_TOOLS
 from autoparser.roundtrip import probe_messages, run_case
+from autoparser.tool_calls import ToolsAnalysis
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "templates"
 SETTINGS = settings(max_examples=int(os.environ.get("AUTOPARSER_HYPOTHESIS_EXAMPLES", "40")), deadline=None,
@@ -243,6 +244,23 @@ def test_a_key_whose_value_had_not_begun_is_content(family: str) -> None:
         [call] = message["tool_calls"]
         assert call.get("incomplete") and json.loads(call["function"]["arguments"]) == {"city": "Paris"}
         assert "days" in (message["content"] or ""), (text[:cut], message)
+
+
+@pytest.mark.parametrize("arg_end", [", ", ","])
+def test_an_unquoted_value_cut_in_the_next_key_ends_at_the_comma(arg_end: str) -> None:
+    """Where string values are unquoted between `key=` and a comma (`name(city=Paris, days=3)`),
+    an output cut after the comma, in the next key, ends the value there, as a JSON value whose
+    call was cut in its next key: the call keeps `Paris`, is incomplete, and what was written of
+    the key is content; streamed as whole."""
+    analysis = analyses.llama32_pythonic()
+    analysis.tools = ToolsAnalysis.from_dict({**analysis.tools.to_dict(), "arg_end": arg_end})
+    text = analyses.render_output(analysis, None, "", [("get_weather", {"city": "Paris", "days": 3})], stop=False)
+    after = text.index("Paris") + len("Paris")
+    for cut in range(after, text.index("=3")):
+        message = analyses.parse(analysis, text[:cut], tools=TOOLS)
+        [call] = message["tool_calls"]
+        assert call.get("incomplete") and json.loads(call["function"]["arguments"]) == {"city": "Paris"}, text[:cut]
+        assert (message["content"] or "") == text[after:cut].lstrip(", "), (text[:cut], message)
 
 
 @pytest.mark.parametrize("tools", [TOOLS, None], ids=["named", "unnamed"])
