@@ -444,3 +444,30 @@ def streamed_in_two(parser: Any, text: str, cut: int) -> dict[str, Any]:
     stream.feed(text[cut:])
     stream.finish()
     return stream.message()
+
+
+def joined_deltas(deltas: list[dict[str, Any]]) -> dict[str, Any]:
+    """Rebuild a message from deltas as an OpenAI client does."""
+    reasoning, content, calls_by_index = [], [], {}
+    for delta in deltas:
+        assert len(delta) == 1
+        if "reasoning_content" in delta:
+            reasoning.append(delta["reasoning_content"])
+        elif "content" in delta:
+            content.append(delta["content"])
+        else:
+            for item in delta["tool_calls"]:
+                call = calls_by_index.get(item["index"])
+                if call is None:
+                    call = calls_by_index[item["index"]] = {"id": item["id"], "type": item["type"],
+                                                            "function": {"name": item["function"]["name"],
+                                                                         "arguments": ""}}
+                call["function"]["arguments"] += item["function"].get("arguments", "")
+    return {"role": "assistant", "reasoning_content": "".join(reasoning) or None,
+            "content": "".join(content) or None, "tool_calls": [calls_by_index[i] for i in sorted(calls_by_index)]}
+
+
+def without_incomplete_flags(message: dict[str, Any]) -> dict[str, Any]:
+    """The message as its deltas tell it: a call's `incomplete` flag is no delta's."""
+    return dict(message, tool_calls=[{k: v for k, v in c.items() if k != "incomplete"}
+                                     for c in message["tool_calls"]])

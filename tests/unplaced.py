@@ -96,6 +96,85 @@ def losses_at_every_cut(output: str, parse: Callable[[str], dict[str, Any]], pat
     return losses
 
 
+# -- letters and digits ---------------------------------------------------------------------------
+
+def marker_texts(analysis: Any) -> list[str]:
+    """The markers the analysis names, as written (a call index in the name's end marker left out)."""
+    data = analysis.to_dict() if hasattr(analysis, "to_dict") else analysis
+    texts = [data["reasoning"]["start"], data["reasoning"]["end"], data["content"]["start"],
+             data["content"]["end"], *data["stop"]]
+    tools = data["tools"]
+    for key in ("section_start", "section_end", "call_start", "call_end", "call_separator", "name_start",
+                "name_end", "args_start", "args_end", "arg_start", "arg_key_end", "arg_key_end_json",
+                "arg_end", "arg_separator", "id_start", "id_end"):
+        texts.append(tools.get(key) or "")
+    texts = [re.sub(r"[0-9]+", "", t) if t is tools.get("name_end") else t for t in texts]
+    return [core(t) for t in texts if core(t)]
+
+
+def letters(text: str) -> Counter:
+    """Letters and digits, counted one by one (markers removed in between may join words)."""
+    return Counter(re.findall(r"[^\W_]", text))
+
+
+ESCAPE = re.compile(r"\\(?:x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|[0-7]{1,3}|[\s\S])")
+
+
+def as_json_spelling(text: str) -> str:
+    """Python's constants as JSON spells them (`None` is `null`), case aside."""
+    return re.sub(r"\bNone\b", "null", text).lower()
+
+
+def literal_values(analysis: Any) -> bool:
+    """Whether argument values are written as literals (escapes and all), not raw text."""
+    t = analysis.tools
+    return t.format == "tag_tagged" and (t.arg_python or not t.arg_string_raw)
+
+
+def structural_words(analysis: Any, text: str) -> str:
+    """The text with the markers (and a JSON call's own keys) blanked out.
+
+    Where values are literals, an escape is an encoding of the character it stands for (and
+    `None` is spelled `null` in JSON): those are compared as their decoded form.
+    """
+    if literal_values(analysis):
+        # `None` is read as a word where the model wrote it, before markers are blanked out (as
+        # the parser sees it: `pythonNone` right after a marker is no `None`)
+        text = re.sub(r"\bNone\b", "null", text)
+    for marker in sorted(marker_texts(analysis), key=len, reverse=True):
+        text = re.sub(flexible_pattern(marker), " ", text)
+    if literal_values(analysis):
+        text = ESCAPE.sub(" ", text).lower()
+    tools = analysis.tools
+    if tools.format == "json":
+        for key in {tools.name_field, tools.args_field, "arguments", "parameters", "type", tools.id_field or "",
+                    tools.function_field or ""}:
+            if key:
+                text = text.replace(f'"{key}"', " ")
+    return text
+
+
+def produced_text(analysis: Any, message: dict[str, Any]) -> str:
+    """All the text a message holds: reasoning, content, each call's id, name and arguments."""
+    produced = " ".join([message["reasoning_content"] or "", message["content"] or ""]
+                        + [f"{c['id']} {c['function']['name']} {c['function']['arguments']}"
+                           for c in message["tool_calls"]])
+    return as_json_spelling(produced) if literal_values(analysis) else produced
+
+
+def lost_letters(analysis: Any, text: str, message: dict[str, Any]) -> Counter:
+    """Letters and digits of the output found nowhere in the message (markers aside; a call
+    object's `"type": "function"` is its structure too)."""
+    text = re.sub(r'"type"\s*:\s*"function"', " ", text)
+    arg_end = analysis.tools.arg_end.strip()
+    if "{key}" in arg_end:  # an end tag that names the key (`</city>`)
+        text = re.sub(re.escape(arg_end).replace(re.escape("{key}"), r"[^<>\s]*"), " ", text)
+    name_end = analysis.tools.name_end.strip()
+    if re.search("[0-9]", name_end):  # a call index in the name's end marker (`:0<|...|>`)
+        text = re.sub(re.sub("[0-9]+", "[0-9]+", re.escape(name_end)), " ", text)
+    return letters(structural_words(analysis, text)) - letters(produced_text(analysis, message))
+
+
 # -- nothing shown twice ----------------------------------------------------------------------------
 
 CLOSERS = re.compile(r"[\"')\]}]+$")

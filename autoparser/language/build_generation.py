@@ -700,7 +700,7 @@ class _Builder:
         """Raw text in `name(key=value, key=value)`: a comma ends it only before a key and `=`."""
         t = self.t
         stops = (t.call_end, t.section_end, *self.stop)
-        return Text(stops, weak=Weak(",", t.arg_key_end.strip() or "="), hint="comma-text")
+        return Text(stops, weak=Weak(",", t.arg_key_end.strip() or "=", cut=True), hint="comma-text")
 
 
 def one_line_text(stops: tuple[str, ...]) -> Node:

@@ -364,7 +364,7 @@ class _Reading(_Reasoning, _Messages, _Builder):
         end = self.arg_end(key) if key else t.arg_end.partition(KEY_HOLE)[0]
         enders = (t.call_end, t.arg_separator) if self.bare_keys else ()
         # a weak end marker (`, `) ends the value only where the next key follows it
-        weak = Weak(end.strip(), t.arg_key_end.strip() or "=") if self.values_between() else None
+        weak = Weak(end.strip(), t.arg_key_end.strip() or "=", cut=True) if self.values_between() else None
         indent = self.line_indent()
         if indent is not None:  # a value ends at the line break before the next key (or call)
             weak = Weak("\n", t.arg_key_end.strip(), indent=indent)

@@ -86,13 +86,17 @@ class Weak:
     or at the keys' with no word (`}` of a JSON value) is the value's. At the end of the output,
     a line no deeper than the keys' that may still become one that counts (`call` of `call:`)
     counts too: a marker cut off, as a cut marker ends a value (`cut_follows`).
-    None: the marker counts after any whitespace, then (`word`) a word, then `before`."""
+    None: the marker counts after any whitespace, then (`word`) a word, then `before`; with `cut`,
+    at the end of the output, also before whitespace and what may still become the word
+    (`Paris, da` of `Paris, days=`: the value is `Paris`, as a JSON value whose call was cut in the
+    next key)."""
 
     marker: str
     before: str
     word: bool = True
     leads: bool = False
     indent: int | None = None
+    cut: bool = False
 
     def follows(self, escape: Callable[[str], str]) -> str:
         """The regex of what must follow the marker for it to count, `before` escaped by `escape`."""
@@ -106,7 +110,7 @@ class Weak:
         """The regex of what may follow the marker at the end of the output for it to count (a
         line that may still become one it counts before); None: nothing more than `follows`."""
         if self.indent is None:
-            return None
+            return rf"\s*(?:{WORD})?\Z" if self.cut and self.word else None
         return rf"[ \t]{{0,{self.indent}}}(?:{WORD if self.word else ''})?\Z"
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections import Counter
 from functools import cache
 from pathlib import Path
 
@@ -33,17 +32,21 @@ from test_hostile_outputs import _agrees_whole_and_streamed
 from test_runtime_properties import (
     FAMILIES,
     TOOLS,
-    _as_json_spelling,
-    _literal_values,
-    _marker_texts,
     _messages_equal_after_chunking,
     _strings_for,
-    _structural_words,
-    _words,
     calls,
     plain_text,
 )
-from unplaced import left_out, losses_at_every_cut, marker_patterns, shown_twice
+from unplaced import (
+    as_json_spelling,
+    left_out,
+    letters,
+    losses_at_every_cut,
+    lost_letters,
+    marker_patterns,
+    marker_texts,
+    shown_twice,
+)
 
 import autoparser
 from autoparser.language import commits, interpret
@@ -51,6 +54,7 @@ from autoparser.language.reading import Parser
 from autoparser.render import TemplateRenderError
 from autoparser.roundtrip import TOOLS as PROBE_TOOLS
 from autoparser.roundtrip import probe_messages, run_case
+from autoparser.tool_calls import ToolsAnalysis
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "templates"
 SETTINGS = settings(max_examples=int(os.environ.get("AUTOPARSER_HYPOTHESIS_EXAMPLES", "40")), deadline=None,
@@ -59,26 +63,6 @@ SETTINGS = settings(max_examples=int(os.environ.get("AUTOPARSER_HYPOTHESIS_EXAMP
 JSON_FAMILIES = ["hermes", "qwen3", "mistral_array", "llama31", "bare_json_array"]
 LONG_KEY_FAMILIES = ["qwen3_coder", "glm45", "keyed_tags"]
 chunk_cuts = st.lists(st.integers(0, 10**6), max_size=12)
-
-
-def _produced(analysis, message: dict) -> str:
-    produced = " ".join([message["reasoning_content"] or "", message["content"] or ""]
-                        + [f"{c['id']} {c['function']['name']} {c['function']['arguments']}"
-                           for c in message["tool_calls"]])
-    return _as_json_spelling(produced) if _literal_values(analysis) else produced
-
-
-def _lost(analysis, text: str, message: dict) -> Counter:
-    """Letters and digits of the output found nowhere in the message (markers aside; a call
-    object's `"type": "function"` is its structure too)."""
-    text = re.sub(r'"type"\s*:\s*"function"', " ", text)
-    arg_end = analysis.tools.arg_end.strip()
-    if "{key}" in arg_end:  # an end tag that names the key (`</city>`)
-        text = re.sub(re.escape(arg_end).replace(re.escape("{key}"), r"[^<>\s]*"), " ", text)
-    name_end = analysis.tools.name_end.strip()
-    if re.search("[0-9]", name_end):  # a call index in the name's end marker (`:0<|...|>`)
-        text = re.sub(re.sub("[0-9]+", "[0-9]+", re.escape(name_end)), " ", text)
-    return _words(_structural_words(analysis, text)) - _words(_produced(analysis, message))
 
 
 # -- JSON-call members ------------------------------------------------------------------------------
@@ -106,7 +90,7 @@ def test_json_call_members_are_never_dropped(family: str, members: list[tuple[st
                           [(tools.name_field, '"get_weather"'), *members]) + "}"
     text = "Sure. " + tools.section_start + tools.call_start + obj + tools.call_end + tools.section_end
     message = _messages_equal_after_chunking(Parser(analysis), text, cuts)
-    assert not _lost(analysis, text, message), (text, message)
+    assert not lost_letters(analysis, text, message), (text, message)
     keys = [tools.name_field, *(key for key, _ in members)]
     strays = [k for k in keys if not _known(tools, k)]
     repeated = [k for k in set(keys) if k != "type" and keys.count(k) > 1]
@@ -156,12 +140,12 @@ def test_truncated_output_loses_at_most_the_member_being_written(family: str, da
     message = _messages_equal_after_chunking(Parser(analysis, tools=TOOLS), text, data.draw(chunk_cuts))
     if not message["tool_calls"]:  # no call: every character but the markers is reasoning or content
         assert not left_out(text, message, marker_patterns(analysis)), (text, message)
-    lost = _lost(analysis, _without_cut_marker(analysis, text), message)
+    lost = lost_letters(analysis, _without_cut_marker(analysis, text), message)
     if not lost:
         return
     # only a member cut off mid-way is left out, and only from a call marked incomplete
     assert message["tool_calls"] and message["tool_calls"][-1].get("incomplete"), (text, message)
-    members = [_words(_as_json_spelling(f"{key} {value!r} {json.dumps(value, ensure_ascii=False)}"))
+    members = [letters(as_json_spelling(f"{key} {value!r} {json.dumps(value, ensure_ascii=False)}"))
                for _name, args in written for key, value in args.items()]
     assert any(not lost - member for member in members), (text, message, lost)
 
@@ -170,9 +154,9 @@ def _without_cut_marker(analysis, text: str) -> str:
     """The text without a marker cut off at its end (`</ar` of `</arg_key>`): that is structure too.
     A whole marker at the end stays (it is blanked out as a marker), even where its last
     characters could also begin another marker."""
-    if any(text.endswith(marker) for marker in _marker_texts(analysis)):
+    if any(text.endswith(marker) for marker in marker_texts(analysis)):
         return text
-    cut = max((size for marker in _marker_texts(analysis) for size in range(1, len(marker))
+    cut = max((size for marker in marker_texts(analysis) for size in range(1, len(marker))
                if text.endswith(marker[:size])), default=0)
     return text[:len(text) - cut]
 
@@ -187,7 +171,7 @@ def test_long_keys_stream_as_whole(family: str, key: str, value: str, cuts) -> N
     analysis = getattr(analyses, family)()
     text = analyses.render_output(analysis, None, "", [("get_weather", {key: value})], stop=False)
     message = _messages_equal_after_chunking(Parser(analysis), text, cuts)
-    assert not _lost(analysis, text, message), (text, message)
+    assert not lost_letters(analysis, text, message), (text, message)
     if len(key) <= 256:  # a key up to the longest name the parser accepts is read as one
         [call] = message["tool_calls"]
         # the value reads as it would under a short key (an untyped `true` is JSON's true)
@@ -203,7 +187,7 @@ def test_long_key_lengths_around_the_limit(family: str, length: int) -> None:
     analysis = getattr(analyses, family)()
     text = analyses.render_output(analysis, None, "", [("get_weather", {"k" * length: "Paris"})], stop=False)
     message = analyses.parse(analysis, text)  # also checks one character per chunk
-    assert not _lost(analysis, text, message)
+    assert not lost_letters(analysis, text, message)
 
 
 # -- long numbers -----------------------------------------------------------------------------------
@@ -262,6 +246,23 @@ def test_a_key_whose_value_had_not_begun_is_content(family: str) -> None:
         assert "days" in (message["content"] or ""), (text[:cut], message)
 
 
+@pytest.mark.parametrize("arg_end", [", ", ","])
+def test_an_unquoted_value_cut_in_the_next_key_ends_at_the_comma(arg_end: str) -> None:
+    """Where string values are unquoted between `key=` and a comma (`name(city=Paris, days=3)`),
+    an output cut after the comma, in the next key, ends the value there, as a JSON value whose
+    call was cut in its next key: the call keeps `Paris`, is incomplete, and what was written of
+    the key is content; streamed as whole."""
+    analysis = analyses.llama32_pythonic()
+    analysis.tools = ToolsAnalysis.from_dict({**analysis.tools.to_dict(), "arg_end": arg_end})
+    text = analyses.render_output(analysis, None, "", [("get_weather", {"city": "Paris", "days": 3})], stop=False)
+    after = text.index("Paris") + len("Paris")
+    for cut in range(after, text.index("=3")):
+        message = analyses.parse(analysis, text[:cut], tools=TOOLS)
+        [call] = message["tool_calls"]
+        assert call.get("incomplete") and json.loads(call["function"]["arguments"]) == {"city": "Paris"}, text[:cut]
+        assert (message["content"] or "") == text[after:cut].lstrip(", "), (text[:cut], message)
+
+
 @pytest.mark.parametrize("tools", [TOOLS, None], ids=["named", "unnamed"])
 @pytest.mark.parametrize(("family", "key"), [("qwen3_coder", "city"), ("glm45", "city"), ("keyed_tags", "city"),
                                              ("keyed_tags", "loc")])
@@ -301,7 +302,7 @@ def test_a_quoted_name_with_raw_control_characters_never_raises(family: str, nam
     text = text.replace('"get_weather"', '"' + name + '"')
     for cut in (len(text), len(text) - 3):
         message = analyses.parse(analysis, text[:cut])
-        assert not _lost(analysis, text[:cut], message) or message["tool_calls"][-1].get("incomplete")
+        assert not lost_letters(analysis, text[:cut], message) or message["tool_calls"][-1].get("incomplete")
 
 
 def test_a_section_whose_first_call_fails_on_its_name_keeps_its_opener_streamed() -> None:
@@ -325,7 +326,7 @@ def test_json_arguments_cut_anywhere_lose_nothing(family: str) -> None:
                                                              ("search_web", {"query": "cats"})], stop=False)
     for cut in range(len(text) + 1):
         message = analyses.parse(analysis, text[:cut])
-        assert not _lost(analysis, text[:cut], message), (text[:cut], message)
+        assert not lost_letters(analysis, text[:cut], message), (text[:cut], message)
 
 
 @pytest.mark.parametrize("tools", [TOOLS, None], ids=["named", "unnamed"])
@@ -343,7 +344,7 @@ def test_two_arguments_cut_anywhere_lose_nothing(family: str, tools) -> None:
     for cut in range(len(text) + 1):
         written = text[:cut]
         message = analyses.parse(analysis, written, tools=tools)  # whole and one character at a time
-        assert not _lost(analysis, written, message), (written, message)
+        assert not lost_letters(analysis, written, message), (written, message)
         for split in range(0, cut + 1, max(1, cut // 5)):
             assert without_generated_ids(analyses.streamed_in_two(parser, written, split)) == \
                 without_generated_ids(message), (written, split)
@@ -411,7 +412,7 @@ def test_an_array_cut_anywhere_loses_nothing(array_parser) -> None:
         produced = " ".join([message["content"] or ""] + [f"{c['function']['name']} {c['function']['arguments']}"
                                                           for c in message["tool_calls"]])
         structure = re.sub(r'"(?:name|arguments)"|\[TOOL_CALLS\]', " ", written)
-        assert not _words(structure) - _words(produced), (written, message)
+        assert not letters(structure) - letters(produced), (written, message)
         for split in range(0, end + 1, max(1, end // 12)):
             assert without_generated_ids(analyses.streamed_in_two(parser, written, split)) == message, \
                 (written, split)

@@ -14,20 +14,16 @@ from __future__ import annotations
 
 import json
 import os
-import re
-from collections import Counter
 from typing import Any
 
 import analyses
 import pytest
-from analyses import without_generated_ids
+from analyses import joined_deltas, without_generated_ids, without_incomplete_flags
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from unplaced import left_out, marker_patterns
+from unplaced import left_out, letters, marker_patterns, marker_texts, produced_text, structural_words
 
-from autoparser.language.markers import flexible_pattern
 from autoparser.language.reading import Parser
-from autoparser.language.request import core
 
 FAMILIES = ["deepseek_v31", "deepseek_v3_0324", "deepseek_r1", "hermes", "qwen3", "qwen3_coder", "glm45",
             "mistral_array", "mistral_compact", "llama31", "bare_json_array", "kimi_k2", "deepseek_v32",
@@ -123,34 +119,8 @@ def _messages_equal_after_chunking(parser: Parser, text: str, cuts: list[int]) -
         deltas += stream.feed(piece)
     deltas += stream.finish()
     assert without_generated_ids(stream.message()) == without_generated_ids(whole)
-    assert _join_deltas(deltas) == _without_incomplete_flags(stream.message())
+    assert joined_deltas(deltas) == without_incomplete_flags(stream.message())
     return whole
-
-
-def _join_deltas(deltas: list[dict[str, Any]]) -> dict[str, Any]:
-    """Rebuild a message from deltas as an OpenAI client does."""
-    reasoning, content, calls_by_index = [], [], {}
-    for delta in deltas:
-        assert len(delta) == 1
-        if "reasoning_content" in delta:
-            reasoning.append(delta["reasoning_content"])
-        elif "content" in delta:
-            content.append(delta["content"])
-        else:
-            for item in delta["tool_calls"]:
-                call = calls_by_index.get(item["index"])
-                if call is None:
-                    call = calls_by_index[item["index"]] = {"id": item["id"], "type": item["type"],
-                                                            "function": {"name": item["function"]["name"],
-                                                                         "arguments": ""}}
-                call["function"]["arguments"] += item["function"].get("arguments", "")
-    return {"role": "assistant", "reasoning_content": "".join(reasoning) or None,
-            "content": "".join(content) or None, "tool_calls": [calls_by_index[i] for i in sorted(calls_by_index)]}
-
-
-def _without_incomplete_flags(message: dict[str, Any]) -> dict[str, Any]:
-    return dict(message, tool_calls=[{k: v for k, v in c.items() if k != "incomplete"}
-                                     for c in message["tool_calls"]])
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -183,69 +153,15 @@ def test_round_trip(family: str, data) -> None:
     assert len({c["id"] for c in message["tool_calls"]}) == len(written)
 
 
-def _marker_texts(analysis) -> list[str]:
-    data = analysis.to_dict() if hasattr(analysis, "to_dict") else analysis
-    texts = [data["reasoning"]["start"], data["reasoning"]["end"], data["content"]["start"],
-             data["content"]["end"], *data["stop"]]
-    tools = data["tools"]
-    for key in ("section_start", "section_end", "call_start", "call_end", "call_separator", "name_start",
-                "name_end", "args_start", "args_end", "arg_start", "arg_key_end", "arg_key_end_json",
-                "arg_end", "arg_separator", "id_start", "id_end"):
-        texts.append(tools.get(key) or "")
-    texts = [re.sub(r"[0-9]+", "", t) if t is tools.get("name_end") else t for t in texts]
-    return [core(t) for t in texts if core(t)]
-
-
 @st.composite
 def marker_soup(draw, analysis):
     """Text mixing the format's markers, JSON punctuation, words and whitespace."""
-    pieces = _marker_texts(analysis) + ['{"name": "get_weather", "arguments": {"city": "Paris"}}', "{", "}",
+    pieces = marker_texts(analysis) + ['{"name": "get_weather", "arguments": {"city": "Paris"}}', "{", "}",
                                         '"', ":", ",", "get_weather", "search_web", "\\", "[", "]", "0"]
     words = st.text(st.characters(whitelist_categories=("Ll", "Lu", "Nd")), min_size=1, max_size=8)
     parts = draw(st.lists(st.one_of(st.sampled_from(pieces), words, st.sampled_from([" ", "\n", "\t"])),
                           max_size=30))
     return "".join(parts)
-
-
-def _words(text: str) -> Counter:
-    """Letters and digits, counted one by one (markers removed in between may join words)."""
-    return Counter(re.findall(r"[^\W_]", text))
-
-
-_ESCAPE = re.compile(r"\\(?:x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|[0-7]{1,3}|[\s\S])")
-
-
-def _as_json_spelling(text: str) -> str:
-    """Python's constants as JSON spells them (`None` is `null`), case aside."""
-    return re.sub(r"\bNone\b", "null", text).lower()
-
-
-def _literal_values(analysis) -> bool:
-    t = analysis.tools
-    return t.format == "tag_tagged" and (t.arg_python or not t.arg_string_raw)
-
-
-def _structural_words(analysis, text: str) -> str:
-    """The text with the markers (and a JSON call's own keys) blanked out.
-
-    Where values are literals, an escape is an encoding of the character it stands for (and
-    `None` is spelled `null` in JSON): those are compared as their decoded form.
-    """
-    if _literal_values(analysis):
-        # `None` is read as a word where the model wrote it, before markers are blanked out (as
-        # the parser sees it: `pythonNone` right after a marker is no `None`)
-        text = re.sub(r"\bNone\b", "null", text)
-    for marker in sorted(_marker_texts(analysis), key=len, reverse=True):
-        text = re.sub(flexible_pattern(marker), " ", text)
-    if _literal_values(analysis):
-        text = _ESCAPE.sub(" ", text).lower()
-    tools = analysis.tools
-    if tools.format == "json":
-        for key in {tools.name_field, tools.args_field, "arguments", "parameters", "type", tools.id_field or "",
-                    tools.function_field or ""}:
-            if key:
-                text = text.replace(f'"{key}"', " ")
-    return text
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -259,26 +175,22 @@ def test_stream_equals_whole_and_nothing_lost(family: str, data) -> None:
     parser = Parser(analysis, thinking=thinking, tool_call_policy=policy)
     cuts = data.draw(st.lists(st.integers(0, 10**6), max_size=12))
     message = _messages_equal_after_chunking(parser, text, cuts)
-    produced = " ".join([message["reasoning_content"] or "", message["content"] or ""]
-                        + [f"{c['id']} {c['function']['name']} {c['function']['arguments']}"
-                           for c in message["tool_calls"]])
-    if _literal_values(analysis):
-        produced = _as_json_spelling(produced)
+    produced = produced_text(analysis, message)
     if not message["tool_calls"]:  # no call: every character but the markers is reasoning or content
         assert not left_out(text, message, marker_patterns(analysis)), (text, message)
-    missing = _words(_structural_words(analysis, text)) - _words(produced)
+    missing = letters(structural_words(analysis, text)) - letters(produced)
     if missing:
         # a call cut off at the end keeps only its complete members (issue 8, point 5): the
         # member being written, after the last marker or JSON punctuation, is all it may lose
         assert message["tool_calls"] and message["tool_calls"][-1].get("incomplete"), (text, message)
-        assert not missing - _words(_structural_words(analysis, _last_member(analysis, text))), (text, message)
+        assert not missing - letters(structural_words(analysis, _last_member(analysis, text))), (text, message)
     for call in message["tool_calls"]:
         assert isinstance(json.loads(call["function"]["arguments"]), dict)
 
 
 def _last_member(analysis, text: str) -> str:
     """The text after the last marker, `{` or `,`: where a cut-off member begins."""
-    ends = [text.rfind(p) + len(p) for p in [*_marker_texts(analysis), "{", ","] if p in text]
+    ends = [text.rfind(p) + len(p) for p in [*marker_texts(analysis), "{", ","] if p in text]
     return text[max(ends, default=0):]
 
 

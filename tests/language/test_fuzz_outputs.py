@@ -1,0 +1,65 @@
+"""`tools/fuzz_outputs.py`: a short fixed-seed run finds nothing, and its checks do see a stream
+that differs from the whole parse and text that is lost."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import analyses
+from corpora import tool_module
+
+fuzz = tool_module("fuzz_outputs")
+
+
+def test_a_short_run_over_a_few_families_finds_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "findings.json"
+    status = fuzz.main(["--seed", "7", "--seconds", "4", "--families", "hermes,qwen3_coder,llama32_pythonic,glm45",
+                        "--out", str(out)])
+    assert json.loads(out.read_text(encoding="utf-8")) == []
+    assert status == 0
+
+
+class _DroppingStream:
+    """A stream that drops the last chunk it is fed."""
+
+    def __init__(self, stream) -> None:
+        self.stream, self.last = stream, ""
+
+    def feed(self, text: str) -> list:
+        deltas = self.stream.feed(self.last)
+        self.last = text
+        return deltas
+
+    def finish(self) -> list:
+        return self.stream.finish()
+
+    def message(self) -> dict:
+        return self.stream.message()
+
+
+class _DroppingParser:
+    """Parses whole as the real parser does, loses the end when streamed and whole past a cut."""
+
+    def __init__(self, parser) -> None:
+        self.parser = parser
+
+    def parse(self, text: str) -> dict:
+        return self.parser.parse(text[:len(text) // 2])
+
+    def stream(self) -> _DroppingStream:
+        return _DroppingStream(self.parser.stream())
+
+
+def test_the_checks_report_a_stream_that_differs_and_lost_text() -> None:
+    analysis = analyses.hermes()
+    target = fuzz.Target("hermes", analysis)
+    found: list[tuple[str, str]] = []
+    check = fuzz.Check(target, _DroppingParser(analysis.parser(tools=fuzz.TOOLS)),
+                       fuzz.marker_patterns(analysis), lambda kind, detail: found.append((kind, detail)), 1.0, 0.05)
+    check.run("The weather in Paris is mild today, and tomorrow too.", random.Random(0))
+    assert [kind for kind, _ in found] == ["stream-differs"]
+    check.stream_agrees = lambda *args: True
+    check.run("The weather in Paris is mild today, and tomorrow too.", random.Random(0))
+    assert found[-1][0] == "lost"
