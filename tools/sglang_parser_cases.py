@@ -234,6 +234,7 @@ class Fed:
     found: Asserted = field(default_factory=Asserted)
     reasoning: Any = ...  # Ellipsis: not asserted
     reasoning_contains: bool = False  # the reasoning asserted only to contain some text
+    tools: Any = ...  # the tools passed with the output, where a literal; Ellipsis: the test's `tools`
 
 
 @dataclass(frozen=True)
@@ -418,7 +419,7 @@ def read_method(fn: ast.FunctionDef, env: dict[str, Any]) -> Reading:
                 rebound = {t.id for t in targets}
                 aliases = {a: e for a, e in aliases.items()
                            if not rebound & {n.id for n in ast.walk(e) if isinstance(n, ast.Name)}}
-                fed = Fed(text, streams)
+                fed = Fed(text, streams, tools=_tools_passed(call, env))
                 out.fed.append(fed)
                 if len(targets) == 1:
                     results[targets[0].id], shapes[targets[0].id] = fed, Shape.of_result(targets[0].id)
@@ -536,6 +537,18 @@ def _tests(tree: ast.Module) -> list[tuple[ast.ClassDef | None, ast.FunctionDef]
     return out
 
 
+def _tools_passed(call: ast.Call, env: dict[str, Any]) -> Any:
+    """The tools a detector call passes (`detect_and_parse(text, tools_with_string)`), normalized;
+    Ellipsis where it passes none or no literal, so the test's own `tools` stand."""
+    passed = call.args[1] if len(call.args) > 1 else next((k.value for k in call.keywords if k.arg == "tools"), None)
+    if passed is None:
+        return ...
+    try:
+        return normalized_tools(evaluate(passed, env))
+    except Exception:  # noqa: BLE001  (tools that are no literal: the test's own stand)
+        return ...
+
+
 def _tools(env: dict[str, Any]) -> list[dict[str, Any]] | None:
     for name in ("tools", "self.tools"):
         if name in env:
@@ -596,7 +609,7 @@ def module_cases(path: str, source: str, commit: str = "", reasoning: bool = Fal
                       "notes": notes, "debatable": bool(DEBATABLE_NAME.search(fn.name)), "commit": commit,
                       "file": path}
             out.cases.append(SglangReasoningCase(**common, streaming=fed.streamed) if reasoning
-                             else SglangCase(**common, tools=_tools(env)))
+                             else SglangCase(**common, tools=_tools(env) if fed.tools is ... else fed.tools))
     return out
 
 
