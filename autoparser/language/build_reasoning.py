@@ -69,8 +69,8 @@ class _Reasoning:
         options = [unended if unended is not None and (self.implies_reasoning() or ends_answer) else body,
                    seq(self.gap(), self.marker(end), body)]
         if start:
-            options.append(seq(self.gap(), self.opener_again(start), self.marker(start), self.start_again(start),
-                               choice(*inside)))
+            options.append(seq(self.gap(), self.opener_again(start), self.marker(start),
+                               choice(*inside, seq(self.start_again(start), choice(*inside)))))
             options += self.bare_opened(answer, section, end, repeated=False)
         if self.implies_reasoning():
             # reasoning the output did not open ends at its end marker only: call markup before
@@ -94,7 +94,7 @@ class _Reasoning:
         """The start marker written once more right after the model's own (`<think><think>`):
         markup, reasoning opened twice, as where the prompt opened it (`start-again`); one more
         after it is the reasoning's text."""
-        return optional(Rule("start-again", seq(self.gap(), self.marker(start)), kind=MARKUP))
+        return Rule("start-again", seq(self.gap(), self.marker(start)), kind=MARKUP)
 
     def bare_opened(self, body: Node, section: Node | None, end: str, repeated: bool) -> list[Node]:
         """Reasoning opened by the start marker's tag alone, its word left out (`bare_opener`):
