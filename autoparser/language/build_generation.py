@@ -388,8 +388,13 @@ class _Builder:
         else:
             call_start = self.marker(t.call_start)
             call_end = self.call_closing()
-            one = Rule("call-wrapped", seq(call_start, call, call_end))
-            first = one if first_call_start == call_start else seq(first_call_start, call, call_end)
+
+            def wrapped(start: Node) -> Node:
+                closed = self.self_closed_call(start)
+                return seq(start, call, call_end) if closed is None else choice(seq(start, call, call_end), closed)
+
+            one = Rule("call-wrapped", wrapped(call_start))
+            first = one if first_call_start == call_start else wrapped(first_call_start)
             calls = first
             if self.parallel:
                 sep = self.call_separator()
@@ -400,6 +405,11 @@ class _Builder:
     def text_in_section(self) -> Node:
         """Text between the section's start and its first call (none as generated)."""
         return EMPTY
+
+    def self_closed_call(self, start: Node) -> Node | None:
+        """A call with no arguments written as one empty element, after `start` (None as generated:
+        the template writes every call with its closing marker)."""
+        return None
 
     def named_call_messages(self) -> bool:
         """Whether each call is a message of its own whose header names the tool and whose body

@@ -25,6 +25,8 @@ from autoparser.language.build_reasoning import _Reasoning
 from autoparser.language.build_tools import (
     chosen_tools,
     object_shape,
+    tool_function,
+    tool_name,
 )
 from autoparser.language.ir import (
     ARGUMENTS,
@@ -73,6 +75,8 @@ from autoparser.tool_calls import JSON_TYPES, NAME_HOLE, TagCalls, TaggedArgumen
 # -- the language the parser reads ---------------------------------------------------------------
 
 FENCE, JSON_FENCE = "```", "```json"  # the code fence a JSON answer may be wrapped in
+# a start tag left open for its first attribute, which holds the call's name (`<invoke name="`)
+_ATTRIBUTE_TAG = re.compile(r"<([^\s<>/=\"']+)\s+[^\s<>/=\"']+=[\"']?\Z")
 _NOT_IN_ID = re.compile(r"[\s\"'<>]")  # markup around a call number that makes it no id
 
 # a call of any tool, where the request gives no tools (the parser reads any name)
@@ -286,6 +290,25 @@ class _Reading(_Reasoning, _Messages, _Builder):
         if not self.markerless_opener() or self.t.array:
             return seq(separator, self.text_between_calls())
         return choice(separator, Lit(";"), Lit(","))
+
+    def self_closed_call(self, start: Node) -> Node | None:
+        """Where a call is an XML element whose start tag holds the name as an attribute
+        (`<invoke name="f">` ... `</invoke>`), the call with no arguments also as that element
+        self-closed (`<invoke name="f"/>`), its arguments an empty object, then what closes the
+        call after the element's end tag (`call-self-closed`); None for any other format."""
+        t = self.t
+        tag = _ATTRIBUTE_TAG.search((t.call_start + t.name_start).strip())
+        name_end, call_end = t.name_end.strip(), self.until_stop(t.call_end).strip()
+        end_tag = f"</{tag.group(1)}>" if tag else ""
+        if not end_tag or not name_end.endswith(">") or name_end.endswith("/>") or not call_end.startswith(end_tag):
+            return None
+        closed_end = name_end[:-1] + "/>"
+        empty = [Capture(ARGUMENTS, Members((), EMPTY, None, f"{tool_name(tool)}-args", tool_name(tool),
+                                            tool_function(tool).get("parameters"), True)) for tool in self.tools]
+        calls = [seq(self.marker(t.name_start), Capture(TOOL_NAME, self.name_node(tool_name(tool), quoted=False)),
+                     self.marker(closed_end), args) for tool, args in zip(self.tools, empty, strict=True)]
+        after = call_end[len(end_tag):]
+        return seq(start, Rule("call-self-closed", choice(*calls), CALL), self.closing(after) if after else EMPTY)
 
     def text_in_section(self) -> Node:
         """As between two calls: text after the section's start marker, before its first call,

@@ -65,7 +65,8 @@ class _Reasoning:
         options = [unended if unended is not None and (self.implies_reasoning() or ends_answer) else body,
                    seq(self.gap(), self.marker(end), body)]
         if start:
-            options.append(seq(self.gap(), self.opener_again(start), self.marker(start), choice(*inside)))
+            options.append(seq(self.gap(), self.opener_again(start), self.marker(start),
+                               choice(*inside, seq(self.start_again(start), choice(*inside)))))
             options += self.bare_opened(answer, section, end, repeated=False)
         if self.implies_reasoning():
             # reasoning the output did not open ends at its end marker only: call markup before
@@ -84,6 +85,12 @@ class _Reasoning:
         if tag is None or not start[tag.end():].strip():
             return EMPTY
         return optional(Rule("opener-again", self.marker(tag.group()), kind=MARKUP))
+
+    def start_again(self, start: str) -> Node:
+        """The start marker written once more right after the model's own (`<think><think>`):
+        markup, reasoning opened twice, as where the prompt opened it (`start-again`); one more
+        after it is the reasoning's text."""
+        return Rule("start-again", seq(self.gap(), self.marker(start)), kind=MARKUP)
 
     def bare_opened(self, body: Node, section: Node | None, end: str, repeated: bool) -> list[Node]:
         """Reasoning opened by the start marker's tag alone, its word left out (`bare_opener`):

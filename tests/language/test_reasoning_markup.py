@@ -40,6 +40,22 @@ def test_the_start_markers_tag_written_again_before_it_is_markup(text: str, reas
         assert (lark["reasoning_content"], lark["content"]) == (reasoning, content)
 
 
+@pytest.mark.parametrize("text, reasoning, content", [
+    ("<think><think>plan</think>Hello", "plan", "Hello"),  # reasoning opened twice
+    ("<think>\n<think>plan</think>Hello", "plan", "Hello"),
+    ("<think><think><think>plan</think>Hello", "<think>plan", "Hello"),  # one more is the reasoning's text
+    ("<think>a <think> b</think>Hello", "a <think> b", "Hello"),
+])
+def test_the_start_marker_written_again_right_after_the_models_own_is_markup(text: str, reasoning: str,
+                                                                             content: str) -> None:
+    analysis = channel_analysis(start="<think>", end="</think>")
+    message = parse(analysis, text)
+    assert (message["reasoning_content"], message["content"]) == (reasoning, content)
+    lark = parse_with_lark(analysis, text)
+    assert (lark["reasoning_content"], lark["content"]) == (reasoning, content)
+    assert "start-again ::= gap{0,4} '<think>'" in str(build_language(analysis, Request(reading=True)))
+
+
 @pytest.mark.parametrize("start", ["<think>", "[THINK]", "thought:"])
 def test_a_start_marker_that_is_one_tag_or_no_tag_has_no_opener_again(start: str) -> None:
     language = build_language(channel_analysis(start=start, end="</end>"), Request(reading=True, lazy=False))

@@ -8,6 +8,9 @@ from typing import Any
 import analyses
 from analyses import DS_CALL, DS_EOS, DS_SECTION, DS_SEP, WEATHER_TOOLS, calls, parse
 
+from autoparser.language.build import build_language
+from autoparser.language.request import Request
+
 
 def v31_call(name: str, args: str) -> str:
     return f"{DS_CALL[0]}{name}{DS_SEP}{args}{DS_CALL[1]}"
@@ -293,6 +296,31 @@ def test_dsml_string_and_json_parameters() -> None:
     message = parse(analyses.deepseek_v32(), text)
     assert message["content"] == "Let me."
     assert calls(message) == [("get_weather", {"city": "Hangzhou", "days": 10}), ("search", {"query": "x"})]
+
+
+def test_dsml_call_without_arguments_written_self_closed() -> None:
+    """A call with no arguments written as one self-closed element (`<invoke name="f"/>`) is read
+    with empty arguments, beside the long form, with the tools given or not."""
+    dsml = "｜DSML｜"
+    text = (f'Done.\n<{dsml}function_calls>\n<{dsml}invoke name="get_weather">\n'
+            f'<{dsml}parameter name="city" string="true">SF</{dsml}parameter>\n</{dsml}invoke>\n'
+            f'<{dsml}invoke name="search"/>\n</{dsml}function_calls>')
+    for options in ({}, {"tools": WEATHER_TOOLS}):
+        message = parse(analyses.deepseek_v32(), text, **options)
+        assert message["content"] == "Done."
+        assert calls(message) == [("get_weather", {"city": "SF"}), ("search", {})]
+    alone = parse(analyses.deepseek_v32(), f'<{dsml}function_calls>\n<{dsml}invoke name="search"/>\n</{dsml}function_calls>')
+    assert calls(alone) == [("search", {})] and not alone["content"]
+
+
+def test_self_closed_call_only_where_the_call_is_an_element_named_by_an_attribute() -> None:
+    """`<function=f>` is no element named by an attribute: Qwen3-Coder's calls have no self-closed form."""
+    def reads(analysis: Any) -> str:
+        return str(build_language(analysis, Request(reading=True)))
+
+    assert "call-self-closed" in reads(analyses.deepseek_v32())
+    assert "call-self-closed" not in reads(analyses.qwen3_coder())
+    assert "call-self-closed" not in reads(analyses.glm45())
 
 
 def test_kimi_call_ids_come_from_the_header() -> None:

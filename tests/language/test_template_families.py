@@ -762,3 +762,14 @@ def test_a_plain_text_header_written_again_stays_text() -> None:
     the output repeats is the model's text."""
     analysis = analyze_family("plain_chat.jinja")
     assert analysis.parser().parse("### Assistant:\nHello")["content"] == "### Assistant:\nHello"
+
+
+def test_a_call_element_self_closed_has_no_arguments() -> None:
+    """Calls as `<invoke name="f">` elements: a call with no arguments may come self-closed
+    (`<invoke name="f"/>`), read as the call with empty arguments, streamed as whole."""
+    analysis = analyze_family("invoke_parameters.jinja")
+    text = ('Ok.\n<calls>\n<invoke name="search"/>\n<invoke name="get_weather">\n'
+            '<parameter name="city">Oslo</parameter>\n</invoke>\n</calls>')
+    message = analyses.parse(analysis, text)
+    assert message["content"] == "Ok."
+    assert analyses.calls(message) == [("search", {}), ("get_weather", {"city": "Oslo"})]

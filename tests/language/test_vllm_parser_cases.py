@@ -121,6 +121,13 @@ def test_comparison_and_its_debatable_classes() -> None:
                     "hello<call>f()</call>hi<call>f()</call>")
     assert tool.compare(between, _message("hellohi", ("f", "{}"), ("f", "{}"))).startswith(
         "debatable: vLLM drops text around the calls")
+    inside = _case({"content": "Ask.  Then wait."}, "Ask. <|py_start|>[f()]<|py_end|> Then wait.")
+    assert tool.compare(inside, _message("Ask. <|py_start|><|py_end|> Then wait.")).startswith(
+        "debatable: vLLM drops wrapper markup")  # markup left inside the text, not only around it
+    between = _case({"content": "A ", "tool_calls": [{"name": "f"}, {"name": "f"}]}, "A <c>f</c> b <c>f</c>")
+    assert tool.compare(between, _message("A  b", ("f", "{}"), ("f", "{}"))).startswith(
+        "debatable: vLLM drops text around the calls")
+    assert tool.compare(between, _message("A  z", ("f", "{}"), ("f", "{}"))) == "content differs"
 
 
 def test_fetch_extracts_only_the_tool_parser_tests(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
