@@ -41,7 +41,7 @@ sys.path.insert(0, str(REPO / "tools"))
 
 import analyses  # noqa: E402
 from analyses import joined_deltas, without_generated_ids, without_incomplete_flags  # noqa: E402
-from holdback_report import BOUND, Case, most_held  # noqa: E402
+from holdback_report import BOUND, most_held, plain_cases  # noqa: E402
 from unplaced import lost_letters, marker_patterns, marker_texts  # noqa: E402
 
 import autoparser  # noqa: E402
@@ -330,15 +330,9 @@ class Check:
 def holdback_excess(target: Target, parser: Any) -> list[str]:
     """Prose among brackets and quotes streamed as an answer and as reasoning: the cases that hold
     more than the bound beyond a pending marker prefix."""
-    reasoning = target.analysis.reasoning
-    cases = [Case("answer", "", "", PROSE)]
-    if reasoning.mode != "none" and reasoning.end.strip():
-        if reasoning.start.strip():
-            cases.append(Case("reasoning", reasoning.start.strip(), reasoning.end.strip(), PROSE))
-        cases.append(Case("reasoning-unopened", "", reasoning.end.strip(), PROSE))
     pending = max((len(m) for m in marker_texts(target.analysis)), default=0)
     excess = []
-    for case in cases:
+    for case in plain_cases(target.analysis, PROSE):
         held, _roles = most_held(parser, case)
         if held > BOUND + pending:
             excess.append(f"{case.name}: held {held} (bound {BOUND} + {pending} of a marker)")

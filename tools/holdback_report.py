@@ -52,20 +52,22 @@ class Result:
 
 
 def cases(analysis: object) -> Iterator[Case]:
-    for case in _plain_cases(analysis):
+    for case in plain_cases(analysis):
         yield case
         yield Case(case.name + "-marked", case.before, case.after, MARKED_PROSE)
 
 
-def _plain_cases(analysis: object) -> Iterator[Case]:
-    yield Case("answer", "", "")
+def plain_cases(analysis: object, prose: str = PROSE) -> Iterator[Case]:
+    """Plain `prose` as an answer, as a reasoning block after its start marker, and as reasoning
+    whose start marker was left out, where the analysis has such reasoning."""
+    yield Case("answer", "", "", prose)
     reasoning = getattr(analysis, "reasoning", None)
     if reasoning is None or reasoning.mode == "none" or not reasoning.end.strip():
         return
     start, end = reasoning.start.strip(), reasoning.end.strip()
     if start:
-        yield Case("reasoning", start, end)
-    yield Case("reasoning-unopened", "", end)
+        yield Case("reasoning", start, end, prose)
+    yield Case("reasoning-unopened", "", end, prose)
 
 
 def most_held(parser: object, case: Case, size: int = 4) -> tuple[int, str]:

@@ -675,18 +675,11 @@ def _held_back_midstream(outcome: Any) -> bool:
             and got.startswith(want) and got != want and not outcome.got.get("tool_calls"))
 
 
-@functools.cache
-def _closing_markers(template: str) -> tuple[str, ...]:
-    analysis = analysis_of(template, EOS_TOKENS) if template else None
-    tools = analysis.tools if analysis is not None else None
-    return tuple(m.strip() for m in (tools.call_end, tools.section_end) if m.strip()) if tools else ()
-
-
 def _cut_off_midstream(outcome: Any) -> bool:
     """A streamed case whose output stops inside a call (it ends with none of the template's closing
     markers): SGLang states what it streamed so far, the finished message reads an unfinished call."""
     case = outcome.case
-    markers = _closing_markers(case.template)
+    markers = _call_markers(case.template)[1]
     return ("one streamed increment" in case.notes or "streamed in SGLang's chunks" in case.notes) and bool(
         markers) and bool(case.expected.get("tool_calls")) and outcome.cause in CALL_CAUSES and not any(
         case.model_output.rstrip().endswith(m) for m in markers)
@@ -715,7 +708,8 @@ def _call_markers(template: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     if tools is None:
         return (), ()
     opens = tuple(m.strip() for m in (tools.section_start, tools.call_start) if m.strip())
-    return opens, _closing_markers(template)
+    closes = tuple(m.strip() for m in (tools.call_end, tools.section_end) if m.strip())
+    return opens, closes
 
 
 def _unclosed_call_markup(outcome: Any) -> bool:

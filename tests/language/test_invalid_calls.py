@@ -293,6 +293,17 @@ def _every_way(parser: Any, text: str) -> None:
         assert without_generated_ids(streamed(parser, text, seed)) == whole, seed
 
 
+def _broken_then_whole(parser: Any, analysis: Any, broken: str) -> dict:
+    """The whole parse of `broken`, asserting that its first call keeps `Os`, incomplete, and the
+    next call is whole, however the output streams, with nothing lost at any cut."""
+    message = parser.parse(broken)
+    assert analyses.calls(message) == [("get_weather", {"city": "Os"}), PAIR[1]], message
+    assert [bool(c.get("incomplete")) for c in message["tool_calls"]] == [True, False]
+    _every_way(parser, broken)
+    assert not losses_at_every_cut(broken, parser.parse, marker_patterns(analysis), analysis.tools.array)
+    return message
+
+
 @pytest.mark.parametrize("reasoning", [None, "Plan."])
 @pytest.mark.parametrize("family", OPENED_JSON)
 def test_a_string_value_cut_by_the_next_calls_opener_keeps_that_call(family: str, reasoning: str | None) -> None:
@@ -305,12 +316,8 @@ def test_a_string_value_cut_by_the_next_calls_opener_keeps_that_call(family: str
     if analyses.calls(parser.parse(text)) != PAIR:
         pytest.skip("the output needs its reasoning to be read as calls")
     broken = text[:cut] + text[text.rindex(opener, 0, text.index("Paris")):]
-    message = parser.parse(broken)
-    assert analyses.calls(message) == [("get_weather", {"city": "Os"}), ("get_weather", {"city": "Paris"})]
-    assert [bool(c.get("incomplete")) for c in message["tool_calls"]] == [True, False]
+    message = _broken_then_whole(parser, analysis, broken)
     assert not (message["content"] or "").strip()
-    _every_way(parser, broken)
-    assert not losses_at_every_cut(broken, parser.parse, marker_patterns(analysis), analysis.tools.array)
 
 
 @pytest.mark.parametrize("family", OPENED_JSON)
@@ -349,12 +356,8 @@ def test_a_backslash_before_the_next_calls_opener_breaks_off_the_string_too(fami
     analysis, text, opener, cut = _cut_before_next_call(family, None)
     parser = analysis.parser(tools=WEATHER_TOOLS)
     broken = text[:cut] + "\\" + text[text.rindex(opener, 0, text.index("Paris")):]
-    message = parser.parse(broken)
-    assert analyses.calls(message) == [("get_weather", {"city": "Os"}), PAIR[1]]
-    assert [bool(c.get("incomplete")) for c in message["tool_calls"]] == [True, False]
+    message = _broken_then_whole(parser, analysis, broken)
     assert message["content"] == "\\"
-    _every_way(parser, broken)
-    assert not losses_at_every_cut(broken, parser.parse, marker_patterns(analysis), analysis.tools.array)
 
 
 # formats where only punctuation or a name begins a later call: arrays of JSON calls, and a call
@@ -381,12 +384,8 @@ def test_a_string_value_cut_by_the_next_calls_separator_keeps_that_call(family: 
     analysis, text, rest = _next_call_after_cut(family)
     parser = analysis.parser(tools=WEATHER_TOOLS)
     broken = text[:text.index("Oslo") + len("Os")] + rest
-    message = parser.parse(broken)
-    assert analyses.calls(message) == [("get_weather", {"city": "Os"}), PAIR[1]], message
-    assert [bool(c.get("incomplete")) for c in message["tool_calls"]] == [True, False]
+    message = _broken_then_whole(parser, analysis, broken)
     assert not (message["content"] or "").strip()
-    _every_way(parser, broken)
-    assert not losses_at_every_cut(broken, parser.parse, marker_patterns(analysis), analysis.tools.array)
 
 
 @pytest.mark.parametrize("family", UNMARKED_JSON)
