@@ -64,16 +64,16 @@ def _interleaved_rates(runs: dict[str, Callable[[], int]], repeats: int) -> dict
     return {name: (statistics.median(wall[name]), statistics.median(cpu[name])) for name in runs}
 
 
-def bench(model: str, n_tokens: int, runs: int, seed: int) -> list[tuple[str, float, float, str]]:
+def bench(model: str, n_tokens: int, runs: int, seed: int, n_gpu_layers: int = 0) -> list[tuple[str, float, float, str]]:
     """Measure the four configurations; rows of (name, wall-clock tok/s, CPU-time tok/s, note), medians."""
     from llama_cpp import Llama, LlamaGrammar
 
     from autoparser.llama.engine import Engine, GenerationStats, GrammarSpec, SamplingParams
 
     sampling = {"temperature": 0.8, "top_p": 0.95, "top_k": 40, "min_p": 0.05}
-    llm = Llama(model, n_ctx=2048, verbose=False, seed=seed)
+    llm = Llama(model, n_ctx=2048, verbose=False, seed=seed, n_gpu_layers=n_gpu_layers)
     llama_grammar = LlamaGrammar.from_string(BENCH_GRAMMAR, verbose=False)
-    engine = Engine(model, n_ctx=2048)
+    engine = Engine(model, n_ctx=2048, n_gpu_layers=n_gpu_layers)
     prompt = engine.tokenize(PROMPT)
     spec = GrammarSpec(gbnf=BENCH_GRAMMAR)
     fallbacks: list[float] = []
@@ -143,11 +143,12 @@ def main(argv: list[str] | None = None) -> int:
         default=4000,
         help="regular tokens of the built tiny model (100000: DeepSeek's full vocab)",
     )
+    parser.add_argument("--n-gpu-layers", type=int, default=0, help="layers offloaded to a GPU (-1: all; default 0)")
     args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory() as tmp:
         model = args.model or _default_model(Path(tmp), args.vocab_size)
-        rows = bench(model, args.tokens, args.runs, args.seed)
+        rows = bench(model, args.tokens, args.runs, args.seed, args.n_gpu_layers)
 
     width = max(len(r[0]) for r in rows)
     print(

@@ -17,7 +17,7 @@ with llama.cpp's DeepSeek V3.1 template. On a shared machine, run with more roun
 
 Usage::
 
-    python tools/bench_serve.py [--model M.gguf] [--tokens 512] [--runs 5] [--seed 0]
+    python tools/bench_serve.py [--model M.gguf] [--tokens 512] [--runs 5] [--seed 0] [--n-gpu-layers -1]
 """
 
 from __future__ import annotations
@@ -85,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=5, help="rounds (default 5)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--n-ctx", type=int, default=2048)
+    parser.add_argument("--n-gpu-layers", type=int, default=0, help="layers offloaded to a GPU (-1: all; default 0)")
     args = parser.parse_args(argv)
 
     import httpx
@@ -93,16 +94,17 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         model = Path(args.model) if args.model else tiny_model(Path(tmp))
         process, url = start_server(model, Path(tmp) / "server.log", "--n-ctx", str(args.n_ctx),
-                                    "--served-model-name", "bench")
+                                    "--served-model-name", "bench",
+                                    "--n-gpu-layers", str(args.n_gpu_layers))
         try:
             with httpx.Client(base_url=url, timeout=300) as http:
                 rendered = http.post("/v1/chat/completions", json={
                     "messages": MESSAGES, "max_tokens": 1, "return_prompt": True}).json()["prompt"]
-                llm = Llama(str(model), n_ctx=args.n_ctx, verbose=False, seed=args.seed)
+                llm = Llama(str(model), n_ctx=args.n_ctx, verbose=False, seed=args.seed, n_gpu_layers=args.n_gpu_layers)
                 prompt_tokens = llm.tokenize(rendered.encode(), add_bos=False, special=True)
                 from autoparser.llama.engine import Engine
 
-                engine = Engine(str(model), n_ctx=args.n_ctx)
+                engine = Engine(str(model), n_ctx=args.n_ctx, n_gpu_layers=args.n_gpu_layers)
                 rates: dict[str, list[float]] = {"server": [], "bare": [], "bare_stream": [], "engine": []}
                 runs = {
                     "server": lambda: server_run(http, args.tokens, args.seed),

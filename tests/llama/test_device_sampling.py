@@ -1,7 +1,13 @@
 """Sampling inside ``llama_decode`` (``Engine(device_sampling=True)``) against the host sampler, on
 the tiny model: greedy picks the same tokens; sampled picks follow the same distribution (chi-square
 tests over many seeded draws); banned end-of-generation tokens, UTF-8 checks, stop tokens and
-batches that mix device- and host-sampled generations keep working."""
+batches that mix device- and host-sampled generations keep working.
+
+The engines run on the CPU, where a row's logits do not depend on the batch it is decoded in. On a
+GPU they do (a fresh prompt is one batch, a reused prefix's last token is decoded alone), and a
+random mixture-of-experts model turns those last-bit differences into other experts and other
+tokens: there, tokens compare only between generations that reach them in the same cache state.
+``tools/gpu_figures.py`` makes this comparison on a GPU."""
 
 from __future__ import annotations
 
@@ -75,6 +81,7 @@ def test_top_k_draws_follow_the_softmax(engines: tuple[Engine, Engine]) -> None:
     """Goodness of fit: top-k 10 at temperature 0.7 over the first token's logits, whose ten best
     log-probabilities the host reports."""
     device, host = engines
+    tokens_of(host, PROMPT, 1, SamplingParams(temperature=0.0))  # the draws' cache state: see the module's text
     reported = next(iter(host.generate(host.tokenize(PROMPT), 1, SamplingParams(temperature=0.0, logprobs=20))))
     assert reported.logprobs is not None
     best = reported.logprobs.top[:10]
