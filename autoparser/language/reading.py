@@ -16,7 +16,7 @@ from typing import Any
 from autoparser.analysis_data import AnalysisData
 from autoparser.language.build import Request, build_language, reasoning_cut
 from autoparser.language.interpret import LanguageReader, LanguageStream
-from autoparser.language.token_ids import ReasoningIds, encoder
+from autoparser.language.token_ids import ReasoningIds, decoder, encoder
 
 
 def analysis_data(analysis: Any) -> AnalysisData:
@@ -104,7 +104,7 @@ class Parser:
         tokenizer."""
         kept = self._ids.get(id(tokenizer))
         if kept is None or kept[0] is not tokenizer:
-            kept = self._ids[id(tokenizer)] = (tokenizer, ReasoningIds(self._cut, encoder(tokenizer)))
+            kept = self._ids[id(tokenizer)] = (tokenizer, ReasoningIds(self._cut, encoder(tokenizer), decoder(tokenizer)))
         return kept[1]
 
     def is_reasoning_end(self, token_ids: Any, tokenizer: Any) -> bool:

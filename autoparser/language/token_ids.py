@@ -6,7 +6,10 @@ them are the answer's. Both follow the parser's own reading (`build.reasoning_cu
 ends at its end marker, or at a marker that ends reasoning no end marker closed (a call's opener,
 which stays in the answer); where the output may open reasoning itself, an output that begins
 with anything but the opener has none. Markers are found as the token ids their text encodes to
-on its own, which is exact for markers that are one special token.
+on its own, which is exact for markers that are one special token. Where the start marker ends
+in its channel's word (`build.ReasoningCut.start_bounded`), a word character in the id after it
+makes it the tag alone, as the parser reads text; that needs the tokenizer's `decode` (given
+only `text -> ids`, the word is not bounded).
 
 Standard library only: the standalone module embeds it with the `Parser`.
 """
@@ -20,6 +23,7 @@ from autoparser.language.build import ReasoningCut
 from autoparser.language.request import CLOSED, OPEN
 
 Encode = Callable[[str], Sequence[int]]
+Decode = Callable[[Sequence[int]], str]
 # texts whose tokens are whitespace whatever the vocabulary: what may come before a reasoning opener
 _WHITESPACE_TEXTS = (" ", "\n", "\n\n", "\t")
 # whitespace tokens an output may write before its reasoning opener
@@ -35,6 +39,16 @@ def encoder(tokenizer: Any) -> Encode:
     if callable(tokenizer):
         return tokenizer
     raise TypeError("tokenizer must have encode(text, add_special_tokens=...) or be a function text -> ids")
+
+
+def _is_word(char: str) -> bool:
+    return char.isalnum() or char == "_"
+
+
+def decoder(tokenizer: Any) -> Decode | None:
+    """`ids -> text` from a Hugging Face style tokenizer (`decode(ids)`), None where it has none."""
+    decode = getattr(tokenizer, "decode", None)
+    return (lambda ids: decode(list(ids))) if callable(decode) else None
 
 
 def find_first(ids: Sequence[int], pattern: Sequence[int], start: int = 0) -> int:
@@ -53,7 +67,7 @@ class ReasoningIds:
 
     Every method takes the ids the model generated after the prompt, from the first."""
 
-    def __init__(self, cut: ReasoningCut, encode: Encode) -> None:
+    def __init__(self, cut: ReasoningCut, encode: Encode, decode: Decode | None = None) -> None:
         def ids(text: str) -> tuple[int, ...]:
             return tuple(int(i) for i in encode(text)) if text else ()
 
@@ -65,6 +79,8 @@ class ReasoningIds:
         self.whitespace = frozenset(i for text in _WHITESPACE_TEXTS for i in ids(text))
         self.implied = cut.implied
         self.answer_openers = tuple(p for p in (ids(m) for m in cut.answer_openers) if p)
+        # the start marker's word is no word of it where a word character follows
+        self.decode = decode if cut.start_bounded and _is_word(cut.start[-1:]) else None
 
     def is_reasoning_end(self, output_ids: Sequence[int]) -> bool:
         """Whether these ids have ended reasoning, or begun an answer with none."""
@@ -142,9 +158,20 @@ class ReasoningIds:
         marker, else its tag alone; or None."""
         begin = self._first_word(output_ids)
         for opener in (self.start, self.start_alone):
-            if opener and tuple(output_ids[begin:begin + len(opener)]) == opener:
+            if opener and tuple(output_ids[begin:begin + len(opener)]) == opener and not (
+                    opener == self.start and self._word_follows(output_ids, begin, begin + len(opener))):
                 return begin + len(opener)
         return None
+
+    def _word_follows(self, output_ids: Sequence[int], begin: int, end: int) -> bool:
+        """Whether the id after the start marker (at `begin:end`) goes on with a word character
+        (only where the marker is bounded, `decode` set, and its ids begin with its tag's, so the
+        tag alone can open the reasoning)."""
+        if self.decode is None or end >= len(output_ids) or self.start[:len(self.start_alone)] != self.start_alone:
+            return False  # a marker whose ids do not begin with its tag's is one token: it stands whole
+        marker = self.decode(output_ids[begin:end])
+        after = self.decode(output_ids[begin:end + 1])
+        return after.startswith(marker) and _is_word(after[len(marker):len(marker) + 1])
 
     def _implied(self, output_ids: Sequence[int]) -> tuple[int, int] | None:
         """Reasoning the output implied by an end marker with no opener, unless a call's opener

@@ -145,14 +145,14 @@ class ServedModel:
         """Where reasoning ends in `tokenizer`'s ids for one cut (`reasoning_cut`), as
         autoparser's parser finds it (`autoparser.language.token_ids.ReasoningIds`, what
         `Parser.reasoning_ids` gives); built once per tokenizer and cut."""
-        from autoparser.language.token_ids import ReasoningIds, encoder
+        from autoparser.language.token_ids import ReasoningIds, decoder, encoder
 
         key = (id(tokenizer), cut)
         kept = self._ids.get(key)
         if kept is None or kept[0] is not tokenizer:
             if len(self._ids) >= _ID_CACHE_SIZE:
                 self._ids.clear()
-            kept = self._ids[key] = (tokenizer, ReasoningIds(cut, encoder(tokenizer)))
+            kept = self._ids[key] = (tokenizer, ReasoningIds(cut, encoder(tokenizer), decoder(tokenizer)))
         return kept[1]
 
     def reasoning_split(self, thinking: bool | None, prompt: str | None = None,

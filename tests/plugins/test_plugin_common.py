@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from analyses import gpt_oss
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 import autoparser
@@ -255,12 +256,19 @@ def channel_decode(ids: list[int]) -> str:
     return "".join(names.get(i) or chr(i) for i in ids)
 
 
-@given(channel_pieces, st.lists(st.integers(min_value=0, max_value=200), max_size=8), st.sampled_from([OPEN, FREE]))
-def test_the_tag_alone_splits_alike_in_any_chunking_and_in_ids(parts: list[str], cuts: list[int], state: str) -> None:
+@given(channel_pieces, st.lists(st.integers(min_value=0, max_value=200), max_size=8), st.sampled_from([OPEN, FREE]),
+       st.booleans())
+@example([" ", WORDED, "a", CLOSE, "a"], [], FREE, True)
+@example([WORDED, "a", " ", OPENER], [], OPEN, True)
+def test_the_tag_alone_splits_alike_in_any_chunking_and_in_ids(parts: list[str], cuts: list[int], state: str,
+                                                               bounded: bool) -> None:
+    """Bounded, the start marker's word is no word of it where a word character follows, in
+    text and in ids alike (the ids decoded to find that character)."""
     text = "".join(parts)
-    reasoning, rest = split_by(channel_cut(state), text, [])
-    assert split_by(channel_cut(state), text, cuts) == (reasoning, rest)
-    ids = ReasoningIds(channel_cut(state), channel_encode)
+    cut = replace(channel_cut(state), start_bounded=bounded)
+    reasoning, rest = split_by(cut, text, [])
+    assert split_by(cut, text, cuts) == (reasoning, rest)
+    ids = ReasoningIds(cut, channel_encode, channel_decode)
     output = channel_encode(text)
     if ids.is_reasoning_end(output):
         assert channel_decode(ids.extract_content_ids(output)).strip() == rest.strip()
@@ -268,6 +276,28 @@ def test_the_tag_alone_splits_alike_in_any_chunking_and_in_ids(parts: list[str],
         assert not rest.strip()
     span = ids.reasoning_span(output)
     assert channel_decode(output[span[0]:span[1]] if span else []).strip() == reasoning
+
+
+def test_a_start_marker_that_is_one_token_opens_the_reasoning_whatever_follows() -> None:
+    """Where the whole start marker is one token (its ids do not begin with its tag's), the tag
+    cannot open the reasoning alone: the marker stands whole even before a word character, so an
+    engine still counts the reasoning that follows."""
+    whole = {WORDED: 2_000_000, TAG: 2_000_001, CLOSE: 2_000_002, OPENER: 1_000_003}
+    names = {v: k for k, v in whole.items()}
+
+    def encode(text: str) -> list[int]:
+        ids, at = [], 0
+        while at < len(text):
+            marker = next((m for m in whole if text.startswith(m, at)), None)
+            ids.append(whole[marker] if marker else ord(text[at]))
+            at += len(marker) if marker else 1
+        return ids
+
+    ids = ReasoningIds(replace(channel_cut(FREE), start_bounded=True), encode,
+                       lambda found: "".join(names.get(i) or chr(i) for i in found))
+    output = encode(f"{WORDED}The user asks.{CLOSE}ok")
+    assert ids.reasoning_token_count(output) == len("The user asks.")
+    assert ids.extract_content_ids(output) == encode("ok")
 
 
 def test_the_cut_takes_the_tag_alone_where_the_parser_does() -> None:
