@@ -22,6 +22,7 @@ Usage::
 
     python tools/bench_decode.py [--model M.gguf | --shape tiny|aligned|medium [--vocab-size N]] [--sizes 1,2,4,8]
                                  [--flash-attn -1|0|1] [--n-gpu-layers N] [--device-sampling auto|on|off]
+                                 [--generations 1,4]
 """
 
 from __future__ import annotations
@@ -140,7 +141,8 @@ def engine_steps(model: Path, args: argparse.Namespace) -> None:
     llama_cpp.llama_decode = timed_decode
     sampling = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0}
     try:
-        with Engine(str(model), n_ctx=args.n_ctx, n_threads=1, n_parallel=4, n_gpu_layers=args.n_gpu_layers,
+        with Engine(str(model), n_ctx=args.n_ctx, n_threads=1, n_parallel=max(4, *args.generations),
+                    n_gpu_layers=args.n_gpu_layers,
                     device_sampling=DEVICE_SAMPLING[args.device_sampling]) as engine:
             print(f"Engine: sampling {'inside llama_decode' if engine.device_sampling else 'on the host'}", flush=True)
             # the engine's one-time tables (tokens that would break UTF-8 after each kind of
@@ -153,9 +155,9 @@ def engine_steps(model: Path, args: argparse.Namespace) -> None:
             for generation in warm_up:
                 generation.close()
             engine.prepare_utf8_tables()
-            for size in (1, 4):
-                total = in_decode = 0.0
-                tokens = 0
+            for size in args.generations:
+                total = in_decode = wall = 0.0
+                tokens = steps = 0
                 for rep in range(args.reps):
                     generations = [engine.new_generation(
                         engine.tokenize(f"<｜User｜>Request {rep * 10 + i}: say something about rain.<｜Assistant｜>"),
@@ -163,15 +165,18 @@ def engine_steps(model: Path, args: argparse.Namespace) -> None:
                         for i in range(size)]
                     engine.step(generations)  # the prompts
                     spent[0] = 0.0
-                    start = time.thread_time()
+                    start, wall_start = time.thread_time(), time.perf_counter()
                     while not all(g.finished for g in generations):
                         tokens += sum(token is not None for token in engine.step(generations))
+                        steps += 1
                     total += time.thread_time() - start
+                    wall += time.perf_counter() - wall_start
                     in_decode += spent[0]
                     for generation in generations:
                         generation.close()
                 print(f"Engine.step, {size} generation(s): {1e6 * total / tokens:6.1f} us CPU a token "
-                      f"(llama_decode {1e6 * in_decode / tokens:6.1f}, the rest {1e6 * (total - in_decode) / tokens:6.1f})",
+                      f"(llama_decode {1e6 * in_decode / tokens:6.1f}, the rest {1e6 * (total - in_decode) / tokens:6.1f}), "
+                      f"wall {1e6 * wall / steps:7.1f} us a step",
                       flush=True)
     finally:
         llama_cpp.llama_decode = decode
@@ -194,6 +199,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--idle-tokens", type=int, default=0,
                         help=f"tokens cached in each of {IDLE_SEQUENCES} sequences outside the batch")
     parser.add_argument("--skip-engine", action="store_true", help="only llama_decode alone")
+    parser.add_argument("--generations", default="1,4",
+                        help="generations stepped together by the engine (default 1,4; on a GPU compare each "
+                             "step's wall time with llama_decode alone at as many sequences)")
     parser.add_argument("--device-sampling", choices=sorted(DEVICE_SAMPLING), default="auto",
                         help="the engine's sampling inside llama_decode (default auto: with a GPU)")
     parser.add_argument("--decode-stand-in", choices=("none", "noop", "sweep"), default="none",
@@ -202,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
                              "swept caches (the tokens then repeat the last real ones)")
     args = parser.parse_args(argv)
     args.sizes = [int(s) for s in args.sizes.split(",")]
+    args.generations = [int(s) for s in args.generations.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
         model = Path(args.model) if args.model else tiny_model(Path(tmp), args.shape, args.vocab_size)
         print(f"model: {model.name}, prompt {args.prompt} tokens, {args.steps} steps, {args.reps} repetitions, "
