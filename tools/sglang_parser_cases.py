@@ -716,8 +716,33 @@ def _unwritten_markers(outcome: Any) -> str:
             "it loads does)")
 
 
+@functools.cache
+def _source(spec: str) -> str:
+    path = template_path(spec) if spec else None
+    return path.read_text(encoding="utf-8") if path is not None and path.is_file() else ""
+
+
+def writing_template(case: Any, family_templates: set[str]) -> str:
+    """The case's template; or, where its output writes a marker that template's source never
+    writes and another template of its family writes every marker of the output, that one (the
+    detector serves both layouts: Mistral's compact `[TOOL_CALLS]name[ARGS]{…}`, which Devstral's
+    template writes, beside Nemo's JSON array)."""
+    tags = set(TAG.findall(case.model_output))
+    if all(tag in _source(case.template) for tag in tags):
+        return case.template
+    others = sorted(family_templates - {case.template})
+    return next((o for o in others if all(tag in _source(o) for tag in tags)), case.template)
+
+
 def score(cases: list[SglangCase]) -> list[Any]:
-    """Each case run against its template's analysis; the shared causes name the peer these come from."""
+    """Each case run against its template's analysis (the one of its family that writes its
+    markers); the shared causes name the peer these come from."""
+    by_family: dict[str, set[str]] = collections.defaultdict(set)
+    for case in cases:
+        if case.template:
+            by_family[case.family].add(case.template)
+    for case in cases:
+        case.template = writing_template(case, by_family[case.family])
     outcomes = run_all(cases, eos_tokens=EOS_TOKENS)
     for outcome in outcomes:
         if _held_back_midstream(outcome):
