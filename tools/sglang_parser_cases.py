@@ -44,6 +44,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # tools/ is scripts, n
 import vllm_reasoning_cases as reasoning_tool  # noqa: E402
 from vllm_parser_cases import (  # noqa: E402
     DEBATABLE_NAME,
+    TAG,
+    TEMPLATE_LACKS_IT,
     Asserted,
     Case,
     Unresolvable,
@@ -688,14 +690,67 @@ def _cut_off_midstream(outcome: Any) -> bool:
 CALL_CAUSES = ("no calls read", "call count differs", "name/args differ")
 
 
+def _respelled_markers(outcome: Any) -> list[tuple[str, str]]:
+    """Each tag of a case's output that the template writes only with more inside its brackets
+    (`<tool_call>` where it writes `<tool_call:opensource>`), with the template's spelling."""
+    opens, closes = _call_markers(outcome.case.template)
+    spelled = [m for m in opens + closes if m.endswith(">")]
+    pairs = []
+    for tag in dict.fromkeys(TAG.findall(outcome.case.model_output)):
+        longer = [m for m in spelled if m != tag and m.startswith(tag[:-1]) and not m[len(tag) - 1].isalnum()]
+        if longer:
+            pairs.append((tag, longer[0]))
+    return pairs
+
+
+def _unwritten_markers(outcome: Any) -> str:
+    """The debatable cause of a case whose output writes the template's call markers spelled
+    otherwise: SGLang's detector takes their spelling from the tokenizer's vocabulary, and its test
+    writes a release's spelling the template never writes, so the test measures another template.
+    "" where the case is none such."""
+    pairs = _respelled_markers(outcome) if outcome.cause == TEMPLATE_LACKS_IT else []
+    if not pairs:
+        return ""
+    shown = ", ".join(f"`{tag}` for `{marker}`" for tag, marker in pairs[:2])
+    return (f"debatable: {TEMPLATE_LACKS_IT} ({shown}: its detector spells them as the tokenizer "
+            "it loads does)")
+
+
+@functools.cache
+def _source(spec: str) -> str:
+    path = template_path(spec) if spec else None
+    return path.read_text(encoding="utf-8") if path is not None and path.is_file() else ""
+
+
+def writing_template(case: Any, family_templates: set[str]) -> str:
+    """The case's template; or, where its output writes a marker that template's source never
+    writes and another template of its family writes every marker of the output, that one (the
+    detector serves both layouts: Mistral's compact `[TOOL_CALLS]name[ARGS]{…}`, which Devstral's
+    template writes, beside Nemo's JSON array)."""
+    tags = set(TAG.findall(case.model_output))
+    if all(tag in _source(case.template) for tag in tags):
+        return case.template
+    others = sorted(family_templates - {case.template})
+    return next((o for o in others if all(tag in _source(o) for tag in tags)), case.template)
+
+
 def score(cases: list[SglangCase]) -> list[Any]:
-    """Each case run against its template's analysis; the shared causes name the peer these come from."""
+    """Each case run against its template's analysis (the one of its family that writes its
+    markers); the shared causes name the peer these come from."""
+    by_family: dict[str, set[str]] = collections.defaultdict(set)
+    for case in cases:
+        if case.template:
+            by_family[case.family].add(case.template)
+    for case in cases:
+        case.template = writing_template(case, by_family[case.family])
     outcomes = run_all(cases, eos_tokens=EOS_TOKENS)
     for outcome in outcomes:
         if _held_back_midstream(outcome):
             outcome.cause = "debatable: SGLang states the stream before it ends (what it holds back)"
         elif _cut_off_midstream(outcome):
             outcome.cause = "debatable: SGLang states a stream cut off inside a call (the finished message differs)"
+        elif unwritten := _unwritten_markers(outcome):
+            outcome.cause = unwritten
         outcome.cause = outcome.cause.replace("vLLM", "SGLang")
     return outcomes
 

@@ -599,7 +599,30 @@ class _Reading(_Reasoning, _Messages, _Builder):
             options.append(Rule("call-unopened", seq(call, self.call_closing())))
         if self.opener_before_list():
             options.append(self.listed_calls(lazy_start))
+        if self.section_lists_calls():
+            options.append(self.json_listed_calls(lazy_start))
         return choice(*options)
+
+    def section_lists_calls(self) -> bool:
+        """Whether the template writes its calls, not as JSON, as the elements of one list whose
+        brackets end the section's opener and begin its closer (`<|x|>[f(a=1), g()]<|/x|>`): a
+        model may then write those elements as JSON call objects."""
+        t = self.t
+        return (t.format != "json" and not t.call_start.strip() and core(t.section_start).endswith("[")
+                and core(t.section_end).startswith("]") and not is_weak(core(t.section_start)))
+
+    def json_listed_calls(self, lazy_start: bool) -> Node:
+        """The section with its list's elements written as JSON call objects
+        (`<|x|>[{"name": "f", "arguments": {…}}, …]<|/x|>`), the arguments under either key a
+        JSON call's arguments are read by."""
+        t = self.t
+        w = Gap(JSON_SPACE)
+        call = Rule("call", choice(*[Rule(f"{tool_name(tool)}-call-json",
+                                          self.json_call(tool_name(tool), tool_function(tool).get("parameters")))
+                                     for tool in self.tools]), CALL)
+        opener = self.marker(t.section_start.lstrip() if lazy_start else t.section_start, spelled=lazy_start)
+        more = Repeat(Rule("call-next", seq(w, Lit(","), w, call), NEXT_CALL)) if self.parallel else EMPTY
+        return Rule("tool-calls-json", seq(opener, w, call, more, w, self.section_closing()), SECTION)
 
     def opener_before_list(self) -> bool:
         """Whether each JSON call has an opener of its own and no section holds them: a model may

@@ -8,6 +8,7 @@ the style of those tests. The pass count is a floor: an analysis change may rais
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -16,9 +17,9 @@ from corpora import llamacpp_templates, shared_templates, tool_module
 
 tool = tool_module("sglang_parser_cases")
 
-# Passing cases: 135 of the 174 whose family has a template, 135 of 157 once the 17 debatable failures
+# Passing cases: 139 of the 174 whose family has a template, 139 of 144 once the 30 debatable failures
 # are set aside. Raise it when the analysis improves; the failures are listed when it drops.
-PASS_FLOOR = 135
+PASS_FLOOR = 139
 # Passing reasoning cases: 17 of the 23 whose family has a template, 17 of 18 without the debatable.
 REASONING_PASS_FLOOR = 17
 
@@ -214,3 +215,29 @@ def test_sglang_reasoning_expectations_do_not_regress() -> None:
     if passed < REASONING_PASS_FLOOR:
         pytest.fail(f"{passed} SGLang reasoning expectations pass, below the floor of {REASONING_PASS_FLOOR}:\n"
                     f"{failing}")
+
+
+def test_markers_spelled_as_another_release_writes_them_are_debatable() -> None:
+    """SGLang's Hy3 tests write the markers bare (`<tool_call>`); the template writes them with a
+    suffix (`<tool_call:opensource>`): those cases are debatable, and each passes once its output
+    spells the markers as the template does."""
+    llamacpp_templates()
+    cases = [c for c in tool.load_fixture()[0] if c.family == "hunyuan"]
+    failing = [o for o in tool.score(cases) if o.status == "fail"]
+    assert failing and all(o.debatable and "`<tool_call>` for `<tool_call:opensource>`" in o.cause for o in failing)
+    bare = re.compile(r"<(/?)(tool_calls|tool_call|tool_sep|arg_key|arg_value)>")
+    for case in cases:
+        case.model_output = bare.sub(r"<\1\2:opensource>", case.model_output)
+        case.chunks = [bare.sub(r"<\1\2:opensource>", c) for c in case.chunks] if case.chunks else case.chunks
+    assert [o.case.id for o in tool.score(cases) if o.status != "pass"] == []
+
+
+def test_a_case_is_scored_on_the_template_of_its_family_that_writes_its_markers() -> None:
+    """SGLang's Mistral detector reads Nemo's JSON array and the compact `[TOOL_CALLS]name[ARGS]{…}`
+    alike: a case that writes `[ARGS]`, which Nemo's template never writes, is scored on Devstral's."""
+    llamacpp_templates()
+    cases = [c for c in tool.load_fixture()[0] if c.family == "mistral"]
+    family = {c.template for c in cases}
+    chosen = {c.model_output: tool.writing_template(c, family) for c in cases}
+    assert all(("[ARGS]" in output) == ("Devstral" in template) for output, template in chosen.items())
+    assert any("Nemo" in template for template in chosen.values())
