@@ -384,15 +384,16 @@ def test_a_member_ends_where_the_character_after_it_decides_wherever_the_chunks_
 
 
 @pytest.mark.parametrize("value", ["3", "12345678901234567890", "True", "None", "x"])
-@pytest.mark.parametrize("after", [")", ")\n```\n<|tool_call_end|>", ")\n)\n```\n<|tool_call_end|>"])
+@pytest.mark.parametrize("after", [")", ")\n```\n<|tool_call_end|>", ")\n)\n```\n<|tool_call_end|>", " <|im_end|> more"])
 def test_a_call_whose_bare_value_its_end_marker_never_confirmed_is_its_text_whole(value: str, after: str) -> None:
     """MiniCPM3's `name(key=value)`: a call whose last value is a bare word is a call only once a
     marker that is no punctuation follows it (in `days=f(3))` the first `)` is the value's). Where
     the call's `)` came twice, the language was read whole up to the second (its section's end
     marker optional) and the trailer failed there: the call was withdrawn, but the text from the
-    section's opener to the failure was dropped with the trailer's own text. A withdrawn call of
-    the section a reading read whole is text, the section's opener too: nothing lost, one message
-    however the output is cut."""
+    section's opener to the failure was dropped with the trailer's own text (so too where text
+    follows the end of turn: `get_weather(days=3) <|im_end|> more` was `Hi. more`). A withdrawn
+    call of the section a reading read whole is text, the section's opener too: nothing lost, one
+    message however the output is cut."""
     analysis = analyses.minicpm3_kwargs()
     parser = Parser(analysis, tools=WEATHER_TOOLS)
     text = f"Hi.<|tool_call_start|>\n```python\nget_weather(days={value}){after}"
