@@ -74,11 +74,15 @@ def left_out(text: str, message: dict[str, Any], patterns: Sequence[str],
     return ""
 
 
+ESCAPE_CUT = re.compile(r"(?<!\\)(?:\\\\)*\\\Z")  # an odd run of backslashes at the end: an escape cut in two
+
+
 def losses_at_every_cut(output: str, parse: Callable[[str], dict[str, Any]], patterns: Sequence[str],
                         array: bool = False) -> list[tuple[str, str, dict[str, Any]]]:
     """(prefix, what it lost, its message) for each prefix of `output` that loses text: the text
     after the earliest prefix returning the same calls is not all in the reasoning and content
-    (the bracket that closes an `array` of calls aside)."""
+    (the bracket that closes an `array` of calls aside). A value cut inside an escape (`"a\\`)
+    keeps its backslash, as `_call_spelled` counts it: the value's, not lost and not text."""
     first_with: dict[tuple, tuple[int, dict[str, Any]]] = {}
     losses = []
     for end in range(len(output) + 1):
@@ -86,6 +90,10 @@ def losses_at_every_cut(output: str, parse: Callable[[str], dict[str, Any]], pat
         since, earlier = first_with.setdefault(calls_of(message), (end, message))
         written = output[since:end]
         if message["tool_calls"] and message["tool_calls"][-1].get("incomplete"):
+            if ESCAPE_CUT.search(output[:since]) and written.startswith("\\"):
+                # the earlier prefix ended inside an escape (`"a\`), whose backslash the value
+                # shows already (`a\`): the `\` that completes it (`"a\\`) leaves the value so
+                written = written[1:]
             # the quotes and brackets that close the value the call was last given are its syntax
             written = re.sub(r"^[\s\"')\]}]+", "", written)
         elif message["tool_calls"] and array:

@@ -193,10 +193,12 @@ class _Recovery:
             unopened = at < len(best.events)
             best.events = best.events[:at + 1] if unopened else best.events
         opened = best.call.started and not unopened
-        # a call the output ended inside (its end-of-turn text aside) is cut off; one that broke
-        # before the end, which recovery from a failed reading meets at the end, is not: the
-        # language is read again after it, as where the failure is met earlier
-        cut_at_end = self.buf[_reach(best, self.buf):].strip() in ("", *self.reader.end_of_turn)
+        # a call the output ended inside (its end-of-turn text aside, or the beginning of one: a
+        # value ends before a marker cut off) is cut off; one that broke before the end, which
+        # recovery from a failed reading meets at the end, is not: the language is read again
+        # after it, as where the failure is met earlier
+        after = self.buf[_reach(best, self.buf):].strip()
+        cut_at_end = any(end.startswith(after) for end in ("", *self.reader.end_of_turn))
         if self.finished and best.role == ir.ARGUMENTS and opened and cut_at_end:
             self._cut_off(best)  # cut off inside arguments that had begun (else the call is text)
             self.fallback = True
@@ -207,7 +209,9 @@ class _Recovery:
         section = best.section_at
         # the section holds no call that stays one: none began, or the first is withdrawn
         holds_none = best.section_open or (best.call.started and not opened and best.first_in_section)
-        if section is not None and holds_none and _below(best.stack, section[1]):
+        # a reading that read the language whole (`_Trailer`) withdraws a call of its last section
+        read_whole = best.head.__class__ is _Trailer
+        if section is not None and holds_none and (read_whole or _below(best.stack, section[1])):
             # a section that holds no call is text, its opener and the text read inside it too
             events = [e for e in events if e[-1] <= section[0] + self.offset[0]]
         else:
@@ -222,7 +226,8 @@ class _Recovery:
         # after a call read whole, the markers that close it are no text (whitespace before the
         # failure is); else the part begun is text
         cut = min(best.mark, best.pos)
-        if unopened and best.call.done:
+        withdrawn = unopened and best.call.done
+        if withdrawn:
             cut = max(self.safe, best.call_from)  # a call read whole but withdrawn: its text is content
         elif best.call.done and opened and inside and not id_unwritten:
             cut = best.pos
@@ -241,7 +246,7 @@ class _Recovery:
         # (where a call broke off at a place a call may begin again, from that place)
         again = best.pos > self.safe or not self.buf or best.resync_at >= 0 or (rest is not None and len(rest) == 1)
         failed = best.pos if again else self.safe + 1
-        if best.head.__class__ is _Trailer and best.pos > self.safe:
+        if read_whole and best.pos > self.safe and not withdrawn:
             self.safe = failed  # the language was read whole: what follows is read again
         self.out.add_content(self.buf[self.safe:failed])
         self.safe = failed

@@ -381,3 +381,47 @@ def test_a_member_ends_where_the_character_after_it_decides_wherever_the_chunks_
 
     losses = losses_at_every_cut(text, parse, marker_patterns(analysis))
     assert not losses, losses[0]
+
+
+@pytest.mark.parametrize("value", ["3", "12345678901234567890", "True", "None", "x"])
+@pytest.mark.parametrize("after", [")", ")\n```\n<|tool_call_end|>", ")\n)\n```\n<|tool_call_end|>", " <|im_end|> more"])
+def test_a_call_whose_bare_value_its_end_marker_never_confirmed_is_its_text_whole(value: str, after: str) -> None:
+    """MiniCPM3's `name(key=value)`: a call whose last value is a bare word is a call only once a
+    marker that is no punctuation follows it (in `days=f(3))` the first `)` is the value's). Where
+    the call's `)` came twice, the language was read whole up to the second (its section's end
+    marker optional) and the trailer failed there: the call was withdrawn, but the text from the
+    section's opener to the failure was dropped with the trailer's own text (so too where text
+    follows the end of turn: `get_weather(days=3) <|im_end|> more` was `Hi. more`). A withdrawn
+    call of the section a reading read whole is text, the section's opener too: nothing lost, one
+    message however the output is cut."""
+    analysis = analyses.minicpm3_kwargs()
+    parser = Parser(analysis, tools=WEATHER_TOOLS)
+    text = f"Hi.<|tool_call_start|>\n```python\nget_weather(days={value}){after}"
+    whole = _agrees_whole_and_streamed(parser, text)
+    assert whole["tool_calls"] == [] and whole["content"] == text
+
+    def parse(written: str) -> dict:
+        return _agrees_whole_and_streamed(parser, written)
+
+    losses = losses_at_every_cut(text, parse, marker_patterns(analysis))
+    assert not losses, losses[0]
+
+
+@pytest.mark.parametrize("key", ["city", "query"])
+def test_a_value_cut_inside_the_end_of_turn_marker_keeps_its_text(key: str) -> None:
+    """MiniCPM5's `<param name="key">value</param>`: a value the output ended inside, then the
+    beginning of the end-of-turn marker (`Paris<|im_`). The value ends before the marker cut off,
+    its call is cut off (incomplete, the value kept), and what was written of the marker is
+    content, whether the schema names the key (its value streams as it is read) or not (an extra
+    member, held until it ends: it was dropped, the failed reading's cut-off mark already past
+    it); one message however the output is cut."""
+    path = next(p for p in llamacpp_templates() if p.name == "openbmb-MiniCPM5-1B.jinja")
+    analysis = autoparser.load(str(path))
+    parser = analysis.parser(tools=WEATHER_TOOLS, thinking=True)
+    head = f'<think>\nHm.</think>\nHi.<function name="get_weather"><param name="{key}">Paris'
+    for end in range(len("<|im_end|>")):
+        text = head + "<|im_end|>"[:end]
+        whole = _agrees_whole_and_streamed(parser, text)
+        [call] = whole["tool_calls"]
+        assert call["function"]["arguments"] == f'{{"{key}": "Paris"}}' and call.get("incomplete"), text
+        assert whole["content"] == "Hi." + "<|im_end|>"[:end], text

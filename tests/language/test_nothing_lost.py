@@ -329,6 +329,22 @@ def test_json_arguments_cut_anywhere_lose_nothing(family: str) -> None:
         assert not lost_letters(analysis, text[:cut], message), (text[:cut], message)
 
 
+@pytest.mark.parametrize("family", ["hermes", "mistral_array", "deepseek_r1", "kimi_k2", "gpt_oss", "minicpm3_kwargs",
+                                    "lfm2_python", "qwen3_coder"])
+def test_a_value_cut_inside_an_escape_keeps_its_backslash(family: str) -> None:
+    """A string value cut right after a backslash (`"C:\\`, the escape cut in two): the value keeps
+    the backslash as written (the call is incomplete), so that the one that completes the escape
+    (`"C:\\\\`) leaves the value as it was; nothing written is lost at any cut or shown twice
+    (`unplaced`: the backslash is the value's, not text), streamed one character at a time as
+    whole."""
+    analysis = getattr(analyses, family)()
+    text = analyses.render_output(analysis, None, "Hi.", [("get_weather", {"city": "C:\\x"})], stop=False)
+    lone = text.index("\\") + 1
+    [call] = analyses.parse(analysis, text[:lone])["tool_calls"]
+    assert json.loads(call["function"]["arguments"]) == {"city": "C:\\"} and call.get("incomplete")
+    _nothing_lost_or_twice(analysis, text, lambda written: analyses.parse(analysis, written))
+
+
 @pytest.mark.parametrize("tools", [TOOLS, None], ids=["named", "unnamed"])
 @pytest.mark.parametrize("family", FAMILIES)
 def test_two_arguments_cut_anywhere_lose_nothing(family: str, tools) -> None:
