@@ -19,8 +19,10 @@ tool = tool_module("sglang_parser_cases")
 # Passing cases: 135 of the 174 whose family has a template, 135 of 157 once the 17 debatable failures
 # are set aside. Raise it when the analysis improves; the failures are listed when it drops.
 PASS_FLOOR = 135
-# Passing reasoning cases: 17 of the 23 whose family has a template, 17 of 18 without the debatable.
-REASONING_PASS_FLOOR = 17
+# Passing reasoning cases: 16 of the 23 whose family has a template, 16 of 18 without the debatable
+# (Hunyuan's broken call in reasoning no end marker has closed is that reasoning's text: the README's
+# "Streaming policy" says why).
+REASONING_PASS_FLOOR = 16
 
 MODULE = '''
 import json
