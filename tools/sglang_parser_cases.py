@@ -771,10 +771,12 @@ def _unclosed_call_markup(outcome: Any) -> bool:
     """A reasoning case whose answer holds call markup that never closes (`<tool_call>first tool`,
     no `</tool_call>` anywhere): SGLang's reasoning parser passes it on as text for a tool parser;
     here calls are read in the same pass, and a call that broke keeps what it read, the rest
-    being content (the `nothing-lost` rule), so the answer differs."""
+    being content, or, in reasoning no end marker has closed, is that reasoning's text (the
+    `nothing-lost` rule), so the answer differs."""
     opens, closes = _call_markers(outcome.case.template)
     content = outcome.case.expected.get("content") or ""
-    return (outcome.status == "fail" and bool(outcome.got.get("tool_calls")) and bool(closes)
+    read = bool(outcome.got.get("tool_calls")) or any(m in (outcome.got.get("reasoning_content") or "") for m in opens)
+    return (outcome.status == "fail" and read and bool(closes)
             and any(m in content for m in opens) and not any(m in outcome.case.model_output for m in closes))
 
 
@@ -784,7 +786,8 @@ def score_reasoning(cases: list[SglangReasoningCase]) -> list[Any]:
     outcomes = run_all(cases, reasoning_tool.run_case, eos_tokens=EOS_TOKENS)
     for outcome in outcomes:
         if _unclosed_call_markup(outcome):
-            outcome.cause = "debatable: SGLang passes call markup that never closes on as text (read here as a broken call)"
+            outcome.cause = ("debatable: SGLang passes call markup that never closes on as text (read here as a broken call, "
+                             "or as the text of reasoning no end marker has closed)")
         outcome.cause = outcome.cause.replace("vLLM", "SGLang")
     return outcomes
 

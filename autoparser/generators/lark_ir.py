@@ -139,6 +139,10 @@ class _Writer:
             name = self.shared(node, lambda: self.new("r", self.write(node.body) or "_empty"))
             if node.kind in (ir.NEXT_CALL, ir.MARKUP):
                 self.priorities[name] = 1  # a separator between calls, or a marker, as markup, not as content
+            elif node.kind == ir.AS_TEXT:
+                # markers read as text where the reading of them as structure broke: ranked below
+                # the reading of them as a call (whose text this one captures as reasoning twice)
+                self.priorities[name] = -4
             return name
         raise TypeError(f"no Lark form for {type(node).__name__}")
 

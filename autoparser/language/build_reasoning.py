@@ -9,6 +9,7 @@ from dataclasses import replace
 from autoparser.language.build_generation import CALL_FORMATS, FIRST_TAG
 from autoparser.language.build_tools import tool_name
 from autoparser.language.ir import (
+    AS_TEXT,
     CONTENT,
     EMPTY,
     MARKUP,
@@ -121,18 +122,37 @@ class _Reasoning:
         inside = [seq(closed, self.marker(end), body)]
         if self.forced:
             inside += self.answer_ends_reasoning(body, repeated, word)
+        as_text = (self.calls_opener(),)
         if interrupts:
-            inside.append(seq(self.reasoning_text(*interrupts, repeated=repeated, not_first=unworded),
-                              self.after_interrupt(section, end)))
+            inside += self.reasoning_then(interrupts, as_text, self.after_interrupt(section, end), section,
+                                          repeated, unworded)
         else:
             inside.append(self.reasoning_text(repeated=repeated, not_first=unworded))
         unopened = self.call_opener_alone()
         if unopened and section is not None and not self.in_messages():
             # a call whose section opener was left out ends the reasoning only where a call follows
-            inside.append(seq(self.reasoning_text(*interrupts, unopened, repeated=repeated,
-                                                  not_first=unworded),
-                              self.calls_then_text(section, end)))
+            calls = self.calls_then_text(section, end)
+            inside += self.reasoning_then((*interrupts, unopened), (*as_text, unopened), calls, section,
+                                          repeated, unworded)
         return inside
+
+    def reasoning_then(self, stops: tuple[str, ...], openers: tuple[str, ...], then: Node, section: Node | None,
+                       repeated: bool, not_first: tuple[str, ...]) -> list[Node]:
+        """Reasoning that no end marker closes, up to `stops`, then `then` (what one of them
+        begins); and where calls may begin at `openers` (those of `stops` that open calls),
+        reasoning that reads on past them as its text, any number of times, before `then`: a
+        call that breaks in reasoning no end marker has closed is that reasoning's text (policy
+        rule `nothing-lost`), so this reading is left where the reading of the call breaks. Only
+        after reasoning text: an output that opens the calls at once holds no reasoning."""
+        text = self.reasoning_text(*stops, repeated=repeated, not_first=not_first)
+        openers = tuple(m for m in openers if m in stops) if section is not None else ()
+        if not openers:
+            return [seq(text, then)]
+        opened = self.reasoning_text(*stops, repeated=repeated, not_first=not_first, nonempty=True)
+        again = self.reasoning_text(*stops, repeated=True)
+        markers = choice(*[self.marker(m) for m in openers])
+        as_text = Repeat(Rule("call-as-reasoning", seq(Capture(REASONING, markers), again), AS_TEXT), 1)
+        return [seq(text, then), seq(opened, as_text, then)]
 
     def interrupts(self) -> tuple[str, ...]:
         """What ends reasoning that no end marker closes: the opener of the tool calls and the
@@ -205,13 +225,14 @@ class _Reasoning:
     def reads_reasoning(self) -> bool:
         return self.r.mode != "none" and bool(self.r.end.strip()) and self.start != CLOSED
 
-    def reasoning_text(self, *also_stop: str, repeated: bool = False, not_first: tuple[str, ...] = ()) -> Node:
+    def reasoning_text(self, *also_stop: str, repeated: bool = False, not_first: tuple[str, ...] = (),
+                       nonempty: bool = False) -> Node:
         """Reasoning up to its end marker or `also_stop`. Where the prompt opened reasoning, a
         start marker the model repeats first is markup, unless it already did (`repeated`);
-        `not_first`: markers it does not begin with either."""
+        `not_first`: markers it does not begin with either; `nonempty`: none that is no text."""
         stops = (self.r.end.strip(), *self.stop, *also_stop)
         first = tuple(m for m in (self.r.start, self.bare_opener) if m) if self.forced and not repeated else ()
-        return Capture(REASONING, Text(stops, hint="reasoning", not_first=(*first, *not_first),
+        return Capture(REASONING, Text(stops, hint="reasoning", nonempty=nonempty, not_first=(*first, *not_first),
                                        bounded=bool(self.bare_opener)))
 
     def marker(self, text: str, spelled: bool = False) -> Node:

@@ -366,6 +366,9 @@ class LanguageStream(_Commits, _Passes, _Recovery, _Stepping):
         self.aside_len = 0
         # the arguments read in this pass, (where they began, where they ended) as absolute positions
         self.spans: list[tuple[int, float]] = []
+        # where calls read whole after reasoning text end (absolute), until every reading is past
+        # the hold-back bound after them (`passes._not_reasoning_over`)
+        self.call_ends: set[int] = set()
         # while every reading waits inside free text of one role with nothing held: where a
         # chunk may stop being plain text, and the texts' marker sets (`_plain_end`), for `_feed`'s text path
         self.plain: Plain | None = None
@@ -635,9 +638,9 @@ class LanguageStream(_Commits, _Passes, _Recovery, _Stepping):
         dead = self.dead
         if dead is not None and all(t.calls_read >= dead[0].calls_read and _origin(t) > dead[0].pos
                                     for t in self.threads) and self._dead_pending() is None:
-            # every living reading got further: whichever fails next replaces it. One that would
-            # still lose to it at the end (reasoning read past a broken call) does not: the text
-            # it holds back is undecided (`_failed_reading_wins`)
+            # every living reading got further: whichever fails next replaces it. One recovery
+            # would still go on from (a living reading read past where it broke) stays, so a
+            # trimmed stream recovers as the whole parse does
             self.dead = None
         low = min(t.pos for t in self.threads)
         if low <= 0 or (low <= 4096 and low * 2 <= len(self.buf)):

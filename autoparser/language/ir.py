@@ -48,6 +48,9 @@ ROLES = (REASONING, CONTENT, TOOL_NAME, ARGUMENTS, CALL_ID)
 SECTION, CALL, NEXT_CALL, MEMBER = "section", "call", "next-call", "member"
 # a marker read as markup where a text beside it could also hold it (the reading prefers it)
 MARKUP = "markup"
+# markers read as the text of the role around them, a reading kept where the one that reads them
+# as structure breaks (it ranks below any other)
+AS_TEXT = "as-text"
 
 
 @dataclass(frozen=True)
@@ -267,7 +270,7 @@ class Capture:
 @dataclass(frozen=True)
 class Rule:
     """A named part. `kind` says what it is to every backend (`SECTION`, `CALL`, `MEMBER`, `MARKUP`,
-    or "" for a name only); a member's `key` is the argument it holds (None: any key)."""
+    `AS_TEXT`, or "" for a name only); a member's `key` is the argument it holds (None: any key)."""
 
     name: str
     body: Node

@@ -11,7 +11,10 @@ from __future__ import annotations
 from bisect import bisect_right
 from typing import Any
 
+from autoparser.language import ir
+from autoparser.language.policy import HOLD_BOUND
 from autoparser.language.preference import (
+    _broke_in_calls,
     _chosen,
     _content_only,
     _past_whole_call,
@@ -20,7 +23,7 @@ from autoparser.language.preference import (
     _whole_awaiting_id,
 )
 from autoparser.language.readings import OPENS, _same_stack, _Thread
-from autoparser.language.terminals import _Trailer
+from autoparser.language.terminals import _Text, _Trailer
 
 
 def _twin(entry: list[Any], alike: list[list[Any]]) -> list[Any] | None:
@@ -99,12 +102,30 @@ def _covered(spans: list[tuple[int, float]]) -> tuple[list[int], list[float]]:
     return starts, ends
 
 
+def _not_reasoning_over(call_ends: set[int], threads: list[_Thread]) -> list[_Thread]:
+    """The readings, less those that read as reasoning text the `HOLD_BOUND` characters after
+    the end of a call another reading read whole after reasoning (`call_ends`): a call read whole
+    in reasoning no end marker has closed ends that reasoning (policy rule `nothing-lost`), decided
+    once the text after it has gone on that far without the end marker (which, coming sooner,
+    makes the call the reasoning's text), so the text after the call is held no longer."""
+    return [t for t in threads if not any(_reasoning_at(t, at + HOLD_BOUND) for at in call_ends)]
+
+
+def _reasoning_at(t: _Thread, at: int) -> bool:
+    """Whether the reading read reasoning text across `at` (absolute), or is reading it there."""
+    head = t.head
+    if t.role == ir.REASONING and head.__class__ is _Text and head.start + t.offset[0] < at <= t.pos + t.offset[0]:
+        return True
+    return any(e[0] == ir.REASONING and e[2] - len(e[1]) < at <= e[2] for e in t.events)
+
+
 class _Passes:
     """The pass of `interpret.LanguageStream` (`_run_all`), with what it decides."""
 
     threads: list[_Thread]
     spans: list[tuple[int, float]]
     dead: tuple[_Thread, int] | None
+    call_ends: set[int]
     emitted: int
     offset: list[int]
 
@@ -118,12 +139,30 @@ class _Passes:
         pending = dead[0].events[max(self.emitted - dead[1], 0):]  # a call that went out is the text reading's too
         return any(e[0] == OPENS for e in pending) or _whole_awaiting_id(dead[0])
 
+    def _calls_over_reasoning(self, best: _Thread) -> bool:
+        """Whether the failed reading recovery would go on from ended reasoning that no end
+        marker closed where calls began, and read more calls whole than `best`, a complete
+        reading whose last event is that reasoning's text, or was cut off inside a call by the
+        end of the output (policy rule `cut-off-calls`): a call that reads well ends such
+        reasoning, as where `best` failed at the end too (`_ended_reasoning_at_calls`). (A call
+        that broke before the end is the reasoning's text: the reading of it as a call failed
+        earlier, without a call read whole.)"""
+        dead = self.dead
+        if dead is None or self.emitted < dead[1] or not best.events or best.events[-1][0] != ir.REASONING:
+            return False
+        t = dead[0]
+        if t.calls_read > best.calls_read and _broke_in_calls(t):
+            return True
+        return dead[1] == self.emitted and self._cut_off_in_calls(t)
+
     def _run_all(self, final: bool) -> list[_Thread]:
         """Every reading read on as far as the text goes; those still alive, in order."""
         self.spans = []
         threads = self.threads
         if not threads:
             return []
+        if self.call_ends:
+            self._forget_call_ends(threads)
         todo = list(reversed(threads))
         t = todo.pop()
         result = self._run(t, final)
@@ -140,17 +179,25 @@ class _Passes:
             todo = self._revived(waiting, failed, forks, pruned)
         in_order = waiting
         waiting, failed = self._outside_arguments(waiting, failed)
+        if self.call_ends:
+            waiting, failed = _not_reasoning_over(self.call_ends, waiting), _not_reasoning_over(self.call_ends, failed)
+            self._forget_call_ends(waiting)
         if failed:
             self._keep_dead(failed, in_order, before)
         alive = _merged(waiting)
         if final and alive:
             # all are complete: the one with the most calls, then markup, then the first (`_chosen`)
             alive = [_chosen(alive)]
-            if self._cut_after_calls(alive[0]):
-                return []  # the reading cut off right after its calls is recovered instead
+            if self._cut_after_calls(alive[0]) or self._calls_over_reasoning(alive[0]):
+                return []  # the reading cut off right after its calls, or that read one in reasoning, is recovered
             if self._text_over_dead_calls(alive[0]):
                 return []  # the reading that read a whole call, then failed, is recovered instead
         return alive
+
+    def _forget_call_ends(self, threads: list[_Thread]) -> None:
+        """Forget the ends of calls every reading has read past by more than the hold-back bound:
+        a reading that read reasoning text there was dropped when it did (`_not_reasoning_over`)."""
+        self.call_ends = {at for at in self.call_ends if any(t.pos + t.offset[0] <= at + HOLD_BOUND for t in threads)}
 
     def _keep_dead(self, failed: list[_Thread], waiting: list[_Thread], before: dict[int, int]) -> None:
         """Keep the reading to recover from among those that failed in this pass (`_recovers_better`),

@@ -63,22 +63,28 @@ RULES: tuple[Rule, ...] = (
          "call that broke in a section, from its end marker, or where only punctuation ends a call, "
          "from where a later call or a later section begins; where a call's JSON string ran on "
          "past a marker that opens a later call or section, from that marker, the call's "
-         "arguments ending before it); but "
-         "reasoning whose end marker never came ends where calls began, valid or broken: the "
-         "reading that broke in them is the one kept, and the text after the broken call waits for "
-         "that end marker (`undecided-too-long`)."),
+         "arguments ending before it). In reasoning no end marker has closed, "
+         "a call that breaks is text of that reasoning (it never left it), and the reasoning goes on "
+         "after it at once, a later call able to end it; a call section that breaks there is the "
+         "reasoning's text too. A call read whole ends such reasoning where "
+         f"it began, decided once the text after it has gone on for {HOLD_BOUND} characters without "
+         "the end marker (an end marker sooner makes the call the reasoning's text; one later is the "
+         "answer's text); one cut off by the end of the output, once its arguments started well "
+         "(`cut-off-calls`)."),
     Rule("cut-off-calls",
          "At the end of the output, a call cut off keeps its complete values and is marked "
          "incomplete; the member or marker it stopped inside is content (an id member written after the "
-         "arguments included, until the id's first character)."),
+         "arguments included, until the id's first character); a call cut off in reasoning no end "
+         "marker has closed ends that reasoning where it began once its arguments started well "
+         "(before, its text is the reasoning's)."),
     Rule("undecided-too-long",
          f"Readings that still disagree once {UNDECIDED_LIMIT} characters are held (counted once, "
          "however many readings hold them and however the chunks came) give way there to the one that "
          "began the most calls, then read the most markup, then to the first in the language's order "
          f"(where the held text was already past it, one reading having held it alone: where the text "
          f"read ends at a multiple of {WHOLE_PIECE} characters, as a whole output's pieces do); "
-         "a failed reading that would be kept were the others to fail where they stand (one that broke "
-         "in a call in reasoning no end marker has closed yet) is kept, as at the end of the output."),
+         "a failed reading that would be kept were the others to fail where they stand (one that read "
+         "more calls whole than every reading still going on) is kept, as at the end of the output."),
 )
 
 

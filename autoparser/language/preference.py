@@ -112,7 +112,8 @@ def _calls_over_text(threads: list[_Thread]) -> list[_Thread]:
 
 def _content_only(t: _Thread) -> bool:
     """Whether all the reading holds is content, and it is inside no call (reasoning is not
-    dropped: a call inside it may turn out to be its text, once its end marker comes)."""
+    dropped here: a call inside it is its text where the end marker comes within the hold-back
+    bound after it, `passes._not_reasoning_over`)."""
     return bool(t.events) and not t.calls_held and t.role != ir.REASONING and not _inside_call(t) and \
         not _whole_awaiting_id(t) and all(e[0] == ir.CONTENT for e in t.events)
 

@@ -87,20 +87,28 @@ class _Recovery:
         return first
 
     def _ended_reasoning_at_calls(self, t: _Thread, other: _Thread) -> bool | None:
-        """Of two failed readings, one that went on reading reasoning its end marker never ended
-        loses to one that ended it where calls begin and broke inside them (the reasoning ends
-        where the calls begin, the broken call's text is content): whether `t` wins that way, None
-        where the two do not differ so."""
-        if not self.reader.reasoning_end:
+        """At the end of the output, of two failed readings, one that went on reading reasoning
+        its end marker never ended loses to one that ended it where calls begin and was cut off
+        inside them by the end of the output (policy rule `cut-off-calls`): whether `t` wins that
+        way, None where the two do not differ so. A call that broke before the end is text of
+        the reasoning (policy rule `nothing-lost`): a reading of it as such reads on."""
+        if not self.finished or not self.reader.reasoning_end:
             return None
         mine, theirs = self._reasoning_unended(t), self._reasoning_unended(other)
         if mine == theirs:
             return None
-        if theirs and _broke_in_calls(t):
+        if theirs and self._cut_off_in_calls(t):
             return True
-        if mine and _broke_in_calls(other):
+        if mine and self._cut_off_in_calls(other):
             return False
         return None
+
+    def _cut_off_in_calls(self, t: _Thread) -> bool:
+        """Whether a failed reading broke inside a call or a call section, after reasoning text,
+        where the output ends (its end-of-turn text aside), the call's arguments having started
+        well (a call that did not read well is the reasoning's text)."""
+        return (_broke_in_calls(t) and t.call.confirmed
+                and self.buf[_reach(t, self.buf):].strip() in ("", *self.reader.end_of_turn))
 
     def _reasoning_unended(self, t: _Thread) -> bool:
         """Whether a reading is inside reasoning whose end marker has not come: reading its text,
@@ -146,8 +154,7 @@ class _Recovery:
         if any(_read_past_break(dead[0], t) for t in self.threads):
             return dead[0].events[self.emitted - dead[1]:] if self.emitted >= dead[1] else []
         reached = (dead[0].calls_read, dead[0].pos if dead[0].head.__class__ is not _Trailer else -1)
-        if any((t.calls_read, _origin(t)) > reached for t in self.threads) and not all(
-                self._ended_reasoning_at_calls(dead[0], t) for t in self.threads):
+        if any((t.calls_read, _origin(t)) > reached for t in self.threads):
             return None
         return dead[0].events[self.emitted - dead[1]:] if self.emitted >= dead[1] else []
 

@@ -94,6 +94,8 @@ class _Stepping:
                 t.after_call = None  # the call was read up to its end marker
                 t.section_calls += 1
                 t.calls_read += 1
+                if t.reasoned:
+                    self.call_ends.add(t.pos + self.offset[0])
             if t.stack is None:
                 t.start_call(waited=True)
                 t.head = _Trailer(self.reader.end_of_turn)

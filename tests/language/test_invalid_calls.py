@@ -20,7 +20,8 @@ from analyses import WEATHER_TOOLS, streamed_in_random_chunks, streamed_in_two, 
 from unplaced import losses_at_every_cut, marker_patterns
 
 import autoparser
-from autoparser.language.reading import Parser
+from autoparser.language import policy
+from autoparser.language.reading import Parser, reader
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "templates" / "paren_python_calls.jinja"
 LFM = ("<|tool_call_start|>[", "]<|tool_call_end|>")
@@ -193,24 +194,21 @@ def _call_in_reasoning(analysis: autoparser.Analysis) -> tuple[str, str, str, Pa
 
 
 @pytest.mark.parametrize("family", REASONING)
-def test_a_broken_call_ends_reasoning_that_no_end_marker_closes(family: str) -> None:
-    """Reasoning with no end marker after it ends where the calls begin, whether the call there
-    is valid or broken: the broken call is recovered from as anywhere else (its text is content,
-    a call whose arguments had begun is kept incomplete), as where the request has no calls, and
-    as SGLang's reasoning parsers cut reasoning at a call marker; none of it is reasoning,
-    streamed or not. With the end marker later, all before it stays reasoning."""
+def test_a_broken_call_is_text_of_reasoning_that_no_end_marker_closes(family: str) -> None:
+    """In reasoning no end marker has closed, a call that breaks never left the reasoning: its
+    text, and the text after it, are reasoning, streamed or not, as they are where the end
+    marker comes later (policy rule `nothing-lost`), a call section's opener of its own with them."""
     analysis = analyses.FAMILIES[family]()
     opener, _, broken, parser = _call_in_reasoning(analysis)
     text = opener + "Plan." + broken + " More."
     message = parser.parse(text)
     if [c for c in message["tool_calls"] if not c.get("incomplete")]:
         pytest.skip("the format reads the call without its value")
-    assert message["reasoning_content"] == "Plan."
-    assert message["content"].endswith("More.")
     for seed in range(4):
         assert without_generated_ids(streamed(parser, text, seed)) == without_generated_ids(message)
-    closed = text + analysis.reasoning.end + "Answer."
-    later = parser.parse(closed)
+    later = parser.parse(text + analysis.reasoning.end + "Answer.")
+    assert (message["reasoning_content"], message["content"] or "", message["tool_calls"]) == (
+        text[len(opener):].strip(), "", [])
     assert (later["reasoning_content"], later["content"]) == (text[len(opener):].strip(), "Answer.")
 
 
@@ -228,35 +226,112 @@ def _filler(length: int) -> str:
     return (" Then more words follow." * (length // 20 + 1))[:length]
 
 
+def _most_held_one_character_at_a_time(parser, text: str, start: int, stop: int, markup: int = 0) -> int:
+    """The most characters held (fed and not yet emitted as reasoning or content, less the
+    `markup` characters fed before `start` that are no text: a call's) while `text[start:stop]`
+    streamed one character at a time."""
+    stream = parser.stream()
+    fed = emitted = most = 0
+    for at, char in enumerate(text):
+        for delta in stream.feed(char):
+            emitted += len(delta.get("reasoning_content") or "") + len(delta.get("content") or "")
+        fed += 1
+        if start <= at < stop:
+            most = max(most, fed - markup - emitted)
+    stream.finish()
+    return most
+
+
+def _markup(parser, text: str) -> int:
+    """The characters of `text` its whole parse gives as no reasoning or content: markers, calls."""
+    message = parser.parse(text)
+    return len(text) - len(message["reasoning_content"] or "") - len(message["content"] or "")
+
+
+def _every_split(parser, text: str) -> None:
+    """Fed in two chunks cut anywhere, the message is the whole parse's."""
+    whole = without_generated_ids(parser.parse(text))
+    for cut in range(len(text) + 1):
+        assert without_generated_ids(streamed_in_two(parser, text, cut)) == whole, cut
+
+
 @pytest.mark.parametrize("after", ["", "end-marker", "call"], ids=["no-end-marker", "end-marker-later", "call-later"])
 @pytest.mark.parametrize("template", ["qwen3", "deepseek_r1", "gpt_oss", *CORPUS_REASONING])
 def test_a_broken_call_in_reasoning_gives_the_same_roles_however_long_the_text_after_it(template: str,
                                                                                        after: str) -> None:
     """Reasoning, a broken call, then text: 10 characters of it or more than the reader keeps
-    behind its readings (4,096) give the same roles, whole and streamed. With no end marker the
-    broken call ends the reasoning (policy rule `nothing-lost`) however long the text goes on, and
-    the language is read again after it, so a whole call later is a call; with the end marker
-    after it, all before the marker stays reasoning."""
+    behind its readings (4,096) give the same roles, whole and streamed. The broken call is text
+    of the reasoning it was written in (policy rule `nothing-lost`): with no end marker, the
+    reasoning holds it and the text after it; with the end marker after it, all before the marker
+    is reasoning; a whole call later ends the reasoning where it begins. Nothing waits for the
+    end marker: while the text after the broken call streams one character at a time, no more
+    is held than the bound beyond a marker (CONTRACT section 5)."""
     analysis = analyses.FAMILIES[template]() if template in analyses.FAMILIES else _corpus_analysis(template)
     opener, calls, broken, parser = _call_in_reasoning(analysis)
+    markers = reader(analysis, tools=WEATHER_TOOLS, thinking=True).language.markers()
+    bound = policy.HOLD_BOUND + max(len(m) for m in markers)
     shapes = []
     for length in (10, 3 * 4096):
         filler = _filler(length)
-        text = opener + "Plan." + broken + filler + {"": "", "end-marker": analysis.reasoning.end + "Answer.",
-                                                      "call": calls}[after]
+        head = opener + "Plan." + broken
+        text = head + filler + {"": "", "end-marker": analysis.reasoning.end + "Answer.", "call": calls}[after]
         message = without_generated_ids(parser.parse(text))
         for seed in range(3):
             assert without_generated_ids(streamed(parser, text, seed)) == message, (length, seed)
         shape = {key: (message[key] or "").replace(filler, "<filler>") for key in ("reasoning_content", "content")}
-        shapes.append((shape, [call.get("incomplete") for call in message["tool_calls"]]))
+        shapes.append((shape, analyses.calls(message), [call.get("incomplete") for call in message["tool_calls"]]))
+        held = _most_held_one_character_at_a_time(parser, text, len(head), len(head) + len(filler),
+                                                  markup=_markup(parser, head + filler))
+        assert held <= bound, (length, held)
+        if length == 10:
+            _every_split(parser, text)
+            # (with a call later, a prefix cut inside the broken call reads the same calls as one
+            # cut inside the later call, which the check takes for where that text began)
+            assert after == "call" or not losses_at_every_cut(text, parser.parse, marker_patterns(analysis),
+                                                              analysis.tools.array)
     assert shapes[0] == shapes[1]
-    shape = shapes[0][0]
-    if after == "end-marker":
-        assert shape["content"] == "Answer."
-    else:
-        assert shape["reasoning_content"] == "Plan." and shape["content"].endswith("<filler>")
-    if after == "call":
-        assert analyses.calls(message)[-1:] == [("get_weather", {"city": "Oslo"})]
+    shape, found, incomplete = shapes[0]
+    assert shape["reasoning_content"] == "Plan." + broken + "<filler>"
+    assert shape["content"] == ("Answer." if after == "end-marker" else "")
+    assert (found, incomplete) == (([("get_weather", {"city": "Oslo"})], [None]) if after == "call" else ([], []))
+
+
+@pytest.mark.parametrize("after", ["", "end-marker"], ids=["no-end-marker", "end-marker-later"])
+@pytest.mark.parametrize("template", ["qwen3", "deepseek_r1", "gpt_oss", *CORPUS_REASONING])
+def test_a_valid_call_in_reasoning_lets_the_text_after_it_stream(template: str, after: str) -> None:
+    """Reasoning no end marker has closed, a whole call, then text: the call ends the reasoning
+    where it began, decided once the text after it has gone on for the hold-back bound without
+    the end marker (policy rule `nothing-lost`), so that text is the answer and streams, one
+    character at a time with no more held than the bound beyond a marker (CONTRACT section 5),
+    instead of waiting to the end for an end marker that would make the call the reasoning's
+    text; an end marker within the bound still does (10 characters after the call), one later is
+    text of the answer (12,288). Whole and streamed alike, at every split."""
+    analysis = analyses.FAMILIES[template]() if template in analyses.FAMILIES else _corpus_analysis(template)
+    opener, calls, _, parser = _call_in_reasoning(analysis)
+    markers = reader(analysis, tools=WEATHER_TOOLS, thinking=True).language.markers()
+    bound = policy.HOLD_BOUND + max(len(m) for m in markers)
+    end = analysis.reasoning.end + "Answer." if after else ""
+    for length in (10, 3 * 4096):
+        filler = _filler(length)
+        head = opener + "Plan." + calls
+        text = head + filler + end
+        message = without_generated_ids(parser.parse(text))
+        if end and length < policy.HOLD_BOUND:
+            # the end marker came within the bound: the call was the reasoning's text
+            assert analyses.calls(message) == []
+            assert (message["reasoning_content"], message["content"]) == ((text[len(opener):].split(
+                analysis.reasoning.end)[0]).strip(), "Answer.")
+        else:
+            assert analyses.calls(message) == [("get_weather", {"city": "Oslo"})]
+            assert (message["reasoning_content"], message["content"]) == ("Plan.", (filler + end).strip())
+        for seed in range(3):
+            assert without_generated_ids(streamed(parser, text, seed)) == message, (length, seed)
+        held = _most_held_one_character_at_a_time(parser, text, len(head), len(head) + len(filler),
+                                                  markup=_markup(parser, head + filler))
+        assert held <= bound, (length, held)
+        if length == 10:
+            _every_split(parser, text)
+            assert not losses_at_every_cut(text, parser.parse, marker_patterns(analysis), analysis.tools.array)
 
 
 # formats whose calls or sections open with a marker, their arguments written as JSON

