@@ -171,10 +171,12 @@ def engine_steps(model: Path, args: argparse.Namespace) -> None:
                     device_sampling=DEVICE_SAMPLING[args.device_sampling]) as engine:
             print(f"Engine: sampling {'inside llama_decode' if engine.device_sampling else 'on the host'}", flush=True)
             # the engine's one-time tables (tokens that would break UTF-8 after each kind of
-            # unfinished character) are built on first use: not part of a token's cost
+            # unfinished character) are built on first use: not part of a token's cost. As many
+            # generations as the first measurement steps: a free slot's device chain samples a
+            # dummy row for a few steps more (engine.IDLE_CHAIN_STEPS)
             warm_up = [engine.new_generation(engine.tokenize(f"<｜User｜>Warm up {i}.<｜Assistant｜>"), 200,
                                              SamplingParams(seed=99 + i, **sampling), ignore_eos=True)
-                       for i in range(4)]
+                       for i in range(args.generations[0])]
             while not all(g.finished for g in warm_up):
                 engine.step(warm_up)
             for generation in warm_up:
