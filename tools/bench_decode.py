@@ -5,7 +5,10 @@
    steps of one new token per sequence (logits for each), repeated ``--reps`` times; printed is
    the CPU time per step and per token. ``--flash-attn``, ``--type-k``/``--type-v`` (ggml type
    numbers: 1 = F16, 0 = F32, 30 = BF16) and ``--idle-tokens`` (tokens cached in 8 sequences
-   outside the batch) set up the context.
+   outside the batch) set up the context. ``--chains`` times it a second time with the engine's
+   device chain for the server's default sampling attached to each sequence of the batch, as the engine
+   attaches them: that row less the first is what sampling inside ``llama_decode`` costs (on a
+   GPU, the part of a server step that neither the engine's host work nor the model makes).
 2. ``Engine.step`` with the server's default sampling (whole vocabulary, temperature 1): the CPU
    per token of the whole step, of ``llama_decode`` inside it, and of the rest (sampling,
    bookkeeping), for 1 generation and for 4. ``--device-sampling on`` samples inside
@@ -22,7 +25,7 @@ Usage::
 
     python tools/bench_decode.py [--model M.gguf | --shape tiny|aligned|medium [--vocab-size N]] [--sizes 1,2,4,8]
                                  [--flash-attn -1|0|1] [--n-gpu-layers N] [--device-sampling auto|on|off]
-                                 [--generations 1,4]
+                                 [--generations 1,4] [--chains]
 """
 
 from __future__ import annotations
@@ -64,10 +67,12 @@ class Decoder:
         params.flash_attn_type = args.flash_attn
         params.type_k, params.type_v = args.type_k, args.type_v
         params.no_perf = True
+        params.n_outputs_max_per_seq = 1  # as the engine's context
         self.ctx = llama_cpp.llama_init_from_model(self.model, params)
         self.memory = llama_cpp.llama_get_memory(self.ctx)
         self.batch = llama_cpp.llama_batch_init(512, 0, 1)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(self.model))
+        self.chains: list[object] = [None] * params.n_seq_max
 
     def decode(self, entries: list[tuple[int, int, int, bool]]) -> None:
         """Decode (token, position, sequence, wants logits) entries as one batch."""
@@ -84,17 +89,37 @@ class Decoder:
             chunk = tokens[start:start + 256]
             self.decode([(int(t), start + i, seq, start + i == len(tokens) - 1) for i, t in enumerate(chunk)])
 
+    def attach_chains(self, n_seq: int) -> None:
+        """Attach to each of the first ``n_seq`` sequences the chain the engine gives a request with
+        the server's default sampling (the whole vocabulary at temperature 1: the random pick only),
+        and none to the others (llama.cpp runs an attached chain at every step, row or no row)."""
+        from autoparser.llama.device_sampling import build_chain, chain_key
+        from autoparser.llama.sampling import SamplingParams
+
+        key = chain_key(SamplingParams(temperature=1.0, top_p=1.0, top_k=0, min_p=0.0), ())
+        for seq, old in enumerate(self.chains):
+            chain = build_chain(key, self.n_vocab, seq) if seq < n_seq else None
+            if not self.llama.llama_set_sampler(self.ctx, seq, chain) and chain is not None:
+                raise RuntimeError("this backend cannot run sampler chains inside llama_decode")
+            self.chains[seq] = chain
+            if old is not None:
+                self.llama.llama_sampler_free(old)
+
     def close(self) -> None:
+        self.attach_chains(0)
         self.llama.llama_batch_free(self.batch)
         self.llama.llama_free(self.ctx)
         self.llama.llama_model_free(self.model)
 
 
-def decode_alone(model: Path, args: argparse.Namespace) -> None:
+def decode_alone(model: Path, args: argparse.Namespace, chains: bool = False) -> None:
     rng = np.random.default_rng(0)
     decoder = Decoder(model, args, max(args.sizes))
+    what = "llama_decode with chains" if chains else "llama_decode"
     try:
         for size in args.sizes:
+            if chains:
+                decoder.attach_chains(size)
             cpu = wall = 0.0
             for _ in range(args.reps):
                 decoder.llama.llama_memory_clear(decoder.memory, True)
@@ -109,7 +134,7 @@ def decode_alone(model: Path, args: argparse.Namespace) -> None:
                 cpu += time.process_time() - cpu0
                 wall += time.perf_counter() - wall0
             n = args.reps * args.steps
-            print(f"llama_decode, {size} sequence(s): {1e6 * cpu / n:7.1f} us CPU a step "
+            print(f"{what}, {size} sequence(s): {1e6 * cpu / n:7.1f} us CPU a step "
                   f"({1e6 * cpu / n / size:6.1f} a token), wall {1e6 * wall / n:7.1f} us a step", flush=True)
     finally:
         decoder.close()
@@ -146,10 +171,12 @@ def engine_steps(model: Path, args: argparse.Namespace) -> None:
                     device_sampling=DEVICE_SAMPLING[args.device_sampling]) as engine:
             print(f"Engine: sampling {'inside llama_decode' if engine.device_sampling else 'on the host'}", flush=True)
             # the engine's one-time tables (tokens that would break UTF-8 after each kind of
-            # unfinished character) are built on first use: not part of a token's cost
+            # unfinished character) are built on first use: not part of a token's cost. As many
+            # generations as the first measurement steps: a free slot's device chain samples a
+            # dummy row for a few steps more (engine.IDLE_CHAIN_STEPS)
             warm_up = [engine.new_generation(engine.tokenize(f"<｜User｜>Warm up {i}.<｜Assistant｜>"), 200,
                                              SamplingParams(seed=99 + i, **sampling), ignore_eos=True)
-                       for i in range(4)]
+                       for i in range(args.generations[0])]
             while not all(g.finished for g in warm_up):
                 engine.step(warm_up)
             for generation in warm_up:
@@ -199,6 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--idle-tokens", type=int, default=0,
                         help=f"tokens cached in each of {IDLE_SEQUENCES} sequences outside the batch")
     parser.add_argument("--skip-engine", action="store_true", help="only llama_decode alone")
+    parser.add_argument("--chains", action="store_true",
+                        help="llama_decode alone again with a device sampler chain on every sequence")
     parser.add_argument("--generations", default="1,4",
                         help="generations stepped together by the engine (default 1,4; on a GPU compare each "
                              "step's wall time with llama_decode alone at as many sequences)")
@@ -216,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"model: {model.name}, prompt {args.prompt} tokens, {args.steps} steps, {args.reps} repetitions, "
               f"flash attention {args.flash_attn}, cache types {args.type_k}/{args.type_v}")
         decode_alone(model, args)
+        if args.chains:
+            decode_alone(model, args, chains=True)
         if not args.skip_engine:
             engine_steps(model, args)
     return 0

@@ -39,7 +39,7 @@ machine the figures swing with it. The summary at the end holds the acceptance f
 Usage::
 
     python tools/bench_load.py [--model M.gguf | --shape tiny|aligned|medium [--vocab-size N]] [--parallel 1,4] [--clients 1,2,4,8] [--tokens 96]
-                               [--threads N] [--n-gpu-layers N] [--client lean|httpx|openai] [--rounds N]
+                               [--threads N] [--n-gpu-layers N] [--device-sampling auto|on|off] [--client lean|httpx|openai] [--rounds N]
     python tools/bench_load.py --upstream [--llama-server PATH] [--parallel 4] [--clients 8] [--rounds 3]
 """
 
@@ -439,6 +439,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-load", action="store_true", help="only the second-turn measurement")
     parser.add_argument("--skip-reuse", action="store_true", help="only the throughput measurement")
     parser.add_argument("--threads", type=int, help="the servers' --threads (default: theirs)")
+    parser.add_argument("--device-sampling", choices=("auto", "on", "off"),
+                        help="the servers' --device-sampling (default: theirs; on samples inside llama_decode on "
+                             "a CPU too, so that the model worker's CPU a token is what a GPU host spends beside "
+                             "the decode plus the CPU's sampling passes)")
     parser.add_argument("--client", choices=sorted(CLIENTS), default="lean",
                         help="how the clients read the stream (default lean: see above)")
     parser.add_argument("--rounds", type=int, default=1, help="runs of every round; medians printed (default 1)")
@@ -448,7 +452,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.clients = [int(c) for c in args.clients.split(",")]
     args.server_args = (["--threads", str(args.threads)] if args.threads else []) + (
-        ["--n-gpu-layers", str(args.n_gpu_layers)] if args.n_gpu_layers is not None else [])
+        ["--n-gpu-layers", str(args.n_gpu_layers)] if args.n_gpu_layers is not None else []) + (
+        ["--device-sampling", args.device_sampling] if args.device_sampling else [])
     parallels = [int(p) for p in args.parallel.split(",")]
 
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}, {os.cpu_count()} cores")

@@ -6,7 +6,8 @@ Every step offloads ``--n-gpu-layers`` (default all) and runs one of the project
 its own process, in the order given, while ``--deadline`` allows (a lent GPU is held for minutes):
 
 - ``decode``: ``bench_decode.py`` at 1, 4, 8 and 16 sequences: ``llama_decode`` alone, the ceiling
-  any server reaches, then the engine's step over 1, 8 and 16 generations (its wall time a step
+  any server reaches, the same with a device sampler chain on each sequence (what sampling inside
+  ``llama_decode`` adds), then the engine's step over 1, 8 and 16 generations (its wall time a step
   against ``llama_decode``'s at as many sequences: what sampling and the engine add);
 - ``load``: ``bench_load.py`` with N slots and N clients, N = 1, 8, 16 (aggregate tokens/s);
 - ``serve``: ``bench_serve.py``, one stream through the server against the bare library;
@@ -61,6 +62,7 @@ class Figures:
     """What the steps printed that the summary divides."""
 
     ceiling: dict[int, float] = field(default_factory=dict)  # sequences -> llama_decode tokens/s
+    chained: dict[int, float] = field(default_factory=dict)  # sequences -> llama_decode with chains, tokens/s
     engine: dict[int, float] = field(default_factory=dict)  # generations -> Engine.step tokens/s
     aggregate: dict[int, float] = field(default_factory=dict)  # slots -> server tokens/s, as many clients
     single_stream: float | None = None
@@ -69,6 +71,8 @@ class Figures:
     def read(self, line: str) -> None:
         if m := re.search(r"llama_decode, (\d+) sequence\(s\):.*wall\s+([\d.]+) us a step", line):
             self.ceiling[int(m[1])] = int(m[1]) * 1e6 / float(m[2])
+        elif m := re.search(r"llama_decode with chains, (\d+) sequence\(s\):.*wall\s+([\d.]+) us a step", line):
+            self.chained[int(m[1])] = int(m[1]) * 1e6 / float(m[2])
         elif m := re.search(r"Engine\.step, (\d+) generation\(s\):.*wall\s+([\d.]+) us a step", line):
             self.engine[int(m[1])] = int(m[1]) * 1e6 / float(m[2])
         elif (m := re.search(r"--parallel (\d+)\s+(\d+) client\(s\):\s+([\d.]+) tokens/s", line)) and m[1] == m[2]:
@@ -80,6 +84,8 @@ class Figures:
 
     def summary(self) -> list[str]:
         lines = [f"llama_decode alone, {n} sequence(s): {rate:,.0f} tokens/s" for n, rate in sorted(self.ceiling.items())]
+        lines += [f"llama_decode with a sampler chain a sequence, {n}: {rate:,.0f} tokens/s = "
+                  f"{rate / self.ceiling[n]:.0%} of the ceiling" for n, rate in sorted(self.chained.items()) if n in self.ceiling]
         lines += [f"engine step, {n} generation(s): {rate:,.0f} tokens/s = {rate / self.ceiling[n]:.0%} of the ceiling"
                   for n, rate in sorted(self.engine.items()) if n in self.ceiling]
         if self.single_stream and 1 in self.ceiling:
@@ -98,7 +104,7 @@ def step_commands(step: str, model: str, ngl: int) -> list[list[str]]:
     gpu = ["--n-gpu-layers", str(ngl)]
     if step == "decode":
         return [tool + [str(TOOLS / "bench_decode.py"), "--model", model, *gpu, "--sizes", "1,4,8,16",
-                        "--generations", "1,8,16", "--steps", "64", "--reps", "3", "--n-ctx", "4096"]]
+                        "--chains", "--generations", "1,8,16", "--steps", "64", "--reps", "3", "--n-ctx", "4096"]]
     if step == "load":
         return [tool + [str(TOOLS / "bench_load.py"), "--model", model, *gpu, "--parallel", str(n), "--clients", str(n),
                         "--requests", "2", "--tokens", "128", "--n-ctx", "16384", "--skip-reuse"] for n in SLOTS]

@@ -104,6 +104,14 @@ class GenerationStats:
 MIN_FAST_ROWS = 64
 REREAD_FROM = 8  # a batch of MIN_FAST_ROWS costs about as much as five rows read one by one
 
+# A free slot's device chain still samples a dummy row at every step, so it is taken off; but
+# changing the chains makes llama.cpp plan its graph again, and a request that takes the slot
+# later attaches a new chain, planning once more. On the tiny model with a 100,000-token
+# vocabulary on the CPU, a step of 8 rows after a chain was swapped took 35 ms against 24 (one
+# dummy pass: about 1.3 ms), and a server's next request usually comes within a few steps. So
+# a free slot keeps its chain for this many steps; a request with the same settings reseeds it.
+IDLE_CHAIN_STEPS = 16
+
 
 def short_tail_reread(keep: int, length: int) -> int:
     """A reused prefix of `keep` of `length` prompt tokens, shortened where the tokens left to
@@ -167,7 +175,9 @@ class Engine:
         for i in range(self.n_batch):  # every token belongs to one sequence: set once
             batch.n_seq_id[i] = 1
         self._slots = [Slot(seq_id) for seq_id in range(n_parallel)]
-        self._idle_chains = False  # a free slot may still have a device chain attached
+        self._steps = 0
+        self._detach_due: int | None = None
+        """The step from which a free slot's device chain is taken off (None: no free slot has one)."""
         self._uses = 0
         self._read_vocabulary()
         self.n_ctx_total: int = llama_cpp.llama_n_ctx(self._ctx)
@@ -489,6 +499,7 @@ class Engine:
     # ------------------------------------------------------------------ slots and batches
 
     def _step(self, generations: Sequence[Generation]) -> list[GeneratedToken | None]:
+        self._steps += 1
         usual = self._device_step(generations)
         if usual is not None:
             return usual
@@ -505,7 +516,7 @@ class Engine:
                     continue  # another generation is reading the same prompt: it waits to share it
                 self._attach(generation)
             live.append(index)
-        if self._idle_chains:
+        if self._detach_due is not None and self._steps >= self._detach_due:
             self._detach_idle_chains()
         # the plan reorders generations and leaves out those with no room in this batch
         plan = self._plan(generations, live)
@@ -532,7 +543,8 @@ class Engine:
         """The usual step of generations sampled inside ``llama_decode``, in one pass: each one
         running and decoding its last token. None, with nothing decoded, when the step is not
         that one (the general path then plans it); a generation cancelled meanwhile is finished."""
-        if not generations or len(generations) > self.n_batch or self._idle_chains:
+        if not generations or len(generations) > self.n_batch or (
+                self._detach_due is not None and self._steps >= self._detach_due):
             return None
         tokens, positions, logits = self._batch_arrays
         seq_ids = self._batch_seq_ids
@@ -652,12 +664,17 @@ class Engine:
         sampler.chain = slot.chain
 
     def _detach_idle_chains(self) -> None:
-        """Take the chains off slots nobody took this step: llama.cpp runs an attached chain at
-        every step, on a dummy row when its sequence has none."""
+        """Take the chains off slots free for ``IDLE_CHAIN_STEPS`` steps: llama.cpp runs an attached
+        chain at every step, on a dummy row when its sequence has none."""
+        self._detach_due = None
         for slot in self._slots:
-            if slot.owner is None and slot.chain is not None:
+            if slot.owner is not None or slot.chain is None:
+                continue
+            due = slot.free_since + IDLE_CHAIN_STEPS
+            if self._steps >= due:
                 self._set_slot_chain(slot, None, None)
-        self._idle_chains = False
+            else:
+                self._detach_due = due if self._detach_due is None else min(self._detach_due, due)
 
     def _set_slot_chain(self, slot: Slot, chain: Any, key: ChainKey | None) -> bool:
         """Attach ``chain`` (None: none) to the slot's sequence and free the one it replaces;
@@ -674,8 +691,10 @@ class Engine:
         self._uses += 1
         slot.owner = None
         slot.last_used = self._uses
+        slot.free_since = self._steps
         if slot.chain is not None:
-            self._idle_chains = True
+            due = self._steps + IDLE_CHAIN_STEPS
+            self._detach_due = due if self._detach_due is None else min(self._detach_due, due)
 
     def _reusable_prefix(self, cached: list[int], prompt: list[int]) -> int:
         if not self.reuse_prefix:
@@ -892,6 +911,8 @@ class Slot:
     chain: Any = None
     """The device sampler chain attached to this sequence (``llama_set_sampler``), if any."""
     chain_key: ChainKey | None = None
+    free_since: int = 0
+    """The engine's step count when the slot was last given back."""
 
 
 class Generation:

@@ -178,6 +178,52 @@ def test_device_generations_stepped_together_give_their_lone_tokens(engines: tup
     assert out == expected
 
 
+def step_all(engine: Engine, generations: list, out: list[list[int]], steps: int | None = None) -> None:
+    """Step until every generation ends (or ``steps`` steps), each one's tokens into ``out``."""
+    while not all(g.finished for g in generations) and (steps is None or steps > 0):
+        for tokens, token in zip(out, engine.step(generations), strict=True):
+            if token is not None:
+                tokens.append(token.token_id)
+        steps = None if steps is None else steps - 1
+
+
+def test_a_free_slot_keeps_its_chain_a_while_then_gives_it_up(engines: tuple[Engine, Engine]) -> None:
+    """A slot given back keeps its device chain for ``IDLE_CHAIN_STEPS`` steps (the next request
+    reseeds it: no new graph plan), then loses it; the generation still running gets its lone
+    tokens throughout, and so does a seeded one that takes the kept chain."""
+    from autoparser.llama.engine import IDLE_CHAIN_STEPS
+
+    device, _host = engines
+    greedy, seeded = SamplingParams(temperature=0.0), SamplingParams(temperature=1.0, seed=7)
+    other = "<｜User｜>Say something about trains.<｜Assistant｜>"
+    long_budget = 2 * IDLE_CHAIN_STEPS + 10
+    expected_long = tokens_of(device, other, long_budget, greedy, ignore_eos=True)
+    expected_seeded = tokens_of(device, PROMPT, 6, seeded, ignore_eos=True)
+    short = device.new_generation(device.tokenize(PROMPT), 3, SamplingParams(temperature=1.0, seed=3), ignore_eos=True)
+    long = device.new_generation(device.tokenize(other), long_budget, greedy, ignore_eos=True)
+    out: list[list[int]] = [[], []]
+    step_all(device, [short, long], out, steps=4)
+    freed = short.slot
+    assert short.finished and freed is not None and freed.owner is None
+    short.close()
+    kept = freed.chain
+    assert kept is not None
+    again = device.new_generation(device.tokenize(PROMPT), 6, seeded, ignore_eos=True)
+    again_out: list[list[int]] = [[], out[1]]
+    step_all(device, [again, long], again_out, steps=8)
+    assert again.slot is freed and freed.chain is kept  # reseeded, not replaced
+    assert again.finished and again_out[0] == expected_seeded
+    again.close()
+    due = freed.free_since + IDLE_CHAIN_STEPS  # in the engine's count of steps
+    step_all(device, [long], [out[1]], steps=due - device._steps - 1)
+    assert freed.chain is kept
+    step_all(device, [long], [out[1]], steps=1)
+    assert freed.chain is None
+    step_all(device, [long], [out[1]])
+    long.close()
+    assert out[1] == expected_long
+
+
 def test_a_cancelled_device_generation_stops_at_once(engines: tuple[Engine, Engine]) -> None:
     device, host = engines
     greedy = SamplingParams(temperature=0.0)
