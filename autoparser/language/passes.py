@@ -25,6 +25,11 @@ from autoparser.language.preference import (
 from autoparser.language.readings import OPENS, _same_stack, _Thread
 from autoparser.language.terminals import _Text, _Trailer
 
+HELD_FAILED = 64  # readings that failed in a pass held whole before they are folded as they fail (`_Fold`)
+# the most choices a pass's fold keeps (`_Fold.choices`): each reading folded in whose calls began
+# at places the end may or may not drop can double them, so past this the pass holds the rest whole
+FOLD_CHOICES = 64
+
 
 def _twin(entry: list[Any], alike: list[list[Any]]) -> list[Any] | None:
     """The entry of `alike` whose reading is in the state of `entry`'s, or None. Entries are
@@ -119,6 +124,91 @@ def _reasoning_at(t: _Thread, at: int) -> bool:
     return any(e[0] == ir.REASONING and e[2] - len(e[1]) < at <= e[2] for e in t.events)
 
 
+class _Failed:
+    """A reading folded in that became recovery's choice for some outcome of the drops at the
+    pass's end (`_Fold`): its step's `serial`, those of the choices it `beats`, the places its
+    calls began in this pass (`_Thread.unchecked`: where they lie decides whether the end drops
+    it), and how many readings waited before it."""
+
+    __slots__ = ("serial", "beats", "unchecked", "before")
+
+    def __init__(self, serial: int, beats: frozenset[int], unchecked: tuple[int, ...], before: int) -> None:
+        self.serial, self.beats, self.unchecked, self.before = serial, beats, unchecked, before
+
+
+class _Choice:
+    """A failed reading that is recovery's choice so far where the pass's end keeps the readings
+    whose calls began at `kept` and drops those whose calls began at `dropped` (their `unchecked`,
+    policy rule `calls-not-inside-arguments`; readings that began calls at the same places are
+    dropped together): its step's `serial` (0: the one kept before the pass) and `(reading,
+    events emitted)`, or None."""
+
+    __slots__ = ("serial", "dead", "kept", "dropped")
+
+    def __init__(self, serial: int, dead: tuple[_Thread, int] | None, kept: frozenset[tuple[int, ...]],
+                 dropped: frozenset[tuple[int, ...]]) -> None:
+        self.serial, self.dead, self.kept, self.dropped = serial, dead, kept, dropped
+
+
+class _Fold:
+    """Recovery's choice among the readings that failed in a pass (`_recovers_better`, in the
+    readings' order, less those the pass's end drops), made as they fail: a pass over a piece of a
+    whole output may see hundreds fail, and holding them all to its end keeps them alive long
+    enough for the garbage collector to walk them again and again. The first `HELD_FAILED` are
+    `held` whole, with how many readings waited before each, and chosen among at the end (a
+    stream's pass, one chunk long, sees few fail); past them the fold is `folding`: those held
+    are folded in whenever they are more, and at the end. `choices` are the readings that are
+    the choice so far for some outcome of the drops still to come; one that beats none of them
+    is let go. `steps` are the ones that beat some, in order, which `chosen` replays once the
+    drops are known. Where folding one in would leave more than `FOLD_CHOICES` choices, the fold
+    is `full`: it and the readings after it are held whole to the end, and chosen among from
+    the fold's choice on, as a pass that folds none chooses among them."""
+
+    def __init__(self) -> None:
+        self.held: list[tuple[_Thread, int]] = []
+        self.folding = False
+        self.full = False
+        self.choices: list[_Choice] = []
+        self.steps: list[_Failed] = []
+        self.broken_at = -1  # the first place a failed reading broke off its call (`_Thread.resync_at`)
+
+    def failed(self) -> list[_Thread | _Failed]:
+        """The failed readings the pass's end may drop or keep: held, or folded in as steps."""
+        return [*self.steps, *(t for t, _ in self.held)]
+
+    def chosen(self, dropped: set[int]) -> tuple[_Failed, tuple[_Thread, int]] | None:
+        """The step whose reading recovery goes on from, with that reading, the steps in
+        `dropped` (their ids) left out; None where it is the one kept before the pass."""
+        serial, step = 0, None
+        for failed in self.steps:
+            if serial in failed.beats and id(failed) not in dropped:
+                serial, step = failed.serial, failed
+        if step is None:
+            return None
+        return step, next(c.dead for c in self.choices if c.serial == serial)
+
+    def add(self, serial: int, dead: tuple[_Thread, int], beats: frozenset[int], group: tuple[int, ...]) -> bool:
+        """The reading `dead` of step `serial`, which beats the choices of `beats`, in the
+        choices: where the end keeps it, it replaces those; where the end may drop it (`group`,
+        the places its calls began), those stay the choice where it does. False, and the choices
+        as they were, where they would be more than `FOLD_CHOICES`."""
+        choices: dict[tuple, _Choice] = {}
+        for c in self.choices:
+            if c.serial not in beats or group in c.dropped:
+                kept = [c]
+            elif not group or group in c.kept:
+                kept = [_Choice(serial, dead, c.kept, c.dropped)]
+            else:
+                kept = [_Choice(c.serial, c.dead, c.kept, c.dropped | {group}),
+                        _Choice(serial, dead, c.kept | {group}, c.dropped)]
+            for choice in kept:
+                choices.setdefault((choice.serial, choice.kept, choice.dropped), choice)
+            if len(choices) > FOLD_CHOICES:
+                return False
+        self.choices = list(choices.values())
+        return True
+
+
 class _Passes:
     """The pass of `interpret.LanguageStream` (`_run_all`), with what it decides."""
 
@@ -169,21 +259,24 @@ class _Passes:
         if result is t and not todo and not final and not t.unchecked:
             return threads  # one reading, waiting for text, with no call to check: nothing to compare
         waiting: list[_Thread] = []
-        failed: list[_Thread] = []
-        forks: dict[tuple, tuple[tuple[int, int, int], _Thread, tuple[int, ...]]] = {}
-        pruned: list[tuple[_Thread, _Thread]] = []
-        before: dict[int, int] = {}  # for each reading that failed, how many in the readings' order wait before it
-        self._sort(t, result, waiting, failed, todo, forks, pruned, before)
+        fold = _Fold()
+        forks: dict[tuple, tuple[tuple[int, int, int], int, tuple[int, ...]]] = {}
+        pruned: list[tuple[_Thread, int]] = []
+        self._sort(t, result, waiting, fold, todo, forks, pruned)
         while todo:
-            self._read_all(todo, waiting, failed, forks, pruned, before, final)
-            todo = self._revived(waiting, failed, forks, pruned)
+            self._read_all(todo, waiting, fold, forks, pruned, final)
+            todo = self._revived(waiting, fold, forks, pruned)
         in_order = waiting
-        waiting, failed = self._outside_arguments(waiting, failed)
+        if fold.folding and not fold.full:
+            self._fold_held(fold)
+        waiting, dropped = self._outside_arguments(waiting, fold)
         if self.call_ends:
-            waiting, failed = _not_reasoning_over(self.call_ends, waiting), _not_reasoning_over(self.call_ends, failed)
+            held = [t for t, _ in fold.held]  # those folded read no reasoning (`_fold_in`)
+            dropped |= {id(t) for t in held} - {id(t) for t in _not_reasoning_over(self.call_ends, held)}
+            waiting = _not_reasoning_over(self.call_ends, waiting)
             self._forget_call_ends(waiting)
-        if failed:
-            self._keep_dead(failed, in_order, before)
+        if fold.steps or fold.held:
+            self._keep_dead(fold, dropped, in_order)
         alive = _merged(waiting)
         if final and alive:
             # all are complete: the one with the most calls, then markup, then the first (`_chosen`)
@@ -199,47 +292,88 @@ class _Passes:
         a reading that read reasoning text there was dropped when it did (`_not_reasoning_over`)."""
         self.call_ends = {at for at in self.call_ends if any(t.pos + t.offset[0] <= at + HOLD_BOUND for t in threads)}
 
-    def _keep_dead(self, failed: list[_Thread], waiting: list[_Thread], before: dict[int, int]) -> None:
+    def _keep_dead(self, fold: _Fold, dropped: set[int], waiting: list[_Thread]) -> None:
         """Keep the reading to recover from among those that failed in this pass (`_recovers_better`),
-        and mark the `waiting` ones (all of this pass, in order) that come after it in the readings'
-        order. Where two fail alike, the first in that order is kept, as a whole parse, where both
-        fail in one pass, keeps it, not the first to fail: a reading that waits for more text to
-        fail fails later in a stream."""
+        the `dropped` ones (their ids) left out, and mark the `waiting` ones (all of this pass, in
+        order) that come after it in the readings' order. Where two fail alike, the first in that
+        order is kept, as a whole parse, where both fail in one pass, keeps it, not the first to
+        fail: a reading that waits for more text to fail fails later in a stream."""
         kept = None
-        for t in failed:  # in the readings' order: one kept in this pass comes first
-            if self._recovers_better(t, kept is None and not t.after_dead):
-                self.dead, kept = (t, self.emitted), before[id(t)]
+        if fold.folding:
+            chosen = fold.chosen(dropped)
+            if chosen is not None:
+                kept, self.dead = chosen[0].before, chosen[1]
+        # those held (all, or, where the fold is full, those after it) from the fold's choice on
+        for t, before in fold.held:  # in the readings' order: one kept in this pass comes first
+            if id(t) not in dropped and self._recovers_better(t, kept is None and not t.after_dead, self.dead):
+                self.dead, kept = (t, self.emitted), before
         if kept is not None:
             for index, t in enumerate(waiting):
                 t.after_dead = index >= kept
 
-    def _read_all(self, todo: list[_Thread], waiting: list[_Thread], failed: list[_Thread],
-                  forks: dict[tuple, tuple[tuple[int, int, int], _Thread, tuple[int, ...]]],
-                  pruned: list[tuple[_Thread, _Thread]], before: dict[int, int], final: bool) -> None:
-        """Read the readings of `todo` on as far as the text goes, into `waiting` and `failed`;
+    def _fold_held(self, fold: _Fold) -> None:
+        """Fold the failed readings held so far into the choice (`_fold_in`), in order; from now
+        on, the pass folds those it holds whenever they are more than `HELD_FAILED`, until the
+        fold is full (those left are held)."""
+        if not fold.folding:
+            fold.folding, fold.choices = True, [_Choice(0, self.dead, frozenset(), frozenset())]
+        for index, (t, before) in enumerate(fold.held):
+            if not self._fold_in(t, fold, before):
+                fold.full, fold.held = True, fold.held[index:]
+                return
+        fold.held = []
+
+    def _fold_in(self, t: _Thread, fold: _Fold, before: int) -> bool:
+        """Fold a reading that failed, with `before` readings waiting before it, into the choice
+        of the one to recover from (`_Fold`), as `_keep_dead` chooses; False where the fold is
+        too full to take it."""
+        if t.role == ir.REASONING or any(e[0] == ir.REASONING for e in t.events):
+            return False  # the pass's end may drop it for reasoning read past a call's end (`_not_reasoning_over`)
+        group = t.unchecked
+        judged: dict[int, bool] = {}
+        for c in fold.choices:
+            if c.serial not in judged and group not in c.dropped:
+                # only the one kept before the pass has no reading kept in this pass before `t`
+                judged[c.serial] = self._recovers_better(t, c.serial == 0 and not t.after_dead, c.dead)
+        beats = frozenset(serial for serial, won in judged.items() if won)
+        if not beats:
+            return True  # whichever is the choice so far stays it: `t` is let go
+        serial = len(fold.steps) + 1
+        if not fold.add(serial, (t, self.emitted), beats, group):
+            return False
+        fold.steps.append(_Failed(serial, beats, group, before))
+        return True
+
+    def _read_all(self, todo: list[_Thread], waiting: list[_Thread], fold: _Fold,
+                  forks: dict[tuple, tuple[tuple[int, int, int], int, tuple[int, ...]]],
+                  pruned: list[tuple[_Thread, int]], final: bool) -> None:
+        """Read the readings of `todo` on as far as the text goes, into `waiting` and `fold`;
         a fork met again in the same state goes into `pruned` with the reading it met (`_unseen`)."""
         while todo:
             t = todo.pop()
-            self._sort(t, self._run(t, final), waiting, failed, todo, forks, pruned, before)
+            self._sort(t, self._run(t, final), waiting, fold, todo, forks, pruned)
 
-    def _sort(self, t: _Thread, result: Any, waiting: list[_Thread], failed: list[_Thread], todo: list[_Thread],
-              forks: dict[tuple, tuple[tuple[int, int, int], _Thread, tuple[int, ...]]],
-              pruned: list[tuple[_Thread, _Thread]], before: dict[int, int]) -> None:
-        """Put a reading read on into `failed` (noting how many wait before it), `waiting`, or,
+    def _sort(self, t: _Thread, result: Any, waiting: list[_Thread], fold: _Fold, todo: list[_Thread],
+              forks: dict[tuple, tuple[tuple[int, int, int], int, tuple[int, ...]]],
+              pruned: list[tuple[_Thread, int]]) -> None:
+        """Put a reading read on into `fold` (with how many wait before it), `waiting`, or,
         where it forked, its forks not met before into `todo`."""
         if result is None:
             if _in_json_arguments(t):
                 self.spans.append((t.call.args_from, t.pos + self.offset[0]))
-            before[id(t)] = len(waiting)
-            failed.append(t)
+            if t.resync_at >= 0 and (fold.broken_at < 0 or t.resync_at < fold.broken_at):
+                fold.broken_at = t.resync_at
+            fold.held.append((t, len(waiting)))
+            if len(fold.held) > HELD_FAILED and not fold.full:
+                self._fold_held(fold)
         elif result.__class__ is list:
             todo.extend(reversed([f for f in result if _unseen(f, forks, pruned)]))
         else:
             waiting.append(t)
 
-    def _revived(self, waiting: list[_Thread], failed: list[_Thread],
-                 forks: dict[tuple, tuple[tuple[int, int, int], _Thread, tuple[int, ...]]],
-                 pruned: list[tuple[_Thread, _Thread]]) -> list[_Thread]:
+    def _revived(self, waiting: list[_Thread], fold: _Fold,
+                 forks: dict[tuple, tuple[tuple[int, int, int], int, tuple[int, ...]]],
+                 pruned: list[tuple[_Thread, int]]) -> list[_Thread]:
         """The readings pruned at a fork for one waiting for text that the end of the pass drops
         (`_dropped`), to be read on from there: a reading dropped for a call inside arguments
         prunes nothing, as in a stream, which drops it at the end of a shorter chunk, before the
@@ -247,26 +381,29 @@ class _Passes:
         failed would fail where it did.)"""
         if not pruned:
             return []
-        dropped = self._dropped(waiting, failed) & {id(t) for t in waiting}
+        dropped = self._dropped(waiting, fold)
+        dropped = {t.ident for t in waiting if id(t) in dropped and t.ident}
         if not dropped:
             return []
-        revived = [t for t, met in pruned if id(met) in dropped]
+        revived = [t for t, met in pruned if met in dropped]
         if revived:
-            pruned[:] = [(t, met) for t, met in pruned if id(met) not in dropped]
-            for state in [state for state, (_, met, _) in forks.items() if id(met) in dropped]:
+            pruned[:] = [(t, met) for t, met in pruned if met not in dropped]
+            for state in [state for state, (_, met, _) in forks.items() if met in dropped]:
                 del forks[state]
         return list(reversed(revived))
 
-    def _dropped(self, waiting: list[_Thread], failed: list[_Thread]) -> set[int]:
+    def _dropped(self, waiting: list[_Thread], fold: _Fold) -> set[int]:
         """The ids of the readings, waiting for text or failed in this pass, whose call began (in
         this pass) inside text another reading reads as a call's JSON arguments (policy rule
-        `calls-not-inside-arguments`); none waiting where none would be left."""
+        `calls-not-inside-arguments`); none waiting where none would be left, unless a failed
+        reading broke off its call before they began theirs (`_broken_before`)."""
+        failed = fold.failed()
         if not any(t.unchecked for t in waiting) and not any(t.unchecked for t in failed):
             return set()
         starts, ends = _covered(self.spans + [(t.call.args_from, float("inf")) for t in waiting
                                               if _in_json_arguments(t)])
 
-        def inside(t: _Thread) -> bool:
+        def inside(t: _Thread | _Failed) -> bool:
             for at in t.unchecked:
                 index = bisect_right(starts, at) - 1
                 if index >= 0 and at < ends[index]:
@@ -274,27 +411,28 @@ class _Passes:
             return False
 
         dropped = {id(t) for t in waiting if inside(t)}
-        if len(dropped) == len(waiting) and not self._broken_before(waiting, failed):
+        if len(dropped) == len(waiting) and not self._broken_before(waiting, fold.broken_at):
             dropped = set()
         return dropped | {id(t) for t in failed if inside(t)}
 
-    def _broken_before(self, waiting: list[_Thread], failed: list[_Thread]) -> bool:
+    def _broken_before(self, waiting: list[_Thread], broken_at: int) -> bool:
         """Whether a reading that failed broke off its call inside its JSON string at a place
-        where a call may begin again (`_Thread.resync_at`) no later than where each reading
-        waiting began its call: recovery goes on from that place, so a stream that dropped
-        those readings while the call they began inside was still being read (recovering from
-        the same place when it failed) and a text read in one pass alike drop them."""
-        places = [t.resync_at for t in failed if t.resync_at >= 0]
+        where a call may begin again (`broken_at`, the first such place of those that failed in
+        this pass, or the kept one's `_Thread.resync_at`) no later than where each reading waiting
+        began its call: recovery goes on from that place, so a stream that dropped those readings
+        while the call they began inside was still being read (recovering from the same place
+        when it failed) and a text read in one pass alike drop them."""
+        places = [broken_at] if broken_at >= 0 else []
         if self.dead is not None and self.dead[0].resync_at >= 0:
             places.append(self.dead[0].resync_at)
         return bool(places) and all(t.unchecked and min(t.unchecked) >= min(places) for t in waiting)
 
-    def _outside_arguments(self, waiting: list[_Thread], failed: list[_Thread]) -> tuple[list, list]:
-        """The readings waiting for text and those that failed in this pass, less those `_dropped`
-        (policy rule `calls-not-inside-arguments`), before any are merged or kept to recover from,
-        so that the pass a call began in decides nothing."""
-        dropped = self._dropped(waiting, failed)
+    def _outside_arguments(self, waiting: list[_Thread], fold: _Fold) -> tuple[list[_Thread], set[int]]:
+        """The readings waiting for text, less those `_dropped` (policy rule
+        `calls-not-inside-arguments`), before any are merged or kept to recover from, so that the
+        pass a call began in decides nothing; and the ids of all those dropped."""
+        dropped = self._dropped(waiting, fold)
         kept = [t for t in waiting if id(t) not in dropped]
         for t in kept:
             t.unchecked = ()
-        return kept, [t for t in failed if id(t) not in dropped]
+        return kept, dropped

@@ -6,6 +6,8 @@ Standard library only: the standalone module embeds it.
 
 from __future__ import annotations
 
+from itertools import count
+
 from autoparser.language import ir
 from autoparser.language.readings import (
     _WHITESPACE,
@@ -41,14 +43,18 @@ def _reach(t: _Thread, buf: str) -> int:
     return t.pos
 
 
-def _unseen(t: _Thread, seen: dict[tuple, tuple[tuple[int, int, int], _Thread, tuple[int, ...]]],
-            pruned: list[tuple[_Thread, _Thread]]) -> bool:
+_IDENTS = count(1)
+
+
+def _unseen(t: _Thread, seen: dict[tuple, tuple[tuple[int, int, int], int, tuple[int, ...]]],
+            pruned: list[tuple[_Thread, int]]) -> bool:
     """Whether a reading that forked goes on: not where one in the same state (met at a fork
     earlier in this pass) would be chosen over it (`_prefer`). Readings that meet again within
     one pass are pruned at once, so that a long piece read whole does not multiply them. One
     pruned where the one it met had begun a call it had not (in this pass) goes into `pruned`
     with that one, to be read on should the end of the pass drop it for that call (from here
-    on, the two read alike)."""
+    on, the two read alike). The one met is noted by its number (`_Thread.ident`), not held:
+    a pass's readings that failed are let go as it goes (`passes._Fold`)."""
     state = t.state()  # taken now, as the one met later will have read on from here
     counts = _counts(t)
     met = seen.get(state)
@@ -56,7 +62,9 @@ def _unseen(t: _Thread, seen: dict[tuple, tuple[tuple[int, int, int], _Thread, t
         if not set(met[2]) <= set(t.unchecked):
             pruned.append((t, met[1]))
         return False
-    seen[state] = counts, t, t.unchecked
+    if not t.ident:
+        t.ident = next(_IDENTS)
+    seen[state] = counts, t.ident, t.unchecked
     return True
 
 

@@ -172,7 +172,7 @@ class _Thread:
                  "skip", "own_id", "after_call", "section_calls", "calls_read",
                  "call_over", "streamed", "spool", "call_from", "section_at", "section_open", "first_in_section",
                  "offset", "call_at", "calls_held", "shared", "markup", "unchecked", "member_at", "value_end", "reasoned",
-                 "after_dead", "left", "first_unread", "resync_at")
+                 "after_dead", "left", "first_unread", "resync_at", "ident")
 
     def __init__(self, stack: Any, pos: int, offset: list[int]) -> None:
         self.stack = stack  # (node, rest) pairs, None at the bottom
@@ -215,6 +215,8 @@ class _Thread:
         # it comes after the failed reading kept to recover from (`interpret.LanguageStream.dead`)
         # in the order of the readings, the language's order of options
         self.after_dead = False
+        # its number where a pass noted its state at a fork (`preference._unseen`), else 0
+        self.ident = 0
         # the text it stopped reading where another reading read on as text (a bracket where a
         # bare call may begin, a soft stop): that reading holds that very terminal while it reads on
         self.left: Any = None

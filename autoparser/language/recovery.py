@@ -44,9 +44,10 @@ from autoparser.language.terminals import (
 class _Recovery:
     """Recovery of a stream whose readings all failed."""
 
-    def _recovers_better(self, t: _Thread, first: bool) -> bool:
-        """Whether recovery goes on from `t`, a reading that just failed, rather than from the
-        failed reading kept so far. One that broke off a call where a call may begin again
+    def _recovers_better(self, t: _Thread, first: bool, dead: tuple[_Thread, int] | None) -> bool:
+        """Whether recovery goes on from `t`, a reading that just failed, rather than from `dead`
+        (the failed reading kept so far, and the events emitted then; None: none). One that broke
+        off a call where a call may begin again
         inside its JSON string (`_Thread.resync_at`) wins over one that read on in that call
         past it and failed before its arguments ended. Else the one that read more calls whole
         wins (a reading that runs
@@ -58,7 +59,6 @@ class _Recovery:
         last, one still inside the language over one that read it whole and failed after it
         (recovering from that one drops what its trailer read), then the `first` in the readings'
         order (whichever failed first in that pass, where both failed in one)."""
-        dead = self.dead
         if dead is None:
             return True
         other, emitted = dead

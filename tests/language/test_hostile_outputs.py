@@ -4,6 +4,7 @@ where two readings fail at one place."""
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Callable
 
@@ -14,9 +15,11 @@ from corpora import llamacpp_templates
 from unplaced import losses_at_every_cut, marker_patterns
 
 import autoparser
+from autoparser.language import passes
 from autoparser.language.build_generation import MAX_KEY
 from autoparser.language.policy import UNDECIDED_LIMIT
 from autoparser.language.reading import Parser
+from autoparser.language.readings import _Thread
 from autoparser.roundtrip import probe_messages, run_case
 
 HEADER = '{"name": "get_weather", "parameters": '
@@ -189,6 +192,78 @@ def test_a_call_before_one_whose_arguments_hold_a_call_is_kept_whole_as_streamed
     assert whole["content"] == rest
     for size in (1, 16, 512):
         assert without_generated_ids(streamed(parser, text, size)[0]) == whole, size
+
+
+def _threads_alive_at_pass_ends(parser: Parser, text: str, monkeypatch: pytest.MonkeyPatch) -> tuple[dict, int]:
+    """The whole parse of `text`, and the most readings alive at the end of one of its passes
+    (before the pass lets go of what it held)."""
+    most = [0]
+    outside_arguments = passes._Passes._outside_arguments
+
+    def counted(self, waiting, failed):  # type: ignore[no-untyped-def]
+        most[0] = max(most[0], sum(1 for o in gc.get_objects() if o.__class__ is _Thread))
+        return outside_arguments(self, waiting, failed)
+
+    monkeypatch.setattr(passes._Passes, "_outside_arguments", counted)
+    message = without_generated_ids(parser.parse(text))
+    monkeypatch.setattr(passes._Passes, "_outside_arguments", outside_arguments)
+    return message, most[0]
+
+
+@pytest.mark.parametrize(("analysis", "unit"), [
+    (analyses.llama31, '{"a": '),
+    (analyses.llama31, '[{"a": '),
+    (analyses.llama31, HEADER),
+    (analyses.llama32_pythonic, "["),
+])
+def test_a_whole_pass_lets_go_of_failed_readings_as_they_fail_and_chooses_as_if_it_held_them(
+        analysis, unit: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pass over a piece of a whole output folds the readings that fail in it into the choice of
+    the one to recover from as they fail (past `HELD_FAILED` of them), letting go of those that
+    no outcome of the drops at the pass's end would choose: the message is the one a pass that
+    holds them all to its end gives, and the readings alive stay few (Llama 3.1, `{"a": `
+    nesting: about 600 held at a pass's end, 12 folded)."""
+    parser = Parser(analysis(), tools=analyses.WEATHER_TOOLS)
+    default = passes.HELD_FAILED
+    for text in (HEADER + unit * (3000 // len(unit)), HEADER + unit * 300 + "1" + "}" * 300 + "}"):
+        monkeypatch.setattr(passes, "HELD_FAILED", 1 << 30)
+        held, most_held = _threads_alive_at_pass_ends(parser, text, monkeypatch)
+        for limit in (0, 5, default):
+            monkeypatch.setattr(passes, "HELD_FAILED", limit)
+            folded, most = _threads_alive_at_pass_ends(parser, text, monkeypatch)
+            assert folded == held, limit
+            assert most <= min(most_held, 100), (limit, most, most_held)
+
+
+@pytest.mark.parametrize("unit", ['{"name": "get_weather", "parameters": {}}};',
+                                  '{"parameters": {}, "name": "get_weather"}{'])
+def test_a_whole_pass_whose_fold_would_multiply_its_choices_holds_the_rest_and_chooses_as_if_it_held_them(
+        unit: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each reading folded in whose calls began at places the pass's end may or may not drop can
+    double the fold's choices (Llama 3.1, whole bare calls each followed by a stray brace: thousands
+    for eight calls); where one more would leave more than `FOLD_CHOICES`, the pass holds the
+    rest whole: the choices stay that few, and the message is the one a pass that holds every
+    failed reading to its end gives."""
+    parser = Parser(analyses.llama31(), tools=analyses.WEATHER_TOOLS)
+    held_failed, fold_choices = passes.HELD_FAILED, passes.FOLD_CHOICES
+    text = unit * 12
+    monkeypatch.setattr(passes, "HELD_FAILED", 1 << 30)
+    held = without_generated_ids(parser.parse(text))
+    most, refused = [0], [0]
+    add = passes._Fold.add
+
+    def counted(self, *args):  # type: ignore[no-untyped-def]
+        taken = add(self, *args)
+        most[0], refused[0] = max(most[0], len(self.choices)), refused[0] + (not taken)
+        return taken
+
+    monkeypatch.setattr(passes._Fold, "add", counted)
+    for limit, choices in ((0, 4), (0, fold_choices), (5, 16), (held_failed, fold_choices)):
+        monkeypatch.setattr(passes, "HELD_FAILED", limit)
+        monkeypatch.setattr(passes, "FOLD_CHOICES", choices)
+        most[0] = refused[0] = 0
+        assert without_generated_ids(parser.parse(text)) == held, (limit, choices)
+        assert 0 < most[0] <= choices and refused[0], (limit, choices, most[0])
 
 
 def _depth(stack: object) -> int:
