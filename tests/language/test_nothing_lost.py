@@ -794,3 +794,36 @@ def test_a_bare_json_call_kept_at_the_undecided_limit_gives_the_whitespace_after
     [call] = message["tool_calls"]
     assert call["incomplete"] and json.loads(call["function"]["arguments"]) == {"city": big}
     assert message["content"] == "Hi " + gap + "oops}}"
+
+
+@cache
+def _gemma4(name: str) -> autoparser.Analysis:
+    return autoparser.load(str(next(p for p in llamacpp_templates() if p.name == name)))
+
+
+GEMMA4 = ["google-gemma-4-31B-it.jinja", "google-gemma-4-31B-it-interleaved.jinja"]
+
+
+@pytest.mark.parametrize("name", GEMMA4)
+@pytest.mark.parametrize("text, reasoning", [
+    ("<|channel>thou", "thou"),
+    ("<|channel>t", "t"),
+    ("<|channel>", None),
+    ('<|channel>though:<|"|>t plan<channel|>Answer', 'though:<|"|>t plan'),
+    ("<|channel>thoughtful plan<channel|>Answer", "thoughtful plan"),
+])
+def test_the_reasoning_tag_alone_is_markup_that_opens_reasoning(name: str, text: str, reasoning: str | None) -> None:
+    """Gemma 4: `<|channel>` with its word `thought` cut off or misspelt opens reasoning by itself
+    (the language's `bare-opener`), so its text is markup and what follows it the reasoning,
+    however the output is cut into chunks; nothing written is lost, the tag counted as the
+    marker it is (`unplaced.reading_markers`)."""
+    analysis = _gemma4(name)
+    assert "<|channel>" in marker_texts(analysis)
+    parser = analysis.parser(tools=analyses.WEATHER_TOOLS, thinking=True)
+    whole = _agrees_whole_and_streamed(parser, text)
+    assert whole["reasoning_content"] == reasoning
+    assert not lost_letters(analysis, text, whole), whole
+    losses = losses_at_every_cut(text, lambda written: _agrees_whole_and_streamed(parser, written),
+                                 marker_patterns(analysis))
+    assert not losses, losses[0]
+
