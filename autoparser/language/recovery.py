@@ -85,6 +85,8 @@ class _Recovery:
             return mine > theirs
         if (other.head.__class__ is _Trailer) != (t.head.__class__ is _Trailer):
             return other.head.__class__ is _Trailer
+        if t.markup != other.markup:  # as `_prefer` keeps one of two readings that meet
+            return t.markup > other.markup
         return first
 
     def _ended_reasoning_at_calls(self, t: _Thread, other: _Thread) -> bool | None:
