@@ -20,6 +20,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from autoparser.language.build import Request, reasoning_cut
 from autoparser.language.markers import flexible_pattern
 from autoparser.language.request import core
 
@@ -33,7 +34,8 @@ def marker_patterns(analysis: Any) -> list[str]:
     holes, a key in an end tag or a call's index, match any such text)."""
     data = analysis.to_dict()
     texts = [data["reasoning"]["start"], data["reasoning"]["end"], data["content"]["start"],
-             data["content"]["end"], *data["stop"], *(data["tools"].get(key) or "" for key in MARKER_KEYS)]
+             data["content"]["end"], *data["stop"], *(data["tools"].get(key) or "" for key in MARKER_KEYS),
+             *reading_markers(analysis)]
     patterns = []
     for text in sorted({core(t) for t in texts if core(t)}, key=len, reverse=True):
         patterns.append(re.sub(r"\\\{\w+\\\}", r"[^<>\\s]*", flexible_pattern(text)))
@@ -117,7 +119,16 @@ def marker_texts(analysis: Any) -> list[str]:
                 "arg_end", "arg_separator", "id_start", "id_end"):
         texts.append(tools.get(key) or "")
     texts = [re.sub(r"[0-9]+", "", t) if t is tools.get("name_end") else t for t in texts]
+    if not isinstance(analysis, dict):
+        texts += reading_markers(analysis)
     return [core(t) for t in texts if core(t)]
+
+
+def reading_markers(analysis: Any) -> list[str]:
+    """Markers the parser reads beyond those the analysis names: the reasoning start marker's tag,
+    where it opens reasoning alone (`<|channel>` of `<|channel>thought`, its word left out)."""
+    alone = reasoning_cut(analysis, Request(thinking=True)).start_alone
+    return [alone] if alone else []
 
 
 def letters(text: str) -> Counter:

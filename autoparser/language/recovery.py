@@ -23,6 +23,7 @@ from autoparser.language.preference import (
 )
 from autoparser.language.readings import (
     _WHITESPACE,
+    CUT,
     OPENS,
     _last_call,
     _Thread,
@@ -84,6 +85,8 @@ class _Recovery:
             return mine > theirs
         if (other.head.__class__ is _Trailer) != (t.head.__class__ is _Trailer):
             return other.head.__class__ is _Trailer
+        if t.markup != other.markup:  # as `_prefer` keeps one of two readings that meet
+            return t.markup > other.markup
         return first
 
     def _ended_reasoning_at_calls(self, t: _Thread, other: _Thread) -> bool | None:
@@ -188,6 +191,8 @@ class _Recovery:
             return
         best, emitted = self.dead
         self.dead = None
+        # the output ended inside a value, a marker after it begun (`Paris}<too`): cut off there
+        value_cut = self.finished and any(e[0] == CUT for e in best.events)
         # its events not emitted yet (others emitted since it failed are dropped)
         best.events = best.events[self.emitted - emitted:] if self.emitted >= emitted else []
         # a whole call whose id never came: what was written of the id's member is text
@@ -205,7 +210,7 @@ class _Recovery:
         # recovery from a failed reading meets at the end, is not: the language is read again
         # after it, as where the failure is met earlier
         after = self.buf[_reach(best, self.buf):].strip()
-        cut_at_end = any(end.startswith(after) for end in ("", *self.reader.end_of_turn))
+        cut_at_end = value_cut or any(end.startswith(after) for end in ("", *self.reader.end_of_turn))
         if self.finished and best.role == ir.ARGUMENTS and opened and cut_at_end:
             self._cut_off(best)  # cut off inside arguments that had begun (else the call is text)
             self.fallback = True

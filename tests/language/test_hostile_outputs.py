@@ -500,3 +500,24 @@ def test_a_value_cut_inside_the_end_of_turn_marker_keeps_its_text(key: str) -> N
         [call] = whole["tool_calls"]
         assert call["function"]["arguments"] == f'{{"{key}": "Paris"}}' and call.get("incomplete"), text
         assert whole["content"] == "Hi." + "<|im_end|>"[:end], text
+
+
+@pytest.mark.parametrize("name", ["google-gemma-4-31B-it.jinja", "google-gemma-4-31B-it-interleaved.jinja"])
+@pytest.mark.parametrize("tail", [
+    '<|tool_call>call:search{code:<|"|>def f():\n    return {a: [1]}\n}<tool_call|><turn|>',
+    '<|tool_call>call:search{code:<|"|>x}<tool_call|>',
+    "Hi",
+])
+def test_reasoning_opened_twice_then_a_broken_call_is_recovered_from_the_markup_reading(name: str, tail: str) -> None:
+    """Gemma 4: `<|channel>thought` written twice (the second is markup, `start-again`, or the
+    reasoning's text), the reasoning closed, then a call that breaks. Both readings fail at one
+    place; recovery went on from whichever failed first, which depended on where the chunks
+    ended (reasoning `<|channel>thought` whole, none streamed). As between two readings that
+    meet, the one that read more markers as markup wins: no reasoning, however the output is cut."""
+    path = next(p for p in llamacpp_templates() if p.name == name)
+    parser = autoparser.load(str(path)).parser(tools=analyses.WEATHER_TOOLS, thinking=True)
+    whole = _agrees_whole_and_streamed(parser, "<|channel>thought<|channel>thought<channel|>" + tail)
+    assert whole["reasoning_content"] is None
+    for size in (2, 3, 4, 5):
+        text = "<|channel>thought<|channel>thought<channel|>" + tail
+        assert without_generated_ids(streamed(parser, text, size)[0]) == whole, size

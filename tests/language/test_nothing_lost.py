@@ -794,3 +794,59 @@ def test_a_bare_json_call_kept_at_the_undecided_limit_gives_the_whitespace_after
     [call] = message["tool_calls"]
     assert call["incomplete"] and json.loads(call["function"]["arguments"]) == {"city": big}
     assert message["content"] == "Hi " + gap + "oops}}"
+
+
+@cache
+def _gemma4(name: str) -> autoparser.Analysis:
+    return autoparser.load(str(next(p for p in llamacpp_templates() if p.name == name)))
+
+
+GEMMA4 = ["google-gemma-4-31B-it.jinja", "google-gemma-4-31B-it-interleaved.jinja"]
+
+
+@pytest.mark.parametrize("name", GEMMA4)
+@pytest.mark.parametrize("text, reasoning", [
+    ("<|channel>thou", "thou"),
+    ("<|channel>t", "t"),
+    ("<|channel>", None),
+    ('<|channel>though:<|"|>t plan<channel|>Answer', 'though:<|"|>t plan'),
+    ("<|channel>thoughtful plan<channel|>Answer", "thoughtful plan"),
+])
+def test_the_reasoning_tag_alone_is_markup_that_opens_reasoning(name: str, text: str, reasoning: str | None) -> None:
+    """Gemma 4: `<|channel>` with its word `thought` cut off or misspelt opens reasoning by itself
+    (the language's `bare-opener`), so its text is markup and what follows it the reasoning,
+    however the output is cut into chunks; nothing written is lost, the tag counted as the
+    marker it is (`unplaced.reading_markers`)."""
+    analysis = _gemma4(name)
+    assert "<|channel>" in marker_texts(analysis)
+    parser = analysis.parser(tools=analyses.WEATHER_TOOLS, thinking=True)
+    whole = _agrees_whole_and_streamed(parser, text)
+    assert whole["reasoning_content"] == reasoning
+    assert not lost_letters(analysis, text, whole), whole
+    losses = losses_at_every_cut(text, lambda written: _agrees_whole_and_streamed(parser, written),
+                                 marker_patterns(analysis))
+    assert not losses, losses[0]
+
+
+@pytest.mark.parametrize("name", GEMMA4)
+@pytest.mark.parametrize("text, arguments, content", [
+    ('<|tool_call>call:get_weather{code:<|"|>abc}', {"code": "abc"}, "}"),
+    ('<|tool_call>call:get_weather{code:<|"|>def f():\n    return {a: [1]}\n}<too',
+     {"code": "def f():\n    return {a: [1]}\n"}, "}<too"),
+    ('<|tool_call>call:get_weather{days:3,code:<|"|>abc}<tool_c', {"days": 3, "code": "abc"}, "}<tool_c"),
+    ('<|tool_call>call:get_weather{city:<|"|>Oslo}<tool', {"city": "Oslo"}, "}<tool"),
+])
+def test_a_value_of_a_key_the_tool_does_not_name_cut_in_the_calls_end_marker_is_kept(
+        name: str, text: str, arguments: dict, content: str) -> None:
+    """Gemma 4: the output stops inside the call's end marker (`}<tool_call|>`) right after a
+    value of a key the tool's schema does not name (an extra member, held until it ends). The
+    value ran to the end of the output, the marker after it begun: the call is cut off there and
+    keeps the value, as it does a named key's, and the marker begun is content. It was dropped
+    (`{}`, content `}`) where the member's value was held rather than streamed."""
+    analysis = _gemma4(name)
+    parser = analysis.parser(tools=analyses.WEATHER_TOOLS, thinking=True)
+    whole = _agrees_whole_and_streamed(parser, text)
+    [call] = whole["tool_calls"]
+    assert call["incomplete"] and json.loads(call["function"]["arguments"]) == arguments
+    assert whole["content"] == content
+    assert not lost_letters(analysis, text, whole), whole
