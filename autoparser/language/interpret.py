@@ -695,5 +695,18 @@ class LanguageStream(_Commits, _Passes, _Recovery, _Stepping):
                 if final or not self._failed_reading_wins():
                     return
             self.threads = []
+            if not alive and not final and self._end_of_turn_begun():
+                return  # recovery waits to see whether the end of turn comes (it is no text)
             self._give_up()
         self._content_rest()
+
+    def _end_of_turn_begun(self) -> bool:
+        """Whether the text from where recovery would go on (`_give_up`: where the failed reading
+        failed, or the end of the text accounted for, whichever is later) is the beginning of an
+        end-of-turn marker, and nothing else: recovery, which reads such a marker as no text, waits
+        until it is whole or is not one, as when the text is read whole."""
+        dead = self.dead
+        if dead is None:
+            return False
+        rest = self.buf[max(self.safe, dead[0].pos):]
+        return bool(rest) and any(len(rest) < len(end) and end.startswith(rest) for end in self.reader.end_of_turn)

@@ -12,6 +12,7 @@ from autoparser.language import ir
 from autoparser.language.readings import (
     _WHITESPACE,
     ARGS,
+    OPENS,
     _Thread,
 )
 from autoparser.language.shapes import _below
@@ -146,11 +147,13 @@ def _whole_awaiting_id(t: _Thread) -> bool:
         "".join(call.pending).strip("{} \t\n") != ""
 
 
-def _closing_rank(t: _Thread, buf: str) -> tuple[int, bool, int]:
+def _closing_rank(t: _Thread, buf: str, pending: list[tuple] | None = None) -> tuple[int, bool, int]:
     """What ranks two readings that failed at one place, higher first: how far into a marker the
     output ends inside it read, whether it had closed the part it was inside (a call whose
-    arguments ended, where the other began one more argument), how many whole calls it read."""
-    return _reach(t, buf), t.role is None and t.call.done, _calls_begun(t)
+    arguments ended, where the other began one more argument), how many calls it began among
+    the events not emitted yet (`pending`, for a reading that failed before some went out)."""
+    begun = _calls_begun(t) if pending is None else sum(e[0] == OPENS for e in pending)
+    return _reach(t, buf), t.role is None and t.call.done, begun
 
 
 def _broke_in_calls(t: _Thread) -> bool:

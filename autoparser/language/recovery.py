@@ -80,7 +80,7 @@ class _Recovery:
             return True
         if t.pos != other.pos:
             return False
-        mine, theirs = _closing_rank(t, self.buf), _closing_rank(other, self.buf)
+        mine, theirs = _closing_rank(t, self.buf), _closing_rank(other, self.buf, other.events[seen - emitted:])
         if mine != theirs:
             return mine > theirs
         if (other.head.__class__ is _Trailer) != (t.head.__class__ is _Trailer):
@@ -257,10 +257,13 @@ class _Recovery:
         # reading the whole language again starts a character on, so that it cannot fail there again
         # (where a call broke off at a place a call may begin again, from that place)
         again = best.pos > self.safe or not self.buf or best.resync_at >= 0 or (rest is not None and len(rest) == 1)
-        failed = best.pos if again else self.safe + 1
+        # (an end-of-turn marker there is no text: the language is read again after it, as after
+        # the language's own end)
+        turn_end = 0 if again else self._end_of_turn_at(self.safe)
+        failed = best.pos if again else self.safe + (turn_end or 1)
         if read_whole and best.pos > self.safe and not withdrawn:
             self.safe = failed  # the language was read whole: what follows is read again
-        self.out.add_content(self.buf[self.safe:failed])
+        self.out.add_content(self.buf[self.safe:failed - turn_end])
         self.safe = failed
         if self.finished and failed >= len(self.buf):
             self.fallback = True  # it failed at the end of the output: nothing is left to read again
@@ -270,6 +273,10 @@ class _Recovery:
         # that ended (or none), that marker is text
         self.reasoning_over = best.role != ir.REASONING and not _inside_reasoning(best.stack)
         self.threads = [_Thread(stack, failed, self.offset) for stack in rest or [(self.reader.root, None)]]
+
+    def _end_of_turn_at(self, at: int) -> int:
+        """The length of the end-of-turn marker the text holds at `at`, 0 where none begins there."""
+        return next((len(end) for end in self.reader.end_of_turn if self.buf.startswith(end, at)), 0)
 
     def _rest_of_section(self, t: _Thread, kept: bool) -> list[Any] | None:
         """Where a reading that failed inside a call goes on: the call's text up to its end marker

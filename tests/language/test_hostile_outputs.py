@@ -521,3 +521,53 @@ def test_reasoning_opened_twice_then_a_broken_call_is_recovered_from_the_markup_
     for size in (2, 3, 4, 5):
         text = "<|channel>thought<|channel>thought<channel|>" + tail
         assert without_generated_ids(streamed(parser, text, size)[0]) == whole, size
+
+
+KIMI_CALL = ('<|tool_call_begin|>functions.run_code:0<|tool_call_argument_begin|>'
+             '{"code": "def f():\\n    return {\'a\': [1]}\\n"}<|tool_call_end|>')
+
+
+@pytest.mark.parametrize("before", ["", "<|tool_calls_section_end|>", "<|tool_calls_section_begin|>"],
+                         ids=["bare", "section-end-first", "in-section"])
+@pytest.mark.parametrize("tail", ["", "<|im_end|>", "<|im_end|><|im_end|>\n", " <|im_end|>", "<|im_end|> more",
+                                  "x<|im_end|>", "<|im_"])
+def test_a_section_opened_after_a_call_then_the_end_of_turn_is_no_text_wherever_the_chunks_end(
+        before: str, tail: str) -> None:
+    """Kimi-K2: a whole call, a second section's opener and the end of turn. Of two readings that
+    failed at the end-of-turn marker, one read the opener as text inside the call's section, the
+    other as a section that holds no call. A stream split inside the marker kept the second
+    (failed a pass earlier, it was ranked by a call whose events had gone out since), the whole
+    parse the first, and went on a character past the failure, where an end-of-turn marker
+    began: the marker was content, whole but not streamed. The marker is no text wherever the
+    chunks end: the output ending with it or not gives one message (its end of turn is removed
+    or not), nothing lost at any cut (each cut checked whole; the whole output streamed in every way)."""
+    analysis = analyses.kimi_k2()
+    parser = Parser(analysis)
+    opener = "<|tool_calls_section_begin|>"
+    text = before + KIMI_CALL + opener + tail
+    whole = _agrees_whole_and_streamed(parser, text)
+    [call] = whole["tool_calls"]
+    assert call["function"]["name"] == "run_code" and not call.get("incomplete")
+    unended = without_generated_ids(parser.parse(before + KIMI_CALL + opener))
+    assert unended["content"] == before.replace(opener, "") + opener
+    after = tail.replace("<|im_end|>", "").rstrip()
+    assert whole == dict(unended, content=unended["content"] + after)
+
+    losses = losses_at_every_cut(text, parser.parse, marker_patterns(analysis))
+    assert not losses, losses[0]
+
+
+@pytest.mark.parametrize(("family", "text", "content"), [
+    ("mistral_compact", '[TOOL_CALLS]get_weather[ARGS]{"n": 12345678901234</s>567890}[TOOL_CALLS]get_weather[ARGS]{}</s>',
+     "567890}"),
+    ("mistral_compact", '[TOOL_CALLS]get_weather[ARGS]{"n": 1, "items": [1.0, "two"</s>, 3]}', ", 3]}"),
+])
+def test_an_end_of_turn_where_recovery_goes_on_is_no_text_wherever_the_chunks_end(
+        family: str, text: str, content: str) -> None:
+    """A call's JSON arguments broken off by the end-of-turn marker, text after it. Recovery goes
+    on where the reading failed, at the marker: it is no text (as after the language's end), and
+    where the chunks end inside it, recovery waits until it is whole, as a whole parse sees it."""
+    parser = Parser(analyses.FAMILIES[family]())
+    whole = _agrees_whole_and_streamed(parser, text)
+    assert whole["content"] == content
+    assert whole["tool_calls"][0].get("incomplete")
