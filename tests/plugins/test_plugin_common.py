@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -118,13 +119,21 @@ def test_template_key_depends_on_the_special_tokens() -> None:
 MARKER_IDS = {START: 1_000_001, END: 1_000_002, OPENER: 1_000_003}
 
 
-def encode(text: str) -> list[int]:
-    ids, at = [], 0
-    while at < len(text):
-        marker = next((m for m in MARKER_IDS if text.startswith(m, at)), None)
-        ids.append(MARKER_IDS[marker] if marker else ord(text[at]))
-        at += len(marker) if marker else 1
-    return ids
+def marker_encoder(marker_ids: dict[str, int]) -> Callable[[str], list[int]]:
+    """Text to ids: each of these markers one id (the first listed where two begin alike), every
+    other character its code point."""
+    def encode(text: str) -> list[int]:
+        ids, at = [], 0
+        while at < len(text):
+            marker = next((m for m in marker_ids if text.startswith(m, at)), None)
+            ids.append(marker_ids[marker] if marker else ord(text[at]))
+            at += len(marker) if marker else 1
+        return ids
+
+    return encode
+
+
+encode = marker_encoder(MARKER_IDS)
 
 
 def decode(ids: list[int]) -> str:
@@ -284,15 +293,7 @@ def test_a_start_marker_that_is_one_token_opens_the_reasoning_whatever_follows()
     engine still counts the reasoning that follows."""
     whole = {WORDED: 2_000_000, TAG: 2_000_001, CLOSE: 2_000_002, OPENER: 1_000_003}
     names = {v: k for k, v in whole.items()}
-
-    def encode(text: str) -> list[int]:
-        ids, at = [], 0
-        while at < len(text):
-            marker = next((m for m in whole if text.startswith(m, at)), None)
-            ids.append(whole[marker] if marker else ord(text[at]))
-            at += len(marker) if marker else 1
-        return ids
-
+    encode = marker_encoder(whole)
     ids = ReasoningIds(replace(channel_cut(FREE), start_bounded=True), encode,
                        lambda found: "".join(names.get(i) or chr(i) for i in found))
     output = encode(f"{WORDED}The user asks.{CLOSE}ok")
