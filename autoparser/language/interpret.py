@@ -58,7 +58,7 @@ from autoparser.language.jsonscan import (
     text_before_cut,
     value_markers,
 )
-from autoparser.language.markers import MarkerSet, ending_pattern
+from autoparser.language.markers import MarkerSet, begins_one, ending_pattern
 from autoparser.language.message import Output, ToolCall, new_call_id
 from autoparser.language.passes import _Passes
 from autoparser.language.policy import UNDECIDED_LIMIT, WHOLE_PIECE
@@ -709,4 +709,4 @@ class LanguageStream(_Commits, _Passes, _Recovery, _Stepping):
         if dead is None:
             return False
         rest = self.buf[max(self.safe, dead[0].pos):]
-        return bool(rest) and any(len(rest) < len(end) and end.startswith(rest) for end in self.reader.end_of_turn)
+        return bool(rest) and begins_one(self.reader.end_of_turn, rest)

@@ -119,6 +119,16 @@ def match_at(text: str, pos: int, marker: str, final: bool) -> tuple[int, int]:
     return literal(marker).match(text, pos, final)
 
 
+def exact_at(markers: tuple[str, ...], text: str, pos: int) -> str | None:
+    """The first of `markers` written exactly at text[pos:] (no whitespace leniency), None where none is."""
+    return next((m for m in markers if text.startswith(m, pos)), None)
+
+
+def begins_one(markers: tuple[str, ...], rest: str) -> bool:
+    """Whether `rest` is the beginning of one of `markers`, short of all of it."""
+    return any(len(rest) < len(m) and m.startswith(rest) for m in markers)
+
+
 class MarkerSet:
     """A set of marker cores, each tagged with what it means in the state that uses the set."""
 

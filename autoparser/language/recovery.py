@@ -11,6 +11,7 @@ from typing import Any
 
 from autoparser.language import ir
 from autoparser.language.jsonscan import is_whole_json
+from autoparser.language.markers import begins_one, exact_at
 from autoparser.language.preference import (
     _broke_in_calls,
     _calls_begun,
@@ -110,8 +111,7 @@ class _Recovery:
         """Whether a failed reading broke inside a call or a call section, after reasoning text,
         where the output ends (its end-of-turn text aside), the call's arguments having started
         well (a call that did not read well is the reasoning's text)."""
-        return (_broke_in_calls(t) and t.call.confirmed
-                and self.buf[_reach(t, self.buf):].strip() in ("", *self.reader.end_of_turn))
+        return _broke_in_calls(t) and t.call.confirmed and self._only_end_of_turn_from(_reach(t, self.buf))
 
     def _reasoning_unended(self, t: _Thread) -> bool:
         """Whether a reading is inside reasoning whose end marker has not come: reading its text,
@@ -120,7 +120,7 @@ class _Recovery:
         if t.role == ir.REASONING:
             return True
         return (self.finished and head.__class__ is _Lit and not head.done and head.core == self.reader.reasoning_end
-                and self.buf[t.pos:].strip() in ("", *self.reader.end_of_turn))
+                and self._only_end_of_turn_from(t.pos))
 
     def _cut_after_calls(self, best: _Thread) -> bool:
         """Whether the reading that failed only at the end of the output, right after a whole
@@ -209,8 +209,7 @@ class _Recovery:
         # value ends before a marker cut off) is cut off; one that broke before the end, which
         # recovery from a failed reading meets at the end, is not: the language is read again
         # after it, as where the failure is met earlier
-        after = self.buf[_reach(best, self.buf):].strip()
-        cut_at_end = value_cut or any(end.startswith(after) for end in ("", *self.reader.end_of_turn))
+        cut_at_end = value_cut or self._only_end_of_turn_from(_reach(best, self.buf), begun=True)
         if self.finished and best.role == ir.ARGUMENTS and opened and cut_at_end:
             self._cut_off(best)  # cut off inside arguments that had begun (else the call is text)
             self.fallback = True
@@ -276,7 +275,13 @@ class _Recovery:
 
     def _end_of_turn_at(self, at: int) -> int:
         """The length of the end-of-turn marker the text holds at `at`, 0 where none begins there."""
-        return next((len(end) for end in self.reader.end_of_turn if self.buf.startswith(end, at)), 0)
+        return len(exact_at(self.reader.end_of_turn, self.buf, at) or "")
+
+    def _only_end_of_turn_from(self, at: int, begun: bool = False) -> bool:
+        """Whether the text from `at` is whitespace around an end-of-turn marker or none (`begun`:
+        or around the beginning of one, the output ended inside it)."""
+        rest = self.buf[at:].strip()
+        return rest in ("", *self.reader.end_of_turn) or (begun and begins_one(self.reader.end_of_turn, rest))
 
     def _rest_of_section(self, t: _Thread, kept: bool) -> list[Any] | None:
         """Where a reading that failed inside a call goes on: the call's text up to its end marker

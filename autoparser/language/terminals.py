@@ -16,7 +16,7 @@ from typing import Any
 
 from autoparser.language import ir
 from autoparser.language.jsonscan import DONE, ERROR, JsonScanner
-from autoparser.language.markers import FULL, NONE, PARTIAL, MarkerSet, match_at
+from autoparser.language.markers import FULL, NONE, PARTIAL, MarkerSet, begins_one, exact_at, match_at
 from autoparser.language.readings import (
     _BLANKS,
     _WHITESPACE,
@@ -646,9 +646,9 @@ class _Trailer:
             pos = self.blank = _BLANKS.match(buf, pos).end()
             if pos >= len(buf):
                 break
-            end = next((e for e in self.ends if buf.startswith(e, pos)), None)
+            end = exact_at(self.ends, buf, pos)
             if end is None:
-                if not final and any(len(buf) - pos < len(e) and e.startswith(buf[pos:]) for e in self.ends):
+                if not final and begins_one(self.ends, buf[pos:]):
                     break
                 t.pos = self.marked if self.seen else pos
                 return FAIL
