@@ -79,8 +79,10 @@ class ReasoningIds:
         self.whitespace = frozenset(i for text in _WHITESPACE_TEXTS for i in ids(text))
         self.implied = cut.implied
         self.answer_openers = tuple(p for p in (ids(m) for m in cut.answer_openers) if p)
-        # the start marker's word is no word of it where a word character follows
-        self.decode = decode if cut.start_bounded and _is_word(cut.start[-1:]) else None
+        # the start marker's word is no word of it where a word character follows; a marker whose
+        # ids do not begin with its tag's is one token, which stands whole (the tag cannot open alone)
+        splits = self.start[:len(self.start_alone)] == self.start_alone
+        self.decode = decode if cut.start_bounded and _is_word(cut.start[-1:]) and splits else None
 
     def is_reasoning_end(self, output_ids: Sequence[int]) -> bool:
         """Whether these ids have ended reasoning, or begun an answer with none."""
@@ -165,10 +167,9 @@ class ReasoningIds:
 
     def _word_follows(self, output_ids: Sequence[int], begin: int, end: int) -> bool:
         """Whether the id after the start marker (at `begin:end`) goes on with a word character
-        (only where the marker is bounded, `decode` set, and its ids begin with its tag's, so the
-        tag alone can open the reasoning)."""
-        if self.decode is None or end >= len(output_ids) or self.start[:len(self.start_alone)] != self.start_alone:
-            return False  # a marker whose ids do not begin with its tag's is one token: it stands whole
+        (only where the marker is bounded and the tag alone can open the reasoning: `decode` set)."""
+        if self.decode is None or end >= len(output_ids):
+            return False
         marker = self.decode(output_ids[begin:end])
         after = self.decode(output_ids[begin:end + 1])
         return after.startswith(marker) and _is_word(after[len(marker):len(marker) + 1])
