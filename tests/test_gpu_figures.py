@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from collections import Counter
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+from corpora import tool_module
 
-from gpu_figures import Figures, chi_square_limit, homogeneity  # noqa: E402
+gpu_figures = tool_module("gpu_figures")
+Figures, chi_square_limit, homogeneity = gpu_figures.Figures, gpu_figures.chi_square_limit, gpu_figures.homogeneity
 
 PRINTED = """\
 llama_decode, 1 sequence(s):  1679.7 us CPU a step (1679.7 a token), wall  1679.3 us a step

@@ -46,6 +46,8 @@ from make_tiny_model import SHAPES  # noqa: E402
 IDLE_SEQUENCES = 8
 DEVICE_SAMPLING = {"auto": None, "on": True, "off": False}
 SWEPT_BYTES = 30_000_000  # more than the last-level cache, as a 100,000-token model's output layer
+# the server's default sampling: the whole vocabulary at temperature 1 (the random pick only)
+SERVER_SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0}
 
 
 class Decoder:
@@ -96,7 +98,7 @@ class Decoder:
         from autoparser.llama.device_sampling import build_chain, chain_key
         from autoparser.llama.sampling import SamplingParams
 
-        key = chain_key(SamplingParams(temperature=1.0, top_p=1.0, top_k=0, min_p=0.0), ())
+        key = chain_key(SamplingParams(**SERVER_SAMPLING), ())
         for seq, old in enumerate(self.chains):
             chain = build_chain(key, self.n_vocab, seq) if seq < n_seq else None
             if not self.llama.llama_set_sampler(self.ctx, seq, chain) and chain is not None:
@@ -164,7 +166,6 @@ def engine_steps(model: Path, args: argparse.Namespace) -> None:
             spent[0] += time.thread_time() - start
 
     llama_cpp.llama_decode = timed_decode
-    sampling = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0}
     try:
         with Engine(str(model), n_ctx=args.n_ctx, n_threads=1, n_parallel=max(4, *args.generations),
                     n_gpu_layers=args.n_gpu_layers,
@@ -175,7 +176,7 @@ def engine_steps(model: Path, args: argparse.Namespace) -> None:
             # generations as the first measurement steps: a free slot's device chain samples a
             # dummy row for a few steps more (engine.IDLE_CHAIN_STEPS)
             warm_up = [engine.new_generation(engine.tokenize(f"<｜User｜>Warm up {i}.<｜Assistant｜>"), 200,
-                                             SamplingParams(seed=99 + i, **sampling), ignore_eos=True)
+                                             SamplingParams(seed=99 + i, **SERVER_SAMPLING), ignore_eos=True)
                        for i in range(args.generations[0])]
             while not all(g.finished for g in warm_up):
                 engine.step(warm_up)
@@ -188,7 +189,7 @@ def engine_steps(model: Path, args: argparse.Namespace) -> None:
                 for rep in range(args.reps):
                     generations = [engine.new_generation(
                         engine.tokenize(f"<｜User｜>Request {rep * 10 + i}: say something about rain.<｜Assistant｜>"),
-                        args.steps, SamplingParams(seed=rep * 10 + i, **sampling), ignore_eos=True)
+                        args.steps, SamplingParams(seed=rep * 10 + i, **SERVER_SAMPLING), ignore_eos=True)
                         for i in range(size)]
                     engine.step(generations)  # the prompts
                     spent[0] = 0.0

@@ -11,19 +11,22 @@ tokens: there, tokens compare only between generations that reach them in the sa
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+from corpora import tool_module
 
 pytest_plugins = ["tiny_model"]
 
 pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
 
 from autoparser.llama.engine import Engine, GrammarSpec, SamplingParams  # noqa: E402
+
+# the limit `tools/gpu_figures.py` compares the same draws with on a GPU
+chi_square_limit = tool_module("gpu_figures").chi_square_limit
 
 PROMPT = "<｜User｜>Tell me something about the weather.<｜Assistant｜>"
 DRAWS = 1500
@@ -44,12 +47,6 @@ def tokens_of(engine: Engine, prompt: str, n: int, sampling: SamplingParams, **k
 
 def first_tokens(engine: Engine, sampling: dict[str, float], n: int = DRAWS) -> Counter[int]:
     return Counter(tokens_of(engine, PROMPT, 1, SamplingParams(seed=seed, **sampling))[0] for seed in range(n))
-
-
-def chi_square_limit(dof: int, z: float = 3.09) -> float:
-    """The chi-square value exceeded with probability about 0.001 (Wilson-Hilferty)."""
-    h = 2.0 / (9.0 * dof)
-    return dof * (1.0 - h + z * math.sqrt(h)) ** 3
 
 
 def test_device_sampling_is_on_where_asked(engines: tuple[Engine, Engine]) -> None:
