@@ -46,21 +46,19 @@ A template is untrusted input, so rendering is fenced in:
   checks the clock, and `wordwrap` and the comparison filters (`sort`, `unique`, `min`, `max`,
   `dictsort`, `groupby`) are priced by the work they would do.
 
-Every failure surfaces as a `TemplateRenderError` subclass with a one-line message.
+Every failure surfaces as a `TemplateRenderError` subclass with a one-line message. The prices
+and the render's budget live in `render_pricing.py`; this module wires them into jinja.
 """
 
 from __future__ import annotations
 
-import codecs
 import json
-import math
 import re
 import threading
 import time
 import types
 from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import update_wrapper, wraps
 from types import TracebackType
@@ -74,11 +72,43 @@ from jinja2.runtime import Context, LoopContext
 from jinja2.sandbox import (
     ImmutableSandboxedEnvironment,
     SandboxedEnvironment,
-    SandboxedFormatter,
     modifies_known_mutable,
 )
 from jinja2.utils import Namespace, pass_eval_context
-from markupsafe import EscapeFormatter, Markup
+from markupsafe import Markup
+
+from autoparser.render_pricing import (
+    CONSUMING_FILTERS,
+    DEFAULT_LIMITS,
+    FILTER_GUARDS,
+    MAX_INT_BITS,
+    LimitHit,
+    PricedEscapeFormatter,
+    PricedFormatter,
+    RenderLimits,
+    SizedBuffer,
+    as_width,
+    bounded_join,
+    bounded_wordwrap,
+    check_chars,
+    check_codec,
+    check_compared,
+    check_estimate,
+    check_format_string,
+    check_int_arg,
+    check_int_product,
+    check_join,
+    check_replace,
+    check_translate,
+    collect_priced,
+    consuming_filter,
+    estimated_chars,
+    finalize_output,
+    guard_filter,
+    is_lazy,
+    render_budget,
+    too_big,
+)
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -101,7 +131,7 @@ __all__ = [
 ]
 
 
-# -- errors and limits ------------------------------------------------------------------------
+# -- errors ------------------------------------------------------------------------------------
 
 
 class TemplateRenderError(Exception):
@@ -124,109 +154,8 @@ class RenderLimitExceeded(TemplateRenderError):
     """The template ran too long, recursed too deeply, or produced too much text."""
 
 
-@dataclass(frozen=True)
-class RenderLimits:
-    """Bounds for one render: wall-clock seconds and characters of any produced string."""
-
-    seconds: float = 2.0
-    max_chars: int = 4_000_000
-
-
-DEFAULT_LIMITS = RenderLimits()
-
-
-class _LimitHit(Exception):
-    """Raised from inside template code; deliberately not a TypeError/LookupError so nothing in
-    jinja's runtime mistakes it for a missing attribute and swallows it."""
-
-
 class _ExplicitRaise(TemplateError):
     """What `raise_exception` throws, told apart from jinja's own runtime errors."""
-
-
-class _Budget(threading.local):
-    """The active render's limits. Thread-local because the server renders in worker threads."""
-
-    deadline: float = math.inf
-    seconds: float = DEFAULT_LIMITS.seconds
-    max_chars: int = DEFAULT_LIMITS.max_chars
-    allow_mutation: bool = False
-    inputs: frozenset[int] = frozenset()
-    clock_offset: float = 0.0
-    used_randomness: bool = False
-
-
-_budget = _Budget()
-
-
-def _too_big(what: str) -> _LimitHit:
-    return _LimitHit(f"template output would exceed {_budget.max_chars:,} characters (in {what})")
-
-
-def _check_chars(n: int, what: str) -> None:
-    if n > _budget.max_chars:
-        raise _too_big(what)
-
-
-def _estimated_chars(value: Any, budget: int) -> int:
-    """Roughly how many characters `str()` or JSON of `value` produces; stops early past `budget`.
-
-    Containers built from shared references (`[s] * 1000`, `l = [l, l]` repeated) print far
-    larger than they occupy in memory, so printing one must be priced before it is done. Each
-    distinct container is measured once (its size remembered by identity), so pricing such a
-    structure costs as little as the structure itself; a container that holds itself is endless.
-    """
-    known: dict[int, int] = {}
-    open_ids: set[int] = set()
-    frames: list[list[Any]] = []  # [container id, children, next child index, size so far]
-
-    def enter(item: Any) -> int | None:
-        """The size of `item` when known at once; otherwise opens a frame for it."""
-        if isinstance(item, str | bytes | bytearray):
-            return len(item) + 3
-        is_mapping = isinstance(item, Mapping)
-        if not is_mapping and not isinstance(item, list | tuple | set | frozenset):
-            return 8
-        key = id(item)
-        if key in known:
-            return known[key]
-        if key in open_ids:
-            return budget + 1
-        if is_mapping:
-            own, children = 2 + 4 * len(item), [*item.keys(), *item.values()]
-        else:
-            own, children = 2 + 2 * len(item), list(item)
-        open_ids.add(key)
-        frames.append([key, children, 0, own])
-        return None
-
-    total = enter(value)
-    while frames:
-        frame = frames[-1]
-        if frame[3] > budget:
-            return frame[3]
-        if frame[2] < len(frame[1]):
-            child = frame[1][frame[2]]
-            frame[2] += 1
-            size = enter(child)
-            if size is not None:
-                frame[3] += size
-            continue
-        frames.pop()
-        known[frame[0]] = frame[3]
-        open_ids.discard(frame[0])
-        if frames:
-            frames[-1][3] += frame[3]
-        else:
-            total = frame[3]
-    return total if total is not None else 0
-
-
-def _check_estimate(value: Any, what: str) -> None:
-    if type(value) is str:
-        _check_chars(len(value), what)
-    else:
-        _check_chars(_estimated_chars(value, _budget.max_chars), what)
 
 
 # -- tool-call arguments ----------------------------------------------------------------------
@@ -323,8 +252,8 @@ def prepare_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _json_default(value: Any) -> Any:
     """Serialize the lazy sequences templates produce (`map()`, `dict.items()`, `range`) as lists."""
     if isinstance(value, Iterator | KeysView | ValuesView | ItemsView | range):
-        items = _collect(value, "tojson")
-        _check_estimate(items, "tojson")
+        items = collect_priced(value, "tojson")
+        check_estimate(items, "tojson")
         return items
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
@@ -333,13 +262,13 @@ def tojson(value: Any, ensure_ascii: bool = False, indent: int | str | None = No
            separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
     """transformers' `tojson`: no HTML escaping, non-ASCII kept, json.dumps options exposed."""
     width = indent if isinstance(indent, int) else len(indent or "")
-    _check_int_arg(width, "tojson indent")
+    check_int_arg(width, "tojson indent")
     if type(value) is not str:
         # every line of indented JSON repeats the indent; price that too
-        _check_chars(_estimated_chars(value, _budget.max_chars) * (1 + max(width, 0)), "tojson")
+        check_chars(estimated_chars(value, render_budget.max_chars) * (1 + max(width, 0)), "tojson")
     text = json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
                       sort_keys=sort_keys, default=_json_default)
-    _check_chars(len(text), "tojson")
+    check_chars(len(text), "tojson")
     return text
 
 
@@ -355,22 +284,22 @@ def strftime_now(format: str) -> str:  # the name templates call it with
     """The current time, formatted; each directive may be padded to a width of its own
     (`%999999Y`), so the output is priced by the widest before formatting."""
     text = str(format)
-    widest = max((_as_width(digits) for digits in _STRFTIME_WIDTH.findall(text)), default=0)
-    _check_int_arg(widest, "strftime_now")
-    _check_chars(len(text) + text.count("%") * (widest + 64), "strftime_now")
-    return (datetime.now() + timedelta(seconds=_budget.clock_offset)).strftime(text)
+    widest = max((as_width(digits) for digits in _STRFTIME_WIDTH.findall(text)), default=0)
+    check_int_arg(widest, "strftime_now")
+    check_chars(len(text) + text.count("%") * (widest + 64), "strftime_now")
+    return (datetime.now() + timedelta(seconds=render_budget.clock_offset)).strftime(text)
 
 
 @contextmanager
 def shifted_clock(seconds: float) -> Iterator[None]:
     """Renders in this block see `strftime_now` `seconds` later (how time-dependent templates
     are told apart from deterministic ones)."""
-    previous = _budget.clock_offset
-    _budget.clock_offset = seconds
+    previous = render_budget.clock_offset
+    render_budget.clock_offset = seconds
     try:
         yield
     finally:
-        _budget.clock_offset = previous
+        render_budget.clock_offset = previous
 
 
 class _DictBuilder:
@@ -379,12 +308,12 @@ class _DictBuilder:
 
     def __call__(self, *args: Any, **kwargs: Any) -> dict[Any, Any]:
         for arg in args:
-            _check_compared(arg)
+            check_compared(arg)
         return dict(*args, **kwargs)
 
     def fromkeys(self, *args: Any, **kwargs: Any) -> dict[Any, Any]:
         for arg in args:
-            _check_compared(arg)
+            check_compared(arg)
         return dict.fromkeys(*args, **kwargs)
 
 
@@ -425,308 +354,6 @@ class GenerationTag(Extension):
     @pass_eval_context
     def _render_body(self, eval_context: Any, caller: Any) -> str:
         return caller()
-
-
-# -- size guards for filters and methods ------------------------------------------------------
-
-_WIDTH_NUMBER = re.compile(r"\d{4,}")
-_NESTED_FIELD = re.compile(r"\{[^{}]*\{")
-MAX_INT_BITS = 100_000
-"""The largest integer (in bits) a template may compute: about 30,000 decimal digits."""
-
-
-def _as_width(digits: str) -> int:
-    """A width written in a format, without converting an endless digit string."""
-    return int(digits) if len(digits) <= 12 else 10 ** 12
-
-
-def _check_compared(value: Any) -> None:
-    """Comparing or hashing a container walks all of it: `a == b` of two lists built by doubling
-    (`a = [a, a]` sixty times) visits 2**60 items in one C call that no deadline can interrupt,
-    so containers are priced by their printed size before they are compared or hashed."""
-    if isinstance(value, list | tuple | Mapping | set | frozenset):
-        if _estimated_chars(value, _budget.max_chars) > _budget.max_chars:
-            raise _LimitHit(f"template compared or hashed a value too large to compare in time "
-                            f"(over {_budget.max_chars:,} characters printed)")
-
-
-def _check_int_arg(value: Any, what: str) -> None:
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > _budget.max_chars:
-        raise _LimitHit(f"template asked for a size of {value:,} in {what}, over the "
-                        f"{_budget.max_chars:,}-character limit")
-
-
-def _check_format_string(fmt: str, args: Any, what: str) -> None:
-    """`'%999999999d' % 1`, `'{:>999999}' * 1000`, `'{0:{1}}'.format(x, 3999999)` and
-    `'{0}{0}{0}…'.format(big)` allocate far more than their inputs; price them before running.
-
-    Every field may be as wide as the widest value, the largest width written in the format, and
-    (when widths can come from the arguments: nested `{}` or `*`) the largest integer argument.
-    """
-    widths = [_as_width(number) for number in _WIDTH_NUMBER.findall(fmt)]
-    for width in widths:
-        _check_int_arg(width, what)
-    values = list(args.values()) if isinstance(args, Mapping) else list(args)
-    for value in values:
-        _check_int_arg(value, what)
-    fields = fmt.count("%") + fmt.count("{")
-    if not fields:
-        return
-    widest = max((_estimated_chars(v, _budget.max_chars) for v in values), default=0)
-    widest += max(widths, default=0)
-    if _NESTED_FIELD.search(fmt) or "*" in fmt:
-        widest += max((abs(v) for v in values if isinstance(v, int) and not isinstance(v, bool)), default=0)
-    _check_chars(len(fmt) + fields * widest, what)
-
-
-def _check_translate(text: str, table: Any) -> None:
-    """`s.translate({ord('x'): long})` writes `long` for every `x`: price the longest mapping."""
-    if isinstance(table, Mapping):
-        targets = list(table.values())
-    elif isinstance(table, list | tuple):
-        targets = list(table)
-    else:
-        targets = []
-    longest = max((len(t) for t in targets if isinstance(t, str)), default=1)
-    _check_chars(len(text) * max(longest, 1), "translate")
-
-
-def _check_int_product(left: Any, right: Any) -> None:
-    """Integers multiply in quadratic time and their size adds up: 16 squarings of a big number
-    take seconds and gigabytes, so the product is priced by its bit length first."""
-    if (isinstance(left, int) and isinstance(right, int) and not isinstance(left, bool)
-            and not isinstance(right, bool) and left.bit_length() + right.bit_length() > MAX_INT_BITS):
-        raise _LimitHit(f"template computed a number too large (over {MAX_INT_BITS:,} bits, in *)")
-
-
-def _collect(value: Any, what: str) -> list[Any]:
-    """A lazy sequence as a list, priced item by item so a generator of large strings
-    (`map('center', 3999999)`) is refused before it fills memory."""
-    if isinstance(value, list):
-        return value
-    items: list[Any] = []
-    total = 0
-    for item in value:
-        total += _estimated_chars(item, _budget.max_chars)
-        if total > _budget.max_chars:
-            raise _too_big(what)
-        items.append(item)
-    return items
-
-
-def _is_lazy(value: Any) -> bool:
-    return not isinstance(value, str | Mapping | list | tuple | set | frozenset | range)
-
-
-def _check_wordwrap(text: str, width: Any, break_long_words: Any = True) -> None:
-    """textwrap is linear in the line but quadratic in a word longer than the width (it slices
-    the rest of the word once per piece): estimate the time and refuse what would pass the
-    deadline."""
-    _check_int_arg(width, "wordwrap")
-    if not isinstance(width, int) or width < 1:
-        return  # textwrap refuses it with a clear error
-    longest = max((len(word) for word in text.split()), default=0) if break_long_words else 0
-    seconds = len(text) * _WRAP_SECONDS_PER_CHAR
-    if longest > width:
-        seconds += longest * longest / width * _WRAP_SECONDS_PER_SLICED_CHAR
-    if time.monotonic() + seconds > _budget.deadline:
-        raise _LimitHit(f"template rendering would take longer than {_budget.seconds:g} s "
-                        f"(wordwrap of {len(text):,} characters at width {width})")
-
-
-# measured on CPython 3.11: about 1 us per character, 0.7 ns per character sliced off a long word
-_WRAP_SECONDS_PER_CHAR = 1e-6
-_WRAP_SECONDS_PER_SLICED_CHAR = 1e-9
-
-
-def _check_replace(text: Any, old: Any, new: Any, count: Any = -1) -> None:
-    if len(new) > len(old):
-        hits = text.count(old)
-        if isinstance(count, int) and count >= 0:
-            hits = min(hits, count)
-        _check_chars(len(text) + hits * (len(new) - len(old)), "replace")
-
-
-def _check_join(pieces: list[Any], separator: str) -> None:
-    total = len(separator) * max(len(pieces) - 1, 0)
-    for piece in pieces:
-        total += _estimated_chars(piece, _budget.max_chars)
-        _check_chars(total, "join")
-
-
-# Codecs whose running time grows with the square of the text (punycode's encoder rescans the
-# whole text once per distinct character: 8,000 characters take 12 s on CPython 3.11), and the
-# most bytes any codec writes per character (`\U0001f600` for the escape codecs, 4 otherwise).
-_QUADRATIC_CODECS = frozenset({"punycode", "idna"})
-_PUNYCODE_SECONDS_PER_CHAR_SQUARED = 2e-7
-_ESCAPE_CODECS = frozenset({"unicode-escape", "raw-unicode-escape"})
-
-
-def _check_codec(text: str | bytes | bytearray, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    """`str.encode` / `bytes.decode`: priced by the bytes written and, for the quadratic codecs,
-    by the time they would take."""
-    encoding = args[0] if args else kwargs.get("encoding", "utf-8")
-    try:
-        codec = codecs.lookup(str(encoding)).name
-    except LookupError:
-        return  # the call itself raises a clear error
-    if codec in _QUADRATIC_CODECS:
-        seconds = len(text) ** 2 * _PUNYCODE_SECONDS_PER_CHAR_SQUARED
-        if time.monotonic() + seconds > _budget.deadline:
-            raise _LimitHit(f"template rendering would take longer than {_budget.seconds:g} s "
-                            f"({name} of {len(text):,} characters with {codec})")
-    if name == "encode":
-        _check_chars(len(text) * (10 if codec in _ESCAPE_CODECS else 4), f"{codec} encoding")
-
-
-_ESCAPED = "<>&\"'"
-
-
-def _escape_check(value: Any, *args: Any, **kwargs: Any) -> None:
-    """HTML escaping writes up to five characters for one (`&#34;`)."""
-    if isinstance(value, str):
-        _check_chars(len(value) + 4 * sum(map(value.count, _ESCAPED)), "escape")
-    else:
-        _check_chars(5 * _estimated_chars(value, _budget.max_chars), "escape")
-
-
-def _xmlattr_check(value: Any, *args: Any, **kwargs: Any) -> None:
-    """Every attribute value is escaped (five characters for one) and quoted."""
-    _check_chars(5 * _estimated_chars(value, _budget.max_chars), "xmlattr")
-
-
-def _urlencode_check(value: Any, *args: Any, **kwargs: Any) -> None:
-    """Percent-encoding writes three characters per UTF-8 byte, up to four bytes a character."""
-    size = len(value) if isinstance(value, str) else _estimated_chars(value, _budget.max_chars)
-    _check_chars(12 * size, "urlencode")
-
-
-def _urlize_check(value: Any, trim_url_limit: Any = None, nofollow: Any = False, target: Any = None,
-                  rel: Any = None, extra_schemes: Any = None) -> None:
-    """Each link repeats `target` and `rel`; a text of short URLs with a long `target` multiplies."""
-    text = str(value)
-    words = len(text.split()) if len(text) <= _budget.max_chars else len(text)
-    per_link = 80 + len(str(target or "")) + len(str(rel or ""))
-    _check_chars(5 * len(text) + words * per_link, "urlize")
-
-
-def _guard_filter(filters: dict[str, Any], name: str, check: Any) -> None:
-    """Wrap a built-in filter so `check(value, *args, **kwargs)` runs first; jinja's pass-arg
-    markers (eval context, environment) are kept by `wraps` and skipped when checking."""
-    original = filters[name]
-    pass_arg = getattr(original, "jinja_pass_arg", None)
-
-    @wraps(original)
-    def guarded(*args: Any, **kwargs: Any) -> Any:
-        check(*(args[1:] if pass_arg is not None else args), **kwargs)
-        return original(*args, **kwargs)
-
-    filters[name] = guarded
-
-
-def _ints_only(value: Any, *args: Any, **kwargs: Any) -> None:
-    for arg in (*args, *kwargs.values()):
-        _check_int_arg(arg, "a filter argument")
-
-
-def _indent_check(value: Any, width: Any = 4, *args: Any, **kwargs: Any) -> None:
-    width = kwargs.get("width", width)
-    pad = width if isinstance(width, int) else len(str(width))
-    _check_int_arg(pad, "indent")
-    text = str(value)
-    _check_chars(len(text) + pad * (text.count("\n") + 1), "indent")
-
-
-def _replace_check(value: Any, old: Any = "", new: Any = "", count: Any = None, **kwargs: Any) -> None:
-    _check_replace(str(value), str(old), str(new), -1 if count is None else count)
-
-
-def _format_check(value: Any, *args: Any, **kwargs: Any) -> None:
-    _check_format_string(str(value), kwargs or args, "format")
-
-
-def _sum_check(iterable: Any, attribute: Any = None, start: Any = 0) -> None:
-    if isinstance(iterable, list | tuple) and not isinstance(start, int | float):
-        _check_join(list(iterable), "")
-
-
-def _print_check(value: Any, *args: Any, **kwargs: Any) -> None:
-    _check_estimate(value, "printing a value")
-
-
-_FILTER_GUARDS = {
-    "center": _ints_only, "batch": _ints_only, "slice": _ints_only, "truncate": _ints_only,
-    "indent": _indent_check, "replace": _replace_check,
-    "format": _format_check, "sum": _sum_check, "string": _print_check, "pprint": _print_check,
-    "escape": _escape_check, "e": _escape_check, "forceescape": _escape_check,
-    "xmlattr": _xmlattr_check, "urlencode": _urlencode_check, "urlize": _urlize_check,
-}
-
-# Filters that consume their whole input: a lazy one is collected with pricing first. The ones
-# marked True also compare items, which for nested lists built from shared references costs as
-# much as printing them, so the collected input is priced as if printed.
-_CONSUMING_FILTERS = {
-    "list": False, "reverse": False, "last": False, "random": False, "batch": False, "slice": False,
-    "sum": False, "sort": True, "unique": True, "min": True, "max": True, "dictsort": True,
-    "groupby": True,
-}
-
-
-def _consuming(original: Any, name: str, compares: bool) -> Any:
-    """Wrap a filter whose first value argument is consumed whole (see `_CONSUMING_FILTERS`)."""
-    skip = 1 if getattr(original, "jinja_pass_arg", None) is not None else 0
-
-    @wraps(original)
-    def consuming(*args: Any, **kwargs: Any) -> Any:
-        if len(args) > skip:
-            value = args[skip]
-            if _is_lazy(value):
-                value = _collect(value, name)
-                args = (*args[:skip], value, *args[skip + 1:])
-            if compares and isinstance(value, list | tuple | Mapping):
-                _check_estimate(value, name)
-        return original(*args, **kwargs)
-
-    return consuming
-
-
-def _bounded_join(original: Any) -> Any:
-    """`join`, priced first. Lazy inputs (`map()` results) are collected with pricing, so the
-    guard has to call the filter itself rather than only inspect its arguments."""
-
-    @wraps(original)
-    def join(eval_ctx: Any, value: Any, d: str = "", attribute: Any = None) -> Any:
-        items = _collect(value, "join") if _is_lazy(value) else list(value)
-        _check_join(items, str(d))
-        return original(eval_ctx, items, d, attribute)
-
-    return join
-
-
-def _bounded_wordwrap(original: Any) -> Any:
-    """`wordwrap`, priced by the time textwrap would take and wrapped one line at a time with a
-    clock check between lines (jinja wraps each line on its own too, so the result is the same)."""
-
-    @wraps(original)
-    def wordwrap(environment: Any, s: Any, width: int = 79, break_long_words: bool = True,
-                 wrapstring: str | None = None, break_on_hyphens: bool = True) -> str:
-        text = str(s)
-        _check_wordwrap(text, width, break_long_words)
-        separator = environment.newline_sequence if wrapstring is None else wrapstring
-        pieces = []
-        for line in text.splitlines():
-            environment.autoparser_tick()
-            pieces.append(original(environment, line, width, break_long_words, separator, break_on_hyphens))
-        return separator.join(pieces)
-
-    return wordwrap
-
-
-def _finalize(value: Any) -> Any:
-    """Runs on every `{{ value }}`: containers are priced before jinja calls `str()` on them."""
-    if type(value) is not str and isinstance(value, Mapping | list | tuple | set | frozenset):
-        _check_estimate(value, "printing a value")
-    return value
 
 
 # -- the code generator and environment -------------------------------------------------------
@@ -798,62 +425,6 @@ class _BoundedCodeGenerator(CodeGenerator):
         self.write(")")
 
 
-_SPEC_NUMBER = re.compile(r"\d+")
-
-
-class _PricedFormatter(SandboxedFormatter):
-    """The sandbox's `str.format`, pricing each field before it is formatted.
-
-    A field's width and precision are read from its format spec as resolved, so widths given
-    by nested fields (`{0:{1}}`), as text (`'{:{}}'.format(x, '999999999')`) or pieced together
-    from several (`{0:{1}{2}}`) all count; the characters written so far are counted too.
-    """
-
-    def __init__(self, env: Any, **kwargs: Any) -> None:
-        super().__init__(env, **kwargs)
-        self._written = 0
-
-    def vformat(self, format_string: str, args: Any, kwargs: Any) -> str:
-        self._written = len(format_string)
-        return super().vformat(format_string, args, kwargs)
-
-    def convert_field(self, value: Any, conversion: str | None) -> Any:
-        if conversion is not None:
-            _check_estimate(value, "format")
-        return super().convert_field(value, conversion)
-
-    def format_field(self, value: Any, format_spec: str) -> Any:
-        spec = sum(_as_width(digits) for digits in _SPEC_NUMBER.findall(format_spec))
-        _check_int_arg(spec, "a format spec")
-        self._written += spec + (len(value) if isinstance(value, str) else _estimated_chars(value, _budget.max_chars))
-        _check_chars(self._written, "format")
-        return super().format_field(value, format_spec)
-
-
-class _PricedEscapeFormatter(_PricedFormatter, EscapeFormatter):
-    pass
-
-
-class _SizedBuffer(list):
-    """A macro's or set-block's output buffer that refuses to grow past the size limit."""
-
-    __slots__ = ("_chars",)
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._chars = 0
-
-    def append(self, item: Any) -> None:
-        self._chars += len(item)
-        if self._chars > _budget.max_chars:
-            raise _too_big("a macro or set block")
-        super().append(item)
-
-    def extend(self, items: Any) -> None:
-        for item in items:
-            self.append(item)
-
-
 _SEQUENCES = (str, bytes, bytearray, list, tuple)
 # tests that compare their operands (the others, `defined`, `mapping`..., only look at the type)
 _COMPARING_TESTS = frozenset({
@@ -875,36 +446,36 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
     # hooks called from compiled template code
 
     def autoparser_tick(self) -> bool:
-        if time.monotonic() > _budget.deadline:
-            raise _LimitHit(f"template rendering took longer than {_budget.seconds:g} s "
+        if time.monotonic() > render_budget.deadline:
+            raise LimitHit(f"template rendering took longer than {render_budget.seconds:g} s "
                             "(a runaway loop or recursion?)")
         return True
 
-    def autoparser_buffer(self) -> _SizedBuffer:
-        return _SizedBuffer()
+    def autoparser_buffer(self) -> SizedBuffer:
+        return SizedBuffer()
 
     def autoparser_sized(self, value: Any) -> Any:
-        if len(value) > _budget.max_chars:
-            raise _too_big("a concatenation")
+        if len(value) > render_budget.max_chars:
+            raise too_big("a concatenation")
         return value
 
     def autoparser_compared(self, value: Any) -> Any:
-        _check_compared(value)
+        check_compared(value)
         return value
 
     def getitem(self, obj: Any, argument: Any) -> Any:
-        _check_compared(argument)  # a tuple key is hashed
+        check_compared(argument)  # a tuple key is hashed
         return super().getitem(obj, argument)
 
     def wrap_str_format(self, value: Any) -> Any:
-        """`str.format` and `format_map` run through `_PricedFormatter`, which prices each field
+        """`str.format` and `format_map` run through `PricedFormatter`, which prices each field
         as the format resolves it."""
         if (not isinstance(value, types.BuiltinMethodType) or value.__name__ not in ("format", "format_map")
                 or not isinstance(value.__self__, str)):
             return None
         text: str = value.__self__
-        formatter = (_PricedEscapeFormatter(self, escape=text.escape) if isinstance(text, Markup)
-                     else _PricedFormatter(self))
+        formatter = (PricedEscapeFormatter(self, escape=text.escape) if isinstance(text, Markup)
+                     else PricedFormatter(self))
         is_map = value.__name__ == "format_map"
 
         def wrapper(*args: Any, **kwargs: Any) -> str:
@@ -919,7 +490,7 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
     # sandbox policy
 
     def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
-        if _budget.allow_mutation and id(obj) not in _budget.inputs and modifies_known_mutable(obj, attr):
+        if render_budget.allow_mutation and id(obj) not in render_budget.inputs and modifies_known_mutable(obj, attr):
             return SandboxedEnvironment.is_safe_attribute(self, obj, attr, value)
         return super().is_safe_attribute(obj, attr, value)
 
@@ -931,12 +502,12 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
     def call_binop(self, context: Context, operator: str, left: Any, right: Any) -> Any:
         if operator == "*":
             self._check_repeat(left, right)
-            _check_int_product(left, right)
+            check_int_product(left, right)
         elif operator == "**":
             self._check_power(left, right)
         elif operator == "%" and isinstance(left, _TEXTS):
             fmt = left if isinstance(left, str) else left.decode("latin-1")
-            _check_format_string(fmt, right if isinstance(right, tuple | Mapping) else (right,), "%")
+            check_format_string(fmt, right if isinstance(right, tuple | Mapping) else (right,), "%")
         elif operator == "+":
             self._check_sum(left, right)
         return self.binop_table[operator](left, right)
@@ -944,50 +515,50 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
     @staticmethod
     def _check_sum(left: Any, right: Any) -> None:
         if isinstance(left, _TEXTS) and isinstance(right, _TEXTS):
-            _check_chars(len(left) + len(right), "+")
+            check_chars(len(left) + len(right), "+")
         elif isinstance(left, list | tuple) and isinstance(right, list | tuple):
             # shared references make lists print far larger than they occupy
-            size = _estimated_chars(left, _budget.max_chars)
-            _check_chars(size + _estimated_chars(right, _budget.max_chars - size), "+")
+            size = estimated_chars(left, render_budget.max_chars)
+            check_chars(size + estimated_chars(right, render_budget.max_chars - size), "+")
         elif isinstance(left, str) or isinstance(right, str):  # JsonArguments + str
-            _check_chars(_estimated_chars(left, _budget.max_chars) + _estimated_chars(right, _budget.max_chars), "+")
+            check_chars(estimated_chars(left, render_budget.max_chars) + estimated_chars(right, render_budget.max_chars), "+")
 
     @staticmethod
     def _check_repeat(left: Any, right: Any) -> None:
         sequence, count = (left, right) if isinstance(right, int) else (right, left)
         if isinstance(sequence, _SEQUENCES) and isinstance(count, int) and count > 1:
-            size = len(sequence) if isinstance(sequence, _TEXTS) else _estimated_chars(sequence, _budget.max_chars)
-            _check_chars(size * count, "*")
+            size = len(sequence) if isinstance(sequence, _TEXTS) else estimated_chars(sequence, render_budget.max_chars)
+            check_chars(size * count, "*")
 
     @staticmethod
     def _check_power(base: Any, exponent: Any) -> None:
         if isinstance(base, int) and isinstance(exponent, int) and exponent > 0 and abs(base) > 1:
             if abs(base).bit_length() * exponent > MAX_INT_BITS:
-                raise _LimitHit(f"template computed a number too large ({base} ** {exponent})")
+                raise LimitHit(f"template computed a number too large ({base} ** {exponent})")
 
     def call(__self, __context: Context, __obj: Any, *args: Any, **kwargs: Any) -> Any:
         method = getattr(__obj, "__wrapped__", __obj)  # the sandbox wraps str.format
         owner = getattr(method, "__self__", None)
         name = getattr(method, "__name__", "")
         if isinstance(owner, str | bytes | bytearray):
-            if name == "join" and args and _is_lazy(args[0]):
-                args = (_collect(args[0], "str.join"), *args[1:])
+            if name == "join" and args and is_lazy(args[0]):
+                args = (collect_priced(args[0], "str.join"), *args[1:])
             __self._check_text_method(owner, name, args, kwargs)
         elif isinstance(owner, LoopContext) and name == "changed":  # compares with the last value
             for arg in args:
-                _check_compared(arg)
+                check_compared(arg)
         elif isinstance(owner, int | float):  # `(1).to_bytes(10 ** 9, 'big')`
             for arg in (*args, *kwargs.values()):
-                _check_int_arg(arg, f"{type(owner).__name__}.{name}")
+                check_int_arg(arg, f"{type(owner).__name__}.{name}")
         elif isinstance(owner, list | tuple | Mapping | set | frozenset):
             if name in _COMPARING_METHODS:  # they hash their argument or compare it with every item
                 for arg in (*args, *kwargs.values()):
-                    _check_compared(arg)
+                    check_compared(arg)
             if name in ("count", "index", "remove"):
-                _check_compared(owner)
+                check_compared(owner)
             if isinstance(owner, list):
-                if name == "extend" and args and _is_lazy(args[0]):
-                    args = (_collect(args[0], "list.extend"), *args[1:])
+                if name == "extend" and args and is_lazy(args[0]):
+                    args = (collect_priced(args[0], "list.extend"), *args[1:])
                 __self._check_list_growth(owner, name, args)
         return super().call(__context, __obj, *args, **kwargs)
 
@@ -1007,9 +578,9 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
         """A template's own list (mutable on the lenient retry) doubles with `l.extend(l)`:
         its length is priced like printing it, two characters an item at least."""
         if name == "extend" and args and isinstance(args[0], list | tuple | str | Mapping | set | frozenset):
-            _check_chars(2 * (len(items) + len(args[0])), "list.extend")
+            check_chars(2 * (len(items) + len(args[0])), "list.extend")
         elif name in ("append", "insert"):
-            _check_chars(2 * (len(items) + 1), f"list.{name}")
+            check_chars(2 * (len(items) + 1), f"list.{name}")
 
     @staticmethod
     def _check_text_method(text: str | bytes | bytearray, name: str, args: tuple[Any, ...],
@@ -1018,34 +589,34 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
         tabs, replace, join, format, hex, encode and decode."""
         kind = type(text).__name__
         for arg in (*args, *kwargs.values()):
-            _check_int_arg(arg, f"{kind}.{name}")
+            check_int_arg(arg, f"{kind}.{name}")
         if name == "expandtabs":
             size = args[0] if args else kwargs.get("tabsize", 8)
-            _check_chars(len(text) * max(size if isinstance(size, int) else 8, 1), "expandtabs")
+            check_chars(len(text) * max(size if isinstance(size, int) else 8, 1), "expandtabs")
         elif name == "replace" and len(args) >= 2 and all(hasattr(a, "__len__") for a in args[:2]):
-            _check_replace(text, args[0], args[1], args[2] if len(args) > 2 else -1)
+            check_replace(text, args[0], args[1], args[2] if len(args) > 2 else -1)
         elif name == "join" and args and isinstance(args[0], list | tuple):
-            _check_join(list(args[0]), text)
+            check_join(list(args[0]), text)
         elif name == "translate" and args:
-            _check_translate(text, args[0])
+            check_translate(text, args[0])
         elif name in ("format", "format_map") and isinstance(text, str):
-            _check_format_string(text, kwargs or (args[0] if name == "format_map" and args else args), name)
+            check_format_string(text, kwargs or (args[0] if name == "format_map" and args else args), name)
         elif name in ("encode", "decode"):
-            _check_codec(text, name, args, kwargs)
+            check_codec(text, name, args, kwargs)
         elif name == "hex":
-            _check_chars(3 * len(text), f"{kind}.hex")
+            check_chars(3 * len(text), f"{kind}.hex")
 
 
 def make_environment() -> BoundedSandbox:
     """A fresh environment configured like transformers' chat-template environment."""
-    env = BoundedSandbox(trim_blocks=True, lstrip_blocks=True, finalize=_finalize,
+    env = BoundedSandbox(trim_blocks=True, lstrip_blocks=True, finalize=finalize_output,
                          extensions=["jinja2.ext.loopcontrols", GenerationTag])
-    for name, check in _FILTER_GUARDS.items():
-        _guard_filter(env.filters, name, check)
-    for name, compares in _CONSUMING_FILTERS.items():
-        env.filters[name] = _consuming(env.filters[name], name, compares)
-    env.filters["join"] = _bounded_join(env.filters["join"])
-    env.filters["wordwrap"] = _bounded_wordwrap(env.filters["wordwrap"])
+    for name, check in FILTER_GUARDS.items():
+        guard_filter(env.filters, name, check)
+    for name, compares in CONSUMING_FILTERS.items():
+        env.filters[name] = consuming_filter(env.filters[name], name, compares)
+    env.filters["join"] = bounded_join(env.filters["join"])
+    env.filters["wordwrap"] = bounded_wordwrap(env.filters["wordwrap"])
     env.filters["tojson"] = tojson
     for name in _COMPARING_TESTS & set(env.tests):
         env.tests[name] = _compared_operands(env.tests[name])
@@ -1065,7 +636,7 @@ def _compared_operands(test: Any) -> Any:
     @wraps(test)
     def priced(*args: Any, **kwargs: Any) -> Any:
         for operand in (*args, *kwargs.values()):
-            _check_compared(operand)
+            check_compared(operand)
         return test(*args, **kwargs)
 
     return priced
@@ -1076,7 +647,7 @@ def _noted_random(original: Any) -> Any:
 
     @wraps(original)
     def noted(*args: Any, **kwargs: Any) -> Any:
-        _budget.used_randomness = True
+        render_budget.used_randomness = True
         return original(*args, **kwargs)
 
     return noted
@@ -1085,7 +656,7 @@ def _noted_random(original: Any) -> Any:
 def used_randomness() -> bool:
     """Whether the last render on this thread drew a random value (`lipsum()`, `| random`): its
     output may differ from one render to the next even where two renders happened to agree."""
-    return _budget.used_randomness
+    return render_budget.used_randomness
 
 
 def _bounded_lipsum(lipsum: Any) -> Any:
@@ -1093,8 +664,8 @@ def _bounded_lipsum(lipsum: Any) -> Any:
 
     @wraps(lipsum)
     def bounded(n: int = 5, html: bool = True, min: int = 20, max: int = 100) -> Any:
-        _check_chars(abs(n) * abs(max) * 12, "lipsum")
-        _budget.used_randomness = True
+        check_chars(abs(n) * abs(max) * 12, "lipsum")
+        render_budget.used_randomness = True
         return lipsum(n, html, min, max)
 
     return bounded
@@ -1172,10 +743,10 @@ def render_template(source: str, messages: list[dict[str, Any]], tools: list[dic
     variables.update(messages=prepare_messages(messages), tools=tools,
                      add_generation_prompt=add_generation_prompt, bos_token=bos_token, eos_token=eos_token)
     limits = render_limits or DEFAULT_LIMITS
-    _budget.used_randomness = False
-    previous = (_budget.deadline, _budget.seconds, _budget.max_chars)
-    _budget.deadline = time.monotonic() + limits.seconds
-    _budget.seconds, _budget.max_chars = limits.seconds, limits.max_chars
+    render_budget.used_randomness = False
+    previous = (render_budget.deadline, render_budget.seconds, render_budget.max_chars)
+    render_budget.deadline = time.monotonic() + limits.seconds
+    render_budget.seconds, render_budget.max_chars = limits.seconds, limits.max_chars
     try:
         try:
             return _stream(template, variables, limits.max_chars)
@@ -1185,13 +756,13 @@ def render_template(source: str, messages: list[dict[str, Any]], tools: list[dic
         # Templates that append to their own lists (Kimi's tool-call bookkeeping) fail in
         # transformers' immutable sandbox; llama.cpp renders them. Retry allowing list and dict
         # mutation only: every other sandbox rule still holds.
-        _budget.allow_mutation, _budget.inputs = True, frozenset(_container_ids(variables))
+        render_budget.allow_mutation, render_budget.inputs = True, frozenset(_container_ids(variables))
         return _stream(template, variables, limits.max_chars)
     except BaseException as exc:  # translated, or re-raised below when not ours
         raise _translate(exc, template) from None
     finally:
-        _budget.deadline, _budget.seconds, _budget.max_chars = previous
-        _budget.allow_mutation, _budget.inputs = False, frozenset()
+        render_budget.deadline, render_budget.seconds, render_budget.max_chars = previous
+        render_budget.allow_mutation, render_budget.inputs = False, frozenset()
 
 
 def _container_ids(value: Any) -> set[int]:
@@ -1224,7 +795,7 @@ def _stream(template: Any, variables: dict[str, Any], max_chars: int) -> str:
     for chunk in template.root_render_func(template.new_context(variables)):
         size += len(chunk)
         if size > max_chars:
-            raise _too_big("the rendered prompt")
+            raise too_big("the rendered prompt")
         chunks.append(chunk)
     return "".join(chunks)
 
@@ -1239,7 +810,7 @@ def _translate(exc: BaseException, template: Any) -> BaseException:
         message = f"template raised an error{where}: {exc}"
     elif isinstance(exc, SecurityError):
         kind, message = SandboxViolation, f"template tried to escape the sandbox{where}: {exc}"
-    elif isinstance(exc, _LimitHit):
+    elif isinstance(exc, LimitHit):
         kind, message = RenderLimitExceeded, f"{exc}{where}"
     elif isinstance(exc, RecursionError):
         kind, message = RenderLimitExceeded, f"template recursed too deeply{where}"
