@@ -647,8 +647,7 @@ def run_case(case: Case, analysis: Any) -> Outcome:
     opener = analysis.reasoning.start if analysis.reasoning.forced_open else ""
     cause = compare(case, got, opener if case.continue_final_message == "none" else "")
     if cause and case.expect["tool_calls"] and not analysis.tools.supported:
-        unwritten = [t for t in TAG.findall(case.input) if t not in analysis.source]
-        cause = "template lacks it: the template shows no tool calls" if unwritten else "analysis finds no calls"
+        cause = UNWRITTEN_CALLS if _calls_in_unwritten_markers(case, analysis) else "analysis finds no calls"
     elif cause == "content differs" and _unoffered_call_kept(case, got):
         cause = "debatable: llama.cpp drops a call to a tool not offered (kept as content here: nothing is lost)"
     elif cause and case.continue_final_message != "none":
@@ -661,6 +660,18 @@ def run_case(case: Case, analysis: Any) -> Outcome:
 
 
 TAG = re.compile(r"<[^<>\s]{1,40}>|\[[A-Z_]{2,40}\]")  # a marker-like token in an output
+
+# llama.cpp picks a hand-written handler by the model family and reads that family's call syntax
+# (one parser for all LFM2 templates, `test_lfm2_parser`) even from a template copy that renders no
+# tool call and never describes one: a syntax nothing in the template states, so nothing to learn
+UNWRITTEN_CALLS = ("debatable: template lacks it: the template renders no tool call and never writes "
+                   "the call's markers; llama.cpp's handler reads its family's syntax")
+
+
+def _calls_in_unwritten_markers(case: Case, analysis: Any) -> bool:
+    """Whether the case's calls are written with markers the template (which renders no call: the
+    caller checks) holds nowhere in its source."""
+    return any(t not in analysis.source for t in TAG.findall(case.input))
 
 
 def _name_before_arguments(case: Case, got: dict[str, Any]) -> bool:
@@ -725,9 +736,9 @@ def report(outcomes: list[Outcome]) -> str:
                  f"{len(outcomes)} cases, {statuses['unrenderable']} on templates that cannot be analyzed, "
                  f"{statuses['not_extracted']} not extracted")
     firm = [o for o in outcomes if o.status == "fail" and not o.cause.startswith("debatable")]
-    lacking = sum(o.cause.startswith("template lacks it") for o in firm)
-    lines.append(f"{passed}/{passed + len(firm)} of the non-debatable ones pass; {lacking} of the non-debatable "
-                 "failures test what the template does not write")
+    lacking = sum(o.cause == UNWRITTEN_CALLS for o in outcomes if o.status == "fail")
+    lines.append(f"{passed}/{passed + len(firm)} of the non-debatable ones pass; {lacking} of the debatable "
+                 "failures test calls on a template that renders none")
     causes = collections.Counter(o.cause for o in outcomes if o.status == "fail")
     lines += [f"  {count:>4}  {cause}" for cause, count in causes.most_common()]
     return "\n".join(lines)

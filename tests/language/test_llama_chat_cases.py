@@ -130,6 +130,25 @@ def test_a_call_held_until_its_arguments_start_is_debatable() -> None:
     assert not tool._name_before_arguments(_case(tool_calls=[{"name": "f", "arguments": '{"arg1": 1'}]), {})
 
 
+def test_calls_on_a_template_that_renders_none_are_debatable() -> None:
+    """llama.cpp reads a model family's call syntax even on a template copy that renders no call
+    (LFM2's older templates): with the markers nowhere in the template, nothing states that syntax.
+    The parser keeps the output as content (nothing is lost)."""
+    import autoparser
+
+    fixtures = Path(__file__).resolve().parents[2] / "fixtures" / "templates"
+    analysis = autoparser.analyze((fixtures / "plain_chat.jinja").read_text(encoding="utf-8"), "<s>", "</s>")
+    assert not analysis.tools.supported
+    output = "<|call_start|>[f(a=1)]<|call_end|>"
+    case = _case(content="", tool_calls=[{"name": "f", "arguments": '{"a": 1}', "id": ""}])
+    case.input, case.tools = output, [{"name": "f", "description": "", "parameters": '{"type": "object"}'}]
+    outcome = tool.run_case(case, analysis)
+    assert (outcome.status, outcome.cause) == ("fail", tool.UNWRITTEN_CALLS)
+    assert outcome.got["content"] == output and not outcome.got["tool_calls"]
+    case.input = "[f(a=1)]"  # no marker: nothing says the template lacks it, the analysis missed it
+    assert tool.run_case(case, analysis).cause == "analysis finds no calls"
+
+
 def test_llama_cpp_expectations_do_not_regress() -> None:
     llamacpp_templates()  # skips when the corpus cannot be fetched
     outcomes = tool.run_all(llamacpp_chat_tests(), llamacpp_templates()[0].parent)
