@@ -59,6 +59,7 @@ from vllm_parser_cases import (  # noqa: E402
     expectation,
     normalized_tools,
     report,
+    respelled_tags,
     run_all,
     template_of,
     template_path,  # noqa: F401  (re-exported for the tests)
@@ -694,13 +695,7 @@ def _respelled_markers(outcome: Any) -> list[tuple[str, str]]:
     """Each tag of a case's output that the template writes only with more inside its brackets
     (`<tool_call>` where it writes `<tool_call:opensource>`), with the template's spelling."""
     opens, closes = _call_markers(outcome.case.template)
-    spelled = [m for m in opens + closes if m.endswith(">")]
-    pairs = []
-    for tag in dict.fromkeys(TAG.findall(outcome.case.model_output)):
-        longer = [m for m in spelled if m != tag and m.startswith(tag[:-1]) and not m[len(tag) - 1].isalnum()]
-        if longer:
-            pairs.append((tag, longer[0]))
-    return pairs
+    return respelled_tags(outcome.case.model_output, opens + closes)
 
 
 def _unwritten_markers(outcome: Any) -> str:
@@ -767,27 +762,11 @@ def _call_markers(template: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return opens, closes
 
 
-def _unclosed_call_markup(outcome: Any) -> bool:
-    """A reasoning case whose answer holds call markup that never closes (`<tool_call>first tool`,
-    no `</tool_call>` anywhere): SGLang's reasoning parser passes it on as text for a tool parser;
-    here calls are read in the same pass, and a call that broke keeps what it read, the rest
-    being content, or, in reasoning no end marker has closed, is that reasoning's text (the
-    `nothing-lost` rule), so the answer differs."""
-    opens, closes = _call_markers(outcome.case.template)
-    content = outcome.case.expected.get("content") or ""
-    read = bool(outcome.got.get("tool_calls")) or any(m in (outcome.got.get("reasoning_content") or "") for m in opens)
-    return (outcome.status == "fail" and read and bool(closes)
-            and any(m in content for m in opens) and not any(m in outcome.case.model_output for m in closes))
-
-
 def score_reasoning(cases: list[SglangReasoningCase]) -> list[Any]:
     """Each reasoning case run as `vllm_reasoning_cases.py` runs vLLM's, in the prompt state its
     expectation assumes."""
     outcomes = run_all(cases, reasoning_tool.run_case, eos_tokens=EOS_TOKENS)
     for outcome in outcomes:
-        if _unclosed_call_markup(outcome):
-            outcome.cause = ("debatable: SGLang passes call markup that never closes on as text (read here as a broken call, "
-                             "or as the text of reasoning no end marker has closed)")
         outcome.cause = outcome.cause.replace("vLLM", "SGLang")
     return outcomes
 

@@ -47,7 +47,7 @@ import sys
 import tarfile
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Generic, TypeVar
@@ -1081,6 +1081,19 @@ def _markers_absent(analysis: Any, text: str) -> bool:
 
 TAG = re.compile(r"<[^<>\s]{1,40}>|\[[A-Z_]{2,40}\]")  # a marker-like token in an output
 TEMPLATE_LACKS_IT = "template lacks it: vLLM's test writes markers the template never writes"
+
+
+def respelled_tags(text: str, markers: Iterable[str]) -> list[tuple[str, str]]:
+    """Each tag of `text` that one of `markers` (the template's) writes with more inside its
+    brackets after a mark (`<tool_call>` where the template writes `<tool_call:opensource>`),
+    with that marker: the spelling of another release of the template and its tokenizer."""
+    spelled = [m.strip() for m in markers if m.strip().endswith(">")]
+    pairs = []
+    for tag in dict.fromkeys(TAG.findall(text)):
+        longer = [m for m in spelled if m != tag and m.startswith(tag[:-1]) and not m[len(tag) - 1].isalnum()]
+        if longer:
+            pairs.append((tag, longer[0]))
+    return pairs
 
 
 def _unwritten_tags(analysis: Any, text: str) -> list[str]:

@@ -47,6 +47,7 @@ import vllm_parser_cases as shared  # noqa: E402
 from vllm_parser_cases import (  # noqa: E402
     DEBATABLE_NAME,
     REASONING_TESTS,
+    TEMPLATE_LACKS_IT,
     CaseTool,
     Extraction,
     Module,
@@ -57,6 +58,7 @@ from vllm_parser_cases import (  # noqa: E402
     chunkings,
     evaluate,
     parametrize_sets,
+    respelled_tags,
     run_tool,
     streamed,
     test_functions,
@@ -430,18 +432,80 @@ def compare(case: Case, message: dict[str, Any], analysis: Any) -> tuple[str, bo
         return "debatable: vLLM keeps a reasoning marker in the content", False
     if not markers:
         return "analysis finds no reasoning", False
+    if _broken_call_in_open_reasoning(case, message, analysis):
+        return CALL_IN_OPEN_REASONING, False
     foreign = set(TAG.findall(case.model_output)) - set(markers)
     if not all(m in case.model_output for m in markers) and foreign:
         if any(t not in analysis.source for t in foreign):
-            return "template lacks it: vLLM's test writes markers the template never writes", False
+            return _unwritten_cause(case, analysis), False
     if _only_foreign_wrapper(have.get("content", ""), want.get("content", ""), analysis) and \
             have.get("reasoning") == want.get("reasoning"):
         return "debatable: vLLM drops wrapper markup the template never writes", False
     unread = [k for k in case.template_kwargs or {} if k not in analysis.source]
     if unread:
         return f"debatable: vLLM's parser reads a request option the template does not ({', '.join(unread)})", False
+    if not want.get("reasoning") and want.get("content") and not have.get("content") \
+            and have.get("reasoning") == want["content"]:
+        return REASONING_AS_CONTENT, False
+    if _answer_before_opener(case, analysis):
+        return ANSWER_BEFORE_OPENER, False
     wrong = [k for k in want if want[k] != have.get(k)]
     return " and ".join(wrong) + " differ", False
+
+
+# The classes of difference that are the project's choice where a peer chose otherwise, each with why.
+CALL_IN_OPEN_REASONING = (
+    "debatable: vLLM ends reasoning no end marker has closed at the calls' opener whatever follows; "
+    "here a call that breaks there is the reasoning's text, as llama.cpp expects of a call the thinking "
+    "mentions (README, Streaming policy, rule nothing-lost)")
+REASONING_AS_CONTENT = (
+    "debatable: vLLM moves the reasoning into the content where the output holds no answer (its parser's "
+    "force_nonempty_content option, which no template states)")
+ANSWER_BEFORE_OPENER = (
+    "debatable: the peers disagree on text before the reasoning's opener (the answer to vLLM's test, "
+    "reasoning to SGLang's detect_and_parse, where the opener anywhere opens reasoning from the output's "
+    "start); here the prompt's state decides that text's role at once (rule role-from-prompt)")
+
+
+def _unwritten_cause(case: Case, analysis: Any) -> str:
+    """Template lacks it; debatable where the test spells the template's reasoning markers as
+    another release of the template writes them (`</think>` where it writes `</think:opensource>`)."""
+    pairs = respelled_tags(case.model_output, (analysis.reasoning.start, analysis.reasoning.end))
+    if not pairs:
+        return TEMPLATE_LACKS_IT
+    shown = ", ".join(f"`{tag}` for `{marker}`" for tag, marker in pairs[:2])
+    return f"debatable: {TEMPLATE_LACKS_IT} ({shown}: as another release of the template and its tokenizer spell them)"
+
+
+def _call_openers(analysis: Any) -> list[str]:
+    t = analysis.tools
+    return [m.strip() for m in (t.section_start, t.call_start) if m.strip()]
+
+
+def _broken_call_in_open_reasoning(case: Case, message: dict[str, Any], analysis: Any) -> bool:
+    """Whether the parser read, as the text of reasoning no end marker has closed, call markup from
+    the calls' opener on that reads as no call, where the peer ends the reasoning at that opener
+    (the rest, where it states it, being the content)."""
+    got = _got(message)
+    reasoning, end = (got["reasoning"] or "").strip(), analysis.reasoning.end.strip()
+    want = (case.expected.get("reasoning") or "").strip()
+    rest = reasoning[len(want):].lstrip()
+    if message.get("tool_calls") or not reasoning.startswith(want) or end in rest:
+        return False
+    if not any(rest.startswith(m) for m in _call_openers(analysis)):
+        return False
+    return "content" not in case.expected or (
+        (case.expected["content"] or "").strip() == (rest + (got["content"] or "")).strip())
+
+
+def _answer_before_opener(case: Case, analysis: Any) -> bool:
+    """Whether the output writes text before the reasoning's opener (its start marker, or that
+    marker's first tag: `<|channel>` of `<|channel>thought`) that the test expects as the answer."""
+    start = analysis.reasoning.start.strip()
+    tag = TAG.match(start)
+    opener = tag.group() if tag else start
+    before = case.model_output.split(opener, 1)[0].strip() if opener and opener in case.model_output else ""
+    return bool(before) and (case.expected.get("content") or "").strip().startswith(before)
 
 
 # -- the prompt a case assumes ----------------------------------------------------------------------
