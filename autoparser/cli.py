@@ -125,7 +125,7 @@ def read_tools(path: str | None) -> list[dict[str, Any]] | None:
     """The tools file's OpenAI tool definitions, checked as the server checks a request's."""
     if not path:
         return None
-    from autoparser.generators.schema_gbnf import SchemaError
+    from autoparser.generators.schema_budget import SchemaError
     from autoparser.load import LoadError, parse_json_text, read_bounded_text
     from autoparser.server.validation import InvalidInput, check_json_value, check_tools
 

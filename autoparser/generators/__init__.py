@@ -2,7 +2,8 @@
 
 * `gbnf` — llama.cpp GBNF of the output language, with schema-typed tool arguments
   (`schema_gbnf` converts JSON Schema, `regex_gbnf` translates ``pattern`` regexes,
-  `gbnf_builder` holds the escaping and rule bookkeeping they share);
+  `gbnf_builder` holds the escaping and rule bookkeeping they share, `gbnf_members` the rules
+  of members in order);
 * `lark` — a Lark grammar of the same language.
 """
 

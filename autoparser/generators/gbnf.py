@@ -48,15 +48,10 @@ from autoparser.generators.gbnf_builder import (
     seq,
     ws,
 )
+from autoparser.generators.gbnf_members import ordered_members
 from autoparser.generators.regex_gbnf import RegexUnsupported, regex_to_gbnf
-from autoparser.generators.schema_gbnf import (
-    FORMATS,
-    SchemaConverter,
-    SchemaWarnings,
-    format_rule,
-    ordered_members,
-    schema_to_gbnf,
-)
+from autoparser.generators.schema_formats import FORMATS, format_rule
+from autoparser.generators.schema_gbnf import SchemaConverter, SchemaWarnings, schema_to_gbnf
 from autoparser.language import ir
 from autoparser.language.build import Request, build_language, is_plain_string
 

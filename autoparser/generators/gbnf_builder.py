@@ -29,6 +29,11 @@ def rule_name(hint: str) -> str:
     return name or "r"
 
 
+def is_rule_name(expr: str) -> bool:
+    """Whether a GBNF expression is one rule name (not a sequence, group or literal)."""
+    return bool(expr) and all(c.isalnum() or c == "-" for c in expr)
+
+
 def _escape_char(cp: int, in_class: bool) -> str:
     ch = chr(cp)
     simple = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}

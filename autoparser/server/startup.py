@@ -256,7 +256,7 @@ def start_model_worker(args: argparse.Namespace, vocabulary: Any, max_queue: int
 
 def connect_upstream(args: argparse.Namespace) -> Any:
     """The upstream llama-server's vocabulary and facts (it must answer, its model loaded)."""
-    from autoparser.server.upstream import UpstreamError, UpstreamVocabulary
+    from autoparser.server.upstream_client import UpstreamError, UpstreamVocabulary
 
     vocabulary = UpstreamVocabulary(args.upstream, api_key=getattr(args, "upstream_api_key", None))
     try:
@@ -271,7 +271,8 @@ def connect_upstream(args: argparse.Namespace) -> Any:
 def start_upstream_worker(analysis: Any) -> Any:
     """The worker that streams generations from the upstream, once the template's special
     tokens are known (the upstream writes them out as text; a client cannot spell them)."""
-    from autoparser.server.upstream import UpstreamError, UpstreamWorker, special_token_candidates
+    from autoparser.server.upstream import UpstreamWorker
+    from autoparser.server.upstream_client import UpstreamError, special_token_candidates
 
     def start(args: argparse.Namespace, vocabulary: Any, max_queue: int) -> Any:
         try:

@@ -9,47 +9,54 @@ parser sees the markers).
 
 Two pieces stand in for the own engine's, behind the interfaces the server already has:
 
-- `UpstreamVocabulary` answers the token questions `ChatService` asks (tokenize, a text's token
-  id, the context size) through the upstream's `/tokenize`, `/detokenize`, `/props` and
-  `/v1/models`. The upstream does not list its special tokens, so the ones the front end needs
-  are found among the template's markers (`learn_special_tokens`): a token that spelled alone
-  does not come back as itself is special.
-- `UpstreamWorker` is a `ChatWorker` (`submit`, the queue bound, `/health`):
+- `UpstreamVocabulary` (`upstream_client`, the llama-server client) answers the token questions
+  `ChatService` asks through the upstream's own endpoints, and finds its special tokens.
+- `UpstreamWorker` (here) is a `ChatWorker` (`submit`, the queue bound, `/health`):
   each job runs as a task on the event loop with one streamed `/completion` request per phase
   (reasoning, then the answer under its grammar, as the own engine runs them), at most one per
   upstream slot at a time, the others waiting here in order. A client that goes away, or a stop
   string the completion finds, closes the upstream stream, which ends the upstream's generation.
 
-The short requests at start-up and `/health` go through httpx, the ones on every request's path
-(`/tokenize`) through `http.client` (`JsonPoster`); a token stream's request is written by h11
-and its answer read by httptools over asyncio's streams (`stream_events`), at a fraction of
-httpx's CPU cost per streamed token.
+A phase's request body is mapped from the job in `upstream_request`; its stream is read as
+server-sent events by `upstream_stream` (`stream_events`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import http.client
-import json
 import logging
-import re
-import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
-import h11
-import httptools
 import httpx
 
 from autoparser.llama.logprobs import TokenLogprob
-from autoparser.llama.long_runs import tokenizer_pieces
-from autoparser.server.errors import APIError, EventError, bad_request
+from autoparser.server.errors import APIError, EventError
 from autoparser.server.feed import CompletionFeed
+from autoparser.server.upstream_client import (
+    JsonPoster,
+    UpstreamError,
+    UpstreamVocabulary,
+    special_token_candidates,
+)
+from autoparser.server.upstream_request import grammar_fields, refuse_unsupported, sampling_fields
+from autoparser.server.upstream_stream import stream_events
 from autoparser.server.worker import ChatWorker, GenerationEnd, GenerationJob, GenerationResult, QueueBound
+
+__all__ = [  # the worker, and what callers import from here that lives beside it
+    "READ_MARGIN_S",
+    "READ_PACE_S",
+    "JsonPoster",
+    "ReadPace",
+    "UpstreamError",
+    "UpstreamVocabulary",
+    "UpstreamWorker",
+    "special_token_candidates",
+    "stream_events",
+]
 
 log = logging.getLogger("autoparser.server")
 
@@ -62,251 +69,6 @@ tokens (the own engine's worker sends every 10 ms likewise)."""
 READ_MARGIN_S = 0.001
 """Added to the expected time to a phase's token limit (`ReadPace`): a read a little late takes
 the last tokens at once, where one a little early costs another wake-up and read."""
-CONNECT_TIMEOUT_S = 10.0
-STARTUP_WAIT_S = 60.0
-"""How long start-up waits for an upstream that is still loading its model (503 on `/health`)."""
-
-# llama.cpp's `common_grammar_trigger_type`: a token id, or a pattern matched against the output
-# (searched, or matched whole when anchored `^...$`: the semantics `GrammarSpec` documents).
-TRIGGER_TOKEN = 0
-TRIGGER_PATTERN = 2
-
-
-class UpstreamError(APIError):
-    """The upstream could not be reached or refused a request: a 502 whose message says why in
-    one line (a request that meets it while being prepared gets it as its answer)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(502, message, code="upstream_error")
-
-
-def _error_message(response: httpx.Response) -> str:
-    try:
-        body = response.json()
-    except ValueError:
-        return f"HTTP {response.status_code}: {response.text[:200]}"
-    error = body.get("error") if isinstance(body, dict) else None
-    if isinstance(error, dict):
-        return f"HTTP {response.status_code}: {error.get('message', error)}"
-    return f"HTTP {response.status_code}: {body}"
-
-
-class UpstreamVocabulary:
-    """The token side of `Engine`, answered by the upstream llama-server; generating is the worker's."""
-
-    vocab_ptr = None
-    """No local vocabulary: grammars are checked by llama.cpp's parser without one (token
-    references by name are checked for syntax; the upstream resolves them)."""
-    longest_token_bytes = 0
-    """Unknown here: prompt lengths are counted by tokenizing, never estimated from bytes."""
-    gpu_offload = False
-
-    def __init__(self, base_url: str, timeout: float = 60.0, api_key: str | None = None) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        """What every request to the upstream carries (its API key)."""
-        self._http = httpx.Client(base_url=self.base_url, headers=self.headers,
-                                  timeout=httpx.Timeout(timeout, connect=CONNECT_TIMEOUT_S))
-        self._posts = JsonPoster(self.base_url, self.headers, timeout)
-        self.model_id = ""
-        self.chat_template: str | None = None
-        self.bos_token = ""
-        self.eos_token = ""
-        self.n_ctx = 0
-        """Tokens per slot: what one request may use."""
-        self.n_parallel = 1
-        self.n_ctx_total = 0
-        self.n_vocab = 0
-        self.special_tokens: set[str] = set()
-        self.special_ids: dict[str, int] = {}
-
-    # -- start-up ------------------------------------------------------------------------------
-
-    def connect(self, wait_s: float = STARTUP_WAIT_S) -> None:
-        """Wait until the upstream has loaded its model, then read what it serves."""
-        self._await_ready(wait_s)
-        props = self._get("/props")
-        settings = props.get("default_generation_settings") or {}
-        self.chat_template = props.get("chat_template") or None
-        self.bos_token = props.get("bos_token") or ""
-        self.eos_token = props.get("eos_token") or ""
-        self.n_parallel = int(props.get("total_slots") or 1)
-        self.n_ctx = int(settings.get("n_ctx") or 0)
-        models = self._get("/v1/models").get("data") or [{}]
-        meta = models[0].get("meta") or {}
-        self.model_id = str(models[0].get("id") or "")
-        self.n_vocab = int(meta.get("n_vocab") or 0)
-        self.n_ctx = self.n_ctx or int(meta.get("n_ctx") or 0)
-        if self.n_ctx <= 0:
-            raise UpstreamError("the upstream did not report its context size")
-        self.n_ctx_total = self.n_ctx * self.n_parallel
-
-    def _await_ready(self, wait_s: float) -> None:
-        deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                response = self._http.get("/health")
-            except httpx.HTTPError as exc:
-                raise UpstreamError(f"cannot reach {self.base_url}: {exc}") from None
-            if response.status_code == 200:
-                return
-            if response.status_code != 503 or time.monotonic() > deadline:
-                raise UpstreamError(f"{self.base_url}/health answered {_error_message(response)}")
-            time.sleep(0.5)
-
-    def learn_special_tokens(self, texts: Iterable[str]) -> None:
-        """Find the special tokens inside `texts` (`special_token_candidates`).
-
-        A special token is one that `/tokenize` gives for its text only when special tokens are
-        parsed: tokenized as plain text, its spelling comes back as other tokens.
-        """
-        found: dict[str, int] = {}
-        plain: set[str] = set()
-        for text in dict.fromkeys(t for t in texts if t):
-            for token, piece in self._pieces(text):
-                if piece in found or piece in plain or not piece:
-                    continue
-                if self.tokenize(piece, parse_special=False) != [token]:
-                    found[piece] = token
-                else:
-                    plain.add(piece)
-        self.special_ids = found
-        self.special_tokens = set(found)
-
-    # -- the token methods `ChatService` uses --------------------------------------------------
-
-    def tokenize(self, text: str, parse_special: bool = True, add_bos: bool = False) -> list[int]:
-        """As `Engine.tokenize`: `text`'s tokens from the upstream, very long runs of characters
-        in pieces: in one piece they crash llama.cpp's pre-tokenizer for some vocabularies,
-        llama-server's too (27,000 letters killed it with DeepSeek's). A prompt's beginning
-        tokenized before is reused by `ChatService` (`PrefixTokenizer`), not here."""
-        tokens: list[int] = []
-        for index, piece in enumerate(tokenizer_pieces(text, self.special_tokens if parse_special else ())):
-            body = {"content": piece, "add_special": add_bos and index == 0, "parse_special": parse_special}
-            tokens += [int(token) for token in self._post("/tokenize", body).get("tokens", [])]
-        return tokens
-
-    def token_id(self, text: str) -> int | None:
-        """The id of `text` when it is exactly one token (special tokens included), else None."""
-        if text in self.special_ids:
-            return self.special_ids[text]
-        pieces = self._pieces(text)
-        return pieces[0][0] if len(pieces) == 1 and pieces[0][1] == text else None
-
-    def detokenize(self, tokens: list[int], special: bool = True) -> str:
-        return str(self._post("/detokenize", {"tokens": list(tokens)}).get("content", ""))
-
-    def token_to_piece(self, token: int, special: bool = True) -> bytes:
-        return self.detokenize([token], special).encode("utf-8")
-
-    def close(self) -> None:
-        self._http.close()
-
-    # -- HTTP ----------------------------------------------------------------------------------
-
-    def _pieces(self, text: str) -> list[tuple[int, str]]:
-        """(id, text) of each token of `text`; the text is empty for part of a character."""
-        body = {"content": text, "add_special": False, "parse_special": True, "with_pieces": True}
-        out = []
-        for entry in self._post("/tokenize", body).get("tokens", []):
-            piece = entry.get("piece")  # a list of bytes for a piece of a UTF-8 character: no text
-            out.append((int(entry["id"]), piece if isinstance(piece, str) else ""))
-        return out
-
-    def _get(self, path: str) -> dict[str, Any]:
-        try:
-            response = self._http.get(path)
-        except httpx.HTTPError as exc:
-            raise UpstreamError(f"cannot reach {self.base_url}{path}: {exc}") from None
-        if response.status_code != 200:
-            raise UpstreamError(f"{self.base_url}{path} answered {_error_message(response)}")
-        return response.json()
-
-    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        try:
-            status, answer = self._posts.post(path, body)
-        except (OSError, http.client.HTTPException) as exc:
-            raise UpstreamError(f"cannot reach {self.base_url}{path}: {exc or type(exc).__name__}") from None
-        if status != 200:
-            raise UpstreamError(f"{self.base_url}{path} answered HTTP {status}: {_refusal_text(answer)}")
-        return json.loads(answer)
-
-
-class JsonPoster:
-    """JSON POSTs to one server with the standard library's `http.client`, on one connection per
-    thread that is kept while the server keeps it. Every chat completion tokenizes its prompt
-    through the upstream from the thread pool, and httpx's layers cost three times the CPU of
-    this per request (about 290 against 90 µs for a `/tokenize`, measured against llama-server)."""
-
-    def __init__(self, base_url: str, headers: dict[str, str], timeout: float) -> None:
-        url = urlsplit(base_url)
-        self._kind = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
-        self._address = (url.hostname or "localhost", url.port)
-        self._timeout = timeout
-        self._prefix = url.path.rstrip("/")
-        self._headers = {"Content-Type": "application/json", **headers}
-        self._local = threading.local()
-
-    def post(self, path: str, body: dict[str, Any]) -> tuple[int, bytes]:
-        """The status and body of the answer; OSError or HTTPException when there is none."""
-        payload = json.dumps(body).encode()
-        while True:
-            connection = getattr(self._local, "connection", None)
-            kept = connection is not None
-            if connection is None:
-                connection = self._local.connection = self._connect()  # OSError: no server there
-            try:
-                connection.request("POST", self._prefix + path, body=payload, headers=self._headers)
-                response = connection.getresponse()
-                answer = response.read()
-            except (OSError, http.client.HTTPException):
-                self._drop(connection)
-                if kept:
-                    continue  # the server closed the kept connection meanwhile: once more on a new one
-                raise
-            if response.will_close:
-                self._drop(connection)
-            return response.status, answer
-
-    def _connect(self) -> http.client.HTTPConnection:
-        connection = self._kind(*self._address, timeout=CONNECT_TIMEOUT_S)
-        connection.connect()
-        connection.sock.settimeout(self._timeout)
-        return connection
-
-    def _drop(self, connection: http.client.HTTPConnection) -> None:
-        connection.close()
-        self._local.connection = None
-
-
-PROBE_CONVERSATIONS: tuple[list[dict[str, Any]], ...] = (
-    [{"role": "system", "content": "a"}, {"role": "user", "content": "b"},
-     {"role": "assistant", "content": "c"}, {"role": "user", "content": "d"}],
-    [{"role": "user", "content": "b"}, {"role": "assistant", "content": "c"}, {"role": "user", "content": "d"}],
-)
-"""Conversations rendered once at start-up: the turn markers in their prompts are where the
-special tokens a client must not be able to spell are."""
-
-
-def special_token_candidates(analysis: Any, bos_token: str = "", eos_token: str = "") -> list[str]:
-    """Texts where the template's special tokens are: every marker of the analysis (what the
-    output is read by), its stops, BOS/EOS, and the prompts of short probe conversations (the
-    turn markers)."""
-    texts = [value for part in (analysis.reasoning, analysis.content, analysis.tools)
-             for value in vars(part).values() if isinstance(value, str)]
-    markers = getattr(analysis.tools, "markers", None)
-    if markers is not None:
-        texts += [value for value in vars(markers).values() if isinstance(value, str)]
-    texts += list(analysis.stop) + list(analysis.preserved_tokens) + list(analysis.triggers)
-    for conversation in PROBE_CONVERSATIONS:
-        try:
-            texts.append(analysis.render(conversation, add_generation_prompt=True))
-        except Exception:  # noqa: BLE001 - a template that refuses this conversation shows nothing here
-            continue
-    return [text for text in (*texts, bos_token, eos_token) if text]
-
-
-# -- generation -------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -349,46 +111,6 @@ class _Totals:
         self.finish_reason = phase.finish_reason
 
 
-SEED_LIMIT = 2**32 - 1
-"""llama-server's seeds are unsigned 32-bit numbers, and this one means "random"."""
-
-
-def refuse_unsupported(job: GenerationJob) -> None:
-    """A 400 for a request llama-server would fail in the middle of its stream."""
-    seed = job.sampling.seed
-    if seed is not None and not 0 <= seed < SEED_LIMIT:
-        raise bad_request(f"seed must be between 0 and {SEED_LIMIT - 1} when llama-server generates; "
-                          f"got {seed}.", param="seed")
-
-
-def sampling_fields(sampling: Any, max_tokens: int) -> dict[str, Any]:
-    """The engine's `SamplingParams` as `/completion` fields, its penalty window included."""
-    fields: dict[str, Any] = {
-        "temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p,
-        "min_p": sampling.min_p, "presence_penalty": sampling.presence_penalty,
-        "frequency_penalty": sampling.frequency_penalty, "repeat_penalty": sampling.repetition_penalty,
-        "repeat_last_n": max(64, max_tokens),
-        "typical_p": 1.0, "dry_multiplier": 0.0, "xtc_probability": 0.0, "mirostat": 0,
-    }
-    if sampling.seed is not None:
-        fields["seed"] = sampling.seed
-    if sampling.logprobs is not None:
-        fields["n_probs"] = max(1, sampling.logprobs)  # 0 would report no log-probability at all
-    return fields
-
-
-def grammar_fields(grammar: Any, token_texts: dict[int, str]) -> dict[str, Any]:
-    """The engine's `GrammarSpec` as `/completion` fields (`grammar`, lazy triggers)."""
-    if grammar is None:
-        return {}
-    gbnf = grammar.gbnf if grammar.root == "root" else f"{grammar.gbnf}\nroot ::= {grammar.root}\n"
-    fields: dict[str, Any] = {"grammar": gbnf, "grammar_lazy": bool(grammar.lazy)}
-    if grammar.lazy:
-        triggers = [{"type": TRIGGER_PATTERN, "value": pattern} for pattern in grammar.trigger_patterns]
-        triggers += [{"type": TRIGGER_TOKEN, "value": token_texts.get(token, ""), "token": token}
-                     for token in grammar.trigger_tokens]
-        fields["grammar_triggers"] = triggers
-    return fields
 
 
 class UpstreamJob:
@@ -737,161 +459,3 @@ class UpstreamWorker(ChatWorker):
         async for events in stream_events(self.base_url, "/completion", body, self._read_timeout_s,
                                           pace_s=pace, headers=self.vocabulary.headers):
             yield events
-
-
-async def stream_events(base_url: str, path: str, body: dict[str, Any], read_timeout_s: float,
-                        pace_s: Callable[[], float] | float = 0.0, headers: dict[str, str] | None = None,
-                        ) -> AsyncIterator[list[dict[str, Any]]]:
-    """POST `body` as JSON and yield the JSON of each `data:` line of the SSE answer, as lists:
-    the events that one read of the socket brought.
-
-    With `pace_s`, once the first event has come, the socket is read at most every `pace_s`
-    seconds (or what `pace_s()` says before each read): the events of the tokens that arrived
-    meanwhile then cost one wake-up and one read rather than one each.
-
-    One connection per stream over asyncio's streams, the request written by h11 and the answer
-    read by httptools' C parser: the upstream sends each token as an HTTP chunk of its own, and
-    h11 takes about 4 µs of CPU a chunk to httptools' 0.1 (httpx's layers cost twice h11's).
-    Closing the connection is how a stream is cancelled.
-    """
-    url = urlsplit(base_url)
-    port = url.port or (443 if url.scheme == "https" else 80)
-    target = (url.path.rstrip("/") + path) or "/"
-    payload = json.dumps(body).encode()
-    fields = [("Host", url.netloc), ("Content-Type", "application/json"), ("Content-Length", str(len(payload))),
-              ("Accept", "text/event-stream"), ("Connection", "close"), *(headers or {}).items()]
-    try:
-        request = h11.Connection(h11.CLIENT).send(h11.Request(method="POST", target=target, headers=fields))
-    except h11.ProtocolError as exc:
-        raise UpstreamError(f"cannot send a request to {base_url}{path}: {exc}") from None
-    try:
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(url.hostname, port, ssl=url.scheme == "https" or None), CONNECT_TIMEOUT_S)
-    except (OSError, TimeoutError) as exc:
-        raise UpstreamError(f"cannot reach {base_url}{path}: {exc or type(exc).__name__}") from None
-    answer = _Answer()
-    try:
-        writer.write(request + payload)
-        buffer, refusal = b"", b""
-        loop = asyncio.get_running_loop()
-        read_at = 0.0
-        started = False
-        while not answer.complete:
-            pause = pace_s() if callable(pace_s) else pace_s
-            if started and (wait := read_at + pause - loop.time()) > 0:
-                await _paused(writer.transport, wait)
-            read_at = loop.time()
-            async with asyncio.timeout(read_timeout_s):  # no task per read, unlike wait_for
-                data = await reader.read(1 << 16)
-            if not data:
-                if answer.status not in (0, 200):
-                    break  # a refusal whose body ends with the connection
-                raise ConnectionResetError("the connection closed before the end of the answer")
-            received = answer.feed(data)
-            if answer.status != 200:
-                refusal += received
-                continue
-            *complete, buffer = (buffer + received).split(b"\n\n")
-            events, failure = _parsed(complete)
-            if events:
-                started = True
-                yield events
-            if failure is not None:
-                raise failure
-        if answer.status != 200:
-            raise UpstreamError(f"the upstream answered HTTP {answer.status}: {_refusal_text(refusal)}")
-    except (OSError, TimeoutError, httptools.HttpParserError) as exc:
-        raise UpstreamError(f"the upstream {base_url} failed: {type(exc).__name__}: {exc}") from None
-    finally:
-        writer.close()
-
-
-class _Answer:
-    """An HTTP response as httptools' parser reads it: the status, the body, whether it ended."""
-
-    def __init__(self) -> None:
-        self._parser = httptools.HttpResponseParser(self)
-        self._body: list[bytes] = []
-        self.status = 0
-        self.complete = False
-
-    def feed(self, data: bytes) -> bytes:
-        """The body bytes in `data` (chunked transfer encoding undone)."""
-        self._parser.feed_data(data)
-        body, self._body = b"".join(self._body), []
-        return body
-
-    def on_headers_complete(self) -> None:
-        self.status = self._parser.get_status_code()
-
-    def on_body(self, body: bytes) -> None:
-        self._body.append(body)
-
-    def on_message_complete(self) -> None:
-        self.complete = True
-
-
-async def _paused(transport: asyncio.BaseTransport, seconds: float) -> None:
-    """Sleep with the socket unread: the events that arrive meanwhile stay in the kernel and come
-    in one read after it. A transport that kept reading would take each event as it came (one
-    wake-up and one `recv` per token, the stream's largest cost) only to buffer it."""
-    # uvloop's transports have these methods without being `asyncio.ReadTransport`s
-    reading = getattr(transport, "is_reading", bool)()
-    if reading:
-        transport.pause_reading()  # type: ignore[attr-defined]
-    try:
-        await asyncio.sleep(seconds)
-    finally:
-        if reading and not transport.is_closing():
-            transport.resume_reading()  # type: ignore[attr-defined]
-
-
-def _parsed(raw_events: list[bytes]) -> tuple[list[dict[str, Any]], UpstreamError | None]:
-    """The events before the first error event, and that error (to raise once they are handled).
-    The `data:` lines are decoded as one JSON array: one decoder call for a read's events costs
-    a third of one call each."""
-    payloads: list[bytes] = []
-    failure: UpstreamError | None = None
-    for raw in raw_events:
-        for line in raw.split(b"\n"):
-            if line.startswith(b"data: "):
-                payloads.append(line[6:])
-            elif line.startswith(b"error: "):
-                failure = upstream_failure(line[7:].decode(errors="replace"))
-                break
-        if failure is not None:
-            break
-    events = json.loads(b"[" + b",".join(payloads) + b"]") if payloads else []
-    for index, payload in enumerate(events):
-        if "error" in payload:
-            error = payload["error"]
-            message = error.get("message", error) if isinstance(error, dict) else error
-            return events[:index], upstream_failure(str(message))
-    return events, failure
-
-
-LAZY_TRIGGER_REJECTED = re.compile(r"Unexpected empty grammar stack after accepting piece: (.*) \((\d+)\)", re.S)
-"""What llama.cpp's grammar throws when a lazy grammar's trigger fires and the rest of the
-triggering token is text the grammar does not allow there; llama-server catches it, ends the
-request with an error event and keeps serving. (The own engine resamples such a token:
-`lazy_guard`; llama-server samples on its own, so the front end cannot.)"""
-
-
-def upstream_failure(message: str) -> UpstreamError:
-    """The error for an error event the upstream ended a stream with, in words a client can act on."""
-    rejected = LAZY_TRIGGER_REJECTED.search(message)
-    if rejected is None:
-        return UpstreamError(f"the upstream failed: {message}")
-    piece, token = rejected.groups()
-    return UpstreamError(
-        f"llama-server ended the generation: token {token} fired the tool-call grammar's trigger, and the text "
-        f"from the trigger on, {piece!r}, is not what the grammar allows there; llama-server cannot sample another "
-        f"token in its place (its message: {message})")
-
-
-def _refusal_text(body: bytes) -> str:
-    try:
-        error = json.loads(body).get("error")
-    except (ValueError, AttributeError):
-        return body[:200].decode(errors="replace")
-    return str(error.get("message", error)) if isinstance(error, dict) else str(error)

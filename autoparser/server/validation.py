@@ -23,7 +23,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from autoparser.generators.schema_gbnf import SchemaError, check_schema
+from autoparser.generators.schema_budget import SchemaError, check_schema
 
 __all__ = [
     "MAX_BODY_INTEGER",
@@ -157,7 +157,7 @@ def _check_string(text: str, path: tuple[Any, ...]) -> None:
 
 def check_tools(tools: Any, param: str = "tools") -> None:
     """Tool definitions: a list of function tools whose names follow OpenAI's rule, unique,
-    with parameter schemas the grammar can afford (see `schema_gbnf.check_schema`)."""
+    with parameter schemas the grammar can afford (see `schema_budget.check_schema`)."""
     if not isinstance(tools, list):
         raise InvalidInput(f"{param}: must be a list of tool definitions.", param=param)
     seen: set[str] = set()

@@ -358,15 +358,16 @@ def test_invented_template_streams_correct_tool_calls(invented: tuple[LlamaServe
 
 
 def test_the_events_of_one_read_before_an_error_event_are_kept() -> None:
-    from autoparser.server.upstream import UpstreamError, _parsed
+    from autoparser.server.upstream import UpstreamError
+    from autoparser.server.upstream_stream import parse_events
 
-    events, failure = _parsed([b'data: {"content":"a"}', b'data: {"content":"b"}\ndata: {"error":{"message":"boom"}}',
-                               b'data: {"content":"c"}'])
+    events, failure = parse_events([b'data: {"content":"a"}', b'data: {"content":"b"}\ndata: {"error":{"message":"boom"}}',
+                                    b'data: {"content":"c"}'])
     assert events == [{"content": "a"}, {"content": "b"}]
     assert isinstance(failure, UpstreamError) and failure.body()["error"]["message"] == "the upstream failed: boom"
-    events, failure = _parsed([b'data: {"content":"a"}', b"error: gone", b'data: {"content":"c"}'])
+    events, failure = parse_events([b'data: {"content":"a"}', b"error: gone", b'data: {"content":"c"}'])
     assert events == [{"content": "a"}] and failure is not None and "gone" in failure.body()["error"]["message"]
-    assert _parsed([b": comment", b'data: {"content":"x"}']) == ([{"content": "x"}], None)
+    assert parse_events([b": comment", b'data: {"content":"x"}']) == ([{"content": "x"}], None)
 
 
 def _served_once(answer: list[bytes]) -> Any:
