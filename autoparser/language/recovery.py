@@ -304,7 +304,11 @@ class _Recovery:
             raw = "".join(t.value or ())
             kept = raw.rstrip(_WHITESPACE)
             t.value, value_end = _Value([kept], 1), value_end - (len(raw) - len(kept))
+        # the argument's text ends with its value: what the reading read after it (a marker
+        # begun, `</city` of `</city>`) is text, as where the output is cut off (`_cut_off`)
+        pos, t.pos = t.pos, value_end
         self._end_member(t)
+        t.pos = pos
         return True, value_end
 
     def _end_of_turn_at(self, at: int) -> int:

@@ -928,3 +928,18 @@ def test_a_held_value_kept_where_its_call_breaks_ends_before_the_whitespace_ther
     call = whole["tool_calls"][0]
     assert call["incomplete"] and not json.loads(call["function"]["arguments"])["n"].endswith("\n")
     assert not lost_letters(analysis, text, whole), whole
+
+
+def test_the_end_tag_begun_after_a_held_value_kept_where_its_call_breaks_is_content() -> None:
+    """Keyed tags: `<query>xx</query</invoke>`, a key the tool does not name, its end tag begun
+    and broken. The value is kept and the call incomplete; the end tag begun is content, as
+    where the output is cut off there (the argument's event no longer stands past it)."""
+    analysis = analyses.keyed_tags()
+    parser = analysis.parser(tools=analyses.WEATHER_TOOLS)
+    text = 'Sure.<tool_calls>\n<invoke name="get_weather">\n<query>xx</query</invoke>\n>\n</tool_calls>'
+    whole = _every_chunking_equals_whole(parser, text)
+    assert all(_in_chunks(parser, text, size) == whole for size in (2, 3, 4, 5))
+    [call] = whole["tool_calls"]
+    assert call["incomplete"] and json.loads(call["function"]["arguments"]) == {"query": "xx"}
+    assert "</query" in whole["content"]
+    assert not lost_letters(analysis, text, whole), whole
