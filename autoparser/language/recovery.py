@@ -263,7 +263,9 @@ class _Recovery:
             cut = min(cut, max(self.safe, section[0]))
         # whether the failed reading read text up to where it failed that is content now (emitted
         # already or not: whitespace a stream let out before the failure is the reading's too)
-        read_up_to = best.pos > cut and best.pos + self.offset[0] > self.resumed_at
+        # (an end-of-turn marker there aside: it is no text, read past below)
+        read_up_to = best.pos > cut and best.pos + self.offset[0] > self.resumed_at and \
+            not self._end_of_turn_at(best.pos)
         self.safe = max(self.safe, cut)
         # where the next call began (its marker read, not its name), the call failed in is that one, not kept
         rest = self._rest_of_section(best, opened and not _next_call_begun(best, self.offset[0]))
