@@ -37,7 +37,7 @@ def marker_patterns(analysis: Any) -> list[str]:
              data["content"]["end"], *data["stop"], *(data["tools"].get(key) or "" for key in MARKER_KEYS),
              *reading_markers(analysis)]
     patterns = []
-    for text in sorted({core(t) for t in texts if core(t)}, key=len, reverse=True):
+    for text in sorted({core(t) for t in texts if core(t)}, key=lambda t: (-len(t), t)):
         patterns.append(re.sub(r"\\\{\w+\\\}", r"[^<>\\s]*", flexible_pattern(text)))
     return patterns
 

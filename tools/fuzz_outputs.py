@@ -14,7 +14,10 @@ nesting, a long run of digits. Each output is checked (CONTRACT sections 4 and 5
 * once per target, prose streamed among brackets and quotes is held back no more than the bound.
 
 Findings are grouped by class, target and mutation, with the shortest output that showed each;
-the exit status is 1 when there is any.
+the exit status is 1 when there is any. A run with `--seed N --count K` checks the same outputs
+(the summary prints their digest) and finds the same, whatever Python's hash seed; only the
+`slow` and `timeout` classes depend on the machine. A run with `--seconds` stops where its time
+runs out.
 
     python tools/fuzz_outputs.py --seed 1 --seconds 300 [--families hermes,glm45] \\
         [--corpus DIR_OR_TEMPLATE ...] [--out findings.json]
@@ -23,6 +26,7 @@ the exit status is 1 when there is any.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import random
 import re
@@ -93,6 +97,11 @@ class Finding:
 class Findings:
     seed: int
     found: dict[tuple[str, str, str], Finding] = field(default_factory=dict)
+    # of every output checked, in order: two runs with one seed and count check the same outputs
+    outputs: Any = field(default_factory=hashlib.sha256)
+
+    def checked(self, text: str) -> None:
+        self.outputs.update(text.encode("utf-8", "surrogatepass") + b"\0")
 
     def add(self, kind: str, target: str, mutation: str, text: str, detail: str) -> None:
         key = (kind, target, mutation)
@@ -234,6 +243,12 @@ def chunkings(text: str, markers: list[str], rng: random.Random) -> Iterator[tup
             yield f"split@{cut}", [text[:cut], text[cut:]]
 
 
+def longest_first(texts: list[str]) -> list[str]:
+    """Each text once, longest first, and alphabetically among those of one length: the order
+    draws from the random generator pick by, the same in every run (a set's order is not)."""
+    return sorted(set(texts), key=lambda text: (-len(text), text))
+
+
 def any_marker(patterns: list[str]) -> re.Pattern[str]:
     """Any of the markers, the longest where several begin at one place (`patterns` are longest first)."""
     return re.compile("|".join(f"(?:{p})" for p in patterns))
@@ -364,7 +379,7 @@ def fuzz(targets: list[Target], seed: int, count: int | None, seconds: float | N
         parser = parsers[target.name] if thinking else target.analysis.parser(
             tools=TOOLS if target.analysis.tools.supported else None, thinking=False)
         patterns = marker_patterns(target.analysis)
-        literal = sorted(set(marker_texts(target.analysis)), key=len, reverse=True)
+        literal = longest_first(marker_texts(target.analysis))
         base = valid_output(target, rng, thinking)
         mutation, text = ("valid", base) if rng.random() < 0.15 else mutate(base, literal, rng)
 
@@ -372,6 +387,7 @@ def fuzz(targets: list[Target], seed: int, count: int | None, seconds: float | N
                    text: str = text) -> None:
             findings.add(kind, name, mutation, text, detail)
 
+        findings.checked(text)
         check = Check(target, parser, patterns, record, slow_base, slow_per_kb)
         signal.setitimer(signal.ITIMER_REAL, limit)
         try:
@@ -416,8 +432,8 @@ def main(argv: list[str] | None = None) -> int:
     for item in found:
         print(f"{item['class']:16s} {item['target']:28s} {item['mutation']:12s} x{item['count']:<4d} "
               f"{item['length']:7d} chars  {item['detail'][:160]}")
-    print(f"seed {args.seed}: {done} outputs of {len(targets)} targets, {len(found)} findings "
-          f"({sum(item['count'] for item in found)} outputs)")
+    print(f"seed {args.seed}: {done} outputs of {len(targets)} targets (digest {findings.outputs.hexdigest()[:16]}), "
+          f"{len(found)} findings ({sum(item['count'] for item in found)} outputs)")
     if args.out:
         args.out.write_text(json.dumps(found, ensure_ascii=False, indent=1), encoding="utf-8")
     return 1 if found else 0

@@ -355,6 +355,7 @@ class LanguageStream(_Commits, _Passes, _Recovery, _Stepping):
         # while nothing goes out, a commit compares only the events new since the last one
         self._agreed_known: tuple[int, list[list[tuple]], int] | None = None
         self.resumed = False  # reading again after text that no reading took (reasoning is over)
+        self.resumed_at = 0  # where the language was last read again from (absolute)
         self.reasoning_over = False  # ... and it did not stop inside reasoning: its end marker is text
         self.finished = False
         self.fallback = False  # no reading continues: the rest is content

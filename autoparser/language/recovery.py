@@ -28,6 +28,7 @@ from autoparser.language.readings import (
     OPENS,
     _last_call,
     _Thread,
+    _Value,
 )
 from autoparser.language.request import is_weak
 from autoparser.language.shapes import (
@@ -36,11 +37,16 @@ from autoparser.language.shapes import (
     _without_spent_repeats,
 )
 from autoparser.language.terminals import (
+    _Bracketed,
     _JsonValue,
     _Lit,
     _PyValue,
+    _Text,
     _Trailer,
 )
+
+# the terminals a tagged value is read by: a reading that failed inside one failed inside the value
+_VALUE_TERMINALS = (_Text, _JsonValue, _Bracketed, _PyValue)
 
 
 class _Recovery:
@@ -214,6 +220,9 @@ class _Recovery:
             self._cut_off(best)  # cut off inside arguments that had begun (else the call is text)
             self.fallback = True
             return
+        # an argument whose value is held until it ends (a number, an object, a key the schema
+        # does not name): kept where that value was read to its end, else its text is content
+        held = self._held_member(best) if opened and best.call.confirmed else None
         events = best.events
         if unopened:
             events = events[:-1]  # the call that failed before its arguments is text
@@ -248,14 +257,22 @@ class _Recovery:
             # the call's own structure was read to its end (the `}` of a JSON call object): it is
             # no text, though no event marks where it ends; the end marker begun after it is
             cut = max(cut, best.call.closed_at - self.offset[0])
+        if held is not None:
+            cut = max(cut, held[1]) if held[0] else min(cut, held[1])
         if section is not None:
             cut = min(cut, max(self.safe, section[0]))
+        # whether the failed reading read text up to where it failed that is content now (emitted
+        # already or not: whitespace a stream let out before the failure is the reading's too)
+        # (an end-of-turn marker there aside: it is no text, read past below)
+        read_up_to = best.pos > cut and best.pos + self.offset[0] > self.resumed_at and \
+            not self._end_of_turn_at(best.pos)
         self.safe = max(self.safe, cut)
         # where the next call began (its marker read, not its name), the call failed in is that one, not kept
         rest = self._rest_of_section(best, opened and not _next_call_begun(best, self.offset[0]))
         # reading the whole language again starts a character on, so that it cannot fail there again
         # (where a call broke off at a place a call may begin again, from that place)
-        again = best.pos > self.safe or not self.buf or best.resync_at >= 0 or (rest is not None and len(rest) == 1)
+        again = best.pos > self.safe or read_up_to or not self.buf or best.resync_at >= 0 or \
+            (rest is not None and len(rest) == 1)
         # (an end-of-turn marker there is no text: the language is read again after it, as after
         # the language's own end)
         turn_end = 0 if again else self._end_of_turn_at(self.safe)
@@ -267,11 +284,34 @@ class _Recovery:
         if self.finished and failed >= len(self.buf):
             self.fallback = True  # it failed at the end of the output: nothing is left to read again
             return
-        self.resumed = True
+        self.resumed, self.resumed_at = True, failed + self.offset[0]
         # reasoning the failed reading was inside may still end at its end marker; after reasoning
         # that ended (or none), that marker is text
         self.reasoning_over = best.role != ir.REASONING and not _inside_reasoning(best.stack)
         self.threads = [_Thread(stack, failed, self.offset) for stack in rest or [(self.reader.root, None)]]
+
+    def _held_member(self, t: _Thread) -> tuple[bool, int] | None:
+        """The argument `t` broke in whose value is held until it ends, not streamed (None where
+        there is none): ended and kept where the value was read to its end (the reading failed
+        after it, at a marker or a separator), with where its text ends; else where its text
+        begins, its key included (that text is content)."""
+        if t.member is None or t.streamed or not "".join(t.value or ()).strip():
+            return None
+        if t.head.__class__ in _VALUE_TERMINALS:
+            return False, max(t.member_at - self.offset[0], self.safe)
+        value_end = t.value_end - self.offset[0]
+        if value_end >= t.pos:
+            # the value runs up to where the reading failed: whitespace before the failure is no
+            # part of it, whether the text or the marker that failed read it (where chunks ended)
+            raw = "".join(t.value or ())
+            kept = raw.rstrip(_WHITESPACE)
+            t.value, value_end = _Value([kept], 1), value_end - (len(raw) - len(kept))
+        # the argument's text ends with its value: what the reading read after it (a marker
+        # begun, `</city` of `</city>`) is text, as where the output is cut off (`_cut_off`)
+        pos, t.pos = t.pos, value_end
+        self._end_member(t)
+        t.pos = pos
+        return True, value_end
 
     def _end_of_turn_at(self, at: int) -> int:
         """The length of the end-of-turn marker the text holds at `at`, 0 where none begins there."""

@@ -502,6 +502,23 @@ def test_a_value_cut_inside_the_end_of_turn_marker_keeps_its_text(key: str) -> N
         assert whole["content"] == "Hi." + "<|im_end|>"[:end], text
 
 
+def test_a_value_before_the_end_of_turn_marker_is_kept_whether_the_schema_names_its_key() -> None:
+    """MiniCPM5: `<param name="key">Paris<|im_end|>`, the turn ended where the value's end tag
+    should be. A named key's value streams and is kept, the call incomplete; a key the schema
+    does not name holds its value until it ends, and its member was content instead. Both keep
+    the value now, with one message however the output is cut."""
+    path = next(p for p in llamacpp_templates() if p.name == "openbmb-MiniCPM5-1B.jinja")
+    parser = autoparser.load(str(path)).parser(tools=WEATHER_TOOLS, thinking=True)
+    messages = {}
+    for key in ("city", "query"):
+        text = f'<think>\nHm.</think>\nHi.<function name="get_weather"><param name="{key}">Paris<|im_end|>'
+        whole = _agrees_whole_and_streamed(parser, text)
+        [call] = whole["tool_calls"]
+        assert call["function"]["arguments"] == f'{{"{key}": "Paris"}}' and call.get("incomplete"), whole
+        messages[key] = whole["content"]
+    assert messages["city"] == messages["query"]
+
+
 @pytest.mark.parametrize("name", ["google-gemma-4-31B-it.jinja", "google-gemma-4-31B-it-interleaved.jinja"])
 @pytest.mark.parametrize("tail", [
     '<|tool_call>call:search{code:<|"|>def f():\n    return {a: [1]}\n}<tool_call|><turn|>',

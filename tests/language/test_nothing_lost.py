@@ -850,3 +850,96 @@ def test_a_value_of_a_key_the_tool_does_not_name_cut_in_the_calls_end_marker_is_
     assert call["incomplete"] and json.loads(call["function"]["arguments"]) == arguments
     assert whole["content"] == content
     assert not lost_letters(analysis, text, whole), whole
+
+
+@pytest.mark.parametrize("name", GEMMA4)
+@pytest.mark.parametrize("text, arguments, content", [
+    # a named integer's value runs on past the `}` of a broken end marker to the end of the turn
+    ('<|tool_call>call:get_weather{city:<|"|>Paris<|"|>,days:3}h3<tool_call|>Done.<turn|>',
+     {"city": "Paris", "days": "3}h3<tool_call|>Done."}, "<turn|>"),
+    # an object one brace too deep: its brackets close where the call's end marker should begin
+    ('<|tool_call>call:get_weather{options:{{"b": null}}<tool_call|>', {"options": '{{"b": null}}'}, "<tool_call|>"),
+    # a number closed by a string's quote, then text where the next member should be
+    ('<|tool_call>call:get_weather{days:-12500.0<|"|>call:,city:[1.0, "two", [3]]}<tool_call|>',
+     {"days": -12500.0}, 'call:,city:[1.0, "two", [3]]'),
+    # a key the schema does not name, its value running on to the end of the turn
+    ('<|tool_call>call:get_weather{zz:12345678901234567890}<tooXl_call|>Then.<turn|>',
+     {"zz": "12345678901234567890}<tooXl_call|>Then."}, "<turn|>"),
+    ('<|tool_call>call:get_weather{zz:[1, 2]<|"|>Then text.<turn|>', {"zz": [1, 2]}, '<|"|>Then text.<turn|>'),
+])
+def test_a_held_value_read_to_its_end_is_kept_where_its_call_breaks_after_it(
+        name: str, text: str, arguments: dict, content: str) -> None:
+    """Gemma 4: a call breaks before the end of the output right after an argument whose value
+    is held until it ends (a number, an object, a key the schema does not name), its value read
+    to its end. The argument is kept and the call marked incomplete; what follows is content.
+    The value's text was in neither (the failed reading's mark was already past it), however
+    the output is cut into chunks."""
+    analysis = _gemma4(name)
+    parser = analysis.parser(tools=analyses.WEATHER_TOOLS, thinking=True)
+    whole = _agrees_whole_and_streamed(parser, text)
+    [call] = whole["tool_calls"]
+    assert call["incomplete"] and json.loads(call["function"]["arguments"]) == arguments
+    assert whole["content"] == content, whole
+    assert not lost_letters(analysis, text, whole), whole
+
+
+def _in_chunks(parser, text: str, size: int) -> dict:
+    stream = parser.stream()
+    for at in range(0, len(text), size):
+        stream.feed(text[at:at + size])
+    stream.finish()
+    return without_generated_ids(stream.message())
+
+
+@pytest.mark.parametrize("text", [
+    "<tool_call></think></tool_call>\n<think>l",
+    "<tool_call></think></tool_call><think>l",
+    "<tool_call>Let me think about the weather. It's probably mild.</think><tool_call>search\n<arg_key>query</arg_key>\n"
+    "<arg_value>x</arg_value>\n</tool_call>\n<think>run_code\n<arg_key>n</arg_key>\n<arg_value>1</arg_value>\n</tool_call>",
+])
+def test_reading_again_where_a_reading_failed_after_whitespace_a_stream_let_out(text: str) -> None:
+    """GLM-4.5: a broken call read as text, then whitespace and `<think>` where the reading
+    fails. Read whole, the whitespace is held by the failed reading and the language is read
+    again from where it failed; streamed a character at a time, the whitespace went out before
+    the failure, and the language was read again a character on (`<think>` content, not markup).
+    Whether the failed reading read up to where it failed decides, emitted or not: one message
+    however the output is cut, nothing lost."""
+    analysis = analyses.glm45()
+    parser = analysis.parser(tools=analyses.WEATHER_TOOLS, thinking=True)
+    whole = _every_chunking_equals_whole(parser, text)
+    assert all(_in_chunks(parser, text, size) == whole for size in (2, 3, 4, 5))
+    assert not lost_letters(analysis, text, whole), whole
+
+
+@pytest.mark.parametrize("text", [
+    "<tool_call><function=search><parameter=n>>\n<tool_call><function=",
+    "<tool_call>\n<function=search>\n<parameter=n>\n12345678901234567890\n\n</function>\n</tool_call>\n<tool_call>\n"
+    "<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call><|im_end|>",
+])
+def test_a_held_value_kept_where_its_call_breaks_ends_before_the_whitespace_there(text: str) -> None:
+    """Qwen3-Coder: a key the tool does not name (held until it ends), its end tag left out, then
+    a line break and a marker where the reading fails. Where the chunks ended decided whether
+    the value or the marker that failed read the line break: the value kept ends before it, and
+    the whitespace before the failure is not the value's. One message however the output is cut."""
+    analysis = analyses.qwen3_coder()
+    parser = analysis.parser(tools=analyses.WEATHER_TOOLS, thinking=True)
+    whole = _every_chunking_equals_whole(parser, text)
+    assert all(_in_chunks(parser, text, size) == whole for size in (2, 3, 4, 5))
+    call = whole["tool_calls"][0]
+    assert call["incomplete"] and not json.loads(call["function"]["arguments"])["n"].endswith("\n")
+    assert not lost_letters(analysis, text, whole), whole
+
+
+def test_the_end_tag_begun_after_a_held_value_kept_where_its_call_breaks_is_content() -> None:
+    """Keyed tags: `<query>xx</query</invoke>`, a key the tool does not name, its end tag begun
+    and broken. The value is kept and the call incomplete; the end tag begun is content, as
+    where the output is cut off there (the argument's event no longer stands past it)."""
+    analysis = analyses.keyed_tags()
+    parser = analysis.parser(tools=analyses.WEATHER_TOOLS)
+    text = 'Sure.<tool_calls>\n<invoke name="get_weather">\n<query>xx</query</invoke>\n>\n</tool_calls>'
+    whole = _every_chunking_equals_whole(parser, text)
+    assert all(_in_chunks(parser, text, size) == whole for size in (2, 3, 4, 5))
+    [call] = whole["tool_calls"]
+    assert call["incomplete"] and json.loads(call["function"]["arguments"]) == {"query": "xx"}
+    assert "</query" in whole["content"]
+    assert not lost_letters(analysis, text, whole), whole
