@@ -152,7 +152,9 @@ class _Reasoning:
         again = self.reasoning_text(*stops, repeated=True)
         markers = choice(*[self.marker(m) for m in openers])
         as_text = Repeat(Rule("call-as-reasoning", seq(Capture(REASONING, markers), again), AS_TEXT), 1)
-        return [seq(text, then), seq(opened, as_text, then)]
+        # one reading of the text, parting only where it ends (two would read it twice): empty,
+        # it is `text` read as nothing
+        return [seq(opened, choice(then, seq(as_text, then))), seq(Capture(REASONING, EMPTY), then)]
 
     def interrupts(self) -> tuple[str, ...]:
         """What ends reasoning that no end marker closes: the opener of the tool calls and the

@@ -141,11 +141,11 @@ class LanguageReader:
         self.inner_resync = MarkerSet(dict.fromkeys(inner, "resync")) if inner else None
         # a chunk holding one of them, or ending with what may yet be one (tested where it holds a first character)
         self.resync_firsts = re.compile(f"[{re.escape(''.join(sorted({m[0] for m in inner})))}]") if inner else None
-        ending = ending_pattern(inner)
-        whole = self.inner_resync.pattern.pattern if self.inner_resync is not None else ""
-        self.resync_held = re.compile(f"{whole}|{ending}") if inner else None
-        # ... ending with what may yet be one (`LanguageStream._resync_begun`)
-        self.resync_begun = re.compile(ending) if inner else None
+        # ... ending with what may yet be one (`LanguageStream._resync_begun`): searched only in the
+        # text's last characters, as long as the longest of them, where such an end can begin (a
+        # search of the whole text tries the pattern's nested prefixes at every place a marker begins)
+        self.resync_begun = re.compile(ending_pattern(inner)) if inner else None
+        self.resync_longest = self.inner_resync.longest if self.inner_resync is not None else 0
         # short chunks known to be whole string text that the streamed string's fast path takes
         # at once: with such places, only those that hold none and end with no beginning of one
         self.string_texts = string_texts if not inner else {}
@@ -459,13 +459,18 @@ class LanguageStream(_Commits, _Passes, _Recovery, _Stepping):
     def _may_resync(self, chunk: str) -> bool:
         """Whether a chunk of a streamed string holds a place where a call may begin again, or
         ends with what may yet be one (`LanguageReader.inner_resync`): the reading reads it."""
-        return self.reader.resync_held.search(chunk) is not None
+        return self.reader.inner_resync.pattern.search(chunk) is not None or self._resync_end(chunk) is not None
+
+    def _resync_end(self, text: str) -> re.Match[str] | None:
+        """Where `text` ends with what may yet be a place where a call begins again (the longest such end)."""
+        reader = self.reader
+        return reader.resync_begun.search(text, max(len(text) - reader.resync_longest, 0))
 
     def _resync_begun(self, text: str) -> int | None:
         """Where `text`, whole string text before it and holding no place where a call may begin
         again, ends with what may yet be one (the longest such end, as `_JsonValue` holds it);
         None where it is not so."""
-        begun = self.reader.resync_begun.search(text)
+        begun = self._resync_end(text)
         if begun is None or self.reader.inner_resync.pattern.search(text) is not None:
             return None
         at = begun.start()

@@ -415,3 +415,21 @@ def test_a_bracket_opens_a_bare_json_call_only_before_a_key() -> None:
     assert [c["function"]["arguments"] for c in message["tool_calls"]] == ['{"city": "Paris"}']
     for seed in range(5):
         assert without_generated_ids(streamed_in_random_chunks(parser, text, seed)) == without_generated_ids(message)
+
+
+@pytest.mark.parametrize("family", ["kimi_k2", "hermes", "llama31", "llama32_pythonic", "deepseek_v32"])
+def test_a_place_a_call_may_begin_again_is_found_at_a_string_end_as_by_a_search_of_the_whole(family: str) -> None:
+    """Where a streamed string's chunk ends with what may yet be a place where a call begins
+    again, the reader looks for it in the chunk's last characters only; it finds what a search of
+    the whole chunk finds (whitespace runs inside a marker up to their bound included)."""
+    analysis = getattr(analyses, family)()
+    language = build_language(analysis, Request(tools=tuple(WEATHER_TOOLS), lazy=False, reading=True))
+    stream = LanguageReader(language, end_of_turn=tuple(analysis.stop)).stream()
+    pattern = stream.reader.resync_begun
+    for marker in language.resync:
+        for spaced in (marker, marker.replace(" ", " " * 64), marker.replace(" ", "\n" * 65)):
+            for cut in range(len(spaced) + 1):
+                for before in ("", "x" * 300, marker * 3, spaced[:cut] * 2 + "y"):
+                    text = before + spaced[:cut]
+                    found, whole = stream._resync_end(text), pattern.search(text)
+                    assert (found and found.start()) == (whole and whole.start()), (text[-80:], found, whole)
