@@ -54,11 +54,13 @@ from vllm_parser_cases import (  # noqa: E402
     _index_of,
     analysis_of,
     bind_assignments,
+    call_markers,
     describe_failure,
     evaluate,
     expectation,
     normalized_tools,
     report,
+    respelled_cause,
     run_all,
     template_of,
     template_path,  # noqa: F401  (re-exported for the tests)
@@ -690,30 +692,12 @@ def _cut_off_midstream(outcome: Any) -> bool:
 CALL_CAUSES = ("no calls read", "call count differs", "name/args differ")
 
 
-def _respelled_markers(outcome: Any) -> list[tuple[str, str]]:
-    """Each tag of a case's output that the template writes only with more inside its brackets
-    (`<tool_call>` where it writes `<tool_call:opensource>`), with the template's spelling."""
-    opens, closes = _call_markers(outcome.case.template)
-    spelled = [m for m in opens + closes if m.endswith(">")]
-    pairs = []
-    for tag in dict.fromkeys(TAG.findall(outcome.case.model_output)):
-        longer = [m for m in spelled if m != tag and m.startswith(tag[:-1]) and not m[len(tag) - 1].isalnum()]
-        if longer:
-            pairs.append((tag, longer[0]))
-    return pairs
-
-
 def _unwritten_markers(outcome: Any) -> str:
     """The debatable cause of a case whose output writes the template's call markers spelled
-    otherwise: SGLang's detector takes their spelling from the tokenizer's vocabulary, and its test
-    writes a release's spelling the template never writes, so the test measures another template.
-    "" where the case is none such."""
-    pairs = _respelled_markers(outcome) if outcome.cause == TEMPLATE_LACKS_IT else []
-    if not pairs:
+    otherwise (`respelled_cause`); "" where the case is none such."""
+    if outcome.cause != TEMPLATE_LACKS_IT:
         return ""
-    shown = ", ".join(f"`{tag}` for `{marker}`" for tag, marker in pairs[:2])
-    return (f"debatable: {TEMPLATE_LACKS_IT} ({shown}: its detector spells them as the tokenizer "
-            "it loads does)")
+    return respelled_cause(sum(_call_markers(outcome.case.template), ()), outcome.case.model_output)
 
 
 @functools.cache
@@ -758,13 +742,7 @@ def score(cases: list[SglangCase]) -> list[Any]:
 @functools.cache
 def _call_markers(template: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The template's markers that open a call or its section, and those that close one."""
-    analysis = analysis_of(template, EOS_TOKENS) if template else None
-    tools = analysis.tools if analysis is not None else None
-    if tools is None:
-        return (), ()
-    opens = tuple(m.strip() for m in (tools.section_start, tools.call_start) if m.strip())
-    closes = tuple(m.strip() for m in (tools.call_end, tools.section_end) if m.strip())
-    return opens, closes
+    return call_markers(analysis_of(template, EOS_TOKENS) if template else None)
 
 
 def _unclosed_call_markup(outcome: Any) -> bool:
