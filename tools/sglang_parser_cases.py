@@ -692,6 +692,37 @@ def _cut_off_midstream(outcome: Any) -> bool:
 CALL_CAUSES = ("no calls read", "call count differs", "name/args differ")
 
 
+def _name_never_written(outcome: Any) -> bool:
+    """A case that expects calls by names its output never writes (`<|tool_call_begin|>0`, a call
+    id with no name in it): SGLang picks the tool its test declares by the argument keys; here a
+    call's name is read from the output, and an id with no name in it is no call."""
+    names = [c["name"] for c in outcome.case.expected.get("tool_calls") or [] if c.get("name")]
+    return outcome.cause == "no calls read" and bool(names) and not any(n in outcome.case.model_output for n in names)
+
+
+def _set_literal(text: Any) -> list[Any] | None:
+    """The items of a Python set literal (`{1, 2, 3}`) as written, or None."""
+    try:
+        node = ast.parse(text.strip(), mode="eval").body if isinstance(text, str) else None
+        return [ast.literal_eval(e) for e in node.elts] if isinstance(node, ast.Set) else None
+    except (SyntaxError, ValueError):
+        return None
+
+
+def _set_read_as_list(outcome: Any) -> bool:
+    """A case that expects a Python set literal kept as its text where it is read here as the
+    list of its items, as vLLM's parsers read it (its LFM2 test `set_arg`): the peers disagree."""
+    if outcome.cause != "name/args differ":
+        return False
+    for want, got in zip(outcome.case.expected.get("tool_calls") or [], outcome.got.get("tool_calls") or [],
+                         strict=False):
+        arguments = json.loads(got["function"]["arguments"])
+        for key, value in (want.get("arguments") or want.get("arguments_subset") or {}).items():
+            if _set_literal(value) is not None and arguments.get(key) == _set_literal(value):
+                return True
+    return False
+
+
 def _unwritten_markers(outcome: Any) -> str:
     """The debatable cause of a case whose output writes the template's call markers spelled
     otherwise (`respelled_cause`); "" where the case is none such."""
@@ -735,6 +766,12 @@ def score(cases: list[SglangCase]) -> list[Any]:
             outcome.cause = "debatable: SGLang states a stream cut off inside a call (the finished message differs)"
         elif unwritten := _unwritten_markers(outcome):
             outcome.cause = unwritten
+        elif _name_never_written(outcome):
+            outcome.cause = ("debatable: SGLang names a call whose output writes no name (by the argument keys, "
+                             "from the tools its test declares); here it is no call")
+        elif _set_read_as_list(outcome):
+            outcome.cause = ("debatable: a Python set literal: SGLang keeps its text; read here as the list of its "
+                             "items, as the other peer's LFM2 test (`set_arg`) expects")
         outcome.cause = outcome.cause.replace("vLLM", "SGLang")
     return outcomes
 
@@ -758,6 +795,15 @@ def _unclosed_call_markup(outcome: Any) -> bool:
             and any(m in content for m in opens) and not any(m in outcome.case.model_output for m in closes))
 
 
+def _reasoning_given_as_content(outcome: Any) -> bool:
+    """A reasoning case that expects as the content, and no reasoning, what is read here as the
+    reasoning, with no content after it."""
+    want, got = outcome.case.expected, outcome.got
+    reasoning = (got.get("reasoning_content") or "").strip()
+    return (outcome.status == "fail" and bool(reasoning) and not (got.get("content") or "").strip()
+            and not (want.get("reasoning") or "").strip() and (want.get("content") or "").strip() == reasoning)
+
+
 def score_reasoning(cases: list[SglangReasoningCase]) -> list[Any]:
     """Each reasoning case run as `vllm_reasoning_cases.py` runs vLLM's, in the prompt state its
     expectation assumes."""
@@ -766,6 +812,9 @@ def score_reasoning(cases: list[SglangReasoningCase]) -> list[Any]:
         if _unclosed_call_markup(outcome):
             outcome.cause = ("debatable: SGLang passes call markup that never closes on as text (read here as a broken call, "
                              "or as the text of reasoning no end marker has closed)")
+        elif _reasoning_given_as_content(outcome):
+            outcome.cause = ("debatable: SGLang's test asks its detector to answer with the reasoning where no answer "
+                             "follows (force_nonempty_content, a request option); here the output is read as written")
         outcome.cause = outcome.cause.replace("vLLM", "SGLang")
     return outcomes
 
