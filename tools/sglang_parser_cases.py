@@ -54,12 +54,13 @@ from vllm_parser_cases import (  # noqa: E402
     _index_of,
     analysis_of,
     bind_assignments,
+    call_markers,
     describe_failure,
     evaluate,
     expectation,
     normalized_tools,
     report,
-    respelled_tags,
+    respelled_cause,
     run_all,
     template_of,
     template_path,  # noqa: F401  (re-exported for the tests)
@@ -691,24 +692,43 @@ def _cut_off_midstream(outcome: Any) -> bool:
 CALL_CAUSES = ("no calls read", "call count differs", "name/args differ")
 
 
-def _respelled_markers(outcome: Any) -> list[tuple[str, str]]:
-    """Each tag of a case's output that the template writes only with more inside its brackets
-    (`<tool_call>` where it writes `<tool_call:opensource>`), with the template's spelling."""
-    opens, closes = _call_markers(outcome.case.template)
-    return respelled_tags(outcome.case.model_output, opens + closes)
+def _name_never_written(outcome: Any) -> bool:
+    """A case that expects calls by names its output never writes (`<|tool_call_begin|>0`, a call
+    id with no name in it): SGLang picks the tool its test declares by the argument keys; here a
+    call's name is read from the output, and an id with no name in it is no call."""
+    names = [c["name"] for c in outcome.case.expected.get("tool_calls") or [] if c.get("name")]
+    return outcome.cause == "no calls read" and bool(names) and not any(n in outcome.case.model_output for n in names)
+
+
+def _set_literal(text: Any) -> list[Any] | None:
+    """The items of a Python set literal (`{1, 2, 3}`) as written, or None."""
+    try:
+        node = ast.parse(text.strip(), mode="eval").body if isinstance(text, str) else None
+        return [ast.literal_eval(e) for e in node.elts] if isinstance(node, ast.Set) else None
+    except (SyntaxError, ValueError):
+        return None
+
+
+def _set_read_as_list(outcome: Any) -> bool:
+    """A case that expects a Python set literal kept as its text where it is read here as the
+    list of its items, as vLLM's parsers read it (its LFM2 test `set_arg`): the peers disagree."""
+    if outcome.cause != "name/args differ":
+        return False
+    for want, got in zip(outcome.case.expected.get("tool_calls") or [], outcome.got.get("tool_calls") or [],
+                         strict=False):
+        arguments = json.loads(got["function"]["arguments"])
+        for key, value in (want.get("arguments") or want.get("arguments_subset") or {}).items():
+            if _set_literal(value) is not None and arguments.get(key) == _set_literal(value):
+                return True
+    return False
 
 
 def _unwritten_markers(outcome: Any) -> str:
     """The debatable cause of a case whose output writes the template's call markers spelled
-    otherwise: SGLang's detector takes their spelling from the tokenizer's vocabulary, and its test
-    writes a release's spelling the template never writes, so the test measures another template.
-    "" where the case is none such."""
-    pairs = _respelled_markers(outcome) if outcome.cause == TEMPLATE_LACKS_IT else []
-    if not pairs:
+    otherwise (`respelled_cause`); "" where the case is none such."""
+    if outcome.cause != TEMPLATE_LACKS_IT:
         return ""
-    shown = ", ".join(f"`{tag}` for `{marker}`" for tag, marker in pairs[:2])
-    return (f"debatable: {TEMPLATE_LACKS_IT} ({shown}: its detector spells them as the tokenizer "
-            "it loads does)")
+    return respelled_cause(sum(_call_markers(outcome.case.template), ()), outcome.case.model_output)
 
 
 @functools.cache
@@ -746,6 +766,12 @@ def score(cases: list[SglangCase]) -> list[Any]:
             outcome.cause = "debatable: SGLang states a stream cut off inside a call (the finished message differs)"
         elif unwritten := _unwritten_markers(outcome):
             outcome.cause = unwritten
+        elif _name_never_written(outcome):
+            outcome.cause = ("debatable: SGLang names a call whose output writes no name (by the argument keys, "
+                             "from the tools its test declares); here it is no call")
+        elif _set_read_as_list(outcome):
+            outcome.cause = ("debatable: a Python set literal: SGLang keeps its text; read here as the list of its "
+                             "items, as the other peer's LFM2 test (`set_arg`) expects")
         outcome.cause = outcome.cause.replace("vLLM", "SGLang")
     return outcomes
 
@@ -753,13 +779,7 @@ def score(cases: list[SglangCase]) -> list[Any]:
 @functools.cache
 def _call_markers(template: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The template's markers that open a call or its section, and those that close one."""
-    analysis = analysis_of(template, EOS_TOKENS) if template else None
-    tools = analysis.tools if analysis is not None else None
-    if tools is None:
-        return (), ()
-    opens = tuple(m.strip() for m in (tools.section_start, tools.call_start) if m.strip())
-    closes = tuple(m.strip() for m in (tools.call_end, tools.section_end) if m.strip())
-    return opens, closes
+    return call_markers(analysis_of(template, EOS_TOKENS) if template else None)
 
 
 def score_reasoning(cases: list[SglangReasoningCase]) -> list[Any]:

@@ -1101,6 +1101,28 @@ def _unwritten_tags(analysis: Any, text: str) -> list[str]:
     return [t for t in dict.fromkeys(TAG.findall(text)) if t not in analysis.source]
 
 
+def call_markers(analysis: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The analysis's markers that open a call or its section, and those that close one."""
+    tools = analysis.tools if analysis is not None else None
+    if tools is None:
+        return (), ()
+    opens = tuple(m.strip() for m in (tools.section_start, tools.call_start) if m.strip())
+    closes = tuple(m.strip() for m in (tools.call_end, tools.section_end) if m.strip())
+    return opens, closes
+
+
+def respelled_cause(markers: tuple[str, ...], text: str, peer: str = "vLLM") -> str:
+    """The debatable cause of a case whose output writes the template's call markers spelled
+    otherwise: the peer's parser takes their spelling from the tokenizer its test loads (another
+    release's), so the test measures another template. "" where the case is none such."""
+    pairs = respelled_tags(text, markers)
+    if not pairs:
+        return ""
+    shown = ", ".join(f"`{tag}` for `{marker}`" for tag, marker in pairs[:2])
+    return (f"debatable: {TEMPLATE_LACKS_IT.replace('vLLM', peer)} ({shown}: its parser spells them as the "
+            "tokenizer it loads does)")
+
+
 def run_case(case: Case, analysis: Any) -> Outcome:
     if analysis is None:
         return Outcome(case, "no_template", "no template in the corpus")
@@ -1118,6 +1140,8 @@ def run_case(case: Case, analysis: Any) -> Outcome:
             and _markers_absent(analysis, case.model_output)):
         unwritten = _unwritten_tags(analysis, case.model_output)
         cause = TEMPLATE_LACKS_IT if unwritten else "vLLM's markers differ from the template's"
+        if unwritten:
+            cause = respelled_cause(sum(call_markers(analysis), ()), case.model_output) or cause
     if cause:
         return Outcome(case, "fail", cause, whole)
     cause, got = streamed_cause(parser, case, whole)

@@ -381,7 +381,7 @@ class _Builder:
                 section_text = section_text.lstrip()
             else:
                 first_call_text = first_call_text.lstrip()
-        section_start = seq(self.marker(section_text, spelled=lazy_start), self.text_in_section())
+        section_start = seq(self.section_opener(section_text, spelled=lazy_start), self.text_in_section())
         first_call_start = self.marker(first_call_text, spelled=lazy_start and not t.section_start)
         if t.format == "json" and t.array:
             calls = self.json_array(call, first_call_start)
@@ -401,6 +401,10 @@ class _Builder:
                 leading = self.gap() if not t.call_start[:1].isspace() else EMPTY
                 calls = seq(first, Repeat(Rule("call-next", seq(sep, leading, one), NEXT_CALL)))
         return Rule("tool-calls", seq(section_start, calls, self.section_closing()), SECTION)
+
+    def section_opener(self, text: str, spelled: bool) -> Node:
+        """The section's start marker `text` (as generated: as written)."""
+        return self.marker(text, spelled)
 
     def text_in_section(self) -> Node:
         """Text between the section's start and its first call (none as generated)."""

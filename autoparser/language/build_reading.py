@@ -611,6 +611,24 @@ class _Reading(_Reasoning, _Messages, _Builder):
         return (t.format != "json" and not t.call_start.strip() and core(t.section_start).endswith("[")
                 and core(t.section_end).startswith("]") and not is_weak(core(t.section_start)))
 
+    def list_opener(self) -> tuple[str, str] | None:
+        """Where the section's opener is a tag followed by the bracket that opens the list of its
+        calls (`<|tool_call_start|>[`): the tag and the bracket, between which a model may write
+        whitespace, as the list's own syntax allows; None for any other opener."""
+        opener = core(self.t.section_start)
+        tag = opener[:-1]
+        if opener[-1:] != "[" or not tag or is_weak(tag) or tag[-1].isspace() or self.choice == "none":
+            return None
+        return tag, opener[-1]
+
+    def section_opener(self, text: str, spelled: bool) -> Node:
+        """As generated; a tag and its list's bracket (`list_opener`) with whitespace between."""
+        listed = self.list_opener()
+        if listed is None or core(text) != "".join(listed):
+            return super().section_opener(text, spelled)
+        lead = text[:text.index(listed[0])]
+        return seq(super().section_opener(lead + listed[0], spelled), self.gap(), self.marker(listed[1]))
+
     def json_listed_calls(self, lazy_start: bool) -> Node:
         """The section with its list's elements written as JSON call objects
         (`<|x|>[{"name": "f", "arguments": {…}}, …]<|/x|>`), the arguments under either key a
@@ -620,7 +638,7 @@ class _Reading(_Reasoning, _Messages, _Builder):
         call = Rule("call", choice(*[Rule(f"{tool_name(tool)}-call-json",
                                           self.json_call(tool_name(tool), tool_function(tool).get("parameters")))
                                      for tool in self.tools]), CALL)
-        opener = self.marker(t.section_start.lstrip() if lazy_start else t.section_start, spelled=lazy_start)
+        opener = self.section_opener(t.section_start.lstrip() if lazy_start else t.section_start, spelled=lazy_start)
         more = Repeat(Rule("call-next", seq(w, Lit(","), w, call), NEXT_CALL)) if self.parallel else EMPTY
         return Rule("tool-calls-json", seq(opener, w, call, more, w, self.section_closing()), SECTION)
 

@@ -263,6 +263,10 @@ class _Reasoning:
         # a bracket opens a call only before what a call begins with (a key's quote, an object);
         # one that opens none is text
         weak = Weak(bracket, '"' if bracket == "{" else "{", word=False, leads=True) if bracket else None
+        listed = self.list_opener() if calls and not bracket else None
+        if listed is not None:  # the section's tag opens calls only before its list's bracket
+            stops = tuple(listed[0] if s == "".join(listed) else s for s in stops)
+            weak = Weak(listed[0], listed[1], word=False)
         self.bare_calls = self.bare_calls or bool(bracket)
         text = Text(stops, weak=weak, hint="content", nonempty=True,
                     not_first=tuple(m for m in (*not_first, header_start) if m))

@@ -258,3 +258,29 @@ def test_a_case_is_scored_on_the_template_of_its_family_that_writes_its_markers(
     chosen = {c.model_output: tool.writing_template(c, family) for c in cases}
     assert all(("[ARGS]" in output) == ("Devstral" in template) for output, template in chosen.items())
     assert any("Nemo" in template for template in chosen.values())
+
+
+@pytest.mark.parametrize(("case_id", "cause"), [
+    ("sglang-poolside_v1-TestPoolsideV1Detector::test_set_literal_falls_back_to_raw_string", "a Python set literal"),
+    ("sglang-kimik2-TestKimiK2BareCounterParsing::test_detect_and_parse_bare_counter", "writes no name"),
+    ("sglang-kimik2-TestKimiK2BareCounterParsing::test_streaming_bare_counter_single_tool", "writes no name"),
+])
+def test_calls_the_peers_read_otherwise_are_debatable(case_id: str, cause: str) -> None:
+    """A set literal SGLang keeps as text (vLLM's LFM2 test reads it as a list, as here), and a
+    call whose output writes no name (SGLang picks a declared tool by the argument keys)."""
+    llamacpp_templates()
+    cases = [c for c in tool.load_fixture()[0] if c.id == case_id]
+    [outcome] = tool.score(cases)
+    assert outcome.status == "fail" and outcome.debatable and cause in outcome.cause
+
+
+def test_reasoning_given_as_the_content_by_a_request_option_is_debatable() -> None:
+    """SGLang's Nemotron 3 tests ask for the reasoning as the content where no answer follows
+    (`force_nonempty_content`); read as written, it is reasoning."""
+    llamacpp_templates()
+    cases = [c for c in tool.load_fixture(tool.REASONING_FIXTURE, reasoning=True)[0]
+             if "force_nonempty_content" in c.id and c.family == "nemotron3"]
+    outcomes = {o.case.id.rsplit("::", 1)[1]: o for o in tool.score_reasoning(cases)}
+    swapped = outcomes["test_force_nonempty_content_swaps_when_no_normal_text"]
+    assert swapped.status == "fail" and swapped.debatable and "force_nonempty_content" in swapped.cause
+    assert outcomes["test_force_nonempty_content_no_swap_when_normal_text_exists"].status == "pass"

@@ -7,6 +7,7 @@ project. The pass count over them is a floor: an analysis change may raise it, n
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,7 @@ tool = vllm_parser_cases_tool()
 # Passing cases out of the 336 whose family has a template. Raise it when the analysis improves;
 # the failures are listed when it drops. Two more (a Python set argument, `tags={'urgent', 'bug'}`)
 # pass or fail with the interpreter's hash seed: the set's order is not the order it was written in.
-PASS_FLOOR = 268  # see docs/measurements.md for the causes of the rest
+PASS_FLOOR = 269  # see docs/measurements.md for the causes of the rest
 
 MODULE = '''
 import json
@@ -159,3 +160,18 @@ def test_vllm_expectations_do_not_regress() -> None:
     failing = "\n".join(f"{o.case.id}: {o.cause}" for o in outcomes if o.status == "fail")
     if passed < PASS_FLOOR:
         pytest.fail(f"{passed}/{comparable} vLLM expectations pass, below the floor of {PASS_FLOOR}:\n{failing}")
+
+
+def test_markers_spelled_as_another_release_writes_them_are_debatable() -> None:
+    """vLLM's Hy3 tests load another release's tokenizer and write the markers bare
+    (`<tool_call>`); the template writes them with a suffix (`<tool_call:opensource>`): those
+    cases are debatable, and each passes once its output spells the markers as the template does."""
+    llamacpp_templates()
+    cases = [c for c in tool.read_cases(vllm_parser_tests())[0] if c.family == "hy_v3"]
+    failing = [o for o in tool.run_all(cases) if o.status == "fail"]
+    assert failing and all(o.debatable and "`<tool_call>` for `<tool_call:opensource>`" in o.cause for o in failing)
+    bare = re.compile(r"<(/?)(tool_calls|tool_call|tool_sep|arg_key|arg_value)>")
+    for case in cases:
+        case.model_output = bare.sub(r"<\1\2:opensource>", case.model_output)
+        case.chunks = [bare.sub(r"<\1\2:opensource>", c) for c in case.chunks] if case.chunks else case.chunks
+    assert [o.case.id for o in tool.run_all(cases) if o.status != "pass"] == []
