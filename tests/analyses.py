@@ -446,6 +446,20 @@ def streamed_in_two(parser: Any, text: str, cut: int) -> dict[str, Any]:
     return stream.message()
 
 
+def whole_checked_by_streams(parser: Any, text: str) -> dict[str, Any]:
+    """The whole parse of `text` (generated ids left out), checked against a stream fed a character
+    at a time and against streams fed in two chunks cut at every place."""
+    whole = without_generated_ids(parser.parse(text))
+    stream = parser.stream()
+    for char in text:
+        stream.feed(char)
+    stream.finish()
+    assert without_generated_ids(stream.message()) == whole
+    for cut in range(len(text) + 1):
+        assert without_generated_ids(streamed_in_two(parser, text, cut)) == whole, cut
+    return whole
+
+
 def joined_deltas(deltas: list[dict[str, Any]]) -> dict[str, Any]:
     """Rebuild a message from deltas as an OpenAI client does."""
     reasoning, content, calls_by_index = [], [], {}

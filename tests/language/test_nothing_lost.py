@@ -749,19 +749,6 @@ def test_a_whole_section_after_a_broken_call_is_read_as_calls(analysis, tools, o
 
 # -- whitespace after a value the arguments could not go on from --------------------------------------
 
-def _every_chunking_equals_whole(parser, text: str) -> dict:
-    """The whole parse, checked against one character at a time and every split in two."""
-    whole = without_generated_ids(parser.parse(text))
-    stream = parser.stream()
-    for char in text:
-        stream.feed(char)
-    stream.finish()
-    assert without_generated_ids(stream.message()) == whole
-    for cut in range(len(text) + 1):
-        assert without_generated_ids(analyses.streamed_in_two(parser, text, cut)) == whole, cut
-    return whole
-
-
 @pytest.mark.parametrize("gap", [" ", "   ", "\n\t "])
 @pytest.mark.parametrize("value", ['"Boston"', "3", "[1, 2]", '{"a": 1}'])
 def test_whitespace_between_a_value_and_the_text_that_breaks_the_arguments_is_content(value: str, gap: str) -> None:
@@ -771,7 +758,7 @@ def test_whitespace_between_a_value_and_the_text_that_breaks_the_arguments_is_co
     analysis = analyses.deepseek_v31()
     text = "Sure. " + DS_SECTION[0] + DS_CALL[0] + "get_weather" + DS_SEP + '{"city": ' + value + gap + "oops}" + \
         DS_CALL[1] + DS_SECTION[1]
-    message = _every_chunking_equals_whole(Parser(analysis), text)
+    message = analyses.whole_checked_by_streams(Parser(analysis), text)
     [call] = message["tool_calls"]
     assert call["incomplete"] and call["function"]["arguments"] == '{"city": ' + value + "}"
     assert message["content"].startswith("Sure. " + gap + "oops}"), message
@@ -790,7 +777,7 @@ def test_a_bare_json_call_kept_at_the_undecided_limit_gives_the_whitespace_after
     parser = analysis.parser(tools=analyses.WEATHER_TOOLS)
     head = analyses.render_output(analysis, None, "", [("get_weather", {"city": "x"})]).split('"x"')[0] + '"'
     big = ("lorem ipsum dolor sit amet, " * 30)[:700 - len(head)]
-    message = _every_chunking_equals_whole(parser, "Hi " + head + big + '"' + gap + "oops}}")
+    message = analyses.whole_checked_by_streams(parser, "Hi " + head + big + '"' + gap + "oops}}")
     [call] = message["tool_calls"]
     assert call["incomplete"] and json.loads(call["function"]["arguments"]) == {"city": big}
     assert message["content"] == "Hi " + gap + "oops}}"
@@ -906,7 +893,7 @@ def test_reading_again_where_a_reading_failed_after_whitespace_a_stream_let_out(
     however the output is cut, nothing lost."""
     analysis = analyses.glm45()
     parser = analysis.parser(tools=analyses.WEATHER_TOOLS, thinking=True)
-    whole = _every_chunking_equals_whole(parser, text)
+    whole = analyses.whole_checked_by_streams(parser, text)
     assert all(_in_chunks(parser, text, size) == whole for size in (2, 3, 4, 5))
     assert not lost_letters(analysis, text, whole), whole
 
@@ -923,7 +910,7 @@ def test_a_held_value_kept_where_its_call_breaks_ends_before_the_whitespace_ther
     the whitespace before the failure is not the value's. One message however the output is cut."""
     analysis = analyses.qwen3_coder()
     parser = analysis.parser(tools=analyses.WEATHER_TOOLS, thinking=True)
-    whole = _every_chunking_equals_whole(parser, text)
+    whole = analyses.whole_checked_by_streams(parser, text)
     assert all(_in_chunks(parser, text, size) == whole for size in (2, 3, 4, 5))
     call = whole["tool_calls"][0]
     assert call["incomplete"] and not json.loads(call["function"]["arguments"])["n"].endswith("\n")
@@ -937,7 +924,7 @@ def test_the_end_tag_begun_after_a_held_value_kept_where_its_call_breaks_is_cont
     analysis = analyses.keyed_tags()
     parser = analysis.parser(tools=analyses.WEATHER_TOOLS)
     text = 'Sure.<tool_calls>\n<invoke name="get_weather">\n<query>xx</query</invoke>\n>\n</tool_calls>'
-    whole = _every_chunking_equals_whole(parser, text)
+    whole = analyses.whole_checked_by_streams(parser, text)
     assert all(_in_chunks(parser, text, size) == whole for size in (2, 3, 4, 5))
     [call] = whole["tool_calls"]
     assert call["incomplete"] and json.loads(call["function"]["arguments"]) == {"query": "xx"}

@@ -13,26 +13,12 @@ import json
 from typing import Any
 
 import pytest
-from analyses import streamed_in_two, without_generated_ids
+from analyses import whole_checked_by_streams
 from test_analyze_fixtures import analyze_fixture
 
 from autoparser.language.reading import Parser
 
 HOLD_BOUND = 64  # characters of prose a stream may hold back (CONTRACT section 5)
-
-
-def read(parser: Parser, text: str) -> dict[str, Any]:
-    """The whole parse of `text`, checked against a stream fed a character at a time and against
-    streams fed in two chunks cut at every place."""
-    whole = without_generated_ids(parser.parse(text))
-    stream = parser.stream()
-    for char in text:
-        stream.feed(char)
-    stream.finish()
-    assert without_generated_ids(stream.message()) == whole
-    for cut in range(len(text) + 1):
-        assert without_generated_ids(streamed_in_two(parser, text, cut)) == whole, cut
-    return whole
 
 
 def most_held(parser: Parser, text: str, start: int) -> int:
@@ -67,11 +53,11 @@ def test_whitespace_between_the_sections_tag_and_its_lists_bracket(space: str) -
     writes between them is the list's, as its syntax allows (vLLM's LFM2 test)."""
     parser = analyze_fixture(TAG_LIST).parser()
     text = f'Checking. <%calls%>{space}[get_weather(city="Oslo"), get_time()]<%/calls%>'
-    message = read(parser, text)
+    message = whole_checked_by_streams(parser, text)
     assert calls(message) == [("get_weather", {"city": "Oslo"}), ("get_time", {})]
     assert message["content"] == "Checking."
     json_listed = f'<%calls%>{space}[{{"name": "get_time", "arguments": {{}}}}]<%/calls%>'
-    assert calls(read(parser, json_listed)) == [("get_time", {})]
+    assert calls(whole_checked_by_streams(parser, json_listed)) == [("get_time", {})]
     numbers = f"Checking. <%calls%>{space}[get_weather(days=3), get_time()]<%/calls%>"
     assert most_held(parser, numbers + PROSE, len(numbers)) <= HOLD_BOUND
 
@@ -79,5 +65,5 @@ def test_whitespace_between_the_sections_tag_and_its_lists_bracket(space: str) -
 @pytest.mark.parametrize("text", ["Use <%calls%> then a list.", "Use <%calls%>", "Use <%calls%>  \n",
                                   "<%calls%> x [get_time()]<%/calls%>"])
 def test_the_sections_tag_before_no_bracket_stays_content(text: str) -> None:
-    message = read(analyze_fixture(TAG_LIST).parser(), text)
+    message = whole_checked_by_streams(analyze_fixture(TAG_LIST).parser(), text)
     assert message["tool_calls"] == [] and message["content"] == text.strip()
