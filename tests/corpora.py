@@ -25,6 +25,7 @@ import importlib.util
 import io
 import json
 import os
+import re
 import sys
 import tarfile
 from functools import cache
@@ -212,3 +213,18 @@ def vllm_reasoning_cases_tool() -> ModuleType:
 def vllm_reasoning_tests() -> Path:
     """vLLM's `tests/reasoning/` (its reasoning-parser expectations), fetched on first use."""
     return _vllm_tests(vllm_parser_cases_tool().REASONING_TESTS, "reasoning-parser")
+
+
+_BARE_HY3_MARKERS = re.compile(r"<(/?)(tool_calls|tool_call|tool_sep|arg_key|arg_value)>")
+
+
+def spell_hy3_markers_as_its_template(cases: list[Any]) -> None:
+    """Rewrite peer cases written with another release's bare markers (`<tool_call>`) as Hy3's
+    template spells them (`<tool_call:opensource>`), in each case's output and its chunks."""
+    def respell(text: str) -> str:
+        return _BARE_HY3_MARKERS.sub(r"<\1\2:opensource>", text)
+
+    for case in cases:
+        case.model_output = respell(case.model_output)
+        if case.chunks:
+            case.chunks = [respell(chunk) for chunk in case.chunks]

@@ -8,12 +8,11 @@ the style of those tests. The pass count is a floor: an analysis change may rais
 
 from __future__ import annotations
 
-import re
 import subprocess
 from pathlib import Path
 
 import pytest
-from corpora import llamacpp_templates, shared_templates, tool_module
+from corpora import llamacpp_templates, shared_templates, spell_hy3_markers_as_its_template, tool_module
 
 tool = tool_module("sglang_parser_cases")
 
@@ -242,10 +241,7 @@ def test_markers_spelled_as_another_release_writes_them_are_debatable() -> None:
     cases = [c for c in tool.load_fixture()[0] if c.family == "hunyuan"]
     failing = [o for o in tool.score(cases) if o.status == "fail"]
     assert failing and all(o.debatable and "`<tool_call>` for `<tool_call:opensource>`" in o.cause for o in failing)
-    bare = re.compile(r"<(/?)(tool_calls|tool_call|tool_sep|arg_key|arg_value)>")
-    for case in cases:
-        case.model_output = bare.sub(r"<\1\2:opensource>", case.model_output)
-        case.chunks = [bare.sub(r"<\1\2:opensource>", c) for c in case.chunks] if case.chunks else case.chunks
+    spell_hy3_markers_as_its_template(cases)
     assert [o.case.id for o in tool.score(cases) if o.status != "pass"] == []
 
 

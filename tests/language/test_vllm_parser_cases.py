@@ -7,7 +7,6 @@ project. The pass count over them is a floor: an analysis change may raise it, n
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from corpora import (
     llamacpp_templates,
     make_sdist,
     shared_templates,
+    spell_hy3_markers_as_its_template,
     vllm_parser_cases_tool,
     vllm_parser_tests,
 )
@@ -170,8 +170,5 @@ def test_markers_spelled_as_another_release_writes_them_are_debatable() -> None:
     cases = [c for c in tool.read_cases(vllm_parser_tests())[0] if c.family == "hy_v3"]
     failing = [o for o in tool.run_all(cases) if o.status == "fail"]
     assert failing and all(o.debatable and "`<tool_call>` for `<tool_call:opensource>`" in o.cause for o in failing)
-    bare = re.compile(r"<(/?)(tool_calls|tool_call|tool_sep|arg_key|arg_value)>")
-    for case in cases:
-        case.model_output = bare.sub(r"<\1\2:opensource>", case.model_output)
-        case.chunks = [bare.sub(r"<\1\2:opensource>", c) for c in case.chunks] if case.chunks else case.chunks
+    spell_hy3_markers_as_its_template(cases)
     assert [o.case.id for o in tool.run_all(cases) if o.status != "pass"] == []
