@@ -161,9 +161,7 @@ def _check_enum(node: dict, parts: tuple[Any, ...], budget: GrammarBudget, fail:
     values = node.get("enum")
     if not isinstance(values, list):
         return
-    if len(values) > budget.max_enum_values:
-        raise fail((*parts, "enum"), f"{len(values):,} values, over the grammar budget of "
-                                     f"{budget.max_enum_values:,}")
+    _check_count(len(values), budget.max_enum_values, "values", (*parts, "enum"), fail)
     size = 0
     for value in values:
         size += len(json.dumps(value, ensure_ascii=False)) if isinstance(value, dict | list) else len(str(value)) + 2
@@ -176,19 +174,20 @@ def _check_properties(node: dict, parts: tuple[Any, ...], budget: GrammarBudget,
     props = node.get("properties")
     if not isinstance(props, dict):
         return
-    if len(props) > budget.max_properties:
-        raise fail((*parts, "properties"), f"{len(props):,} properties, over the grammar budget of "
-                                           f"{budget.max_properties:,}")
+    _check_count(len(props), budget.max_properties, "properties", (*parts, "properties"), fail)
     required = node.get("required")
     if strict and required is not None and not (isinstance(required, list)
                                                 and all(isinstance(r, str) for r in required)):
         raise fail((*parts, "required"), "must be a list of property names")
     named = set(required) & set(props) if isinstance(required, list) and all(
         isinstance(r, str) for r in required) else set()
-    optional = len(props) - len(named)
-    if optional > budget.max_optional_properties:
-        raise fail((*parts, "properties"), f"{optional:,} optional properties, over the grammar budget of "
-                                           f"{budget.max_optional_properties:,}")
+    _check_count(len(props) - len(named), budget.max_optional_properties, "optional properties",
+                 (*parts, "properties"), fail)
+
+
+def _check_count(count: int, limit: int, what: str, parts: tuple[Any, ...], fail: Any) -> None:
+    if count > limit:
+        raise fail(parts, f"{count:,} {what}, over the grammar budget of {limit:,}")
 
 
 def _json_type(value: Any) -> str:
