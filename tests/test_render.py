@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 
 from autoparser.render import (
     DEFAULT_LIMITS,
-    JsonArguments,
     RenderLimitExceeded,
     RenderLimits,
     SandboxViolation,
@@ -22,9 +21,9 @@ from autoparser.render import (
     TemplateRaisedError,
     TemplateRenderError,
     compile_template,
-    prepare_messages,
     render_template,
 )
+from autoparser.render_messages import JsonArguments, prepare_messages
 
 USER = [{"role": "user", "content": "hi"}]
 FAST = RenderLimits(seconds=0.3, max_chars=100_000)
