@@ -159,11 +159,11 @@ class _Writer:
             self.rules[name] = " | ".join(f"{o} {inner} {c}" for o, c in zip(opens, closes, strict=True))
         return name
 
-    def literal(self, text: str, bounded: bool = False, not_before: tuple[str, ...] = ()) -> str:
+    def literal(self, text: str, bounded: bool = False, not_before: str = "") -> str:
         """A marker as the parser finds it: whitespace inside it any whitespace, whitespace
         around it optional (the parser skips whitespace between structural parts, and takes
         it once from a raw value next to the marker); `bounded`: not before a word character
-        where it ends in one; `not_before`: not before one of those markers (`ir.Lit`)."""
+        where it ends in one; `not_before`: not before that marker (`ir.Lit`)."""
         if not text.strip():
             return self.optional(self.terminal(f"/{_regex_escape(text)}/")) if text else ""
         return self.terminal(f"/{_marker_regex(text)}{_word_end(text, bounded)}{_not_before(not_before)}/")
@@ -521,15 +521,14 @@ class _Reader:
 __all__ = ["LarkLanguage", "read_message", "write_lark"]
 
 
-def _not_before(markers: tuple[str, ...]) -> str:
-    """The lookahead that keeps a marker from being read before one of `markers`, whitespace
-    aside, or before the end of the output or a part of one there (`ir.Lit.not_before`)."""
-    cores = [m.strip() for m in markers if m.strip()]
-    if not cores:
+def _not_before(marker: str) -> str:
+    """The lookahead that keeps a marker from being read before `marker`, whitespace aside, or
+    before the end of the output or a part of `marker` there (`ir.Lit.not_before`)."""
+    core = marker.strip()
+    if not core:
         return ""
-    whole = [_marker_regex(c)[3:] for c in cores]
-    cut = [_regex_escape(c[:i]) + r"\Z" for c in cores for i in range(len(c))]
-    return rf"(?!\s*(?:{'|'.join(whole + cut)}))"
+    cut = "|".join(_regex_escape(core[:i]) + r"\Z" for i in range(len(core)))
+    return rf"(?!\s*(?:{_marker_regex(core)[3:]}|{cut}))"
 
 
 def _word_end(marker: str, bounded: bool) -> str:

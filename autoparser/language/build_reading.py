@@ -457,13 +457,10 @@ class _Reading(_Reasoning, _Messages, _Builder):
         return end if raw else optional(end)
 
     def end_tag_left_out(self, end: Node) -> Node:
-        """A raw value's end tag, or none where the value ended at the next argument's tag or the
-        call's closing tag (`end_left_out`): not before a call's opener that ended the value
-        (`call_begun_again`) or an end of turn, nor at the end of the output, where the value was
-        cut off."""
+        """A raw value's end tag, or none where it may be left out (`end_left_out`), except before
+        a call's opener that ended the value (`call_begun_again`): there the value was cut off."""
         again = self.call_begun_again()
-        cut = ((again.marker,) if again is not None else ()) + tuple(core(s) for s in self.stop if core(s))
-        return choice(end, Lit("", not_before=cut))
+        return choice(end, Lit("", not_before=again.marker)) if again is not None else optional(end)
 
     def extra_value(self, name: str, params: Any) -> Node:
         """As generated; in `name(key=value)` calls, a value of any key may be a Python literal."""
@@ -530,7 +527,7 @@ class _Reading(_Reasoning, _Messages, _Builder):
         tag = self.marker(closer.group(1))
         if not isinstance(tag, Lit):
             return None
-        tag = replace(tag, not_before=(core(t.arg_key_end)[closer.end(1):],))
+        tag = replace(tag, not_before=core(t.arg_key_end)[closer.end(1):])
         return Rule(f"{name}-arg-key-alone", seq(self.arg_marker(), self.key_chars(), tag), MEMBER)
 
     def extra_json_member(self, name: str, params: Any, key: Node, extra: Node | None) -> Node | None:

@@ -7,7 +7,7 @@ makes it from an analysis and a request; the GBNF backend writes it as a grammar
   references the token, not its spelling), `spelled` when that token is also accepted written
   out as text (where generation resumes from text a trigger matched); `bounded` when text that
   ends in a word character is not this marker where a word character follows it (the word
-  `thought` is not read in `thoughtful`); `not_before`: not this marker where one of those follows;
+  `thought` is not read in `thoughtful`); `not_before`: not this marker where that one follows;
 * `Chars`: a run of characters from a class (`a-zA-Z0-9_`), `min` to `max` long, none of the
   runs in `excluded` (the keys a schema names, where a member reads any other key);
 * `Text`: free text up to a set of markers (`stops`); it may end only where the marker that
@@ -60,18 +60,18 @@ class Lit:
     """A marker. `exact`: one that is whitespace alone (a line break and an argument's
     indentation) is read whole, as written: a line indented less is no such marker; `bounded`: one
     that ends in a word character is not there where a word character follows it; `not_before`: it
-    is not there where one of those markers follows it, whitespace aside, nor at the end of the
-    output before whitespace or a part of one, which may still come (a key's closing tag that ends
-    a key with no value: not before the value's opening tag); with no text, it reads nothing and
-    is there only where none of them follows (a value's end tag left out, not before a call's
-    opener or an end of turn, nor at the end of the output: there the value was cut off)."""
+    is not there where that marker follows it, whitespace aside, nor at the end of the output
+    before whitespace or a part of that marker, which may still come (a key's closing tag that
+    ends a key with no value: not before the value's opening tag); with no text, it reads nothing
+    and is there only where that marker does not follow (a value's end tag left out, not before
+    a call's opener: the model began the next call there, and the value was cut off)."""
 
     text: str
     special: bool = False
     spelled: bool = False
     exact: bool = False
     bounded: bool = False
-    not_before: tuple[str, ...] = ()
+    not_before: str = ""
 
 
 @dataclass(frozen=True)
@@ -509,7 +509,7 @@ def describe(node: Node) -> str:
 def _show(node: Node, rules: dict[str, str]) -> str:  # noqa: C901 - one case per node kind
     if isinstance(node, Lit):
         flag = " special" if node.special else ""
-        flag += f" not before {' '.join(repr(m) for m in node.not_before)}" if node.not_before else ""
+        flag += f" not before {node.not_before!r}" if node.not_before else ""
         return f"{node.text!r}{flag}{' or spelled' if node.spelled else ''}"
     if isinstance(node, Chars):
         but = f" but {' '.join(repr(k) for k in node.excluded)}" if node.excluded else ""

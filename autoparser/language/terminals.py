@@ -61,11 +61,11 @@ class _Lit:
         self.done = not self.core  # the core was read
         self.exact = node.exact  # the trail is read whole or the marker is not there
         self.bounded = node.bounded
-        self.not_before = tuple(m.strip() for m in node.not_before if m.strip())
+        self.not_before = node.not_before.strip()
 
     def step(self, t: _Thread, buf: str, final: bool) -> int:
         pos = t.pos
-        if not self.core and self.not_before:  # nothing, where none of those markers follows
+        if not self.core and self.not_before:  # nothing, where that marker does not follow
             found = _not_followed_by(buf, pos, self.not_before, final)
             return DONE if found == FULL else MORE if found == PARTIAL else FAIL
         if not self.done:
@@ -100,16 +100,16 @@ class _Lit:
         return DONE
 
 
-def _not_followed_by(buf: str, end: int, markers: tuple[str, ...], final: bool) -> int:
-    """Whether a marker read up to `end` is there, none of `markers` following it (whitespace
-    aside): FULL, NONE, or PARTIAL where only whitespace or a part of one follows it so far."""
+def _not_followed_by(buf: str, end: int, marker: str, final: bool) -> int:
+    """Whether a marker read up to `end` is there, `marker` not following it (whitespace aside):
+    FULL, NONE, or PARTIAL where only whitespace or a part of `marker` follows it so far."""
     pos = end
     while pos < len(buf) and buf[pos] in _WHITESPACE and pos - end < 64:
         pos += 1
     if pos == len(buf):
         return NONE if final else PARTIAL
-    found = {match_at(buf, pos, marker, False)[0] for marker in markers}  # a part at the end may still come
-    return NONE if FULL in found or PARTIAL in found and final else PARTIAL if PARTIAL in found else FULL
+    found, _ = match_at(buf, pos, marker, False)  # a part of it at the end: it may still come
+    return FULL if found == NONE else NONE if found == FULL or final else PARTIAL
 
 
 class _Chars:
