@@ -219,10 +219,7 @@ class _Writer:
             rest = self.new("_text", f"({' | '.join([self.terminal(f'/{run}/'), *marks])})*")
             text = self.new("_text", f"({' | '.join([self.terminal(f'/{first}{run}/'), *marks])}) {rest}")
         elif lead:
-            # the whitespace the end marker begins with is not the text's before a weak marker either
-            weak_ahead = [f"(?:{_regex_escape(lead)})?(?:{weak_pattern})"] if weak_pattern else []
-            ahead = "|".join([f"(?:{_regex_escape(lead)})?{_regex_escape(node.end.strip())}", *weak_ahead, *excluded,
-                              r"\Z"])
+            ahead = "|".join([f"(?:{_regex_escape(lead)})?{_regex_escape(node.end.strip())}", *excluded, r"\Z"])
             text = self.terminal(f"/{first}{run}?(?={ahead})/")
         else:
             text = self.terminal(f"/{first}{run}/")
@@ -329,9 +326,10 @@ def _text_stops(node: ir.Text) -> tuple[list[str], str, list[str]]:
     marker where what follows makes it one ("": none), and the weak markers (`)`, `, `) that
     may also be part of it."""
     stops = sorted({s.strip() for s in (*node.stops, node.end or "") if s.strip()})
-    weaks = node.weaks()
-    strong = [s for s in stops if s not in {w.marker for w in weaks}]
-    weak_pattern = "|".join(_regex_escape(w.marker) + w.follows(_regex_escape) for w in weaks)
+    strong = [s for s in stops if not (node.weak and s == node.weak.marker)]
+    weak_pattern = ""
+    if node.weak is not None:
+        weak_pattern = _regex_escape(node.weak.marker) + node.weak.follows(_regex_escape)
     soft = [s for s in strong if is_weak(s) and s != (node.end or "").strip()]  # as `terminals._is_soft`
     return [_regex_escape(s) for s in strong], weak_pattern, soft
 

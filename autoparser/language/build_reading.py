@@ -79,7 +79,6 @@ FENCE, JSON_FENCE = "```", "```json"  # the code fence a JSON answer may be wrap
 _ATTRIBUTE_TAG = re.compile(r"<([^\s<>/=\"']+)\s+[^\s<>/=\"']+=[\"']?\Z")
 # a closing tag that ends a key's element, then the value's own opening marker: `</arg_key>\n<arg_value>`
 _KEY_CLOSER = re.compile(r"(</[^<>\s/]+>)\s*\S")
-_CLOSING_TAG = re.compile(r"</[^<>\s/]+>")
 _NOT_IN_ID = re.compile(r"[\s\"'<>]")  # markup around a call number that makes it no id
 
 # a call of any tool, where the request gives no tools (the parser reads any name)
@@ -378,9 +377,7 @@ class _Reading(_Reasoning, _Messages, _Builder):
         """An end marker that names the key (`</{key}>`) as any key: a value the schema does not
         name ends at the first such marker."""
         head, hole, tail = self.t.arg_end.partition(KEY_HOLE)
-        if hole:
-            return seq(self.marker(head), self.key_chars(), self.marker(tail))
-        return self.end_tag_left_out(super().extra_end()) if self.end_left_out() else super().extra_end()
+        return seq(self.marker(head), self.key_chars(), self.marker(tail)) if hole else super().extra_end()
 
     def raw_text(self, key: str = "") -> Node:
         """Raw argument text up to its end marker or an end of turn, as the parser reads it; a
@@ -396,36 +393,7 @@ class _Reading(_Reasoning, _Messages, _Builder):
         indent = self.line_indent()
         if indent is not None:  # a value ends at the line break before the next key (or call)
             weak = Weak("\n", t.arg_key_end.strip(), indent=indent)
-        weaks = [w for w in (weak or self.call_begun_again(), *self.end_left_out()) if w is not None]
-        weaks = [w for w in weaks if w.marker[:1] == weaks[0].marker[:1]]  # (one first character: `ir.Text`)
-        return Text((end, *self.stop, *enders), end, hint="raw-text", weak=weaks[0] if weaks else None,
-                    also=tuple(weaks[1:]))
-
-    def end_left_out(self) -> tuple[Weak, ...]:
-        """Where each argument is an element whose opening tag holds its key (`<parameter=KEY>`)
-        and whose own end tag closes it (`</parameter>`), a value whose end tag the model left out
-        ends where the next argument's tag begins (`<parameter=` a word `>`), or, where the call
-        ends in two tags, at the first before the second (`</function>` before `</tool_call>`):
-        weak stops, so that a value that mentions such a tag alone keeps it as its text (the
-        value's end tag is then optional, `member_end`). Only where the end tag begins with the
-        whitespace written between the end tag and the next argument's tag (`\n</parameter>`, then
-        `\n<parameter=`), which is then no more the value's than before the end tag. () for any
-        other format."""
-        t = self.t
-        opener, key_end, end = core(t.arg_start), core(t.arg_key_end), core(t.arg_end)
-        lead = t.arg_end[:len(t.arg_end) - len(t.arg_end.lstrip())]
-        between = t.arg_end[len(t.arg_end.rstrip()):] + t.arg_separator + t.arg_start[:t.arg_start.index(opener)] \
-            if opener else ""
-        if (not opener.startswith("<") or ">" in opener or not key_end.endswith(">") or "<" in key_end
-                or not _CLOSING_TAG.fullmatch(end) or t.arg_end_keyed or self.line_indent() is not None
-                or self.comma_values() or self.bare_keys or between != lead):
-            return ()
-        weaks = [Weak(opener, key_end)]
-        closing = _KEY_CLOSER.match(core(self.until_stop(t.call_end)))
-        if closing is not None:
-            rest = core(self.until_stop(t.call_end))[closing.end(1):].strip()
-            weaks.append(Weak(closing.group(1), rest, word=False))
-        return tuple(weaks)
+        return Text((end, *self.stop, *enders), end, hint="raw-text", weak=weak or self.call_begun_again())
 
     def call_begun_again(self) -> Weak | None:
         """A call's opener written where a raw value runs, followed by what follows it in a call
@@ -452,15 +420,7 @@ class _Reading(_Reasoning, _Messages, _Builder):
         """As generated; after a JSON value, which ends by its own syntax, the end marker may be
         left out."""
         end = super().member_end(key, raw)
-        if raw and self.end_left_out():
-            return self.end_tag_left_out(end)
         return end if raw else optional(end)
-
-    def end_tag_left_out(self, end: Node) -> Node:
-        """A raw value's end tag, or none where it may be left out (`end_left_out`), except before
-        a call's opener that ended the value (`call_begun_again`): there the value was cut off."""
-        again = self.call_begun_again()
-        return choice(end, Lit("", not_before=again.marker)) if again is not None else optional(end)
 
     def extra_value(self, name: str, params: Any) -> Node:
         """As generated; in `name(key=value)` calls, a value of any key may be a Python literal."""

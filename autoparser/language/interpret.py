@@ -189,12 +189,12 @@ class LanguageReader:
             if node.end and node.end.strip():
                 stops.add(node.end.strip())
             weak = None
-            weaks = node.weaks()
-            if weaks:
-                stops.difference_update(w.marker for w in weaks)
-                found_at = "|".join(rf"{re.escape(w.marker)}(?={w.follows(re.escape)})" for w in weaks)
-                held = "|".join(_weak_held(w.marker, ir.WORD if w.word else "", w.before).pattern for w in weaks)
-                weak = (re.compile(found_at), (weaks[0].marker[0], re.compile(held)))
+            if node.weak is not None:
+                stops.discard(node.weak.marker)
+                mark = re.escape(node.weak.marker)
+                word = ir.WORD if node.weak.word else ""
+                weak = (re.compile(rf"{mark}(?={node.weak.follows(re.escape)})"),
+                        (node.weak.marker[0], _weak_held(node.weak.marker, word, node.weak.before)))
             kinds = {stop: "soft" if _is_soft(stop, node) else "stop" for stop in stops}
             found = self._markers[id(node)] = (MarkerSet(kinds), weak)
             self._keep.append(node)

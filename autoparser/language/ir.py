@@ -12,8 +12,7 @@ makes it from an analysis and a request; the GBNF backend writes it as a grammar
   runs in `excluded` (the keys a schema names, where a member reads any other key);
 * `Text`: free text up to a set of markers (`stops`); it may end only where the marker that
   follows (`end`) would be found exactly there, so splitting at the first marker gives it back;
-  `limit` bounds its length; `weak` makes one stop count only before the right thing, and `also`
-  more such stops (each beginning with the same character as `weak`'s, none a line break);
+  `limit` bounds its length; `weak` makes one stop count only before the right thing;
   `not_first`: markers it does not begin with (the parser reads the marker there), `bounded` as
   a `Lit`'s (a marker word there only where no word character follows it);
 * `Seq`, `Choice`, `Repeat`: sequence, alternatives, repetition (`max` None: unbounded);
@@ -62,9 +61,7 @@ class Lit:
     that ends in a word character is not there where a word character follows it; `not_before`: it
     is not there where that marker follows it, whitespace aside, nor at the end of the output
     before whitespace or a part of that marker, which may still come (a key's closing tag that
-    ends a key with no value: not before the value's opening tag); with no text, it reads nothing
-    and is there only where that marker does not follow (a value's end tag left out, not before
-    a call's opener: the model began the next call there, and the value was cut off)."""
+    ends a key with no value: not before the value's opening tag)."""
 
     text: str
     special: bool = False
@@ -143,11 +140,6 @@ class Text:
     nonempty: bool = False
     not_first: tuple[str, ...] = ()  # markers the text does not begin with (after whitespace)
     bounded: bool = False  # a `not_first` marker ending in a word character: not before another
-    also: tuple[Weak, ...] = ()  # more weak stops, as `weak`
-
-    def weaks(self) -> tuple[Weak, ...]:
-        """Its weak stops, `weak` first."""
-        return ((self.weak,) if self.weak is not None else ()) + self.also
 
 
 @dataclass(frozen=True)
@@ -518,8 +510,8 @@ def _show(node: Node, rules: dict[str, str]) -> str:  # noqa: C901 - one case pe
         stops = " ".join(repr(s) for s in dict.fromkeys(node.stops) if s.strip())
         extra = f" then {node.end!r}" if node.end else ""
         extra += f" at most {node.limit}" if node.limit is not None else ""
-        for weak in node.weaks():
-            extra += f" ({weak.marker!r} only before {'a word and ' if weak.word else ''}{weak.before!r})"
+        if node.weak:
+            extra += f" ({node.weak.marker!r} only before {'a word and ' if node.weak.word else ''}{node.weak.before!r})"
         extra += " not empty" if node.nonempty else ""
         extra += f" not starting with {' '.join(repr(m) for m in node.not_first)}" if node.not_first else ""
         return _named(node.hint, f"text-without({stops}){extra}", rules)

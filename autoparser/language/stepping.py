@@ -138,7 +138,7 @@ class _Stepping:
                     return None  # the end of reasoning that is over: not read, its text is the answer's
                 if skipped:
                     return self._fork_stacks(t, [((node,), *self.reader.firsts.of(node)), ((), None, True)], final)
-            if node.text or node.not_before:
+            if node.text:
                 t.head = _Lit(node)
         elif cls is ir.Text:
             if t.member is not None and t.member[0] is not None and t.value is None:

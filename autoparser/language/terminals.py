@@ -65,9 +65,6 @@ class _Lit:
 
     def step(self, t: _Thread, buf: str, final: bool) -> int:
         pos = t.pos
-        if not self.core and self.not_before:  # nothing, where that marker does not follow
-            found = _not_followed_by(buf, pos, self.not_before, final)
-            return DONE if found == FULL else MORE if found == PARTIAL else FAIL
         if not self.done:
             while pos < len(buf) and buf[pos] in _WHITESPACE and pos - t.pos < 64:
                 pos += 1
@@ -143,10 +140,10 @@ def _barred_line(indent: int) -> tuple[re.Pattern[str], re.Pattern[str]]:
 
 
 @lru_cache(maxsize=64)
-def _weak_cut(weaks: tuple[ir.Weak, ...]) -> re.Pattern[str] | None:
-    """A weak marker at the end of the output where what follows it there may still have made it count."""
-    cuts = [re.escape(w.marker) + follows for w in weaks if (follows := w.cut_follows()) is not None]
-    return re.compile("|".join(cuts)) if cuts else None
+def _weak_cut(weak: ir.Weak) -> re.Pattern[str] | None:
+    """The weak marker at the end of the output where what follows it there may still have made it count."""
+    follows = weak.cut_follows()
+    return None if follows is None else re.compile(re.escape(weak.marker) + follows)
 
 
 class _Gap:
@@ -189,8 +186,8 @@ class _Text:
                  split: re.Pattern[str] | None, soft: bool = False, section: tuple[str, ...] = ()) -> None:
         self.markers = markers
         self.weak, self.weak_prefix = weak or (None, None)
-        self.leads = any(w.leads for w in node.weaks())  # a weak marker it begins with is text
-        self.weak_cut = _weak_cut(node.weaks())
+        self.leads = node.weak is not None and node.weak.leads  # a weak marker it begins with is text
+        self.weak_cut = _weak_cut(node.weak) if node.weak is not None else None
         end = node.end or ""
         self.lead = end[:len(end) - len(end.lstrip())] if end.strip() else ""
         self.nonempty = node.nonempty
@@ -238,9 +235,6 @@ class _Text:
                 stop = found.start()
             elif not final:
                 held = self._weak_hold(buf, max(pos, since), stop)
-                lead = self.lead
-                if held is not None and lead and held - len(lead) >= pos and buf.startswith(lead, held - len(lead)):
-                    held -= len(lead)  # where the weak marker counts, the whitespace before it is no text
             elif stop is None and self.weak_cut is not None:
                 # the output ended inside what may have made the weak marker count: a marker cut off
                 cut = self.weak_cut.search(buf, since)
