@@ -99,7 +99,7 @@ class _Writer:
         if isinstance(node, ir.Lit):
             if node.exact:
                 return self.terminal(f"/{_regex_escape(node.text)}/")
-            return self.literal(node.text, node.bounded)
+            return self.literal(node.text, node.bounded, node.not_before)
         if isinstance(node, ir.Chars):
             hi = "" if node.max is None else str(node.max)
             allowed = node.allowed.replace("/", "\\/")  # a slash would end Lark's regex literal
@@ -159,14 +159,14 @@ class _Writer:
             self.rules[name] = " | ".join(f"{o} {inner} {c}" for o, c in zip(opens, closes, strict=True))
         return name
 
-    def literal(self, text: str, bounded: bool = False) -> str:
+    def literal(self, text: str, bounded: bool = False, not_before: str = "") -> str:
         """A marker as the parser finds it: whitespace inside it any whitespace, whitespace
         around it optional (the parser skips whitespace between structural parts, and takes
         it once from a raw value next to the marker); `bounded`: not before a word character
-        where it ends in one."""
+        where it ends in one; `not_before`: not before that marker (`ir.Lit`)."""
         if not text.strip():
             return self.optional(self.terminal(f"/{_regex_escape(text)}/")) if text else ""
-        return self.terminal(f"/{_marker_regex(text)}{_word_end(text, bounded)}/")
+        return self.terminal(f"/{_marker_regex(text)}{_word_end(text, bounded)}{_not_before(not_before)}/")
 
     def optional(self, body: str) -> str:
         return self.new("_opt", f"({body})?") if body else ""
@@ -508,7 +508,8 @@ class _Reader:
                     key = self.span(part)
                 elif part.data in self.written.values:
                     raw, node = self.span(part), self.written.values[part.data]
-            parts[key or ""] = member_json(key, raw, node, self.written.section)
+            if node is not None:  # a member with a key and no value adds nothing
+                parts[key or ""] = member_json(key, raw, node, self.written.section)
         return "{" + ", ".join(parts.values()) + "}"
 
     def message(self) -> dict[str, Any]:
@@ -516,6 +517,16 @@ class _Reader:
 
 
 __all__ = ["LarkLanguage", "read_message", "write_lark"]
+
+
+def _not_before(marker: str) -> str:
+    """The lookahead that keeps a marker from being read before `marker`, whitespace aside, or
+    before the end of the output or a part of `marker` there (`ir.Lit.not_before`)."""
+    core = marker.strip()
+    if not core:
+        return ""
+    cut = "|".join(_regex_escape(core[:i]) + r"\Z" for i in range(len(core)))
+    return rf"(?!\s*(?:{_marker_regex(core)[3:]}|{cut}))"
 
 
 def _word_end(marker: str, bounded: bool) -> str:

@@ -77,6 +77,8 @@ from autoparser.tool_calls import JSON_TYPES, NAME_HOLE, TagCalls, TaggedArgumen
 FENCE, JSON_FENCE = "```", "```json"  # the code fence a JSON answer may be wrapped in
 # a start tag left open for its first attribute, which holds the call's name (`<invoke name="`)
 _ATTRIBUTE_TAG = re.compile(r"<([^\s<>/=\"']+)\s+[^\s<>/=\"']+=[\"']?\Z")
+# a closing tag that ends a key's element, then the value's own opening marker: `</arg_key>\n<arg_value>`
+_KEY_CLOSER = re.compile(r"(</[^<>\s/]+>)\s*\S")
 _NOT_IN_ID = re.compile(r"[\s\"'<>]")  # markup around a call number that makes it no id
 
 # a call of any tool, where the request gives no tools (the parser reads any name)
@@ -471,6 +473,23 @@ class _Reading(_Reasoning, _Messages, _Builder):
             return ("tags", t.arg_start.strip(), t.arg_key_end.strip(), t.arg_end.strip(), nested.item)
         return ()
 
+    def key_alone(self, name: str) -> Node | None:
+        """Where a key is an element of its own and the value's opening marker follows its closing
+        tag (`<arg_key>k</arg_key>\n<arg_value>`), a key whose element is closed with no value after
+        it (`<arg_key>k</arg_key></tool_call>`, or the next key's element): a member with no value,
+        which adds nothing to the arguments, as the peers read it. Its closing tag is no such key's
+        before the value's opener, nor where the output ends after it (the value may still come:
+        the key is cut off there, as any key whose value has not begun). None for any other format."""
+        t = self.t
+        closer = _KEY_CLOSER.match(core(t.arg_key_end))
+        if closer is None or not t.arg_start.strip() or self.values_between() or self.line_indent() is not None:
+            return None
+        tag = self.marker(closer.group(1))
+        if not isinstance(tag, Lit):
+            return None
+        tag = replace(tag, not_before=core(t.arg_key_end)[closer.end(1):])
+        return Rule(f"{name}-arg-key-alone", seq(self.arg_marker(), self.key_chars(), tag), MEMBER)
+
     def extra_json_member(self, name: str, params: Any, key: Node, extra: Node | None) -> Node | None:
         """Where keys are bare and the marker after a key says whether a string follows
         (`k:<|"|>text<|"|>`, else `k:42`), an argument the schema does not name may also be a
@@ -515,6 +534,9 @@ class _Reading(_Reasoning, _Messages, _Builder):
             return members
         unnamed = self.unnamed_key(members)
         members = replace(members, extra=self.extra_member(name, params, unnamed))
+        alone = self.key_alone(name)
+        if alone is not None:
+            members = replace(members, extra=choice(members.extra, alone))
         t = self.t
         json_end = t.arg_key_end_json
         if self.literal or not json_end.strip() or json_end.strip() == t.arg_key_end.strip():

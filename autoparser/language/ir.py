@@ -7,7 +7,7 @@ makes it from an analysis and a request; the GBNF backend writes it as a grammar
   references the token, not its spelling), `spelled` when that token is also accepted written
   out as text (where generation resumes from text a trigger matched); `bounded` when text that
   ends in a word character is not this marker where a word character follows it (the word
-  `thought` is not read in `thoughtful`);
+  `thought` is not read in `thoughtful`); `not_before`: not this marker where that one follows;
 * `Chars`: a run of characters from a class (`a-zA-Z0-9_`), `min` to `max` long, none of the
   runs in `excluded` (the keys a schema names, where a member reads any other key);
 * `Text`: free text up to a set of markers (`stops`); it may end only where the marker that
@@ -25,7 +25,8 @@ makes it from an analysis and a request; the GBNF backend writes it as a grammar
 * `RawString`: a string value written as raw text up to `end`, typed by its schema;
 * `Bracketed`: an object or array in the template's own syntax, up to its closing bracket;
 * `Members`: an object's members in order, required ones present, optional ones skippable
-  (`any_order`: in any order, each optional);
+  (`any_order`: in any order, each optional); a member that holds a key and no value node (a key
+  the model closed with no value after it) adds nothing to the object;
 * `Capture`: the text its body matches is a part of the message (`ROLES`);
 * `Rule`: a named part, for reading and for sharing (a backend may name a rule after it);
 * `Lazy`: free output until a trigger; from the trigger on, the body applies. Triggers count
@@ -57,13 +58,17 @@ AS_TEXT = "as-text"
 class Lit:
     """A marker. `exact`: one that is whitespace alone (a line break and an argument's
     indentation) is read whole, as written: a line indented less is no such marker; `bounded`: one
-    that ends in a word character is not there where a word character follows it."""
+    that ends in a word character is not there where a word character follows it; `not_before`: it
+    is not there where that marker follows it, whitespace aside, nor at the end of the output
+    before whitespace or a part of that marker, which may still come (a key's closing tag that
+    ends a key with no value: not before the value's opening tag)."""
 
     text: str
     special: bool = False
     spelled: bool = False
     exact: bool = False
     bounded: bool = False
+    not_before: str = ""
 
 
 @dataclass(frozen=True)
@@ -496,6 +501,7 @@ def describe(node: Node) -> str:
 def _show(node: Node, rules: dict[str, str]) -> str:  # noqa: C901 - one case per node kind
     if isinstance(node, Lit):
         flag = " special" if node.special else ""
+        flag += f" not before {node.not_before!r}" if node.not_before else ""
         return f"{node.text!r}{flag}{' or spelled' if node.spelled else ''}"
     if isinstance(node, Chars):
         but = f" but {' '.join(repr(k) for k in node.excluded)}" if node.excluded else ""

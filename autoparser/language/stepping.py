@@ -380,6 +380,8 @@ class _Stepping:
         raw = "".join(t.value or [])
         streamed, spool, t.streamed, t.spool = t.streamed, t.spool, None, None
         t.member, t.value = None, None
+        if node is None:
+            return  # a member that read a key and no value (`ir.Members`) adds nothing
         if streamed and spool is not None:
             quote, tail = spool
             tail = tail[:-1] if tail.endswith(quote) else tail

@@ -52,7 +52,7 @@ class _Lit:
     whitespace before it skipped (the parser skips whitespace between structural parts; text
     before a marker has taken its own), and as much of the whitespace it ends with as the text has."""
 
-    __slots__ = ("core", "trail", "done", "exact", "bounded")
+    __slots__ = ("core", "trail", "done", "exact", "bounded", "not_before")
 
     def __init__(self, node: ir.Lit) -> None:
         text = node.text
@@ -61,6 +61,7 @@ class _Lit:
         self.done = not self.core  # the core was read
         self.exact = node.exact  # the trail is read whole or the marker is not there
         self.bounded = node.bounded
+        self.not_before = node.not_before.strip()
 
     def step(self, t: _Thread, buf: str, final: bool) -> int:
         pos = t.pos
@@ -72,6 +73,8 @@ class _Lit:
             found, end = match_at(buf, pos, self.core, final)
             if found == FULL and self.bounded:
                 found = _word_ends(buf, end, self.core, final)
+            if found == FULL and self.not_before:
+                found = _not_followed_by(buf, end, self.not_before, final)
             if found != FULL:
                 return MORE if found == PARTIAL else FAIL
             t.name_text(buf[pos:end])
@@ -92,6 +95,18 @@ class _Lit:
             return FAIL
         t.pos = pos
         return DONE
+
+
+def _not_followed_by(buf: str, end: int, marker: str, final: bool) -> int:
+    """Whether a marker read up to `end` is there, `marker` not following it (whitespace aside):
+    FULL, NONE, or PARTIAL where only whitespace or a part of `marker` follows it so far."""
+    pos = end
+    while pos < len(buf) and buf[pos] in _WHITESPACE and pos - end < 64:
+        pos += 1
+    if pos == len(buf):
+        return NONE if final else PARTIAL
+    found, _ = match_at(buf, pos, marker, False)  # a part of it at the end: it may still come
+    return FULL if found == NONE else NONE if found == FULL or final else PARTIAL
 
 
 class _Chars:
