@@ -588,3 +588,39 @@ def test_an_end_of_turn_where_recovery_goes_on_is_no_text_wherever_the_chunks_en
     whole = _agrees_whole_and_streamed(parser, text)
     assert whole["content"] == content
     assert whole["tool_calls"][0].get("incomplete")
+
+
+@pytest.mark.parametrize(("family", "text", "content", "incomplete"), [
+    ("qwen3", '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\nHi.<|im_end|>', "Hi.", False),
+    ("qwen3", '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_calx>Hi.<|im_end|>',
+     "</tool_calx>Hi.", False),
+    ("hermes", '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n<|im_end|></tool_call>',
+     "</tool_call>", False),
+    ("qwen3_coder", "Sure.<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<|im_end|>",
+     "Sure.", False),
+    ("keyed_tags", 'Ok.<tool_calls>\n<invoke name="get_weather">\n<city>Paris</city>\n<days>3</days>\n<|end|>', "Ok.", True),
+    ("keyed_tags", 'Ok.<tool_calls>\n<invoke name="get_weather">\n<city>Paris</city>\n<days>3Hi.<|end|>', "Ok.", True),
+    ("bare_json_array", 'Sure.[{"name": "get_weather", "arguments": {}}, {"name": "search" "arguments": {}}]<|im_end|>',
+     'Sure., {"name": "search" "arguments": {}}]', False),
+    ("mistral_array", '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris" "days": 3}}]</s>',
+     '"days": 3}}]', True),
+    ("glm45", "<think></think><tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n"
+     "<arg_key>days</arg_key>\n<arg_value>3<think>\n</tool_call><|user|>", None, False),
+])
+def test_the_end_of_turn_after_a_broken_call_is_no_text_wherever_the_chunks_end(
+        family: str, text: str, content: str | None, incomplete: bool) -> None:
+    """A call broken (its end marker missing or misspelt, a separator left out, a reasoning
+    marker in a value), then text and the end-of-turn marker. The text after the call read again
+    as content ran up to the call's end marker, past the end of turn, which was content; a reading
+    that read the marker's first character as a marker of its own (`<` opening a keyed argument)
+    failed inside it and recovery went on from there, the rest of the marker content. The marker
+    ends the output, no text whether or not a reading failed before it: whole, one character at a
+    time and split at every place alike, nothing lost at any cut."""
+    analysis = analyses.FAMILIES[family]()
+    parser = Parser(analysis, tools=WEATHER_TOOLS)
+    whole = _agrees_whole_and_streamed(parser, text)
+    assert whole["content"] == content, whole
+    assert [bool(call.get("incomplete")) for call in whole["tool_calls"]] == [incomplete], whole
+    assert not any(end in (whole["reasoning_content"] or "") for end in analysis.stop), whole
+    losses = losses_at_every_cut(text, parser.parse, marker_patterns(analysis), array=family.endswith("array"))
+    assert not losses, losses[0]
