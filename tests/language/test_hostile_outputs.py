@@ -5,6 +5,7 @@ where two readings fail at one place."""
 from __future__ import annotations
 
 import gc
+import json
 import time
 from collections.abc import Callable
 
@@ -624,3 +625,24 @@ def test_the_end_of_turn_after_a_broken_call_is_no_text_wherever_the_chunks_end(
     assert not any(end in (whole["reasoning_content"] or "") for end in analysis.stop), whole
     losses = losses_at_every_cut(text, parser.parse, marker_patterns(analysis), array=family.endswith("array"))
     assert not losses, losses[0]
+
+
+@pytest.mark.parametrize("name", ["google-gemma-4-31B-it.jinja", "google-gemma-4-31B-it-interleaved.jinja"])
+@pytest.mark.parametrize(("tail", "value"), [
+    ("Hi.<turn|>", {"city": "ParisHi."}),
+    ('<|"|>,days:3Hi.<turn|>', {"city": "Paris", "days": "3Hi."}),
+    ('<|"|>,days:3}Hi.<turn|>', {"city": "Paris", "days": "3}Hi."}),
+    ('<|"|>,days:3}<|tool_response>Hi.<turn|>', {"city": "Paris", "days": "3}<|tool_response>Hi."}),
+])
+def test_a_gemma4_call_cut_off_by_the_end_of_turn_keeps_the_marker_out_of_the_content(
+        name: str, tail: str, value: dict) -> None:
+    """Gemma 4: a call whose last value runs on to the end of turn (its closing quote, brace or end
+    marker missing) is cut off there, keeping the value; what it could not hold was content, the
+    `<turn|>` marker with it. The marker is no text: whole, one character at a time and split at
+    every place alike."""
+    path = next(p for p in llamacpp_templates() if p.name == name)
+    parser = autoparser.load(str(path)).parser(tools=analyses.WEATHER_TOOLS, thinking=True)
+    whole = _agrees_whole_and_streamed(parser, '<|tool_call>call:get_weather{city:<|"|>Paris' + tail)
+    assert whole["content"] is None, whole
+    [call] = whole["tool_calls"]
+    assert call["incomplete"] and json.loads(call["function"]["arguments"]) == value
