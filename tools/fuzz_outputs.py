@@ -10,6 +10,8 @@ nesting, a long run of digits. Each output is checked (CONTRACT sections 4 and 5
 * the stream equals the whole parse, and its deltas join to it, fed 1 and 4 characters at a time,
   in random chunks, one marker a chunk, and (short outputs) split in two at every character;
 * nothing is lost: every letter and digit is a marker or in the message (`tests/unplaced.py`);
+* no end-of-turn marker is text: the reasoning and the content hold none that the output's own
+  end-of-turn markers do not make up (`<|im_e<|im_end|>nd|>`);
 * a per-output time limit, and each pass in time linear in the output's size;
 * once per target, prose streamed among brackets and quotes is held back no more than the bound.
 
@@ -309,6 +311,9 @@ class Check:
             self.record("exception-whole", f"{type(exc).__name__}: {str(exc)[:200]}")
             return
         expected = without_generated_ids(whole)
+        leaked = end_of_turn_in_text(self.target.analysis, text, whole)
+        if leaked:
+            self.record("end-of-turn-text", f"{leaked} in {_short(whole)}")
         for label, pieces in chunkings(text, self.markers, rng):
             if not self.stream_agrees(label, pieces, expected, whole, len(text)):
                 return
@@ -340,6 +345,16 @@ class Check:
             self.record("deltas-differ", f"{label}: deltas {_short(joined)} message {_short(message)}")
             return False
         return True
+
+
+def end_of_turn_in_text(analysis: Any, text: str, message: dict[str, Any]) -> str | None:
+    """The end-of-turn marker the message's reasoning or content holds as text, where the output
+    holds one that its end-of-turn markers, left out, do not make up (None where none)."""
+    texts = (message.get("reasoning_content") or "") + "\0" + (message.get("content") or "")
+    for end in sorted({stop.strip() for stop in analysis.stop if stop.strip()}):
+        if end in texts and end not in text.replace(end, ""):
+            return end
+    return None
 
 
 def holdback_excess(target: Target, parser: Any) -> list[str]:

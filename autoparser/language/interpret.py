@@ -263,10 +263,12 @@ class LanguageReader:
         return self._content_to(stops), found
 
     def _content_to(self, stops: tuple[str, ...]) -> Any:
-        """Content up to the first of `stops`, one node for each set of them."""
+        """Content up to the first of `stops`, or of the end-of-turn markers (they end the output,
+        as they end the language's own content), one node for each set of them."""
         found = self._rests.get(stops)
         if found is None:
-            found = self._rests[stops] = ir.Capture(ir.CONTENT, ir.Text(stops, hint="content"))
+            ends = tuple(e for e in self.end_of_turn if e not in stops)
+            found = self._rests[stops] = ir.Capture(ir.CONTENT, ir.Text((*stops, *ends), hint="content"))
         return found
 
     def _leads(self, stack: Any) -> set[str]:
@@ -710,9 +712,12 @@ class LanguageStream(_Commits, _Passes, _Recovery, _Stepping):
         """Whether the text from where recovery would go on (`_give_up`: where the failed reading
         failed, or the end of the text accounted for, whichever is later) is the beginning of an
         end-of-turn marker, and nothing else: recovery, which reads such a marker as no text, waits
-        until it is whole or is not one, as when the text is read whole."""
+        until it is whole or is not one, as when the text is read whole. So too where the failed
+        reading failed inside what may be such a marker, its first characters read as another
+        (`_end_of_turn_around`)."""
         dead = self.dead
         if dead is None:
             return False
-        rest = self.buf[max(self.safe, dead[0].pos):]
-        return bool(rest) and begins_one(self.reader.end_of_turn, rest)
+        pos = max(self.safe, dead[0].pos)
+        lowest = max(self.safe, pos - self._longest_end_of_turn() + 1)
+        return any(begins_one(self.reader.end_of_turn, self.buf[at:]) for at in range(lowest, min(pos + 1, len(self.buf))))

@@ -261,23 +261,25 @@ class _Recovery:
             cut = max(cut, held[1]) if held[0] else min(cut, held[1])
         if section is not None:
             cut = min(cut, max(self.safe, section[0]))
+        # a reading that failed inside an end-of-turn marker (its first characters read as a
+        # marker begun: `<` of `<|end|>` where `<` opens an argument) failed where that marker begins
+        at = self._end_of_turn_around(best.pos, max(cut, self.safe))
         # whether the failed reading read text up to where it failed that is content now (emitted
         # already or not: whitespace a stream let out before the failure is the reading's too)
         # (an end-of-turn marker there aside: it is no text, read past below)
-        read_up_to = best.pos > cut and best.pos + self.offset[0] > self.resumed_at and \
-            not self._end_of_turn_at(best.pos)
+        read_up_to = at > cut and at + self.offset[0] > self.resumed_at and not self._end_of_turn_at(at)
         self.safe = max(self.safe, cut)
         # where the next call began (its marker read, not its name), the call failed in is that one, not kept
         rest = self._rest_of_section(best, opened and not _next_call_begun(best, self.offset[0]))
         # reading the whole language again starts a character on, so that it cannot fail there again
         # (where a call broke off at a place a call may begin again, from that place)
-        again = best.pos > self.safe or read_up_to or not self.buf or best.resync_at >= 0 or \
+        again = at > self.safe or read_up_to or not self.buf or best.resync_at >= 0 or \
             (rest is not None and len(rest) == 1)
         # (an end-of-turn marker there is no text: the language is read again after it, as after
         # the language's own end)
         turn_end = 0 if again else self._end_of_turn_at(self.safe)
-        failed = best.pos if again else self.safe + (turn_end or 1)
-        if read_whole and best.pos > self.safe and not withdrawn:
+        failed = at if again else self.safe + (turn_end or 1)
+        if read_whole and at > self.safe and not withdrawn:
             self.safe = failed  # the language was read whole: what follows is read again
         self.out.add_content(self.buf[self.safe:failed - turn_end])
         self.safe = failed
@@ -313,9 +315,27 @@ class _Recovery:
         t.pos = pos
         return True, value_end
 
+    def _end_of_turn_around(self, pos: int, lowest: int) -> int:
+        """Where an end-of-turn marker begins that holds `pos` past its first character, from
+        `lowest` on; else `pos`."""
+        for at in range(max(lowest, pos - self._longest_end_of_turn() + 1), pos):
+            end = self._end_of_turn_at(at)
+            if end and at + end > pos:
+                return at
+        return pos
+
+    def _longest_end_of_turn(self) -> int:
+        return max((len(end) for end in self.reader.end_of_turn), default=0)
+
     def _end_of_turn_at(self, at: int) -> int:
         """The length of the end-of-turn marker the text holds at `at`, 0 where none begins there."""
         return len(exact_at(self.reader.end_of_turn, self.buf, at) or "")
+
+    def _without_end_of_turn(self, text: str) -> str:
+        """`text` with the end-of-turn markers it holds left out."""
+        for end in self.reader.end_of_turn:
+            text = text.replace(end, "")
+        return text
 
     def _only_end_of_turn_from(self, at: int, begun: bool = False) -> bool:
         """Whether the text from `at` is whitespace around an end-of-turn marker or none (`begun`:
@@ -388,6 +408,7 @@ class _Recovery:
         rest = self.buf[member_at if 0 <= member_at < t.pos else max(t.pos, self.safe):]
         if t.head.__class__ is _JsonValue:
             rest = t.head.scanner.held_raw() + rest
+        rest = self._without_end_of_turn(rest)  # it ends the output: no text
         if rest.strip():
             self.out.add_content(rest)
         self.buf, self.safe = "", 0

@@ -69,6 +69,29 @@ def test_the_checks_report_a_stream_that_differs_and_lost_text() -> None:
     assert found[-1][0] == "lost"
 
 
+class _TurnEndParser:
+    """Parses as the real parser does, its content ending with the end-of-turn marker."""
+
+    def __init__(self, parser) -> None:
+        self.parser = parser
+
+    def parse(self, text: str) -> dict:
+        message = self.parser.parse(text)
+        return dict(message, content=(message["content"] or "") + "<|im_end|>")
+
+
+def test_the_checks_report_an_end_of_turn_marker_in_the_content() -> None:
+    analysis = analyses.hermes()
+    target = fuzz.Target("hermes", analysis)
+    found: list[tuple[str, str]] = []
+    check = fuzz.Check(target, _TurnEndParser(analysis.parser(tools=fuzz.TOOLS)),
+                       fuzz.marker_patterns(analysis), lambda kind, detail: found.append((kind, detail)), 1.0, 0.05)
+    check.stream_agrees = lambda *args: True
+    check.run("Hi.<|im_end|>", random.Random(0))
+    assert [kind for kind, _ in found] == ["end-of-turn-text"]
+    assert fuzz.end_of_turn_in_text(analysis, "<|im_e<|im_end|>nd|>", {"content": "<|im_end|>"}) is None
+
+
 def test_a_seed_and_a_count_repeat_the_same_outputs_and_findings_whatever_the_hash_seed(tmp_path: Path) -> None:
     """Two runs with one `--seed` and `--count` check the same outputs (the digest the summary
     prints) and find the same, each under another Python hash seed: the markers a mutation picks

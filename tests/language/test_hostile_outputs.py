@@ -5,6 +5,7 @@ where two readings fail at one place."""
 from __future__ import annotations
 
 import gc
+import json
 import time
 from collections.abc import Callable
 
@@ -301,8 +302,8 @@ def test_a_call_that_fails_again_and_again_is_recovered_in_linear_time(unit: str
     messages = [_deepest_stack(parser, text, size) for size in (16, 509)]
     assert time.process_time() - started < 5
     assert max(deepest for _, deepest in messages) <= 16
-    if unit.endswith("</s>"):  # no call: all of it is text, but the end of turn it ends with
-        assert not whole["tool_calls"] and whole["content"] == text.removesuffix("</s>")
+    if unit.endswith("</s>"):  # no call: all of it is text, but the end-of-turn markers (no text)
+        assert not whole["tool_calls"] and whole["content"] == text.replace("</s>", "")
     for message, _ in messages:
         assert without_generated_ids(message) == without_generated_ids(whole)
     short = text[:len(unit) * 6]
@@ -588,3 +589,60 @@ def test_an_end_of_turn_where_recovery_goes_on_is_no_text_wherever_the_chunks_en
     whole = _agrees_whole_and_streamed(parser, text)
     assert whole["content"] == content
     assert whole["tool_calls"][0].get("incomplete")
+
+
+@pytest.mark.parametrize(("family", "text", "content", "incomplete"), [
+    ("qwen3", '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\nHi.<|im_end|>', "Hi.", False),
+    ("qwen3", '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_calx>Hi.<|im_end|>',
+     "</tool_calx>Hi.", False),
+    ("hermes", '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n<|im_end|></tool_call>',
+     "</tool_call>", False),
+    ("qwen3_coder", "Sure.<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<|im_end|>",
+     "Sure.", False),
+    ("keyed_tags", 'Ok.<tool_calls>\n<invoke name="get_weather">\n<city>Paris</city>\n<days>3</days>\n<|end|>', "Ok.", True),
+    ("keyed_tags", 'Ok.<tool_calls>\n<invoke name="get_weather">\n<city>Paris</city>\n<days>3Hi.<|end|>', "Ok.", True),
+    ("bare_json_array", 'Sure.[{"name": "get_weather", "arguments": {}}, {"name": "search" "arguments": {}}]<|im_end|>',
+     'Sure., {"name": "search" "arguments": {}}]', False),
+    ("mistral_array", '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris" "days": 3}}]</s>',
+     '"days": 3}}]', True),
+    ("glm45", "<think></think><tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n"
+     "<arg_key>days</arg_key>\n<arg_value>3<think>\n</tool_call><|user|>", None, False),
+])
+def test_the_end_of_turn_after_a_broken_call_is_no_text_wherever_the_chunks_end(
+        family: str, text: str, content: str | None, incomplete: bool) -> None:
+    """A call broken (its end marker missing or misspelt, a separator left out, a reasoning
+    marker in a value), then text and the end-of-turn marker. The text after the call read again
+    as content ran up to the call's end marker, past the end of turn, which was content; a reading
+    that read the marker's first character as a marker of its own (`<` opening a keyed argument)
+    failed inside it and recovery went on from there, the rest of the marker content. The marker
+    ends the output, no text whether or not a reading failed before it: whole, one character at a
+    time and split at every place alike, nothing lost at any cut."""
+    analysis = analyses.FAMILIES[family]()
+    parser = Parser(analysis, tools=WEATHER_TOOLS)
+    whole = _agrees_whole_and_streamed(parser, text)
+    assert whole["content"] == content, whole
+    assert [bool(call.get("incomplete")) for call in whole["tool_calls"]] == [incomplete], whole
+    assert not any(end in (whole["reasoning_content"] or "") for end in analysis.stop), whole
+    losses = losses_at_every_cut(text, parser.parse, marker_patterns(analysis), array=family.endswith("array"))
+    assert not losses, losses[0]
+
+
+@pytest.mark.parametrize("name", ["google-gemma-4-31B-it.jinja", "google-gemma-4-31B-it-interleaved.jinja"])
+@pytest.mark.parametrize(("tail", "value"), [
+    ("Hi.<turn|>", {"city": "ParisHi."}),
+    ('<|"|>,days:3Hi.<turn|>', {"city": "Paris", "days": "3Hi."}),
+    ('<|"|>,days:3}Hi.<turn|>', {"city": "Paris", "days": "3}Hi."}),
+    ('<|"|>,days:3}<|tool_response>Hi.<turn|>', {"city": "Paris", "days": "3}<|tool_response>Hi."}),
+])
+def test_a_gemma4_call_cut_off_by_the_end_of_turn_keeps_the_marker_out_of_the_content(
+        name: str, tail: str, value: dict) -> None:
+    """Gemma 4: a call whose last value runs on to the end of turn (its closing quote, brace or end
+    marker missing) is cut off there, keeping the value; what it could not hold was content, the
+    `<turn|>` marker with it. The marker is no text: whole, one character at a time and split at
+    every place alike."""
+    path = next(p for p in llamacpp_templates() if p.name == name)
+    parser = autoparser.load(str(path)).parser(tools=analyses.WEATHER_TOOLS, thinking=True)
+    whole = _agrees_whole_and_streamed(parser, '<|tool_call>call:get_weather{city:<|"|>Paris' + tail)
+    assert whole["content"] is None, whole
+    [call] = whole["tool_calls"]
+    assert call["incomplete"] and json.loads(call["function"]["arguments"]) == value
