@@ -553,11 +553,14 @@ def _word_end(spelling: ir.Spelling) -> re.Pattern[str]:
 class _PyValue:
     """A literal value as its `ir.Spelling` writes it: quoted text, a bracketed value, or a bare
     word. A quoted value's closing quote ends it in one reading, and is a quote inside it in
-    another (models leave quotes unescaped; what follows decides)."""
+    another (models leave quotes unescaped; what follows decides). That other reading fails
+    where its text meets one of `breaks` (`LanguageReader.quoted_breaks`): a model that left a
+    quote unescaped did not write the call's or the turn's markers inside the string too, and a
+    reading left open there would hold all the text after the call until the output ends."""
 
-    __slots__ = ("spelling", "word", "depth", "quote", "started", "outer", "opened")
+    __slots__ = ("spelling", "word", "depth", "quote", "started", "outer", "opened", "breaks", "passed", "checked")
 
-    def __init__(self, node: ir.PyValue) -> None:
+    def __init__(self, node: ir.PyValue, breaks: MarkerSet | None = None) -> None:
         self.spelling = node.spelling
         self.word = _word_end(node.spelling)
         self.depth = 0
@@ -565,6 +568,9 @@ class _PyValue:
         self.started = False
         self.outer = False  # the quote open is the whole value's
         self.opened = False  # the value begins with a quote or a bracket (not a bare word)
+        self.breaks = breaks
+        self.passed = -1  # where the text after the first quote read as the string's own begins (absolute)
+        self.checked = -1  # how far that text was searched for `breaks` (absolute)
 
     def step(self, t: _Thread, buf: str, final: bool) -> int:  # noqa: C901 - one case per character kind
         pos, end = t.pos, len(buf)
@@ -578,8 +584,12 @@ class _PyValue:
                 pos += 2 if escaped else 1
                 if char == self.quote:
                     if self.outer:
+                        if self._broken(t, buf, pos - 1):
+                            return FAIL
                         t.value_text(buf[t.pos:pos], True)
                         t.pos = pos
+                        if self.passed < 0 and self.breaks is not None:
+                            self.passed = self.checked = pos + t.offset[0]
                         return SPLIT
                     self.quote = ""
             elif char in spelling.quotes:
@@ -609,9 +619,21 @@ class _PyValue:
                 t.value_text(buf[t.pos:pos], self.opened)
                 t.pos = pos
                 return DONE
+        if self.quote and self._broken(t, buf, pos):
+            return FAIL
         t.value_text(buf[t.pos:pos], self.opened)
         t.pos = pos
         return FAIL if final else MORE
+
+    def _broken(self, t: _Thread, buf: str, upto: int) -> bool:
+        """Whether the string's text up to `upto`, past a quote read as its own, holds one of
+        `breaks` (searched from a marker's length before where the last search stopped)."""
+        if self.passed < 0 or self.breaks is None:
+            return False
+        offset = t.offset[0]
+        start = max(self.passed, self.checked - self.breaks.longest, offset) - offset
+        self.checked = max(self.checked, upto + offset)
+        return start < upto and self.breaks.find(buf, start, upto) is not None
 
 
 class _NextChar:
