@@ -301,11 +301,12 @@ class LanguageReader:
     def quoted_breaks(self, spelling: ir.Spelling) -> MarkerSet | None:
         """The markers a quoted literal's text does not run past once a quote that may have
         closed it was read as its text (`_PyValue`): the language's markers that are no
-        punctuation and hold none of the spelling's quotes (those may be a string's own text)."""
-        key = "quoted" + spelling.quotes
+        punctuation and hold none of the spelling's quotes (those may be a string's own text)
+        nor its escape (the string's text up to one is read wherever the chunks end)."""
+        key = "quoted" + spelling.quotes + spelling.escape
         if key not in self._quoted:
             strong = (m for m in self.language.markers() if not is_weak(m))
-            kept = {m: "stop" for m in strong if not any(q in m for q in spelling.quotes)}
+            kept = {m: "stop" for m in strong if not any(c in m for c in spelling.quotes + spelling.escape)}
             self._quoted[key] = MarkerSet(kept) if kept else None
         return self._quoted[key]
 

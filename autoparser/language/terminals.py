@@ -556,9 +556,12 @@ class _PyValue:
     another (models leave quotes unescaped; what follows decides). That other reading fails
     where its text meets one of `breaks` (`LanguageReader.quoted_breaks`): a model that left a
     quote unescaped did not write the call's or the turn's markers inside the string too, and a
-    reading left open there would hold all the text after the call until the output ends."""
+    reading left open there would hold all the text after the call until the output ends. It
+    fails where the marker begins, its text read up to there (recovery gives it back, as the
+    value or as text), wherever the chunks end: until the marker is whole or is not one, the
+    beginning of one at the end of the text is not read."""
 
-    __slots__ = ("spelling", "word", "depth", "quote", "started", "outer", "opened", "breaks", "passed", "checked")
+    __slots__ = ("spelling", "word", "depth", "quote", "started", "outer", "opened", "breaks", "passed")
 
     def __init__(self, node: ir.PyValue, breaks: MarkerSet | None = None) -> None:
         self.spelling = node.spelling
@@ -569,8 +572,7 @@ class _PyValue:
         self.outer = False  # the quote open is the whole value's
         self.opened = False  # the value begins with a quote or a bracket (not a bare word)
         self.breaks = breaks
-        self.passed = -1  # where the text after the first quote read as the string's own begins (absolute)
-        self.checked = -1  # how far that text was searched for `breaks` (absolute)
+        self.passed = False  # a quote that may have closed the value was read as its text
 
     def step(self, t: _Thread, buf: str, final: bool) -> int:  # noqa: C901 - one case per character kind
         pos, end = t.pos, len(buf)
@@ -588,8 +590,7 @@ class _PyValue:
                             return FAIL
                         t.value_text(buf[t.pos:pos], True)
                         t.pos = pos
-                        if self.passed < 0 and self.breaks is not None:
-                            self.passed = self.checked = pos + t.offset[0]
+                        self.passed = self.breaks is not None
                         return SPLIT
                     self.quote = ""
             elif char in spelling.quotes:
@@ -619,21 +620,28 @@ class _PyValue:
                 t.value_text(buf[t.pos:pos], self.opened)
                 t.pos = pos
                 return DONE
-        if self.quote and self._broken(t, buf, pos):
-            return FAIL
+        if self.quote and self.passed:
+            if self._broken(t, buf, pos):
+                return FAIL
+            if not final and pos == end:
+                pos = self.breaks.safe_end(buf, t.pos)  # a marker begun is read once it is whole or is none
         t.value_text(buf[t.pos:pos], self.opened)
         t.pos = pos
         return FAIL if final else MORE
 
     def _broken(self, t: _Thread, buf: str, upto: int) -> bool:
-        """Whether the string's text up to `upto`, past a quote read as its own, holds one of
-        `breaks` (searched from a marker's length before where the last search stopped)."""
-        if self.passed < 0 or self.breaks is None:
+        """Whether the string's text from the position up to `upto`, past a quote read as its
+        own, holds one of `breaks`: then its text up to the first is read, and the reading fails
+        there. (None begins before the position: a marker's beginning at the end of the text is
+        not read, and none holds a quote.)"""
+        if not self.passed:
             return False
-        offset = t.offset[0]
-        start = max(self.passed, self.checked - self.breaks.longest, offset) - offset
-        self.checked = max(self.checked, upto + offset)
-        return start < upto and self.breaks.find(buf, start, upto) is not None
+        hit = self.breaks.find(buf, t.pos, upto)
+        if hit is None:
+            return False
+        t.value_text(buf[t.pos:hit[0]], True)
+        t.pos = hit[0]
+        return True
 
 
 class _NextChar:
