@@ -129,6 +129,7 @@ class LanguageReader:
         self._calls: dict[int, bool] = {}
         self._keep: list[Any] = []
         self._plain: dict[tuple, Plain] = {}
+        self._quoted: dict[str, MarkerSet | None] = {}
         self.reasoning_end = language.reasoning_end
         self.section = language.value_section
         # markers a JSON value may meet where it is unfinished: there the value breaks off
@@ -298,6 +299,18 @@ class LanguageReader:
         """Where free text may end early: before a bracket that what follows may begin with."""
         brackets = "".join(sorted(set(SPLIT_CHARS) & follow)) if follow is not None else ""
         return self._splits.setdefault(brackets, re.compile(f"[{re.escape(brackets)}]")) if brackets else None
+
+    def quoted_breaks(self, spelling: ir.Spelling) -> MarkerSet | None:
+        """The markers a quoted literal's text does not run past once a quote that may have
+        closed it was read as its text (`_PyValue`): the language's markers that are no
+        punctuation and hold none of the spelling's quotes (those may be a string's own text)
+        nor its escape (the string's text up to one is read wherever the chunks end)."""
+        key = "quoted" + spelling.quotes + spelling.escape
+        if key not in self._quoted:
+            strong = (m for m in self.language.markers() if not is_weak(m))
+            kept = {m: "stop" for m in strong if not any(c in m for c in spelling.quotes + spelling.escape)}
+            self._quoted[key] = MarkerSet(kept) if kept else None
+        return self._quoted[key]
 
     def brackets(self, quote: str) -> re.Pattern[str]:
         """What a `Bracketed` value looks for: a bracket, or its quote marker."""

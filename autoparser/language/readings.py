@@ -400,8 +400,11 @@ class _Thread:
     def stream_literal(self, piece: str) -> None:
         """A quoted literal's text goes out as it arrives, decoded; held back: a quote at the end
         (it may close the value) and an escape that may be cut in two. A literal that does not
-        begin with a quote is kept whole."""
+        begin with a quote is kept whole. Its event ends where the text it holds ends (`piece`
+        begins at the position), as other events do: a reading that fails after it gives back
+        as text only what follows."""
         quote, tail = self.spool or ("", "")
+        end = self.pos + len(piece)
         spelling = self.member[1].spelling
         if not self.streamed:
             raw = "".join(self.value or ()).lstrip()
@@ -415,7 +418,8 @@ class _Thread:
         text = tail + piece
         cut = decided_end(text, quote, spelling.escape)
         if cut:
-            self.arguments(json.dumps(quoted_text(text[:cut], spelling), ensure_ascii=False)[1:-1])
+            self.arguments(json.dumps(quoted_text(text[:cut], spelling), ensure_ascii=False)[1:-1],
+                           end - (len(text) - cut))
         self.spool = (quote, text[cut:])
 
     def name_text(self, piece: str) -> None:
@@ -437,14 +441,16 @@ class _Thread:
         else:
             self.name_text(piece)
 
-    def arguments(self, piece: str) -> None:
+    def arguments(self, piece: str, end: int | None = None) -> None:
+        """Argument text, its event ending at `end` (the position where None)."""
         if not piece:
             return
+        at = (self.pos if end is None else end) + self.offset[0]
         if self.call.started:
-            self.emit((ARGS, piece, self.pos + self.offset[0]))
+            self.emit((ARGS, piece, at))
         else:
             self.call.pending.append(piece)
-            self.call.pending_end = self.pos + self.offset[0]
+            self.call.pending_end = at
 
     def start_call(self, waited: bool = False) -> None:
         """The call's start event, once its name is read and its arguments began (`waited`: or

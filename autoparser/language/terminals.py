@@ -568,11 +568,17 @@ def _word_end(spelling: ir.Spelling) -> re.Pattern[str]:
 class _PyValue:
     """A literal value as its `ir.Spelling` writes it: quoted text, a bracketed value, or a bare
     word. A quoted value's closing quote ends it in one reading, and is a quote inside it in
-    another (models leave quotes unescaped; what follows decides)."""
+    another (models leave quotes unescaped; what follows decides). That other reading fails
+    where its text meets one of `breaks` (`LanguageReader.quoted_breaks`): a model that left a
+    quote unescaped did not write the call's or the turn's markers inside the string too, and a
+    reading left open there would hold all the text after the call until the output ends. It
+    fails where the marker begins, its text read up to there (recovery gives it back, as the
+    value or as text), wherever the chunks end: until the marker is whole or is not one, the
+    beginning of one at the end of the text is not read."""
 
-    __slots__ = ("spelling", "word", "depth", "quote", "started", "outer", "opened")
+    __slots__ = ("spelling", "word", "depth", "quote", "started", "outer", "opened", "breaks", "passed")
 
-    def __init__(self, node: ir.PyValue) -> None:
+    def __init__(self, node: ir.PyValue, breaks: MarkerSet | None = None) -> None:
         self.spelling = node.spelling
         self.word = _word_end(node.spelling)
         self.depth = 0
@@ -580,6 +586,8 @@ class _PyValue:
         self.started = False
         self.outer = False  # the quote open is the whole value's
         self.opened = False  # the value begins with a quote or a bracket (not a bare word)
+        self.breaks = breaks
+        self.passed = False  # a quote that may have closed the value was read as its text
 
     def step(self, t: _Thread, buf: str, final: bool) -> int:  # noqa: C901 - one case per character kind
         pos, end = t.pos, len(buf)
@@ -593,8 +601,11 @@ class _PyValue:
                 pos += 2 if escaped else 1
                 if char == self.quote:
                     if self.outer:
+                        if self._broken(t, buf, pos - 1):
+                            return FAIL
                         t.value_text(buf[t.pos:pos], True)
                         t.pos = pos
+                        self.passed = self.breaks is not None
                         return SPLIT
                     self.quote = ""
             elif char in spelling.quotes:
@@ -624,9 +635,28 @@ class _PyValue:
                 t.value_text(buf[t.pos:pos], self.opened)
                 t.pos = pos
                 return DONE
+        if self.quote and self.passed:
+            if self._broken(t, buf, pos):
+                return FAIL
+            if not final and pos == end:
+                pos = self.breaks.safe_end(buf, t.pos)  # a marker begun is read once it is whole or is none
         t.value_text(buf[t.pos:pos], self.opened)
         t.pos = pos
         return FAIL if final else MORE
+
+    def _broken(self, t: _Thread, buf: str, upto: int) -> bool:
+        """Whether the string's text from the position up to `upto`, past a quote read as its
+        own, holds one of `breaks`: then its text up to the first is read, and the reading fails
+        there. (None begins before the position: a marker's beginning at the end of the text is
+        not read, and none holds a quote.)"""
+        if not self.passed:
+            return False
+        hit = self.breaks.find(buf, t.pos, upto)
+        if hit is None:
+            return False
+        t.value_text(buf[t.pos:hit[0]], True)
+        t.pos = hit[0]
+        return True
 
 
 class _NextChar:

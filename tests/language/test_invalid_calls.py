@@ -8,6 +8,7 @@ to the call after it, so it is never dropped when that call turns out to be text
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -71,6 +72,23 @@ def test_unclosed_quotes_lose_nothing(family: str) -> None:
                                                        for c in message["tool_calls"])
         for piece in ("x ", "y", "z)", ", g(b=", "p ", "q", "r)"):
             assert piece in written, (piece, message)
+
+
+@pytest.mark.parametrize("value, read", [("'p 'r)", "p 'r)"), ("'abc' x)", "abc' x)"),
+                                         ("'x 'y' 'z), g(b='p 'q' 'r)", "x 'y' 'z), g(b='p 'q' 'r)")])
+@pytest.mark.parametrize("family", sorted(FORMATS))
+def test_an_unclosed_quote_gives_its_text_back_once(family: str, value: str, read: str) -> None:
+    """A quoted value whose quotes do not close it where the call could end is read on as the
+    string's text up to the section's end marker, where that reading fails: the text it read is
+    the value of the call, kept incomplete, and not content too; the prose after the section
+    is content at once. Whole, a character at a time and split at every place alike."""
+    make, (opener, closer) = FORMATS[family]
+    parser = make().parser()
+    message = analyses.whole_checked_by_streams(parser, f"{opener}f(a={value}{closer}After.")
+    assert message["content"] == "After."
+    [call] = message["tool_calls"]
+    assert json.loads(call["function"]["arguments"]) == {"a": read}
+    assert call["incomplete"]
 
 
 @pytest.mark.parametrize("family", sorted(FORMATS))

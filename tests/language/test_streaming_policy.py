@@ -129,3 +129,38 @@ def test_where_the_model_writes_the_start_marker_an_unmarked_output_is_the_answe
     prompt = qwen.render([{"role": "user", "content": "hi"}], add_generation_prompt=True,
                          **qwen.thinking_kwargs(False))
     assert _first_role(qwen, PROSE, prompt=prompt) == "content"
+
+
+QUOTED_TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {
+    "type": "object", "properties": {"a": {"type": "string"}}}}}]
+AFTER_CALL = "The weather in Paris is usually mild in spring, with showers now and then. Okay!!"
+
+
+@pytest.mark.parametrize("template", ["tag_list_calls", "LFM2.5-8B-A1B"])
+@pytest.mark.parametrize("value, argument", [("'x'", "x"), ('"x"', "x"), ("'it's'", "it's"), ("1", "1")])
+def test_prose_after_a_python_call_with_a_quoted_value_streams(template: str, value: str, argument: str) -> None:
+    """A quoted value's closing quote may also be a quote inside it (`_PyValue`): that reading
+    fails where its text meets the call section's end marker, so the prose after the call is
+    not held to the end of the output (it was, all of it, for `f(a='x')`)."""
+    fixture = holdback.FIXTURES / f"{template}.jinja"
+    analysis = autoparser.load(str(fixture)) if fixture.exists() else _template(template)
+    parser = analysis.parser(tools=QUOTED_TOOLS)
+    start, end = ("<%calls%>[", "]<%/calls%>") if template == "tag_list_calls" else \
+        ("<|tool_call_start|>[", "]<|tool_call_end|>")
+    call = f"{start}f(a={value}){end}"
+    text = call + AFTER_CALL
+    whole = without_generated_ids(parser.parse(text))
+    assert whole["content"] == AFTER_CALL
+    assert [c["function"]["arguments"] for c in whole["tool_calls"]] == [f'{{"a": "{argument}"}}']
+    for size in (1, 4):
+        held, message = _most_held_while_streaming(parser, call, AFTER_CALL, "", size)
+        assert held <= policy.HOLD_BOUND, f"{size}-character chunks: {held} characters held"
+        assert without_generated_ids(message) == whole
+    for seed in range(3):
+        assert without_generated_ids(streamed_in_random_chunks(parser, text, seed)) == whole
+    for at in range(1, len(text)):
+        stream = parser.stream()
+        stream.feed(text[:at])
+        stream.feed(text[at:])
+        stream.finish()
+        assert without_generated_ids(stream.message()) == whole, f"split at {at}"
