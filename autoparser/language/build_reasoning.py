@@ -32,6 +32,7 @@ from autoparser.language.request import (
     IMPLIED,
     NAME_FORBIDDEN,
     core,
+    is_weak,
 )
 
 
@@ -255,8 +256,8 @@ class _Reasoning:
         ended = (self.r.end.strip(),) if self.end_dropped and self.reads_reasoning() else ()
         openers = self.call_openers() if calls else []
         separator, header, header_start = self.message_markers()
-        empty = self.empty_reasoning()
-        reopen = [self.r.start.strip()] if empty != EMPTY else []
+        block, unclosed = self.reasoning_in_answer()
+        reopen = [self.r.start.strip()] if block != EMPTY else []
         stops = tuple(s for s in dict.fromkeys([*self.stop, *also_stop, *openers, *dropped, separator, *reopen,
                                                 *ended]) if s)
         bracket = self.markerless_opener() if calls else ""
@@ -275,18 +276,36 @@ class _Reasoning:
             parts.append(header)  # an empty part would only repeat nothing
         if calls and self.name_opener():
             parts.append(Capture(CONTENT, Lit(self.name_opener())))  # a tag that opens no call is text
-        if empty != EMPTY:
-            parts.append(empty)
-        return Repeat(choice(*parts))
+        if block != EMPTY:
+            parts.append(block)
+        return seq(Repeat(choice(*parts)), unclosed)
 
-    def empty_reasoning(self) -> Node:
-        """An empty reasoning block inside the answer (a model re-opening its thought channel
-        and closing it at once): markup, not text (EMPTY: reasoning has no start marker)."""
+    def reasoning_in_answer(self) -> tuple[Node, Node]:
+        """A reasoning block inside the answer (a model re-opening its thought channel after
+        answer text), and one its end marker never closed, which only the end of the text (the
+        output's, or an end-of-turn marker's) ends: their markers are markup, not text. Where
+        both markers are distinctive (`distinctive`), the block is reasoning
+        (`reasoning-in-answer`, `reasoning-in-answer-unclosed`), its start marker written twice
+        read as once (`start-again`); where either is a word a prose answer may hold, only an
+        empty block (`<think></think>`) is markup. EMPTY: reasoning has no start marker."""
         start, end = self.r.start.strip(), self.r.end.strip()
         if not self.reads_reasoning() or not start or self.in_messages():
-            return EMPTY
-        return seq(self.marker(start), self.gap(), self.marker(end))
+            return EMPTY, EMPTY
+        if not (distinctive(start) and distinctive(end)):
+            return seq(self.marker(start), self.gap(), self.marker(end)), EMPTY
+        opened = seq(self.marker(start), optional(self.start_again(start)))
+        text = self.reasoning_text(repeated=True, not_first=(start,))
+        return (Rule("reasoning-in-answer", seq(opened, text, self.marker(end))),
+                optional(Rule("reasoning-in-answer-unclosed", seq(opened, text))))
 
+
+def distinctive(marker: str) -> bool:
+    """Whether a reasoning marker is written as markup no prose holds: it begins with a symbol,
+    not a word (`<think>`, `<|channel>thought`, `((muse))`, not `BEGIN REASONING` or `think:`),
+    holds no whitespace, and is not punctuation that values hold (`is_weak`)."""
+    if not marker or marker[0].isalnum() or marker[0] == "_":
+        return False
+    return not any(c.isspace() for c in marker) and not is_weak(marker)
 
 
 def _bounded(node: Node) -> Node:
