@@ -82,6 +82,36 @@ def test_a_call_after_a_reasoning_block_in_the_answer_is_read() -> None:
     assert analyses.calls(whole) == [("get_weather", {"city": "Oslo"})]
 
 
+@pytest.mark.parametrize("text, reasoning, content, calls", [
+    # reasoning first in the output is read by the leading rules alone: a call's opener ends it
+    # (the answer does not begin with a block, which would read the call as reasoning)
+    (f"<<weigh>>x{CALL}", "x", None, 1),
+    ("<<weigh>>A<</weigh>><<weigh>>B<</weigh>>End", "AB", "End", 0),  # a block right after a closed one
+    ("<<weigh>>A<</weigh>><<weigh>>B", "AB", None, 0),
+    # a block the answer opened and no end marker closed ends at a call's opener, as leading reasoning does
+    (f"Sure. <<weigh>>Oslo{CALL}", "Oslo", "Sure.", 1),
+    (f"Sure. <<weigh>>Oslo{CALL} Done.", "Oslo", "Sure.  Done.", 1),
+    (f"{CALL}<<weigh>>x<</weigh>>y", "x", "y", 1),  # after the calls
+    (f"{CALL}\n{CALL}<<weigh>>x", "x", None, 2),  # after calls, between them no text
+])
+def test_a_block_in_the_answer_beside_leading_reasoning_and_calls(text: str, reasoning: str | None,
+                                                                 content: str | None, calls: int) -> None:
+    whole = _checked(fixture("reasoning_after_answer.jinja"), text, analyses.WEATHER_TOOLS)
+    assert (whole["reasoning_content"], whole["content"], len(analyses.calls(whole))) == (reasoning, content, calls)
+
+
+@pytest.mark.parametrize("tools", [None, analyses.WEATHER_TOOLS], ids=["no-tools", "tools"])
+def test_prose_that_writes_the_opener_opens_reasoning(tools: list | None) -> None:
+    """A distinctive start marker after answer text opens reasoning at once, though no end marker
+    follows: the role of the text after it is decided as it streams, never by waiting for an end
+    marker (a block read as reasoning only once closed would hold its text back unbounded), as
+    vLLM's streaming path takes every delta after the start token as reasoning until the end
+    token. Prose that merely names the marker pays for it; a marker that is a word keeps its text
+    (below)."""
+    whole = _checked(fixture("reasoning_after_answer.jinja"), "Wrap it in <<weigh>> tags.", tools)
+    assert (whole["reasoning_content"], whole["content"]) == ("tags.", "Wrap it in")
+
+
 def test_the_block_is_stated_in_the_language() -> None:
     language = str(build_language(fixture("reasoning_after_answer.jinja"), Request(reading=True, lazy=False)))
     assert "reasoning-in-answer ::=" in language and "reasoning-in-answer-unclosed ::=" in language
