@@ -317,17 +317,19 @@ class _Reading(_Reasoning, _Messages, _Builder):
     def text_in_section(self) -> Node:
         """As between two calls: text after the section's start marker, before its first call,
         is content (inside reasoning, such markup stays undecided until the reasoning's end)."""
-        return self.text_between_calls() if self.t.section_start.strip() else EMPTY
+        return self.text_between_calls(after_call=False) if self.t.section_start.strip() else EMPTY
 
-    def text_between_calls(self) -> Node:
+    def text_between_calls(self, after_call: bool = True) -> Node:
         """Under the lenient policy, text between two calls of a section whose calls have their
-        own start marker is content (the strict policy ends the calls there)."""
+        own start marker is content (the strict policy ends the calls there). After a call, a
+        reasoning block ends that text and the calls: it is read after them (`reasoning_in_answer`);
+        before the first, the section holds no call to end, and the block is text of the section."""
         t = self.t
         opener = t.call_start.strip()
         if self.req.policy == "strict" or not opener or not t.section_start.strip() or t.array:
             return EMPTY  # (calls as the elements of one JSON array have no start marker of their own)
-        # a reasoning block there ends the calls: it is read after them (`reasoning_in_answer`)
-        stops = (opener, t.section_end, *self.stop, self.r.end if self.r.mode != "none" else "", self.reopens())
+        stops = (opener, t.section_end, *self.stop, self.r.end if self.r.mode != "none" else "",
+                 self.reopens() if after_call else "")
         # a call's closing markers are no text of their own: where they may be left out, they end their call
         not_first = tuple(m for m in (opener, t.args_end.strip(), t.call_end.strip()) if m)
         text = Text(tuple(s for s in stops if s.strip()), hint="content", nonempty=True, not_first=not_first)

@@ -100,6 +100,29 @@ def test_a_block_in_the_answer_beside_leading_reasoning_and_calls(text: str, rea
     assert (whole["reasoning_content"], whole["content"], len(analyses.calls(whole))) == (reasoning, content, calls)
 
 
+@pytest.mark.parametrize("after, reasoning, content, calls", [
+    ("<think>x</think>y{call}{end}", "x", "By", 2),
+    ("<think>x{call}{end}", "x", "B", 2),  # ended by the next call's opener
+    ("<think>x", "x", "B", 1),
+])
+def test_a_block_between_calls_ends_them_and_is_read_after_them(after: str, reasoning: str, content: str,
+                                                                calls: int) -> None:
+    """DeepSeek-R1: calls in a section, then text and a reasoning block: the block is reasoning
+    wherever the section is read to end (text between calls, or the answer after the calls)."""
+    analysis = analyses.deepseek_r1()
+    t = analysis.tools
+    written = analyses.render_output(analysis, None, "", [("get_weather", {"city": "Paris"})], stop=False)
+    call = written[len(t.section_start):len(written) - len(t.section_end)]
+    text = t.section_start + call + " B" + after.format(call=call, end=t.section_end)
+    # (the whole output only: every cut of every prefix would cost minutes at this length)
+    parser = analysis.parser(tools=analyses.WEATHER_TOOLS)
+    whole = _agrees_whole_and_streamed(parser, text)
+    assert not lost_letters(analysis, text, whole)
+    lark = parse_with_lark(analysis, text, tools=analyses.WEATHER_TOOLS)
+    assert (lark["reasoning_content"], lark["content"]) == (whole["reasoning_content"], whole["content"])
+    assert (whole["reasoning_content"], whole["content"], len(analyses.calls(whole))) == (reasoning, content, calls)
+
+
 @pytest.mark.parametrize("tools", [None, analyses.WEATHER_TOOLS], ids=["no-tools", "tools"])
 def test_prose_that_writes_the_opener_opens_reasoning(tools: list | None) -> None:
     """A distinctive start marker after answer text opens reasoning at once, though no end marker
