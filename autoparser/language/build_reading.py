@@ -146,21 +146,24 @@ class _Reading(_Reasoning, _Messages, _Builder):
         # where reasoning is implied, the first end marker ends it: the answer before one holds none;
         # where the output began as the answer, its first end marker is markup (`stray`)
         implied = (self.r.end.strip(),) if self.implies_reasoning() or self.stray_end() else ()
+        # the answer the output begins with (`leading`), and the answer after a closed reasoning
+        # block (`closed`), which may begin with another block
         if self.choice == "none":
-            first = self.text(*implied, calls=False, not_first=lead)
-            body = self.text(calls=False, not_first=lead)
-            closed = self.closed_answer(lambda: self.text(calls=False, not_first=lead), body)
+            first = self.text(*implied, calls=False, not_first=lead, leading=True)
+            body = self.text(calls=False, not_first=lead, leading=True)
+            closed = self.closed_answer(lambda: self.text(calls=False, not_first=lead))
             return self.language(self.with_reasoning(self.fenced(body), None, self.fenced(first), first,
                                                      self.fenced(closed)))
         section = self.section(lazy_start=True)
         stray = closed = None
         if self.req.policy == "strict":
-            body = unended = self.strict_body(section, lead)
+            body = unended = self.strict_body(section, lead, leading=True)
+            closed = self.strict_body(section, lead) if self.reads_reasoning() else None
         else:
-            body = seq(self.text(not_first=lead), self.calls_then_text(section))
-            stray = self.text(*implied, not_first=lead)
+            body = seq(self.text(not_first=lead, leading=True), self.calls_then_text(section))
+            stray = self.text(*implied, not_first=lead, leading=True)
             unended = seq(stray, self.calls_then_text(section))
-            closed = self.closed_answer(lambda: seq(self.text(not_first=lead), self.calls_then_text(section)), body)
+            closed = self.closed_answer(lambda: seq(self.text(not_first=lead), self.calls_then_text(section)))
         return self.language(self.with_reasoning(self.fenced(body), section, self.fenced(unended), stray,
                                                  self.fenced(closed)))
 
@@ -201,15 +204,16 @@ class _Reading(_Reasoning, _Messages, _Builder):
 
     end_dropped = False  # while `closed_answer` builds: the reasoning's end marker stops the text
 
-    def closed_answer(self, make: Callable[[], Node], body: Node) -> Node | None:
+    def closed_answer(self, make: Callable[[], Node]) -> Node | None:
         """The answer after a reasoning block opened (by the model or the prompt) and closed:
-        `body`, or what `make` builds with the end marker stopping its text, then that marker
+        what `make` builds, or what it builds with the end marker stopping its text, then that marker
         last in the output (a model closing its thought channel twice), a `MARKUP` rule every
         reader prefers to the text that could hold it; anywhere before the end it stays text.
-        `body` comes first: where both fail at one place (a call that broke), recovery goes on
+        The first comes first: where both fail at one place (a call that broke), recovery goes on
         from it, not from a reading that still waits for that marker at the end."""
         if not self.reads_reasoning():
             return None
+        body = make()
         self.end_dropped = True
         try:
             again = make()
@@ -217,12 +221,12 @@ class _Reading(_Reasoning, _Messages, _Builder):
             self.end_dropped = False
         return choice(body, seq(again, Rule("closed-again", self.marker(self.r.end.strip()), kind=MARKUP)))
 
-    def strict_body(self, section: Node, lead: tuple[str, ...]) -> Node:
+    def strict_body(self, section: Node, lead: tuple[str, ...], leading: bool = False) -> Node:
         """The strict policy: calls only before any content (whitespace aside); from the first
         text on, call markup is content. A text that breaks off the calls ends them: the reader
         reads what follows again from here, where it is content."""
         calls = Repeat(section, 1 if self.choice == "required" else 0, None if self.parallel else 1)
-        return choice(seq(calls, self.text(calls=False)), self.text(calls=False, not_first=lead))
+        return choice(seq(calls, self.text(calls=False)), self.text(calls=False, not_first=lead, leading=leading))
 
     # -- calls ----------------------------------------------------------------------------
 
@@ -315,16 +319,19 @@ class _Reading(_Reasoning, _Messages, _Builder):
     def text_in_section(self) -> Node:
         """As between two calls: text after the section's start marker, before its first call,
         is content (inside reasoning, such markup stays undecided until the reasoning's end)."""
-        return self.text_between_calls() if self.t.section_start.strip() else EMPTY
+        return self.text_between_calls(after_call=False) if self.t.section_start.strip() else EMPTY
 
-    def text_between_calls(self) -> Node:
+    def text_between_calls(self, after_call: bool = True) -> Node:
         """Under the lenient policy, text between two calls of a section whose calls have their
-        own start marker is content (the strict policy ends the calls there)."""
+        own start marker is content (the strict policy ends the calls there). After a call, a
+        reasoning block ends that text and the calls: it is read after them (`reasoning_in_answer`);
+        before the first, the section holds no call to end, and the block is text of the section."""
         t = self.t
         opener = t.call_start.strip()
         if self.req.policy == "strict" or not opener or not t.section_start.strip() or t.array:
             return EMPTY  # (calls as the elements of one JSON array have no start marker of their own)
-        stops = (opener, t.section_end, *self.stop, self.r.end if self.r.mode != "none" else "")
+        stops = (opener, t.section_end, *self.stop, self.r.end if self.r.mode != "none" else "",
+                 self.reopens() if after_call else "")
         # a call's closing markers are no text of their own: where they may be left out, they end their call
         not_first = tuple(m for m in (opener, t.args_end.strip(), t.call_end.strip()) if m)
         text = Text(tuple(s for s in stops if s.strip()), hint="content", nonempty=True, not_first=not_first)

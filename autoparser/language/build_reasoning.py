@@ -32,6 +32,7 @@ from autoparser.language.request import (
     IMPLIED,
     NAME_FORBIDDEN,
     core,
+    is_weak,
 )
 
 
@@ -246,17 +247,20 @@ class _Reasoning:
             return node
         return _bounded(node)
 
-    def text(self, *also_stop: str, calls: bool = True, not_first: tuple[str, ...] = ()) -> Node:
+    def text(self, *also_stop: str, calls: bool = True, not_first: tuple[str, ...] = (),
+             leading: bool = False) -> Node:
         """Content as the parser reads it: text up to what opens a call, the content markers
         dropped from it; where calls have no marker (a bare JSON object), a bracket that opens
-        no call is text."""
+        no call is text. `leading`: the answer the output begins with, which does not begin with
+        a reasoning block (`reasoning_in_answer`): reasoning first in the output is read by the
+        rules of leading reasoning alone (what ends it there, a call's opener, is no block's)."""
         dropped = [m.strip() for m in ([self.c.end] if self.opened else [self.c.start, self.c.end])
                    if m.strip() and m.strip() != self.r.end.strip()]
         ended = (self.r.end.strip(),) if self.end_dropped and self.reads_reasoning() else ()
         openers = self.call_openers() if calls else []
         separator, header, header_start = self.message_markers()
-        empty = self.empty_reasoning()
-        reopen = [self.r.start.strip()] if empty != EMPTY else []
+        block, unclosed = self.reasoning_in_answer(calls)
+        reopen = [self.r.start.strip()] if block != EMPTY else []
         stops = tuple(s for s in dict.fromkeys([*self.stop, *also_stop, *openers, *dropped, separator, *reopen,
                                                 *ended]) if s)
         bracket = self.markerless_opener() if calls else ""
@@ -275,18 +279,50 @@ class _Reasoning:
             parts.append(header)  # an empty part would only repeat nothing
         if calls and self.name_opener():
             parts.append(Capture(CONTENT, Lit(self.name_opener())))  # a tag that opens no call is text
-        if empty != EMPTY:
-            parts.append(empty)
-        return Repeat(choice(*parts))
+        if block == EMPTY:
+            return Repeat(choice(*parts))
+        if leading:
+            return optional(seq(choice(*parts), Repeat(choice(*parts, block)), unclosed))
+        return seq(Repeat(choice(*parts, block)), unclosed)
 
-    def empty_reasoning(self) -> Node:
-        """An empty reasoning block inside the answer (a model re-opening its thought channel
-        and closing it at once): markup, not text (EMPTY: reasoning has no start marker)."""
+    def reasoning_in_answer(self, calls: bool) -> tuple[Node, Node]:
+        """A reasoning block inside the answer (a model re-opening its thought channel after
+        answer text), and one its end marker never closed, which only the end of the text ends
+        (the output's, or an end-of-turn marker's; where calls may follow (`calls`), a call's
+        opener, as it ends reasoning first in the output): their markers are markup, not text. Where
+        both markers are distinctive (`distinctive`), the block is reasoning
+        (`reasoning-in-answer`, `reasoning-in-answer-unclosed`), its start marker written twice
+        read as once (`start-again`); where either is a word a prose answer may hold, only an
+        empty block (`<think></think>`) is markup. EMPTY: reasoning has no start marker."""
         start, end = self.r.start.strip(), self.r.end.strip()
         if not self.reads_reasoning() or not start or self.in_messages():
-            return EMPTY
-        return seq(self.marker(start), self.gap(), self.marker(end))
+            return EMPTY, EMPTY
+        if not self.reopens():
+            return seq(self.marker(start), self.gap(), self.marker(end)), EMPTY
+        opened = seq(self.marker(start), optional(self.start_again(start)))
+        text = self.reasoning_text(repeated=True, not_first=(start,))
+        # (a bracket that opens a bare call is no interrupt: reasoning holds brackets)
+        interrupts = tuple(m for m in (self.calls_opener(), self.call_opener_alone()) if m and calls)
+        unended = self.reasoning_text(*interrupts, repeated=True, not_first=(start,))
+        return (Rule("reasoning-in-answer", seq(opened, text, self.marker(end))),
+                optional(Rule("reasoning-in-answer-unclosed", seq(opened, unended))))
 
+    def reopens(self) -> str:
+        """The reasoning's start marker where a block it opens after answer text is reasoning
+        (`reasoning_in_answer`: both markers distinctive), "" elsewhere."""
+        start, end = self.r.start.strip(), self.r.end.strip()
+        if not self.reads_reasoning() or not start or self.in_messages():
+            return ""
+        return start if distinctive(start) and distinctive(end) else ""
+
+
+def distinctive(marker: str) -> bool:
+    """Whether a reasoning marker is written as markup no prose holds: it begins with a symbol,
+    not a word (`<think>`, `<|channel>thought`, `((muse))`, not `BEGIN REASONING` or `think:`),
+    holds no whitespace, and is not punctuation that values hold (`is_weak`)."""
+    if not marker or marker[0].isalnum() or marker[0] == "_":
+        return False
+    return not any(c.isspace() for c in marker) and not is_weak(marker)
 
 
 def _bounded(node: Node) -> Node:
