@@ -650,6 +650,17 @@ class _Reading(_Reasoning, _Messages, _Builder):
             return None
         return tag, opener[-1]
 
+    def bare_list_opener(self) -> tuple[str, str] | None:
+        """Where calls are the elements of a list that its bracket alone opens, each beginning
+        with its name (`[get_weather(city='Paris')]`): the bracket and what follows a call's
+        name; None for any other opener."""
+        t = self.t
+        opener, after_name = core(t.section_start), core(t.name_end)
+        if not is_weak(opener) or t.call_start.strip() or t.name_start.strip() or not after_name or \
+                t.format == "json" or self.choice == "none":
+            return None
+        return opener, after_name
+
     def section_opener(self, text: str, spelled: bool) -> Node:
         """As generated; a tag and its list's bracket (`list_opener`) with whitespace between."""
         listed = self.list_opener()

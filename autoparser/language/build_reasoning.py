@@ -271,6 +271,9 @@ class _Reasoning:
         if listed is not None:  # the section's tag opens calls only before its list's bracket
             stops = tuple(listed[0] if s == "".join(listed) else s for s in stops)
             weak = Weak(listed[0], listed[1], word=False)
+        named = self.bare_list_opener() if calls and weak is None else None
+        if named is not None:  # a bare list's bracket opens calls only before a name and what follows it
+            weak = Weak(named[0], named[1])
         self.bare_calls = self.bare_calls or bool(bracket)
         text = Text(stops, weak=weak, hint="content", nonempty=True,
                     not_first=tuple(m for m in (*not_first, header_start) if m))

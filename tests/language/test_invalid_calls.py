@@ -22,6 +22,7 @@ from unplaced import losses_at_every_cut, marker_patterns
 
 import autoparser
 from autoparser.language import policy
+from autoparser.language.interpret import LanguageStream
 from autoparser.language.reading import Parser, reader
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "templates" / "paren_python_calls.jinja"
@@ -89,6 +90,27 @@ def test_an_unclosed_quote_gives_its_text_back_once(family: str, value: str, rea
     [call] = message["tool_calls"]
     assert json.loads(call["function"]["arguments"]) == {"a": read}
     assert call["incomplete"]
+
+
+BRACKETED_PROSE = "See [1] and [the notes] or [a, b] then [x]: [done"
+
+
+@pytest.mark.parametrize("with_tools", [False, True])
+def test_a_bare_list_bracket_before_no_call_is_text_at_once(monkeypatch, with_tools: bool) -> None:
+    """Where calls are a bare list (`[get_weather(city='Paris')]`, Llama 3.2 pythonic), a `[`
+    opens calls only before a name and its `(` (`ir.Weak`): prose brackets are text with no call
+    read there that fails (which cost a recovery each), whole and streamed; calls still read."""
+    parser = analyses.llama32_pythonic().parser(tools=WEATHER_TOOLS if with_tools else None)
+    failures = []
+    give_up = LanguageStream._give_up
+    monkeypatch.setattr(LanguageStream, "_give_up", lambda self: (failures.append(1), give_up(self))[1])
+    message = analyses.whole_checked_by_streams(parser, BRACKETED_PROSE)
+    assert message["content"] == BRACKETED_PROSE and not message["tool_calls"]
+    assert not failures
+    call = "[get_weather(city='Paris')]"
+    message = analyses.whole_checked_by_streams(parser, f"{BRACKETED_PROSE} {call}")
+    assert message["content"].strip() == BRACKETED_PROSE
+    assert analyses.calls(message) == [("get_weather", {"city": "Paris"})]
 
 
 @pytest.mark.parametrize("family", sorted(FORMATS))
