@@ -170,6 +170,9 @@ def structural_words(analysis: Any, text: str) -> str:
                     tools.function_field or ""}:
             if key:
                 text = text.replace(f'"{key}"', " ")
+    elif (tools.section_start or "").rstrip().endswith("["):
+        # a section that lists its calls also reads them as JSON call objects (json_listed_calls)
+        text = re.sub(r'"(?:name|arguments|parameters)"(?=\s*:)', " ", text)
     return text
 
 
