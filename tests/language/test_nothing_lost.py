@@ -844,7 +844,7 @@ def test_a_value_of_a_key_the_tool_does_not_name_cut_in_the_calls_end_marker_is_
 @pytest.mark.parametrize("text, arguments, content", [
     # a named integer's value runs on past the `}` of a broken end marker to the end of the turn
     ('<|tool_call>call:get_weather{city:<|"|>Paris<|"|>,days:3}h3<tool_call|>Done.<turn|>',
-     {"city": "Paris", "days": "3}h3<tool_call|>Done."}, "<turn|>"),
+     {"city": "Paris", "days": "3}h3<tool_call|>Done."}, None),
     # an object one brace too deep: its brackets close where the call's end marker should begin
     ('<|tool_call>call:get_weather{options:{{"b": null}}<tool_call|>', {"options": '{{"b": null}}'}, "<tool_call|>"),
     # a number closed by a string's quote, then text where the next member should be
@@ -852,14 +852,15 @@ def test_a_value_of_a_key_the_tool_does_not_name_cut_in_the_calls_end_marker_is_
      {"days": -12500.0}, 'call:,city:[1.0, "two", [3]]'),
     # a key the schema does not name, its value running on to the end of the turn
     ('<|tool_call>call:get_weather{zz:12345678901234567890}<tooXl_call|>Then.<turn|>',
-     {"zz": "12345678901234567890}<tooXl_call|>Then."}, "<turn|>"),
-    ('<|tool_call>call:get_weather{zz:[1, 2]<|"|>Then text.<turn|>', {"zz": [1, 2]}, '<|"|>Then text.<turn|>'),
+     {"zz": "12345678901234567890}<tooXl_call|>Then."}, None),
+    ('<|tool_call>call:get_weather{zz:[1, 2]<|"|>Then text.<turn|>', {"zz": [1, 2]}, '<|"|>Then text.'),
 ])
 def test_a_held_value_read_to_its_end_is_kept_where_its_call_breaks_after_it(
-        name: str, text: str, arguments: dict, content: str) -> None:
+        name: str, text: str, arguments: dict, content: str | None) -> None:
     """Gemma 4: a call breaks before the end of the output right after an argument whose value
     is held until it ends (a number, an object, a key the schema does not name), its value read
-    to its end. The argument is kept and the call marked incomplete; what follows is content.
+    to its end. The argument is kept and the call marked incomplete; what follows is content
+    (the end-of-turn marker aside: it is no text).
     The value's text was in neither (the failed reading's mark was already past it), however
     the output is cut into chunks."""
     analysis = _gemma4(name)
