@@ -60,20 +60,31 @@ def _added(before: str | None, after: str | None) -> str:
 def left_out(text: str, message: dict[str, Any], patterns: Sequence[str],
              earlier: dict[str, Any] | None = None) -> str:
     """The part of `text` (markers blanked, whitespace dropped) from the first character not found,
-    in order, in the message's reasoning then content (what they hold past the `earlier`
-    message's); empty when all of it is found."""
+    in order, in the message's reasoning and content (what they hold past the `earlier`
+    message's); empty when all of it is found. Reasoning may come before the answer or inside
+    it (a reasoning block in the answer), so the text is matched as the two interleaved."""
     for pattern in patterns:
         text = re.sub(pattern, " ", text)
     wanted = "".join(text.split())
     earlier = earlier or {"reasoning_content": None, "content": None}
-    found = "\0".join(_added(earlier[role], message[role]) for role in ("reasoning_content", "content"))
-    at = 0
+    reasoning, content = (_added(earlier[role], message[role]) for role in ("reasoning_content", "content"))
+    places = {(0, 0)}  # how far into the reasoning and the content the text read so far is found
     for index, char in enumerate(wanted):
-        at = found.find(char, at)
-        if at < 0:
+        after = set()
+        for in_reasoning, in_content in places:
+            if (at := reasoning.find(char, in_reasoning)) >= 0:
+                after.add((at + 1, in_content))
+            if (at := content.find(char, in_content)) >= 0:
+                after.add((in_reasoning, at + 1))
+        if not after:
             return wanted[index:]
-        at += 1
+        places = _earliest(after)
     return ""
+
+
+def _earliest(places: set[tuple[int, int]]) -> set[tuple[int, int]]:
+    """The places no other place is at or before in both texts (the rest can find no more)."""
+    return {p for p in places if not any(q != p and q[0] <= p[0] and q[1] <= p[1] for q in places)}
 
 
 ESCAPE_CUT = re.compile(r"(?<!\\)(?:\\\\)*\\\Z")  # an odd run of backslashes at the end: an escape cut in two
