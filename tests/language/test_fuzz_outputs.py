@@ -56,12 +56,18 @@ class _DroppingParser:
         return _DroppingStream(self.parser.stream())
 
 
+def _hermes_check(parser) -> tuple[fuzz.Check, list[tuple[str, str]]]:
+    """The fuzzer's checks on Hermes' analysis run on `parser`, and the findings they report."""
+    analysis = analyses.hermes()
+    found: list[tuple[str, str]] = []
+    check = fuzz.Check(fuzz.Target("hermes", analysis), parser, fuzz.marker_patterns(analysis),
+                       lambda kind, detail: found.append((kind, detail)), 1.0, 0.05)
+    return check, found
+
+
 def test_the_checks_report_a_stream_that_differs_and_lost_text() -> None:
     analysis = analyses.hermes()
-    target = fuzz.Target("hermes", analysis)
-    found: list[tuple[str, str]] = []
-    check = fuzz.Check(target, _DroppingParser(analysis.parser(tools=fuzz.TOOLS)),
-                       fuzz.marker_patterns(analysis), lambda kind, detail: found.append((kind, detail)), 1.0, 0.05)
+    check, found = _hermes_check(_DroppingParser(analysis.parser(tools=fuzz.TOOLS)))
     check.run("The weather in Paris is mild today, and tomorrow too.", random.Random(0))
     assert [kind for kind, _ in found] == ["stream-differs"]
     check.stream_agrees = lambda *args: True
@@ -82,10 +88,7 @@ class _TurnEndParser:
 
 def test_the_checks_report_an_end_of_turn_marker_in_the_content() -> None:
     analysis = analyses.hermes()
-    target = fuzz.Target("hermes", analysis)
-    found: list[tuple[str, str]] = []
-    check = fuzz.Check(target, _TurnEndParser(analysis.parser(tools=fuzz.TOOLS)),
-                       fuzz.marker_patterns(analysis), lambda kind, detail: found.append((kind, detail)), 1.0, 0.05)
+    check, found = _hermes_check(_TurnEndParser(analysis.parser(tools=fuzz.TOOLS)))
     check.stream_agrees = lambda *args: True
     check.run("Hi.<|im_end|>", random.Random(0))
     assert [kind for kind, _ in found] == ["end-of-turn-text"]
