@@ -245,17 +245,32 @@ class _Reading(_Reasoning, _Messages, _Builder):
         """The output starts inside a call header the prompt wrote: the rest of a call, the
         recipient that introduces content, or content; later calls and content in turn."""
         t = self.t
-        recipient = seq(self.marker(self.c.start.strip()), self.gap()) if self.c.start.strip() else EMPTY
+        word = self.c.start.strip()
+        # the recipient's word is not there where a word character follows it (`allow`)
+        recipient = seq(Lit(word, bounded=True) if word.isidentifier() else self.marker(word),
+                        self.gap()) if word else EMPTY
+        # content written without a head does not begin with one (the recipient's word or a tool's
+        # name), so the readings part at once and the text streams (`bounded-hold-back`)
+        leads = tuple(m for m in (self.c.start.strip(), *[tool_name(tool) for tool in self.tools]) if m)
         if self.choice == "none":
-            return seq(optional(recipient), self.text(calls=False))
+            return self.headed_or_bare(recipient, leads[:1], calls=False)
         call = Rule("call", choice(*[self.call(tool, opened=True) for tool in self.tools]), CALL)
         called = seq(call, self.call_closing())
         heads = [called, recipient] if recipient != EMPTY else [called]
-        first = seq(choice(*heads, EMPTY), self.text())
+        first = self.headed_or_bare(choice(*heads), leads, calls=True)
         sep = self.marker(t.call_separator) if t.call_separator.strip() else EMPTY
         opener = seq(sep, self.gap(), self.marker(t.call_start), self.marker(t.name_start))
         later = Rule("call-next", seq(opener, choice(*heads), self.text()), NEXT_CALL)
         return seq(first, Repeat(later)) if self.parallel else first
+
+    def headed_or_bare(self, head: Node, leads: tuple[str, ...], calls: bool) -> Node:
+        """`head` then content, or content alone that does not begin with one of `leads` (words,
+        bounded: `allow` does not begin with `all`) nor with a reasoning block: the output's
+        first text is the answer the output begins with (`text(leading=True)`)."""
+        if head == EMPTY:
+            return self.text(calls=calls, leading=True)
+        return choice(seq(head, self.text(calls=calls)),
+                      self.text(calls=calls, not_first=leads, bounded=True, leading=True))
 
     def call_head(self, name: Node, opened: bool) -> Node:
         """As generated; where the template numbers its calls and writes no id, the header up to

@@ -248,7 +248,7 @@ class _Reasoning:
         return _bounded(node)
 
     def text(self, *also_stop: str, calls: bool = True, not_first: tuple[str, ...] = (),
-             leading: bool = False) -> Node:
+             leading: bool = False, bounded: bool = False) -> Node:
         """Content as the parser reads it: text up to what opens a call, the content markers
         dropped from it; where calls have no marker (a bare JSON object), a bracket that opens
         no call is text. `leading`: the answer the output begins with, which does not begin with
@@ -276,7 +276,7 @@ class _Reasoning:
             weak = Weak(named[0], named[1])
         self.bare_calls = self.bare_calls or bool(bracket)
         text = Text(stops, weak=weak, hint="content", nonempty=True,
-                    not_first=tuple(m for m in (*not_first, header_start) if m))
+                    not_first=tuple(m for m in (*not_first, header_start) if m), bounded=bounded)
         parts = [Capture(CONTENT, text), *[self.marker(m) for m in dropped + [separator] if m]]
         if header != EMPTY:
             parts.append(header)  # an empty part would only repeat nothing

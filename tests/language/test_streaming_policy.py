@@ -13,9 +13,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import analyses
 import corpora
 import pytest
-from analyses import streamed_in_random_chunks, without_generated_ids
+from analyses import streamed_in_random_chunks, whole_checked_by_streams, without_generated_ids
 
 import autoparser
 from autoparser.language import policy
@@ -164,3 +165,49 @@ def test_prose_after_a_python_call_with_a_quoted_value_streams(template: str, va
         stream.feed(text[at:])
         stream.finish()
         assert without_generated_ids(stream.message()) == whole, f"split at {at}"
+
+
+FUNCTIONARY = "meetkai-functionary-medium-v3.2"  # the prompt ends with `>>>`: a call's name or `all`
+
+
+@pytest.mark.parametrize(("before", "after"), [
+    ("all\n", ""),
+    ('get_weather\n{"location": "Paris"}>>>all\n', ""),
+])
+def test_content_after_a_head_the_prompt_opened_streams(before: str, after: str) -> None:
+    """Where the prompt opened a call's header, content after the recipient word (`all`) or
+    after a call was held to the end of the output: the reading of the same text as content with
+    no head lived on beside it. Content with no head does not begin with a head's word now."""
+    parser = _template(FUNCTIONARY).parser(tools=holdback.TOOLS)
+    whole = without_generated_ids(parser.parse(before + AFTER_CALL + after))
+    assert whole["content"] == AFTER_CALL
+    for size in (1, 4):
+        held, message = _most_held_while_streaming(parser, before, AFTER_CALL, after, size)
+        assert held <= policy.HOLD_BOUND, f"{size}-character chunks: {held} characters held"
+        assert without_generated_ids(message) == whole
+
+
+@pytest.mark.parametrize(("text", "content", "calls"), [
+    ("allow me to look.", "allow me to look.", 0),
+    ("all\nHere it is.", "Here it is.", 0),
+    ("get_weather is a tool.", "get_weather is a tool.", 0),
+    ('get_weather\n{"location": "Paris"}>>>all\nDone.', "Done.", 1),
+])
+def test_a_head_word_is_markup_only_where_it_is_a_whole_word(text: str, content: str, calls: int) -> None:
+    """`allow` does not begin with the recipient `all` (its `a`, `l`, `l` were lost), and a
+    tool's name followed by prose is content; stream == whole for every split."""
+    parser = _template(FUNCTIONARY).parser(tools=holdback.TOOLS)
+    whole = whole_checked_by_streams(parser, text)
+    assert whole["content"] == content and len(whole["tool_calls"]) == calls
+
+
+def test_prose_after_a_call_the_prompt_opened_streams() -> None:
+    """GLM-4's tool-only template: the prompt ends with `<tool_call>`, the output with the call's
+    name; the prose after the call was held to the end of the output."""
+    parser = analyses.glm4_tool_only().parser(tools=holdback.TOOLS)
+    call = "get_weather\n<arg_key>location</arg_key>\n<arg_value>Paris</arg_value>\n</tool_call>\n"
+    whole = whole_checked_by_streams(parser, call + "Done.")
+    assert whole["content"] == "Done." and len(whole["tool_calls"]) == 1
+    for size in (1, 4):
+        held, message = _most_held_while_streaming(parser, call, AFTER_CALL, "", size)
+        assert held <= policy.HOLD_BOUND, f"{size}-character chunks: {held} characters held"
