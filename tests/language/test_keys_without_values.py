@@ -85,9 +85,7 @@ def test_a_key_with_no_value_adds_nothing(name: str) -> None:
         assert not message["content"], message
 
 
-# (where the prompt opened the call, glm4_tool_only, text after a call holds back to the end even
-# after a call with every value: not this leniency's)
-@pytest.mark.parametrize("name", [f for f in FORMATS if f != "glm4_tool_only"])
+@pytest.mark.parametrize("name", FORMATS)
 def test_text_after_such_a_call_streams_within_the_bound(name: str) -> None:
     analysis = _analysis(name)
     parser = analysis.parser(tools=WEATHER_TOOLS)
