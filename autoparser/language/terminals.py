@@ -46,6 +46,14 @@ def _is_word(char: str) -> bool:
     return char.isalnum() or char == "_"
 
 
+def _whitespace_end(buf: str, pos: int) -> int:
+    """Where the whitespace from `pos` ends: at most 64 characters of it are skipped, so that a
+    reading waiting for a marker after whitespace holds back a bounded amount."""
+    end = pos
+    while end < len(buf) and buf[end] in _WHITESPACE and end - pos < 64:
+        end += 1
+    return end
+
 
 class _Lit:
     """A marker: its core as written (inner whitespace flexible, as the parser finds markers),
@@ -66,8 +74,7 @@ class _Lit:
     def step(self, t: _Thread, buf: str, final: bool) -> int:
         pos = t.pos
         if not self.done:
-            while pos < len(buf) and buf[pos] in _WHITESPACE and pos - t.pos < 64:
-                pos += 1
+            pos = _whitespace_end(buf, pos)
             if pos == len(buf) and not final:
                 return MORE
             found, end = match_at(buf, pos, self.core, final)
@@ -100,9 +107,7 @@ class _Lit:
 def _not_followed_by(buf: str, end: int, marker: str, final: bool) -> int:
     """Whether a marker read up to `end` is there, `marker` not following it (whitespace aside):
     FULL, NONE, or PARTIAL where only whitespace or a part of `marker` follows it so far."""
-    pos = end
-    while pos < len(buf) and buf[pos] in _WHITESPACE and pos - end < 64:
-        pos += 1
+    pos = _whitespace_end(buf, end)
     if pos == len(buf):
         return NONE if final else PARTIAL
     found, _ = match_at(buf, pos, marker, False)  # a part of it at the end: it may still come
