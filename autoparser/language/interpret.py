@@ -732,5 +732,6 @@ class LanguageStream(_Commits, _Passes, _Recovery, _Stepping):
         if dead is None:
             return False
         pos = max(self.safe, dead[0].pos)
-        lowest = max(self.safe, pos - self._longest_end_of_turn() + 1)
-        return any(begins_one(self.reader.end_of_turn, self.buf[at:]) for at in range(lowest, min(pos + 1, len(self.buf))))
+        longest = self._longest_end_of_turn()
+        return any(begins_one(self.reader.end_of_turn, self.buf[at:at + longest])
+                   for at in self._end_of_turn_window(pos, self.safe, min(pos + 1, len(self.buf))))

@@ -318,11 +318,15 @@ class _Recovery:
     def _end_of_turn_around(self, pos: int, lowest: int) -> int:
         """Where an end-of-turn marker begins that holds `pos` past its first character, from
         `lowest` on; else `pos`."""
-        for at in range(max(lowest, pos - self._longest_end_of_turn() + 1), pos):
+        for at in self._end_of_turn_window(pos, lowest, pos):
             end = self._end_of_turn_at(at)
             if end and at + end > pos:
                 return at
         return pos
+
+    def _end_of_turn_window(self, pos: int, lowest: int, stop: int) -> range:
+        """The places before `stop`, from `lowest` on, where an end-of-turn marker holding `pos` may begin."""
+        return range(max(lowest, pos - self._longest_end_of_turn() + 1), stop)
 
     def _longest_end_of_turn(self) -> int:
         return max((len(end) for end in self.reader.end_of_turn), default=0)
