@@ -251,9 +251,10 @@ class _Reading(_Reasoning, _Messages, _Builder):
                         self.gap()) if word else EMPTY
         # content written without a head does not begin with one (the recipient's word or a tool's
         # name), so the readings part at once and the text streams (`bounded-hold-back`)
-        leads = tuple(m for m in (self.c.start.strip(), *[tool_name(tool) for tool in self.tools]) if m)
+        own = (word,) if word else ()
         if self.choice == "none":
-            return self.headed_or_bare(recipient, leads[:1], calls=False)
+            return self.headed_or_bare(recipient, own, calls=False)
+        leads = own + tuple(m for m in (tool_name(tool) for tool in self.tools) if m)
         call = Rule("call", choice(*[self.call(tool, opened=True) for tool in self.tools]), CALL)
         called = seq(call, self.call_closing())
         heads = [called, recipient] if recipient != EMPTY else [called]
