@@ -77,7 +77,9 @@ def _strings_for(analysis):
     return plain_text if t.arg_start else kwargs_text
 
 
+@cache
 def _value_for(key: str, strings):
+    """The strategy of a key's values (built once: a strategy is drawn from, not changed)."""
     kind = SCHEMA_TYPES[key]
     if kind == "string":
         return strings
