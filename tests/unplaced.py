@@ -14,6 +14,7 @@ the message holds no character more often than the output.
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from collections import Counter
@@ -29,6 +30,27 @@ MARKER_KEYS = ("section_start", "section_end", "call_start", "call_end", "call_s
                "arg_separator", "id_start", "id_end", "call_index")
 
 
+_DERIVED: dict[tuple[int, str], tuple[Any, Any, list[str]]] = {}
+
+
+def _once_per_analysis(derive: Callable[[Any], list[str]]) -> Callable[[Any], list[str]]:
+    """`derive(analysis)`, derived again only where the analysis changed since (it is kept with a
+    copy of it to tell): the checks ask for an analysis's markers many times an output."""
+    def derived(analysis: Any) -> list[str]:
+        if isinstance(analysis, dict):
+            return derive(analysis)
+        key = (id(analysis), derive.__name__)
+        kept = _DERIVED.get(key)
+        if kept is None or kept[0] is not analysis or kept[1] != analysis:
+            if len(_DERIVED) > 512:
+                _DERIVED.clear()
+            kept = _DERIVED[key] = (analysis, copy.deepcopy(analysis), derive(analysis))
+        return list(kept[2])
+    derived.__doc__, derived.__name__ = derive.__doc__, derive.__name__
+    return derived
+
+
+@_once_per_analysis
 def marker_patterns(analysis: Any) -> list[str]:
     """Regular expressions of the markers the analysis names, longest first (a marker's own
     holes, a key in an end tag or a call's index, match any such text)."""
@@ -119,6 +141,7 @@ def losses_at_every_cut(output: str, parse: Callable[[str], dict[str, Any]], pat
 
 # -- letters and digits ---------------------------------------------------------------------------
 
+@_once_per_analysis
 def marker_texts(analysis: Any) -> list[str]:
     """The markers the analysis names, as written (a call index in the name's end marker left out)."""
     data = analysis.to_dict() if hasattr(analysis, "to_dict") else analysis

@@ -32,7 +32,9 @@ from test_hostile_outputs import _agrees_whole_and_streamed
 from test_runtime_properties import (
     FAMILIES,
     TOOLS,
+    _analysis,
     _messages_equal_after_chunking,
+    _parser,
     _strings_for,
     calls,
     plain_text,
@@ -84,12 +86,12 @@ def _known(tools, key: str) -> bool:
 @SETTINGS
 @given(members=st.lists(st.tuples(member_keys, member_values), min_size=1, max_size=4), cuts=chunk_cuts)
 def test_json_call_members_are_never_dropped(family: str, members: list[tuple[str, str]], cuts) -> None:
-    analysis = getattr(analyses, family)()
+    analysis = _analysis(family)
     tools = analysis.tools
     obj = "{" + ", ".join(f"{json.dumps(key)}: {value}" for key, value in
                           [(tools.name_field, '"get_weather"'), *members]) + "}"
     text = "Sure. " + tools.section_start + tools.call_start + obj + tools.call_end + tools.section_end
-    message = _messages_equal_after_chunking(Parser(analysis), text, cuts)
+    message = _messages_equal_after_chunking(_parser(family), text, cuts)
     assert not lost_letters(analysis, text, message), (text, message)
     keys = [tools.name_field, *(key for key, _ in members)]
     strays = [k for k in keys if not _known(tools, k)]
@@ -131,13 +133,13 @@ def test_mistral_array_cut_after_its_bracket_keeps_it(cut: str) -> None:
 @SETTINGS
 @given(data=st.data())
 def test_truncated_output_loses_at_most_the_member_being_written(family: str, data) -> None:
-    analysis = getattr(analyses, family)()
+    analysis = _analysis(family)
     written = data.draw(calls(_strings_for(analysis)))
     if not analysis.tools.parallel:
         written = written[:1]
     text = analyses.render_output(analysis, "some thought", "Some text.", written, stop=False)
     text = text[:data.draw(st.integers(0, len(text)))]
-    message = _messages_equal_after_chunking(Parser(analysis, tools=TOOLS), text, data.draw(chunk_cuts))
+    message = _messages_equal_after_chunking(_parser(family, tools=True), text, data.draw(chunk_cuts))
     if not message["tool_calls"]:  # no call: every character but the markers is reasoning or content
         assert not left_out(text, message, marker_patterns(analysis)), (text, message)
     lost = lost_letters(analysis, _without_cut_marker(analysis, text), message)
@@ -168,15 +170,15 @@ def _without_cut_marker(analysis, text: str) -> str:
 @given(key=st.text(st.characters(whitelist_categories=("Ll",)), min_size=200, max_size=400),
        value=plain_text, cuts=chunk_cuts)
 def test_long_keys_stream_as_whole(family: str, key: str, value: str, cuts) -> None:
-    analysis = getattr(analyses, family)()
+    analysis = _analysis(family)
     text = analyses.render_output(analysis, None, "", [("get_weather", {key: value})], stop=False)
-    message = _messages_equal_after_chunking(Parser(analysis), text, cuts)
+    message = _messages_equal_after_chunking(_parser(family), text, cuts)
     assert not lost_letters(analysis, text, message), (text, message)
     if len(key) <= 256:  # a key up to the longest name the parser accepts is read as one
         [call] = message["tool_calls"]
         # the value reads as it would under a short key (an untyped `true` is JSON's true)
         short = analyses.render_output(analysis, None, "", [("get_weather", {"k": value})], stop=False)
-        [short_call] = Parser(analysis).parse(short)["tool_calls"]
+        [short_call] = _parser(family).parse(short)["tool_calls"]
         expected = json.loads(short_call["function"]["arguments"])["k"]
         assert json.loads(call["function"]["arguments"]) == {key: expected}
 
@@ -207,10 +209,10 @@ long_numbers = st.builds(lambda sign, head, digit, count, exponent: sign + head 
 def test_long_numbers_are_kept_as_written(family: str, number: str, cuts) -> None:
     """A number of thousands of digits is the call's argument exactly as written, streamed in
     any chunks as whole (a 940-digit number was cut where a held token ends, 512 characters)."""
-    analysis = getattr(analyses, family)()
+    analysis = _analysis(family)
     text = analyses.render_output(analysis, "Thinking.", "", [("get_weather", {"days": 7, "city": "Oslo"})],
                                   stop=False).replace("7", number, 1)
-    message = _messages_equal_after_chunking(Parser(analysis, tools=TOOLS), text, cuts)
+    message = _messages_equal_after_chunking(_parser(family, tools=True), text, cuts)
     [call] = message["tool_calls"]
     assert f'"days": {number}' in call["function"]["arguments"], (text[:200], message)
 

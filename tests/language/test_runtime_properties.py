@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+from functools import cache
 from typing import Any
 
 import analyses
@@ -76,7 +77,9 @@ def _strings_for(analysis):
     return plain_text if t.arg_start else kwargs_text
 
 
+@cache
 def _value_for(key: str, strings):
+    """The strategy of a key's values (built once: a strategy is drawn from, not changed)."""
     kind = SCHEMA_TYPES[key]
     if kind == "string":
         return strings
@@ -105,8 +108,17 @@ def calls(draw, strings):
     return result
 
 
+@cache
 def _analysis(family: str):
+    """The family's analysis, one per family (nothing the tests do changes it)."""
     return getattr(analyses, family)()
+
+
+@cache
+def _parser(family: str, tools: bool = False, thinking: bool | None = None, policy: str = "lenient") -> Parser:
+    """The family's parser for these options, built once: building the language costs more than
+    reading an example, and a parser holds nothing of what it read (each parse and stream is new)."""
+    return Parser(_analysis(family), tools=TOOLS if tools else None, thinking=thinking, tool_call_policy=policy)
 
 
 def _messages_equal_after_chunking(parser: Parser, text: str, cuts: list[int]) -> dict[str, Any]:
@@ -141,7 +153,7 @@ def test_round_trip(family: str, data) -> None:
                                     and not tool_format.section_start):
         written = written[:1]
     text = analyses.render_output(analysis, reasoning, content, written, thinking=thinking)
-    parser = Parser(analysis, tools=TOOLS, thinking=thinking)
+    parser = _parser(family, tools=True, thinking=thinking)
     cuts = data.draw(st.lists(st.integers(0, 10**6), max_size=12))
     message = _messages_equal_after_chunking(parser, text, cuts)
     assert (message["reasoning_content"] or "") == (reasoning or "").strip()
@@ -172,7 +184,7 @@ def test_stream_equals_whole_and_nothing_lost(family: str, data) -> None:
     text = data.draw(marker_soup(analysis))
     thinking = data.draw(st.sampled_from([None, True, False]))
     policy = data.draw(st.sampled_from(["lenient", "strict"]))
-    parser = Parser(analysis, thinking=thinking, tool_call_policy=policy)
+    parser = _parser(family, thinking=thinking, policy=policy)
     cuts = data.draw(st.lists(st.integers(0, 10**6), max_size=12))
     message = _messages_equal_after_chunking(parser, text, cuts)
     produced = produced_text(analysis, message)
@@ -202,7 +214,7 @@ def test_truncated_outputs_never_raise(family: str, data) -> None:
     written = data.draw(calls(_strings_for(analysis)))
     text = analyses.render_output(analysis, "some thought", "Some text.", written, stop=False)
     cut = data.draw(st.integers(0, len(text)))
-    parser = Parser(analysis, tools=TOOLS)
+    parser = _parser(family, tools=True)
     cuts = data.draw(st.lists(st.integers(0, 10**6), max_size=8))
     message = _messages_equal_after_chunking(parser, text[:cut], cuts)
     for call in message["tool_calls"]:
@@ -240,5 +252,4 @@ def test_stream_equals_whole_found_by_the_property(family: str, text: str, cut: 
 @SETTINGS
 @given(text=st.text(max_size=200), cuts=st.lists(st.integers(0, 10**6), max_size=10))
 def test_random_text_never_raises(family: str, text: str, cuts: list[int]) -> None:
-    parser = Parser(_analysis(family))
-    _messages_equal_after_chunking(parser, text, cuts)
+    _messages_equal_after_chunking(_parser(family), text, cuts)
