@@ -136,8 +136,11 @@ def probe(group: str, name: str, analysis: Any, record: Callable[..., None]) -> 
         text = analyses.render_output(analysis, thought, calls=CALLS)
         parser = analysis.parser(tools=WEATHER_TOOLS)
         try:
-            if analyses.calls(parser.parse(text)) != CALLS:
-                record(group, name, "unread", text, ["the output as written is not read as its calls"])
+            whole = parser.parse(text)
+            if analyses.calls(whole) != CALLS or (whole["content"] or "").strip() or any(
+                    c.get("incomplete") for c in whole["tool_calls"]):
+                # (the analysis's layout is not all of the template's: a quote or a hole unwritten)
+                record(group, name, "unread", text, ["the output as written is not read as its calls alone"])
                 continue
             for how, broken in breakings(analysis, text):
                 record(group, name, how, broken, failures(analysis, parser, broken))
