@@ -309,6 +309,9 @@ class LanguageReader:
         if key not in self._quoted:
             strong = (m for m in self.language.markers() if not is_weak(m))
             kept = {m: "stop" for m in strong if not any(c in m for c in spelling.quotes + spelling.escape)}
+            # nor where a later call begins (`ir.Language.resync`): there the call broke off
+            later = (m for m in self.language.resync if not is_weak(m))
+            kept.update((m, "resync") for m in later if m not in kept and not any(c in m for c in spelling.quotes + spelling.escape))
             self._quoted[key] = MarkerSet(kept) if kept else None
         return self._quoted[key]
 
@@ -716,8 +719,8 @@ class LanguageStream(_Commits, _Passes, _Recovery, _Stepping):
                 if final or not self._failed_reading_wins():
                     return
             self.threads = []
-            if not alive and not final and self._end_of_turn_begun():
-                return  # recovery waits to see whether the end of turn comes (it is no text)
+            if not alive and not final and (self._end_of_turn_begun() or self._later_call_undecided()):
+                return  # recovery waits to see whether the end of turn (no text) or a later call comes
             self._give_up()
         self._content_rest()
 

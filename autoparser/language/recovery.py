@@ -264,16 +264,20 @@ class _Recovery:
         # a reading that failed inside an end-of-turn marker (its first characters read as a
         # marker begun: `<` of `<|end|>` where `<` opens an argument) failed where that marker begins
         at = self._end_of_turn_around(best.pos, max(cut, self.safe))
+        # a later call begun where the reading failed, read as this call's text: read again from it
+        later = self._later_call_around(best, max(cut, self.safe), at) if best.resync_at < 0 else None
+        if later is not None:
+            at = later
         # whether the failed reading read text up to where it failed that is content now (emitted
         # already or not: whitespace a stream let out before the failure is the reading's too)
         # (an end-of-turn marker there aside: it is no text, read past below)
         read_up_to = at > cut and at + self.offset[0] > self.resumed_at and not self._end_of_turn_at(at)
         self.safe = max(self.safe, cut)
         # where the next call began (its marker read, not its name), the call failed in is that one, not kept
-        rest = self._rest_of_section(best, opened and not _next_call_begun(best, self.offset[0]))
+        rest = self._rest_of_section(best, opened and not _next_call_begun(best, self.offset[0]), later is not None)
         # reading the whole language again starts a character on, so that it cannot fail there again
         # (where a call broke off at a place a call may begin again, from that place)
-        again = at > self.safe or read_up_to or not self.buf or best.resync_at >= 0 or \
+        again = at > self.safe or read_up_to or not self.buf or best.resync_at >= 0 or later is not None or \
             (rest is not None and len(rest) == 1)
         # (an end-of-turn marker there is no text: the language is read again after it, as after
         # the language's own end)
@@ -347,19 +351,54 @@ class _Recovery:
         rest = self.buf[at:].strip()
         return rest in ("", *self.reader.end_of_turn) or (begun and begins_one(self.reader.end_of_turn, rest))
 
-    def _rest_of_section(self, t: _Thread, kept: bool) -> list[Any] | None:
+    def _later_call_around(self, t: _Thread, lowest: int, at: int) -> int | None:
+        """Where a later call begins (`ir.Language.resync`, whole or begun) in the text the
+        failed reading `t` read as its call's own, its name read, or where it stopped (`, get_weather`
+        before `(`, `, {"name"` after a JSON call left unclosed): None where none does, nor where
+        the language was read again from there already (a marker begun where a stream's text
+        ends: recovery waits, `_later_call_undecided`)."""
+        marks = self.reader.inner_resync
+        if marks is None or not _in_call(t):
+            return None
+        for start in self._later_call_places(t, lowest, at):
+            hit = marks.find_at(self.buf, start)
+            if hit is not None and start + len(hit[0]) >= at:
+                return start
+        return None
+
+    def _later_call_places(self, t: _Thread, lowest: int, at: int) -> range:
+        """Where a later call read as the failed reading's call may begin: after where that call
+        began (its own opener is no later call's), up to where it failed, not where the language
+        was read again from already."""
+        marks = self.reader.inner_resync
+        lowest = max(lowest, t.call_from + 1, at - marks.longest + 1, self.resumed_at - self.offset[0] + 1)
+        return range(lowest, min(at, len(self.buf) - 1) + 1)
+
+    def _later_call_undecided(self) -> bool:
+        """Whether the text from a place where the failed reading recovery would go on from may
+        have read a later call's beginning as its call's own ends with what may yet be one
+        (`_later_call_around`): recovery waits until it is whole or is none, as when the text
+        is read whole."""
+        dead, marks = self.dead, self.reader.inner_resync
+        if dead is None or marks is None or not _in_call(dead[0]):
+            return False
+        t = dead[0]
+        return any(marks.is_prefix(self.buf, start) for start in self._later_call_places(t, self.safe, t.pos))
+
+    def _rest_of_section(self, t: _Thread, kept: bool, later: bool = False) -> list[Any] | None:
         """Where a reading that failed inside a call goes on: the call's text up to its end marker
         is content, and the section goes on after it (more calls, its end). The end marker is
         markup where the call was `kept`, else text. After a failed first call, the section
         holds no call yet: read as text whole, or (where a later call in it is read whole, which
-        then wins) as the section going on."""
+        then wins) as the section going on. Where it failed in a `later` call begun, the text
+        goes on to where a later call begins, as where a call ends in punctuation."""
         after = t.after_call
         if after is None or not _below(t.stack, after[1]):
             return None
         first = not kept and not t.section_calls
         rest = self.reader.call_rest(after[0], after[1], kept)
         following = _without_spent_repeats(after[1], t.pos + self.offset[0])
-        if rest is None or first and is_weak(rest[2]):
+        if rest is None or later or first and is_weak(rest[2]):
             # punctuation ends no call reliably: the text goes on to where a later call may begin
             resync = self.reader.resync_rest(after)
             if resync is None:
@@ -440,6 +479,11 @@ class _Recovery:
         self._restore()
         self.out.add_content(self.buf[self.safe:])
         self.buf, self.safe = "", 0
+
+
+def _in_call(t: _Thread) -> bool:
+    """Whether a failed reading broke inside a call whose name it read, in its section."""
+    return t.call.name is not None and t.after_call is not None and _below(t.stack, t.after_call[1])
 
 
 def _next_call_begun(t: _Thread, offset: int) -> bool:

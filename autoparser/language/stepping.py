@@ -155,7 +155,7 @@ class _Stepping:
             self._json(t, node)
         elif cls is ir.PyValue:
             self._value(t, node)
-            t.head = _PyValue(node, self.reader.quoted_breaks(node.spelling))
+            t.head = _PyValue(node, self.reader.quoted_breaks(node.spelling), self.reader.inner_resync)
         elif cls is ir.RawString:
             self._value(t, node)
             t.stack = (node.text, t.stack)

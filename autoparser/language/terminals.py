@@ -10,6 +10,7 @@ Fast paths: free text is searched for its stop markers with one regular expressi
 
 from __future__ import annotations
 
+import copy
 import re
 from functools import lru_cache
 from typing import Any
@@ -428,14 +429,7 @@ class _JsonValue:
         return twin
 
     def _resync_at(self, buf: str, start: int, final: bool) -> int | None:
-        """Where the first place a call may begin again stands from `start` on, or (more to come)
-        where the text ends with what may yet be one; None where neither."""
-        hit = self.resync.find(buf, start)
-        if not final:
-            held = self.resync.safe_end(buf, start)
-            if held < len(buf) and (hit is None or held < hit[0]):
-                return held
-        return hit[0] if hit is not None else None
+        return _resync_stop(self.resync, buf, start, final)
 
     def _read(self, t: _Thread, buf: str, final: bool) -> int:
         start = t.pos
@@ -570,6 +564,17 @@ def _word_end(spelling: ir.Spelling) -> re.Pattern[str]:
     return re.compile(f"[^\\s{re.escape(spelling.quotes + spelling.closes + spelling.separators)}]*")
 
 
+def _resync_stop(resync: MarkerSet, buf: str, start: int, final: bool) -> int | None:
+    """Where the first place a call may begin again stands from `start` on, or (more to come)
+    where the text ends with what may yet be one; None where neither."""
+    hit = resync.find(buf, start)
+    if not final:
+        held = resync.safe_end(buf, start)
+        if held < len(buf) and (hit is None or held < hit[0]):
+            return held
+    return hit[0] if hit is not None else None
+
+
 class _PyValue:
     """A literal value as its `ir.Spelling` writes it: quoted text, a bracketed value, or a bare
     word. A quoted value's closing quote ends it in one reading, and is a quote inside it in
@@ -581,9 +586,10 @@ class _PyValue:
     value or as text), wherever the chunks end: until the marker is whole or is not one, the
     beginning of one at the end of the text is not read."""
 
-    __slots__ = ("spelling", "word", "depth", "quote", "started", "outer", "opened", "breaks", "passed")
+    __slots__ = ("spelling", "word", "depth", "quote", "started", "outer", "opened", "breaks", "passed", "resync",
+                 "met", "broken")
 
-    def __init__(self, node: ir.PyValue, breaks: MarkerSet | None = None) -> None:
+    def __init__(self, node: ir.PyValue, breaks: MarkerSet | None = None, resync: MarkerSet | None = None) -> None:
         self.spelling = node.spelling
         self.word = _word_end(node.spelling)
         self.depth = 0
@@ -593,8 +599,40 @@ class _PyValue:
         self.opened = False  # the value begins with a quote or a bracket (not a bare word)
         self.breaks = breaks
         self.passed = False  # a quote that may have closed the value was read as its text
+        self.resync = resync  # where a call may begin again (`LanguageReader.inner_resync`)
+        self.met = -1  # the last of them met inside the quoted value (absolute)
+        self.broken = False  # the reading broke off there (`BREAK`): it fails
 
-    def step(self, t: _Thread, buf: str, final: bool) -> int:  # noqa: C901 - one case per character kind
+    def step(self, t: _Thread, buf: str, final: bool) -> int:
+        """As `_JsonValue` does in a JSON string, a quoted value read up to where a call may
+        begin again inside it forks a reading that breaks off the call there (`BREAK`), kept
+        should the others fail further on in that call. Its quote read where such a place was
+        met inside it closes it: a string whose quotes were left unescaped does not hold the
+        beginning of a later call too."""
+        if self.broken:
+            return FAIL
+        if self.resync is None or self.passed:
+            return self._step(t, buf, final)
+        stop = _resync_stop(self.resync, buf, max(t.pos, self.met - t.offset[0] + 1), final)
+        if stop is None:
+            return self._step(t, buf, final)
+        status = self._step(t, buf[:stop], False)
+        if status != MORE:
+            return status
+        if t.pos < stop or not (self.quote and self.outer):
+            return self._step(t, buf, final)
+        if self.resync.find_at(buf, stop) is None:
+            return MORE  # what may yet be one ends the text
+        self.met = stop + t.offset[0]
+        return BREAK
+
+    def broken_copy(self) -> _PyValue:
+        """This value as read so far, for the reading that breaks off here (`BREAK`)."""
+        twin = copy.copy(self)
+        twin.broken = True
+        return twin
+
+    def _step(self, t: _Thread, buf: str, final: bool) -> int:  # noqa: C901 - one case per character kind
         pos, end = t.pos, len(buf)
         spelling = self.spelling
         while pos < end:
@@ -610,6 +648,8 @@ class _PyValue:
                             return FAIL
                         t.value_text(buf[t.pos:pos], True)
                         t.pos = pos
+                        if self.met >= 0:
+                            return DONE  # it held where a call may begin again: the quote closes it
                         self.passed = self.breaks is not None
                         return SPLIT
                     self.quote = ""
@@ -661,6 +701,10 @@ class _PyValue:
             return False
         t.value_text(buf[t.pos:hit[0]], True)
         t.pos = hit[0]
+        if hit[2] == "resync" and buf[hit[0] - 1:hit[0]] != self.quote:
+            # a later call begins inside the string: it broke off there (right after the quote,
+            # the quote closed it, as the reading that ended the value there reads)
+            t.resync_at = hit[0] + t.offset[0]
         return True
 
 

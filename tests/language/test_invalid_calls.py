@@ -515,3 +515,50 @@ def test_a_valid_string_holding_the_next_calls_separator_is_its_value(family: st
     assert analyses.calls(message) == [("get_weather", {"city": value}), PAIR[1]]
     assert not any(c.get("incomplete") for c in message["tool_calls"])
     _every_way(parser, text)
+
+
+# -- a broken call, then valid ones, in every format (`tools/broken_call_probe.py`) ------------------
+
+probe = corpora.tool_module("broken_call_probe")
+CALL_LISTS = {  # formats whose calls are the elements of a list, Python calls or JSON call objects
+    "lfm2_python": analyses.lfm2_python,
+    "paren_python_calls": lambda: autoparser.load(str(FIXTURE)),
+    "tag_list_calls": lambda: autoparser.load(str(FIXTURE.with_name("tag_list_calls.jinja"))),
+    "minicpm3_kwargs": analyses.minicpm3_kwargs,
+    "bare_json_array": analyses.bare_json_array,
+    "mistral_array": analyses.mistral_array,
+}
+
+
+@pytest.mark.parametrize("how", ["no-value", "bad-value", "no-close", "junk-name", "open-quote"])
+@pytest.mark.parametrize("family", sorted(CALL_LISTS))
+def test_the_calls_after_a_broken_one_in_a_list_are_kept(family: str, how: str) -> None:
+    """Three calls in a list, the first broken (its value left out, a stray bracket after it, its
+    closing left out, a character no name holds in its name, its closing quote left out): the
+    two after it are calls, whole, however the output streams, and nothing is lost. A quoted
+    value or a call read on over where a later call begins (`, get_weather`, `, {"name"`) broke
+    off there (`ir.Language.resync`): the later call is read from there, the broken one keeps
+    what it had, incomplete."""
+    analysis = CALL_LISTS[family]()
+    text = analyses.render_output(analysis, None, calls=probe.CALLS)
+    broken = dict(probe.breakings(analysis, text)).get(how)
+    if broken is None:
+        pytest.skip("the format's values are not quoted")
+    parser = analysis.parser(tools=WEATHER_TOOLS)
+    assert probe.failures(analysis, parser, broken) == []
+    message = analyses.whole_checked_by_streams(parser, broken)
+    assert "Paris" not in (message["content"] or "")
+    if (family, how) != ("minicpm3_kwargs", "no-close"):  # (a call a line: its line break closes it)
+        assert all(call.get("incomplete") for call in message["tool_calls"][:-2]), message
+
+
+@pytest.mark.parametrize("family", ["lfm2_python", "paren_python_calls", "tag_list_calls"])
+def test_where_a_later_call_would_begin_a_valid_quoted_value_is_kept(family: str) -> None:
+    """Only a value that breaks goes back to where a later call would begin inside it: quoted
+    whole, `, get_weather` is the value's text, streamed or not."""
+    analysis = CALL_LISTS[family]()
+    value = "Oslo, get_weather(city=Bergen)"
+    text = analyses.render_output(analysis, None, calls=[("get_weather", {"city": value}), probe.CALLS[2]])
+    message = analyses.whole_checked_by_streams(analysis.parser(tools=WEATHER_TOOLS), text)
+    assert analyses.calls(message) == [("get_weather", {"city": value}), probe.CALLS[2]]
+    assert not any(call.get("incomplete") for call in message["tool_calls"])
