@@ -6,10 +6,9 @@ and call openers, every marker cut one character short and repeated, the call cu
 parts and repeated, `{` runs, long unclosed keys, names and strings, an unfinished call header
 again and again (also with a name that breaks, and an opener followed by the end of turn), `[`
 again and again after a whole call, `[`, `{"a": ` and `[{"a": ` nesting in a value (cut off, and
-complete). Each is parsed whole and
-streamed in 16-character chunks at 100 KB and at 1 MB. Linear time gives a 1 MB / 100 KB ratio
-near 10; the benchmark fails (exit 1) when any ratio exceeds 12, or when a stream's message
-differs from the whole parse of the same text.
+complete). Each is parsed whole and streamed in 16-character chunks at 100 KB and at 1 MB.
+Linear time gives a 1 MB / 100 KB ratio near 10; the benchmark fails (exit 1) when any ratio
+exceeds 12, or when a stream's message differs from the whole parse of the same text.
 
 Times are CPU time of this process (`time.process_time`), the small size best of three runs,
 so that other work on a shared machine disturbs them less, and either size best of as many runs
