@@ -147,6 +147,10 @@ class _Recovery:
         pending = self._dead_pending()
         if pending is None:
             return agreed
+        call = self.dead[0].call
+        if call.started and not call.confirmed:
+            # recovery from it makes that call text (`_give_up`): from its start, it emits none of its events
+            pending = pending[:_last_call(pending, len(pending))]
         shared = 0
         while shared < min(agreed, len(pending)) and events[shared] == pending[shared]:
             shared += 1

@@ -732,3 +732,20 @@ def test_the_rest_given_back_where_no_reading_is_left_holds_no_end_of_turn_marke
         stream.fallback = True
         assert ["".join(d.get("content", "") for d in stream.feed(piece)) for piece in pieces] + \
             ["".join(d.get("content", "") for d in stream.finish())] == shown, pieces
+
+
+@pytest.mark.parametrize("tail", ["</inv>", "</inv>oke>\n</tool_calls><|end|>", "</invoke", "<city>Paris</city>\n</inv>"])
+def test_a_call_a_failed_reading_kept_as_text_is_not_let_out_by_a_reading_that_closed_it(tail: str) -> None:
+    """Tagged `<invoke name="f">` calls, then a broken end marker. One reading opened an argument
+    at `<` and failed at once (its call not begun well: recovery from it makes the call text);
+    another closed the call's empty arguments and waits for `</invoke>`. Read whole, both fail
+    in one pass and recovery goes on from the first; where a chunk ended inside `</inv`, the
+    second was the only one left and its call, shared with the first's events, went out before
+    it failed (found by the fuzzer, seed 21). Events shared with a failed reading are let out
+    only up to its call's start where that call is not yet known to be one."""
+    analysis = analyses.keyed_tags()
+    parser = analysis.parser(tools=WEATHER_TOOLS, thinking=True)
+    text = 'x<tool_calls>\n<invoke name="get_weather">\n' + tail
+    whole = _agrees_whole_and_streamed(parser, text)
+    for size in (2, 4, 7):
+        assert without_generated_ids(streamed(parser, text, size)[0]) == whole, size
