@@ -141,6 +141,19 @@ def losses_at_every_cut(output: str, parse: Callable[[str], dict[str, Any]], pat
 
 # -- letters and digits ---------------------------------------------------------------------------
 
+def key_alone_pattern(analysis: Any) -> str | None:
+    """Where a key is an element of its own and the value's opener follows its closing tag
+    (`<arg_key>k</arg_key>\n<arg_value>`), a key element closed with something else after it: the
+    language reads it as a member with no value, markup the call consumes (`key_alone`); None for
+    any other format."""
+    t = analysis.tools
+    closer, _, opener = t.arg_key_end.strip().partition(">")
+    if not t.arg_start.strip() or not closer.startswith("</") or not opener.strip():
+        return None
+    return (rf"{re.escape(t.arg_start.strip())}[^<>\s]+{re.escape(closer + '>')}"
+            rf"(?!\s*{re.escape(opener.strip())})(?=\s*\S)")
+
+
 @_once_per_analysis
 def marker_texts(analysis: Any) -> list[str]:
     """The markers the analysis names, as written (a call index in the name's end marker left out)."""

@@ -4,11 +4,11 @@ For each output format family of the corpora, hostile outputs are built from the
 markers and from a real rendered tool call (the round-trip "one_call" output): repeated section
 and call openers, every marker cut one character short and repeated, the call cut at each of its
 parts and repeated, `{` runs, long unclosed keys, names and strings, an unfinished call header
-again and again (also with a name that breaks, and an opener followed by the end of turn), `[`,
-`{"a": ` and `[{"a": ` nesting in a value (cut off, and complete). Each is parsed whole and
-streamed in 16-character chunks at 100 KB and at 1 MB. Linear time gives a 1 MB / 100 KB ratio
-near 10; the benchmark fails (exit 1) when any ratio exceeds 12, or when a stream's message
-differs from the whole parse of the same text.
+again and again (also with a name that breaks, and an opener followed by the end of turn), `[`
+again and again after a whole call, `[`, `{"a": ` and `[{"a": ` nesting in a value (cut off, and
+complete). Each is parsed whole and streamed in 16-character chunks at 100 KB and at 1 MB.
+Linear time gives a 1 MB / 100 KB ratio near 10; the benchmark fails (exit 1) when any ratio
+exceeds 12, or when a stream's message differs from the whole parse of the same text.
 
 Times are CPU time of this process (`time.process_time`), the small size best of three runs,
 so that other work on a shared machine disturbs them less, and either size best of as many runs
@@ -149,6 +149,8 @@ def adversarial_cases(data: dict, output: str) -> list[Case]:
         key_at = output.find("location")
         value_at = output.find("Paris")
         cases.append(Case("repeated calls", "", output + "\n"))
+        # after a whole call, `[` again and again: each may open a bare array of calls again
+        cases.append(Case("[ run after a call", output, "["))
         if name_at >= 0:
             cases.append(Case("long name", output[:name_at], "get_weather"))
             cases.append(Case("repeated header to name", "", output[:name_at]))

@@ -48,7 +48,7 @@ sys.path.insert(0, str(REPO / "tools"))
 import analyses  # noqa: E402
 from analyses import joined_deltas, without_generated_ids, without_incomplete_flags  # noqa: E402
 from holdback_report import BOUND, most_held, plain_cases  # noqa: E402
-from unplaced import lost_letters, marker_patterns, marker_texts  # noqa: E402
+from unplaced import key_alone_pattern, lost_letters, marker_patterns, marker_texts  # noqa: E402
 
 import autoparser  # noqa: E402
 from autoparser.render import TemplateRenderError  # noqa: E402
@@ -320,6 +320,10 @@ class Check:
         if len(text) <= LOST_UP_TO:
             # markers are markup, holes and all (`<|open|>argument key="{key}" type="{type}"`)
             unmarked = self.marker.sub(" ", text) if self.markers else text
+            alone = key_alone_pattern(self.target.analysis)
+            if alone:  # a key closed with no value after it adds nothing to the arguments
+                unmarked = re.sub(alone, " ", text)
+                unmarked = self.marker.sub(" ", unmarked) if self.markers else unmarked
             lost = lost_letters(self.target.analysis, unmarked, whole)
             if lost:
                 self.record("lost", f"{''.join(sorted(lost.elements()))[:200]} from {_short(whole)}")
@@ -349,12 +353,24 @@ class Check:
 
 def end_of_turn_in_text(analysis: Any, text: str, message: dict[str, Any]) -> str | None:
     """The end-of-turn marker the message's reasoning or content holds as text, where the output
-    holds one that its end-of-turn markers, left out, do not make up (None where none)."""
+    holds one that its markers, left out, do not make up (None where none): the end-of-turn
+    markers (`<|im_e<|im_end|>nd|>`, `<|eo<|eom_id|>t_id|>`), and those as well as the other
+    markers, which may be markup (`<|im_e◁/think▷nd|>`)."""
     texts = (message.get("reasoning_content") or "") + "\0" + (message.get("content") or "")
-    for end in sorted({stop.strip() for stop in analysis.stop if stop.strip()}):
-        if end in texts and end not in text.replace(end, ""):
+    ends = sorted({stop.strip() for stop in analysis.stop if stop.strip()}, key=len, reverse=True)
+    unmarked = _without(text, ends)
+    unmarkup = _without(text, longest_first(marker_texts(analysis) + ends))
+    for end in ends:
+        if end in texts and end not in unmarked and end not in unmarkup:
             return end
     return None
+
+
+def _without(text: str, markers: list[str]) -> str:
+    """`text` with the `markers` (longest first) left out in one pass: the text they leave, joined,
+    is not searched again."""
+    markers = [m for m in markers if m]
+    return re.sub("|".join(map(re.escape, markers)), "", text) if markers else text
 
 
 def holdback_excess(target: Target, parser: Any) -> list[str]:

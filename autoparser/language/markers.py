@@ -192,6 +192,11 @@ class MarkerSet:
         if self.first_chars is None or self.longest <= 1:
             return end
         start = max(pos, end - self.longest + 1)
+        if self.prefix_pattern is not None:
+            # one search: a run of a marker's first character (`[[[[` where a marker may have
+            # whitespace inside) is not tried in the reader, one `is_prefix` a place
+            match = self.prefix_pattern.search(text, start)
+            return end if match is None else match.start()
         search = self.first_chars.search
         while True:
             match = search(text, start)

@@ -7,11 +7,12 @@ A mixin of `interpret.LanguageStream`; standard library only.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from autoparser.language import ir
 from autoparser.language.jsonscan import is_whole_json
-from autoparser.language.markers import begins_one, exact_at
+from autoparser.language.markers import begins_one, exact_at, hold_for
 from autoparser.language.preference import (
     _broke_in_calls,
     _calls_begun,
@@ -146,6 +147,10 @@ class _Recovery:
         pending = self._dead_pending()
         if pending is None:
             return agreed
+        call = self.dead[0].call
+        if call.started and not call.confirmed:
+            # recovery from it makes that call text (`_give_up`): from its start, it emits none of its events
+            pending = pending[:_last_call(pending, len(pending))]
         shared = 0
         while shared < min(agreed, len(pending)) and events[shared] == pending[shared]:
             shared += 1
@@ -285,7 +290,13 @@ class _Recovery:
         failed = at if again else self.safe + (turn_end or 1)
         if read_whole and at > self.safe and not withdrawn:
             self.safe = failed  # the language was read whole: what follows is read again
-        self.out.add_content(self.buf[self.safe:failed - turn_end])
+        given = self.buf[self.safe:failed - turn_end]
+        if self.finished and failed - turn_end >= len(self.buf):
+            # an end-of-turn marker a failed reading read as its own text, ending the output, is
+            # no text either (a call's arguments that never began well, read to the end), as
+            # where a call is cut off (`_cut_off`)
+            given = self._without_end_of_turn_at_end(given)
+        self.out.add_content(given)
         self.safe = failed
         if self.finished and failed >= len(self.buf):
             self.fallback = True  # it failed at the end of the output: nothing is left to read again
@@ -340,9 +351,20 @@ class _Recovery:
         return len(exact_at(self.reader.end_of_turn, self.buf, at) or "")
 
     def _without_end_of_turn(self, text: str) -> str:
-        """`text` with the end-of-turn markers it holds left out."""
+        """`text` with the end-of-turn markers it holds left out, in one pass: the text around one
+        that makes up another (`<|eo<|eom_id|>t_id|>`) is text, as the language reads it."""
+        for index, end in enumerate(self.reader.end_of_turn):
+            if end in text:
+                rest = self.reader.end_of_turn[index:]
+                return "".join(re.split("|".join(map(re.escape, rest)), text))
+        return text
+
+    def _without_end_of_turn_at_end(self, text: str) -> str:
+        """`text` without the end-of-turn marker it ends with (whitespace after it aside)."""
+        kept = text.rstrip()
         for end in self.reader.end_of_turn:
-            text = text.replace(end, "")
+            if kept.endswith(end):
+                return kept[:-len(end)]
         return text
 
     def _only_end_of_turn_from(self, at: int, begun: bool = False) -> bool:
@@ -476,9 +498,24 @@ class _Recovery:
         return bool(self.out.calls) and is_whole_json(self.out.calls[-1].arguments())
 
     def _content_rest(self) -> None:
+        """No reading continues: the rest of the text is content, its end-of-turn markers no text,
+        as in the language's own content (`LanguageReader._content_to`) and in a call cut off
+        (`_cut_off`). Until the output ends, what may still grow into such a marker is held."""
         self._restore()
-        self.out.add_content(self.buf[self.safe:])
-        self.buf, self.safe = "", 0
+        rest = self.buf[self.safe:]
+        held = len(rest) if self.finished else self._end_of_turn_held(rest)
+        self.out.add_content(self._without_end_of_turn(rest[:held]))
+        self.buf, self.safe = rest[held:], 0
+
+    def _end_of_turn_held(self, text: str) -> int:
+        """Where the end of `text` that may still be or become an end-of-turn marker begins (the
+        end of `text` where none may)."""
+        held = min((hold_for(text, 0, end) for end in self.reader.end_of_turn), default=len(text))
+        for end in self.reader.end_of_turn:  # a marker whole across that place is held whole
+            at = text.find(end, max(held - len(end) + 1, 0))
+            if 0 <= at < held < at + len(end):
+                held = at
+        return held
 
 
 def _in_call(t: _Thread) -> bool:

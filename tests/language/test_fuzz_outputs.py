@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import analyses
+import pytest
 from corpora import tool_module
 
 fuzz = tool_module("fuzz_outputs")
@@ -93,6 +94,34 @@ def test_the_checks_report_an_end_of_turn_marker_in_the_content() -> None:
     check.run("Hi.<|im_end|>", random.Random(0))
     assert [kind for kind, _ in found] == ["end-of-turn-text"]
     assert fuzz.end_of_turn_in_text(analysis, "<|im_e<|im_end|>nd|>", {"content": "<|im_end|>"}) is None
+
+
+@pytest.mark.parametrize(("family", "output", "content"), [
+    ("llama31", "<|eo<|eom_id|>t_id|>", "<|eot_id|>"),  # another end-of-turn marker left out makes it up
+    ("kimi_k15", "<|im_e◁/think▷nd|>", "<|im_end|>"),  # the reasoning's end marker, markup, left out
+])
+def test_an_end_of_turn_marker_that_the_markers_left_out_make_up_is_no_finding(
+        family: str, output: str, content: str) -> None:
+    """The text around a marker the language reads as markup is text, joined: where it spells an
+    end-of-turn marker, the output wrote it so (found by the fuzzer at seeds 1 and 7)."""
+    analysis = analyses.FAMILIES[family]()
+    message = analysis.parser(thinking=True).parse(output)
+    assert message["content"] == content
+    assert fuzz.end_of_turn_in_text(analysis, output, message) is None
+    # the marker written whole, returned as text, is one
+    assert fuzz.end_of_turn_in_text(analysis, content, {"content": content}) == content
+
+
+def test_a_key_closed_with_no_value_after_it_is_no_lost_text() -> None:
+    """GLM-4.5: `<arg_key>n</arg_key>` then no `<arg_value>` (a broken one): the language reads the
+    key alone as a member with no value (`key_alone`), markup the call consumes, not text lost."""
+    analysis = analyses.glm45()
+    found: list[tuple[str, str]] = []
+    check = fuzz.Check(fuzz.Target("glm45", analysis), analysis.parser(tools=fuzz.TOOLS, thinking=True),
+                       fuzz.marker_patterns(analysis), lambda kind, detail: found.append((kind, detail)), 60.0, 1.0)
+    check.run('<tool_call>run_code\n<arg_key>n</arg_key>\n<arg_vmalue>-12500.0</arg_value>\n</tool_call><|user|>',
+              random.Random(0))
+    assert found == []
 
 
 def test_a_seed_and_a_count_repeat_the_same_outputs_and_findings_whatever_the_hash_seed(tmp_path: Path) -> None:

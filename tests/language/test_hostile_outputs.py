@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import json
+import random
 import time
 from collections.abc import Callable
 
@@ -18,6 +19,7 @@ from unplaced import losses_at_every_cut, marker_patterns
 import autoparser
 from autoparser.language import passes
 from autoparser.language.build_generation import MAX_KEY
+from autoparser.language.markers import MarkerSet
 from autoparser.language.policy import UNDECIDED_LIMIT
 from autoparser.language.reading import Parser
 from autoparser.language.readings import _Thread
@@ -646,3 +648,104 @@ def test_a_gemma4_call_cut_off_by_the_end_of_turn_keeps_the_marker_out_of_the_co
     assert whole["content"] is None, whole
     [call] = whole["tool_calls"]
     assert call["incomplete"] and json.loads(call["function"]["arguments"]) == value
+
+
+def _safe_end_place_by_place(markers: MarkerSet, text: str, pos: int) -> int:
+    """`MarkerSet.safe_end` as its definition says: the first place, of those a marker may still
+    begin at (the last `longest - 1` characters), from which the text may grow into one."""
+    for at in range(max(pos, len(text) - markers.longest + 1), len(text)):
+        if markers.is_prefix(text, at):
+            return at
+    return len(text)
+
+
+def test_the_end_held_for_markers_with_whitespace_inside_is_where_one_place_at_a_time_finds_it() -> None:
+    """Markers that may hold whitespace inside (`[ {"name"`) are held with one search from where
+    one may begin, not a place at a time: a run of their first character (`[[[[` after a bare
+    JSON array of calls) held each place of the last hundred or so at each step."""
+    markers = MarkerSet({'[{"name"': "call", "<tool_call>\n{": "call", "</x>": "end"})
+    assert markers.prefix_pattern is not None
+    rng = random.Random(25)
+    for _ in range(3000):
+        text = "".join(rng.choice(['[', '{', '"', "name", " ", "\n", "<tool_call>", "<", "a", "</x"])
+                       for _ in range(rng.randint(0, 40)))
+        pos = rng.randint(0, len(text))
+        assert markers.safe_end(text, pos) == _safe_end_place_by_place(markers, text, pos), (text, pos)
+
+
+def test_a_bracket_run_after_a_bare_array_of_calls_streams_as_read_whole() -> None:
+    """The bare JSON array (xLAM): a call, then `[` again and again; each may open the calls
+    again, so the answer's text stops at each. Found slow by the fuzzer (2,133 characters, 2.5 s
+    whole on a busy machine); the stream gives the whole parse's message."""
+    analysis = analyses.bare_json_array()
+    parser = analysis.parser(tools=WEATHER_TOOLS)
+    output = analyses.render_output(analysis, None, "Sure.", [("get_weather", {"location": "Paris"})], stop=False)
+    text = output + "[" * 3000
+    whole = without_generated_ids(parser.parse(text))
+    assert [c["function"]["name"] for c in whole["tool_calls"]] == ["get_weather"]
+    assert whole["content"] == "Sure." + "[" * 3000
+    for size in (1, 16):
+        assert without_generated_ids(streamed(parser, text, size)[0]) == whole, size
+
+
+DSML_END = "<｜end▁of▁sentence｜>"
+
+
+@pytest.mark.parametrize("family", ["deepseek_v32", "deepseek_v4"])
+@pytest.mark.parametrize("after", ['">', '">\n</｜DSML｜invoke>', '">\n</｜DSML｜invoke>\n</｜DSML｜{section}>'])
+def test_an_end_of_turn_that_a_call_never_begun_well_read_as_its_own_is_no_text(family: str, after: str) -> None:
+    """DeepSeek V3.2 / V4 DSML: a call's header, `">` written twice, then the end of turn. The
+    reading of that call read on to the end of the output (the end of turn as its arguments'
+    text) and its call is text: what recovery gives back as content holds no end-of-turn
+    marker, as the language's own content does not (found by the fuzzer, seed 21)."""
+    analysis = analyses.FAMILIES[family]()
+    parser = analysis.parser(tools=WEATHER_TOOLS, thinking=False)
+    section = analysis.tools.section_start.strip()
+    head = f'{section}\n<｜DSML｜invoke name="get_weather">'
+    text = head + after.format(section=section[len("<｜DSML｜"):]) + DSML_END
+    whole = _agrees_whole_and_streamed(parser, text)
+    assert whole["content"] == text[:-len(DSML_END)]
+    assert whole["tool_calls"] == []
+    assert not losses_at_every_cut(text, parser.parse, marker_patterns(analysis))
+
+
+def test_the_rest_given_back_where_no_reading_is_left_holds_no_end_of_turn_marker() -> None:
+    """Where no reading is left and none failed to recover from, the rest of the output is
+    content (`_Recovery._content_rest`). The fuzzer met it only at the end of an output, with a
+    marker cut off as that rest (DeepSeek V4, `</｜DSML｜p`): that text is kept, streamed or whole.
+    The end-of-turn markers are no text there either, as in the language's own content, and
+    one that may still come is held until it is whole or is not one (the stream is put in that
+    state here: no output found reaches it before its end)."""
+    analysis = analyses.deepseek_v4()
+    parser = analysis.parser(tools=WEATHER_TOOLS, thinking=True)
+    text = ('</think>\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name="get_weather">\n'
+            '<｜DSML｜parameter name="days" string="false">3</｜DSML｜p')
+    whole = _agrees_whole_and_streamed(parser, text)
+    assert whole["content"] == "</｜DSML｜p"
+    assert [(c["function"]["arguments"], c.get("incomplete")) for c in whole["tool_calls"]] == [('{"days": 3}', True)]
+    hermes = analyses.hermes().parser()
+    for pieces, shown in (
+            (["a<|im_e", "nd|>b", "<|im_"], ["a", "b", "", "<|im_"]),  # held while it may be one
+            (["a<|im_end|>b<|im_", "x"], ["ab", "<|im_x", ""]),
+            (["a<|im_e<|im_end|>nd|>b"], ["a<|im_end|>b", ""])):  # the text around one is text
+        stream = hermes.stream()
+        stream.fallback = True
+        assert ["".join(d.get("content", "") for d in stream.feed(piece)) for piece in pieces] + \
+            ["".join(d.get("content", "") for d in stream.finish())] == shown, pieces
+
+
+@pytest.mark.parametrize("tail", ["</inv>", "</inv>oke>\n</tool_calls><|end|>", "</invoke", "<city>Paris</city>\n</inv>"])
+def test_a_call_a_failed_reading_kept_as_text_is_not_let_out_by_a_reading_that_closed_it(tail: str) -> None:
+    """Tagged `<invoke name="f">` calls, then a broken end marker. One reading opened an argument
+    at `<` and failed at once (its call not begun well: recovery from it makes the call text);
+    another closed the call's empty arguments and waits for `</invoke>`. Read whole, both fail
+    in one pass and recovery goes on from the first; where a chunk ended inside `</inv`, the
+    second was the only one left and its call, shared with the first's events, went out before
+    it failed (found by the fuzzer, seed 21). Events shared with a failed reading are let out
+    only up to its call's start where that call is not yet known to be one."""
+    analysis = analyses.keyed_tags()
+    parser = analysis.parser(tools=WEATHER_TOOLS, thinking=True)
+    text = 'x<tool_calls>\n<invoke name="get_weather">\n' + tail
+    whole = _agrees_whole_and_streamed(parser, text)
+    for size in (2, 4, 7):
+        assert without_generated_ids(streamed(parser, text, size)[0]) == whole, size
