@@ -370,7 +370,8 @@ class AfterReasoning:
 
 class ReasoningSplit:
     """Cuts raw output into reasoning and the rest where autoparser's reading does
-    (`ReasoningCut`), in linear time; the rest is then read with no reasoning at all.
+    (`ReasoningCut`), in linear time; the rest is then read as the answer after reasoning
+    (`ServedModel.answer_reader`), or with no reasoning at all (`ServedModel.answer_parser`).
 
     From the start state: inside reasoning the prompt opened (a start marker the output repeats
     first is dropped); free to open it with the start marker (an end marker alone first is an
