@@ -5,7 +5,8 @@ analysis (`analyses.render_output`), the outputs a served model writes whatever 
 shows in history: an answer, reasoning then an answer, reasoning then calls, reasoning then an
 answer then a call, an answer then a call, one call, and two calls where the format has them.
 R1-family templates, which drop reasoning from history so that no round trip applies, get the
-latter. The tests compare what a plugin composed as its engine composes it returns with
+latter. Where the template's reasoning may be reopened inside the answer, outputs with a reasoning
+block after answer text and after calls too. The tests compare what a plugin composed as its engine composes it returns with
 autoparser's own parse of the same output.
 """
 
@@ -18,9 +19,10 @@ from typing import Any
 
 import pytest
 from analyses import render_output
-from corpora import all_templates
+from corpora import REPO, all_templates, llamacpp_templates
 
 import autoparser
+from autoparser.language.build import Request, reasoning_cut
 from autoparser.render import TemplateRenderError
 from autoparser.roundtrip import TOOLS, probe_messages, run_case
 
@@ -98,7 +100,40 @@ def _written_cases(analysis: Any) -> list[Case]:
         thinking = True if reasoning is not None else None
         output = render_output(analysis, reasoning, content, calls, thinking=thinking, stop=False)
         found.append(Case(f"written-{name}", output, thinking, _prompt(analysis, thinking), tuple(USER), bool(calls)))
+    return found + _in_answer_cases(analysis)
+
+
+def _in_answer_cases(analysis: Any) -> list[Case]:
+    """Where the template's reasoning may be reopened inside the answer (`ReasoningCut.in_answer`):
+    a block after answer text, after reasoning and answer text, and after calls."""
+    if not reasoning_cut(analysis, Request(thinking=True)).in_answer:
+        return []
+    r = analysis.reasoning
+    block = r.start + "Let me check again." + r.end
+    shapes = [("reasoning-answer-reasoning-answer", "The user wants the weather.", "It is usually mild.", [],
+               "Mostly sunny.")]
+    shapes.append(("reasoning-call-reasoning-answer", "I should call a tool.", "", [WEATHER], "Here it is."))
+    found = []
+    for name, reasoning, content, calls, after in shapes:
+        output = render_output(analysis, reasoning, content, calls, thinking=True, stop=False) + block + after
+        prompt = _prompt(analysis, True)
+        emptied = render_output(analysis, "", content, calls, thinking=True, stop=False) + block + after
+        if calls and not _block_read_alike(analysis, prompt, output, emptied):
+            continue
+        found.append(Case(f"written-{name}", output, True, prompt, tuple(USER), bool(calls)))
+    if not r.forced_open:  # the answer first, no reasoning before it
+        output = "It is usually mild." + block + "Mostly sunny."
+        found.append(Case("written-answer-reasoning-answer", output, None, _prompt(analysis, None), tuple(USER), False))
     return found
+
+
+def _block_read_alike(analysis: Any, prompt: str | None, output: str, emptied: str) -> bool:
+    """Whether autoparser's parse reads the block after the calls alike whatever the reasoning
+    first in the output holds: for some templates (DeepSeek-R1's, Kimi-K2-Thinking's) it is
+    reasoning after an empty block but content after a written one. The engines' tool stage
+    reads the answer after a reasoning it no longer sees, so such outputs are left out here."""
+    parser = analysis.parser(tools=TOOLS, thinking=True, prompt=prompt)
+    return parser.parse(output)["content"] == parser.parse(emptied)["content"]
 
 
 def cases_of(analysis: Any) -> list[Case]:
@@ -133,3 +168,44 @@ def chunkings(text: str, markers: list[str]) -> dict[str, list[str]]:
     tokens += [plain[i:i + 5] for i in range(0, len(plain), 5)]
     found["markers-alone"] = tokens
     return found
+
+
+GEMMA4_CALL = '<|tool_call>call:get_weather{location:<|"|>Paris<|"|>}<tool_call|>'
+QWEN3_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"location": "Paris"}}\n</tool_call>'
+V31_CALL = ("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"location\": \"Paris\"}"
+            "<｜tool▁call▁end｜><｜tool▁calls▁end｜>")
+FIXTURE_CALL = '<<act>>{"name": "get_weather", "arguments": {"location": "Paris"}}<</act>>'
+# Reasoning blocks written inside the answer, after answer text or reopened after calls:
+# (template, output, thinking, the reasoning autoparser reads, the content)
+IN_ANSWER = [
+    ("google-gemma-4-31B-it.jinja", "Before\n<|channel>thought\nX<channel|>\nRest", True, "X", "Before\n\nRest"),
+    ("google-gemma-4-31B-it.jinja", f"Before\n<|channel>thought\nX<channel|>{GEMMA4_CALL}", True, "X", "Before"),
+    ("google-gemma-4-31B-it-interleaved.jinja", "Before\n<|channel>thought\nX<channel|>\nRest", True, "X",
+     "Before\n\nRest"),
+    ("google-gemma-4-31B-it-interleaved.jinja", f"<|channel>thought\nA<channel|>{GEMMA4_CALL}"
+     "<|channel>thought\nB<channel|>Done", True, "A\nB", "Done"),
+    ("Qwen-Qwen3-0.6B.jinja", "Answer <think>r</think> more", None, "r", "Answer  more"),
+    ("Qwen-Qwen3-0.6B.jinja", f"Answer <think>r</think> more\n{QWEN3_CALL}", True, "r", "Answer  more"),
+    ("deepseek-ai-DeepSeek-V3.1.jinja", "a</think>Answer<think>r</think> more", True, "ar", "Answer more"),
+    ("deepseek-ai-DeepSeek-V3.1.jinja", f"a</think>{V31_CALL}<think>r</think>Done.", True, "ar", "Done."),
+    ("reasoning_after_answer.jinja", "Before <<weigh>>r<</weigh>> after", None, "r", "Before  after"),
+    ("reasoning_after_answer.jinja", f"<<weigh>>a<</weigh>>Before <<weigh>>r<</weigh>>\n{FIXTURE_CALL}", True, "ar",
+     "Before"),
+]
+
+# each engine stage trims the reasoning it reads: whitespace between the reasoning the output
+# began with and a block inside the answer (Gemma 4's channel opens with a newline) is not served
+SERVED_REASONING = {"A\nB": "AB"}
+
+
+def in_answer_analysis(name: str) -> Any:
+    """The analysis of one template of `IN_ANSWER`: a fixture of this repository, or llama.cpp's."""
+    fixture = REPO / "fixtures" / "templates" / name
+    if fixture.exists():
+        path = fixture
+    else:
+        found = [path for path in llamacpp_templates() if path.name == name]
+        if not found:
+            pytest.skip(f"{name} is not in the corpus")
+        path = found[0]
+    return autoparser.analyze(path.read_text(encoding="utf-8"), bos_token=BOS, eos_token=EOS)

@@ -37,7 +37,7 @@ from autoparser.language.build_tools import (
     object_shape,
     resolve_ref,
 )
-from autoparser.language.ir import Language
+from autoparser.language.ir import EMPTY, Language
 from autoparser.language.request import (
     CLOSED,
     FREE,
@@ -96,7 +96,9 @@ class ReasoningCut:
     marker follows it, unless one of `answer_openers` comes first. `start_alone`: the start
     marker's tag, which opens reasoning by itself too (the marker's word left out; "": none).
     `start_bounded`: the start marker, where it ends in a word character, is not that marker
-    where a word character follows it (the tag alone and reasoning that begins with a longer word)."""
+    where a word character follows it (the tag alone and reasoning that begins with a longer word).
+    `in_answer`: a reasoning block may come inside the answer too (`reasoning_in_answer`), which
+    the stage reading the rest must read."""
 
     start_state: str
     start: str = ""
@@ -106,6 +108,7 @@ class ReasoningCut:
     answer_openers: tuple[str, ...] = ()
     start_alone: str = ""
     start_bounded: bool = False
+    in_answer: bool = False
 
 
 def reasoning_cut(analysis: AnalysisData, request: Request) -> ReasoningCut:
@@ -123,8 +126,9 @@ def reasoning_cut(analysis: AnalysisData, request: Request) -> ReasoningCut:
         return ReasoningCut(CLOSED)
     implied = reading.implies_reasoning()
     openers = tuple(reading.call_openers()) if implied else ()
+    in_answer = reading.reasoning_in_answer(calls=True)[0] != EMPTY
     return ReasoningCut(reading.start, start, end, reading.interrupts(), implied, openers, reading.bare_opener,
-                        start_bounded=bool(reading.bare_opener))
+                        start_bounded=bool(reading.bare_opener), in_answer=in_answer)
 
 
 __all__ = ["ReasoningCut", "Request", "build_language", "chosen_tools", "is_plain_string", "object_shape",

@@ -10,8 +10,12 @@
   (the rest then goes to their tool parser as text), which autoparser's message-level parser
   does not expose, so it is done here: a small linear scanner that holds back only what could
   still become a marker, and, where reasoning is implied, what it cannot yet tell apart.
-* `ServedModel.answer_parser(...)`: the tool stage, which reads that rest with no reasoning at
-  all (or, with no reasoning stage before it, the whole output with reasoning as text);
+* `ServedModel.answer_reader(...)`: the tool stage after that cut, which reads the rest as
+  autoparser reads the answer after reasoning (`AfterReasoning`): a reasoning block written
+  inside the answer is reasoning there, read by the language's own rules, not by this module;
+  `ServedModel.answer_reasoning(thinking)`: whether a request reads such blocks at all.
+* `ServedModel.answer_parser(...)`: the tool stage that reads no reasoning at all (with no
+  reasoning stage before it, the whole output with reasoning as text);
   `ServedModel.answer_has_work(text)`: whether it reads a text as other than the text itself.
 * `merge_deltas(...)`: autoparser's OpenAI delta dicts of one feed, merged into one delta.
 * `template_inputs_note(analysis)`: where the template reads variables beyond the conversation
@@ -94,6 +98,7 @@ class ServedModel:
     _parsers: BoundedCache = field(default_factory=lambda: BoundedCache(
         max_items=_PARSER_CACHE_SIZE, max_bytes=_PARSER_CACHE_BYTES, weigh=_parser_weight), repr=False)
     _ids: dict[tuple[int, Any], tuple[Any, Any]] = field(default_factory=dict, repr=False)
+    _answer_reasoning: dict[tuple[bool | None, bool], bool] = field(default_factory=dict, repr=False)
 
     def markers(self) -> list[str]:
         """Every marker string the analysis names (key-templated ones left out)."""
@@ -168,6 +173,50 @@ class ServedModel:
         `response_format`: the request's, where the engine passes it on."""
         return self.parser(tools, tool_choice, parallel_tool_calls, None, reasoning_as_text=True,
                            response_format=response_format)
+
+    def answer_reasoning(self, thinking: bool | None, first_turn: bool = True) -> bool:
+        """Whether the whole parse of a request with this thinking switch reads reasoning blocks
+        inside the answer (`ReasoningCut.in_answer`), told without the request's prompt (the tool
+        stage never sees it): as after the prompt of a first turn with that switch (a prompt
+        that closes reasoning leaves none to read, `request.start_state`). A request whose own
+        prompt leaves the output elsewhere (a turn after a tool result where the template opens
+        reasoning itself, a continued assistant message) may be read otherwise than by the
+        whole parse there. `first_turn` off: as without any prompt (an engine whose reasoning
+        stage sees none either, so that both stages read alike)."""
+        from autoparser.language.request import CLOSED
+
+        kept = self._answer_reasoning.get((thinking, first_turn))
+        if kept is None:
+            cut = self.reasoning_cut(thinking, self._first_turn_prompt(thinking) if first_turn else None)
+            kept = self._answer_reasoning[(thinking, first_turn)] = cut.in_answer and cut.start_state != CLOSED
+        return kept
+
+    def _first_turn_prompt(self, thinking: bool | None) -> str | None:
+        """The prompt of a conversation of one user message with this thinking switch: where it
+        leaves the output (reasoning opened, closed, or free) stands for the request's own."""
+        kwargs = self.analysis.thinking_kwargs(thinking)
+        try:
+            return self.analysis.render([{"role": "user", "content": "Hello"}], add_generation_prompt=True, **kwargs)
+        except Exception:  # a template that renders no such conversation: as without a prompt
+            return None
+
+    def answer_reader(self, tools: list[dict[str, Any]] | None, tool_choice: Any, parallel_tool_calls: bool,
+                      thinking: bool | None, response_format: dict[str, Any] | None = None,
+                      first_turn: bool = True) -> Any:
+        """The tool stage's parser where the reasoning the output began with was cut off before
+        it (`ReasoningSplit`): it reads the rest as autoparser reads the answer after that
+        reasoning, reasoning blocks written inside it included (their text is reasoning, their
+        markers markup); where the request reads no reasoning (`answer_reasoning`), as
+        `answer_parser` does."""
+        if not self.answer_reasoning(thinking, first_turn):
+            return self.answer_parser(tools, tool_choice, parallel_tool_calls, response_format)
+        cut = self.reasoning_cut(thinking)
+        from autoparser.language.request import OPEN
+
+        # the rest is read as what follows a closed reasoning block: that block, empty, first
+        closed = cut.end if cut.start_state == OPEN else cut.start + cut.end
+        parser = self.parser(tools, tool_choice, parallel_tool_calls, thinking, response_format=response_format)
+        return AfterReasoning(parser, closed)
 
     def answer_has_work(self, text: str) -> bool:
         """Whether the tool stage reads `text` as other than the text itself: a call's opener in
@@ -300,9 +349,29 @@ class TrimmedText:
         return out
 
 
+class AfterReasoning:
+    """A parser of the output that reads only the answer after reasoning another stage cut off:
+    its reading is that of the output with an empty, closed reasoning block (`closed`) first,
+    which adds no reasoning, so reasoning blocks later in the answer are read as the whole
+    parse reads them after a leading block."""
+
+    def __init__(self, parser: Any, closed: str) -> None:
+        self.parser = parser
+        self.closed = closed
+
+    def parse(self, text: str) -> dict[str, Any]:
+        return self.parser.parse(self.closed + text)
+
+    def stream(self) -> Any:
+        stream = self.parser.stream()
+        stream.feed(self.closed)  # an empty block: no delta comes of it
+        return stream
+
+
 class ReasoningSplit:
     """Cuts raw output into reasoning and the rest where autoparser's reading does
-    (`ReasoningCut`), in linear time; the rest is then read with no reasoning at all.
+    (`ReasoningCut`), in linear time; the rest is then read as the answer after reasoning
+    (`ServedModel.answer_reader`), or with no reasoning at all (`ServedModel.answer_parser`).
 
     From the start state: inside reasoning the prompt opened (a start marker the output repeats
     first is dropped); free to open it with the start marker (an end marker alone first is an

@@ -32,8 +32,9 @@ def _model(tokenizer: Any) -> ServedModel:
 class AutoparserDetector(BaseFormatDetector):
     """Tool calls in the served model's own format, as its chat template's analysis describes.
 
-    SGLang hands it the text after its reasoning parser's cut (or, with `separate_reasoning`
-    off, the whole output), so it reads no reasoning at all, whatever the template's switch."""
+    SGLang hands it the text after its reasoning parser's cut, reasoning blocks inside the answer
+    already taken out by that parser (or, with `separate_reasoning` off, the whole output), so it
+    reads no reasoning at all, whatever the template's switch."""
 
     def __init__(self, tokenizer: Any = None) -> None:
         super().__init__()
@@ -102,7 +103,15 @@ class AutoparserReasoningDetector(BaseReasoningFormatDetector):
 
     SGLang's `force_reasoning` says whether the request thinks (from the template's switch);
     where the reasoning starts then follows from the analysis, as in autoparser's own parse: inside
-    it where the template's prompt opens it, else the model may open it, or imply it."""
+    it where the template's prompt opens it, else the model may open it, or imply it.
+
+    A reasoning block written inside the answer (after answer text, or reopened after calls) is
+    read here too: SGLang's function-call results have no reasoning field, and without tools
+    SGLang passes this detector's normal text on as the content. The text after the cut is read
+    as autoparser reads the answer after reasoning, calls left as text (`ServedModel.answer_reader`
+    with tool choice "none"), so the block's text is reasoning and its markers are dropped. Each
+    stage trims the reasoning it reads: whitespace between the reasoning the output began with
+    and such a block is not served."""
 
     def __init__(self, stream_reasoning: bool = True, force_reasoning: bool | None = None,
                  tokenizer: Any = None, **kwargs: Any) -> None:
@@ -114,24 +123,51 @@ class AutoparserReasoningDetector(BaseReasoningFormatDetector):
                          **{k: v for k, v in kwargs.items() if k in ("continue_final_message", "previous_content")})
         self._split = model.reasoning_split(force_reasoning, stream_reasoning=stream_reasoning)
         self._rest_started = False
+        self._stream_reasoning = stream_reasoning
+        # the answer's own reader, where reasoning blocks may come inside it (calls stay text)
+        # (read as without a prompt, as the cut is: SGLang gives the detectors none)
+        self._answer = (model.answer_reader(None, "none", True, force_reasoning, first_turn=False)
+                        if model.answer_reasoning(force_reasoning, first_turn=False) else None)
+        self._answer_stream: Any = None
+        self._held: list[str] = []  # reasoning inside the answer, where reasoning is not streamed
 
     # SGLang passes the text after reasoning on as the answer unparsed when the request has no
     # tools or the text no tool call, so the whitespace autoparser drops around it is dropped here
 
+    # A reasoning block inside the answer is read here too (SGLang's function-call detector has no
+    # reasoning to return): the rest is read by the answer's own reader, which takes the block
+    # out (its text is reasoning) and leaves call markup as text for the function-call detector.
+
     def detect_and_parse(self, text: str) -> ReasoningResult:
         reasoning, rest = self._split.split(text)
-        return ReasoningResult(normal_text=rest.strip(), reasoning_text=reasoning)
+        if self._answer is None:
+            return ReasoningResult(normal_text=rest.strip(), reasoning_text=reasoning)
+        message = self._answer.parse(rest)
+        return ReasoningResult(normal_text=message["content"] or "",
+                               reasoning_text=reasoning + (message["reasoning_content"] or ""))
 
     def parse_streaming_increment(self, new_text: str) -> ReasoningResult:
         reasoning, rest = self._split.feed(new_text)
-        return ReasoningResult(normal_text=self._rest(rest), reasoning_text=reasoning)
+        more_reasoning, normal = self._rest(rest, last=False)
+        return ReasoningResult(normal_text=normal, reasoning_text=reasoning + more_reasoning)
 
     def finish(self) -> ReasoningResult:
         reasoning, rest = self._split.finish()
-        return ReasoningResult(normal_text=self._rest(rest), reasoning_text=reasoning)
+        more_reasoning, normal = self._rest(rest, last=True)
+        return ReasoningResult(normal_text=normal, reasoning_text=reasoning + more_reasoning)
 
-    def _rest(self, text: str) -> str:
-        if not self._rest_started:
-            text = text.lstrip()
-            self._rest_started = bool(text)
-        return text
+    def _rest(self, text: str, last: bool) -> tuple[str, str]:
+        """(reasoning inside the answer, answer text) newly known from the text after the cut."""
+        if self._answer is None:
+            if not self._rest_started:
+                text = text.lstrip()
+                self._rest_started = bool(text)
+            return "", text
+        if self._answer_stream is None:
+            self._answer_stream = self._answer.stream()
+        deltas = self._answer_stream.feed(text) if text else []
+        reasoning, content, _ = merge_deltas(deltas + (self._answer_stream.finish() if last else []))
+        if not self._stream_reasoning:  # it comes out whole, at the end
+            self._held.append(reasoning)
+            reasoning = "".join(self._held) if last else ""
+        return reasoning, content

@@ -148,7 +148,13 @@ class AutoparserReasoningParser(ReasoningParser):
         return self._served.model.reasoning_split(self._thinking, self._prompt)
 
     def extract_reasoning(self, model_output: str, request: Any) -> tuple[str | None, str | None]:
+        """The reasoning of the whole output: the reasoning it begins with, then any blocks inside
+        the answer, which the tool parser reads in the rest and leaves out of the content (its
+        result has no reasoning field); the rest, blocks included, goes to the tool parser."""
         reasoning, rest = self._new_split().split(model_output)
+        if rest and self._served.model.answer_reasoning(self._thinking):
+            inner = _answer_reader(self._served.model, request, self._thinking).parse(rest)["reasoning_content"]
+            reasoning += inner or ""
         return reasoning or None, rest or None
 
     def extract_reasoning_streaming(self, previous_text: str, current_text: str, delta_text: str,
@@ -186,14 +192,21 @@ class AutoparserReasoningParser(ReasoningParser):
 class AutoparserToolParser(ToolParser):
     """Content and tool calls, parsed by autoparser's engine for the request's tools.
 
-    It parses the text after reasoning (the reasoning parser's cut). `tool_choice="required"`
-    and named choices are parsed here in the model's own format, not forced into vLLM's JSON.
+    It parses the text after reasoning (the reasoning parser's cut), as autoparser reads the
+    answer after reasoning: a reasoning block written inside it (a model reopening its thought
+    channel after answer text or calls) is reasoning, its markers markup. Streamed, that
+    reasoning comes in the delta's `reasoning` field; a whole response's comes from the reasoning
+    parser's `extract_reasoning`, which sees the whole output (vLLM's tool-call result has no
+    reasoning field). Whether the request reads such blocks at all is told from its thinking
+    switch and the template's first-turn prompt (`ServedModel.answer_reasoning`): the tool
+    parser never sees the request's own prompt. `tool_choice="required"` and named choices are
+    parsed here in the model's own format, not forced into vLLM's JSON.
     """
 
     supports_required_and_named = False
     engine_based_streaming = True
     # vLLM sets this when no reasoning parser is configured: reasoning, markers included, is content,
-    # which the tool parser reads anyway (it reads no reasoning: any before it was cut off)
+    # and the tool parser then reads no reasoning at all
     skip_reasoning_parsing = False
 
     def __init__(self, tokenizer: Any, tools: list[Any] | None = None, *args: Any, **kwargs: Any) -> None:
@@ -203,10 +216,10 @@ class AutoparserToolParser(ToolParser):
         self._ids = CallIds()
 
     def _parser(self, request: Any) -> Any:
-        tools = [_tool_dict(tool) for tool in getattr(request, "tools", None) or []]
-        parallel = getattr(request, "parallel_tool_calls", None)
-        return self._served.model.answer_parser(tools, _tool_choice(getattr(request, "tool_choice", None)),
-                                                parallel is not False, _response_format(request))
+        model = self._served.model
+        if self.skip_reasoning_parsing:  # no reasoning parser: reasoning is text
+            return model.answer_parser(*_request_shape(request))
+        return _answer_reader(model, request, model.thinking(getattr(request, "chat_template_kwargs", None)))
 
     def adjust_request(self, request: Any) -> Any:
         return _adjust_detokenizer(request, self._served)
@@ -235,6 +248,20 @@ class AutoparserToolParser(ToolParser):
         if self._stream is None:
             return None
         return _delta_message(self._stream.finish(), self._ids)
+
+
+def _request_shape(request: Any) -> tuple[list[dict[str, Any]], Any, bool, dict[str, Any] | None]:
+    """The request's tools, tool choice, parallel calls and response format, as autoparser takes them."""
+    tools = [_tool_dict(tool) for tool in getattr(request, "tools", None) or []]
+    parallel = getattr(request, "parallel_tool_calls", None)
+    return tools, _tool_choice(getattr(request, "tool_choice", None)), parallel is not False, _response_format(request)
+
+
+def _answer_reader(model: ServedModel, request: Any, thinking: bool | None) -> Any:
+    """The tool stage's parser of the text after the reasoning parser's cut, reasoning blocks
+    inside the answer read as reasoning (`ServedModel.answer_reader`)."""
+    tools, choice, parallel, response_format = _request_shape(request)
+    return model.answer_reader(tools, choice, parallel, thinking, response_format)
 
 
 def _tool_dict(tool: Any) -> dict[str, Any]:

@@ -8,6 +8,11 @@ serving path drives its parser objects, for every tool-capable template of both 
 and streamed (every 1, 3 and 7 characters, and each marker alone in its chunk); the composed
 message must equal autoparser's own parse of the same output, reasoning, content, calls and all.
 
+Reasoning blocks written inside the answer (`plugin_cases.IN_ANSWER`, and the written cases of
+templates whose reasoning may be reopened there) are reasoning in both engines' messages: vLLM's
+tool stage reads them (streamed, in the delta's reasoning; whole, the reasoning parser adds
+them), SGLang's reasoning detector reads them before its function-call detector.
+
 The paths: SGLang with `separate_reasoning` on and off, `stream_reasoning` on and off, and
 `tool_choice="required"`; vLLM with `include_reasoning` on and off, with no reasoning parser,
 and with `tool_choice="required"` and tools marked `strict`. The real engines run the same
@@ -22,7 +27,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from plugin_cases import Case, analysis_of, cases_of, chunkings, markers_of, tool_template_params
+from plugin_cases import (
+    IN_ANSWER,
+    SERVED_REASONING,
+    USER,
+    Case,
+    analysis_of,
+    cases_of,
+    chunkings,
+    in_answer_analysis,
+    markers_of,
+    tool_template_params,
+)
 
 from autoparser import ReasoningAnalysis
 from autoparser.language.request import CLOSED
@@ -75,6 +91,9 @@ def sglang_whole(model: ServedModel, output: str, force: bool | None, separate_r
     if separate_reasoning:  # AutoparserReasoningDetector.detect_and_parse
         reasoning, rest = model.reasoning_split(force).split(output)
         text = rest.strip()
+        if model.answer_reasoning(force, first_turn=False):  # reasoning blocks inside the answer
+            inner = model.answer_reader(None, "none", True, force, first_turn=False).parse(rest)
+            reasoning, text = (reasoning or "") + (inner["reasoning_content"] or ""), inner["content"] or ""
     # AutoparserDetector.has_tool_call: SGLang passes no tools there; required parses the same
     if not model.answer_has_work(text):
         return message(reasoning, text, [])
@@ -89,8 +108,20 @@ def sglang_streamed(model: ServedModel, chunks: list[str], force: bool | None, s
     text to the function-call parser's `parse_stream_chunk`; at the end both parsers' ends."""
     client = Stream()
     split = model.reasoning_split(force, stream_reasoning=stream_reasoning) if separate_reasoning else None
+    inner = (model.answer_reader(None, "none", True, force, first_turn=False).stream()
+             if split and model.answer_reasoning(force, first_turn=False) else None)
     tool_stream = model.answer_parser(TOOLS, "auto", True).stream()
     started = False
+    held: list[str] = []  # reasoning inside the answer, where reasoning is not streamed
+
+    def answer_of(rest: str, last: bool) -> tuple[str, str]:  # AutoparserReasoningDetector._answer
+        if inner is None:
+            return "", rest_of(rest)
+        found_reasoning, content, _ = merge_deltas(inner.feed(rest) + (inner.finish() if last else []))
+        if not stream_reasoning:
+            held.append(found_reasoning)
+            found_reasoning = "".join(held) if last else ""
+        return found_reasoning, content
 
     def rest_of(text: str) -> str:  # AutoparserReasoningDetector._rest
         nonlocal started
@@ -104,11 +135,11 @@ def sglang_streamed(model: ServedModel, chunks: list[str], force: bool | None, s
         delta = chunk
         if split is not None:
             reasoning, rest = split.feed(chunk)
-            delta = rest_of(rest)
             if last:
                 more_reasoning, more_rest = split.finish()
-                reasoning, delta = reasoning + more_reasoning, delta + rest_of(more_rest)
-            client.take([{"reasoning_content": reasoning}])
+                reasoning, rest = reasoning + more_reasoning, rest + more_rest
+            found_reasoning, delta = answer_of(rest, last)
+            client.take([{"reasoning_content": reasoning + found_reasoning}])
         client.take(tool_stream.feed(delta))
         if last:
             client.take(tool_stream.finish())
@@ -124,7 +155,12 @@ def vllm_whole(model: ServedModel, case: Case, tools: list[dict[str, Any]], tool
     reasoning, rest = None, case.output
     if reasoning_parser:
         reasoning, rest = model.reasoning_split(case.thinking, case.prompt).split(case.output)
-    parsed = model.answer_parser(tools, tool_choice, True).parse(rest or "")
+        reader = model.answer_reader(tools, tool_choice, True, case.thinking)
+        # extract_reasoning: the reasoning inside the answer too, which the tool parser leaves out
+        reasoning = (reasoning or "") + (reader.parse(rest or "")["reasoning_content"] or "")
+    else:
+        reader = model.answer_parser(tools, tool_choice, True)
+    parsed = reader.parse(rest or "")
     return message(reasoning, parsed["content"],
                    [(c["function"]["name"], c["function"]["arguments"]) for c in parsed["tool_calls"]])
 
@@ -138,7 +174,9 @@ def vllm_streamed(model: ServedModel, case: Case, chunks: list[str], tools: list
     split = model.reasoning_split(case.thinking, case.prompt) if reasoning_parser else None
     # is_reasoning_end(prompt): the output starts past reasoning
     ended = split is None or model.reasoning_cut(case.thinking, case.prompt).start_state == CLOSED
-    tool_stream = model.answer_parser(tools, tool_choice, True).stream()
+    reader = model.answer_reader(tools, tool_choice, True, case.thinking) if reasoning_parser else \
+        model.answer_parser(tools, tool_choice, True)
+    tool_stream = reader.stream()
     pending = ""
     for number, chunk in enumerate(chunks):
         deltas: list[dict[str, Any]] = []
@@ -237,3 +275,31 @@ def test_r1_answer_after_reasoning_reaches_the_client() -> None:
     for force in (True, False, None):
         assert sglang_whole(model, output, force)["content"] == "It is usually mild."
         assert sglang_streamed(model, list(output), force)["content"] == "It is usually mild."
+
+
+# -- reasoning blocks inside the answer --------------------------------------------------------
+
+@pytest.mark.parametrize("name,output,thinking,reasoning,content", IN_ANSWER,
+                         ids=[f"{n.removesuffix('.jinja')}-{i}" for i, (n, *_) in enumerate(IN_ANSWER)])
+def test_reasoning_inside_the_answer_is_reasoning_in_both_engines(name: str, output: str, thinking: bool | None,
+                                                                   reasoning: str, content: str) -> None:
+    """A reasoning block written inside the answer (after answer text, or reopened after calls):
+    its text is reasoning and its markers are nowhere, as in autoparser's parse, whole and
+    streamed, through both engines' stages."""
+    analysis = in_answer_analysis(name)
+    model = ServedModel("test", analysis)
+    prompt = analysis.render(USER, tools=TOOLS, add_generation_prompt=True, **analysis.thinking_kwargs(thinking))
+    case = Case("in-answer", output, thinking, prompt, tuple(USER), "get_weather" in output)
+    expected = autoparser_message(analysis.parser(tools=TOOLS, thinking=thinking, prompt=prompt), output)
+    assert (expected["reasoning_content"], expected["content"]) == (reasoning, content)
+    force = analysis.thinking_enabled(thinking)
+    assert autoparser_message(analysis.parser(tools=TOOLS, thinking=thinking), output) == expected
+    expected = dict(expected, reasoning_content=SERVED_REASONING.get(reasoning, reasoning))
+    _check(vllm_whole(model, case, TOOLS), expected, "vLLM whole")
+    _check(sglang_whole(model, output, force), expected, "SGLang whole")
+    for how, chunks in chunkings(output, markers_of(analysis)).items():
+        _check(vllm_streamed(model, case, chunks, TOOLS), expected, f"vLLM {how}")
+        _check(vllm_streamed(model, case, chunks, TOOLS, include_reasoning=False),
+               dict(expected, reasoning_content=None), f"vLLM {how} hidden")
+        _check(sglang_streamed(model, chunks, force), expected, f"SGLang {how}")
+        _check(sglang_streamed(model, chunks, force, stream_reasoning=False), expected, f"SGLang {how} held")

@@ -27,7 +27,19 @@ from typing import Any
 
 import pytest
 from engine_tokenizer import write_tokenizer
-from plugin_cases import BOS, EOS, Case, analysis_of, cases_of, chunkings, markers_of, tool_template_params
+from plugin_cases import (
+    BOS,
+    EOS,
+    IN_ANSWER,
+    SERVED_REASONING,
+    Case,
+    analysis_of,
+    cases_of,
+    chunkings,
+    in_answer_analysis,
+    markers_of,
+    tool_template_params,
+)
 
 from autoparser import ReasoningAnalysis
 from autoparser.roundtrip import TOOLS
@@ -177,3 +189,29 @@ def test_detectors_match_autoparser_parse(path: Path, tmp_path: Path) -> None:
             assert streamed(tokenizer, chunks, force, separate_reasoning=False) == plain, where
             if case.has_calls:
                 assert streamed(tokenizer, chunks, force, tool_choice="required") == expected, where
+
+
+@pytest.mark.parametrize("name,output,thinking,reasoning,content", IN_ANSWER,
+                         ids=[f"{n.removesuffix('.jinja')}-{i}" for i, (n, *_) in enumerate(IN_ANSWER)])
+def test_reasoning_inside_the_answer_is_reasoning(name: str, output: str, thinking: bool | None, reasoning: str,
+                                                   content: str, tmp_path: Path) -> None:
+    """A reasoning block written inside the answer, after answer text or reopened after calls,
+    through SGLang's parsers as autoparser parses it: its text reasoning, its markers nowhere;
+    whole and streamed (every 1, 3 and 7 characters, each marker alone, one token at a time),
+    with `stream_reasoning` on and off; and with no tools, where SGLang passes the reasoning
+    parser's normal text on as the content itself."""
+    analysis = in_answer_analysis(name)
+    tokenizer = served(analysis, tmp_path)
+    case = Case("in-answer", output, thinking, None, ({"role": "user", "content": "Weather?"},), False)
+    force = force_reasoning(analysis, tokenizer, case)
+    expected = autoparser_message(analysis.parser(tools=TOOLS, thinking=thinking), output)
+    assert (expected["reasoning_content"], expected["content"]) == (reasoning, content)
+    expected["reasoning_content"] = SERVED_REASONING.get(reasoning, reasoning)
+    assert whole(tokenizer, output, force) == expected
+    ways = {**chunkings(output, markers_of(analysis)), "tokens": token_chunks(tokenizer, output)}
+    for how, chunks in ways.items():
+        assert streamed(tokenizer, chunks, force) == expected, how
+        assert streamed(tokenizer, chunks, force, stream_reasoning=False) == expected, how
+    if "get_weather" not in output:  # no tools: the reasoning parser's normal text is the content
+        parser = ReasoningParser("autoparser", stream_reasoning=False, force_reasoning=force, tokenizer=tokenizer)
+        assert message(*parser.parse_non_stream(output), []) == expected

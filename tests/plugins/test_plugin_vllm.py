@@ -22,11 +22,21 @@ from typing import Any
 import pytest
 from corpora import llamacpp_templates, shared_templates
 from engine_tokenizer import write_tokenizer
-from plugin_cases import CHUNK_SIZES, analysis_of, cases_of, markers_of, tool_template_params
+from plugin_cases import (
+    CHUNK_SIZES,
+    IN_ANSWER,
+    SERVED_REASONING,
+    analysis_of,
+    cases_of,
+    in_answer_analysis,
+    markers_of,
+    tool_template_params,
+)
 
 import autoparser
 from autoparser import ReasoningAnalysis
 from autoparser.analyzers.probes import Prober
+from autoparser.plugins.common import ServedModel
 from autoparser.roundtrip import TOOLS, probe_messages, run_case
 
 pytestmark = pytest.mark.vllm
@@ -276,6 +286,7 @@ def test_every_tool_template_matches_autoparser_parse(path: Path, tmp_path: Path
                                         enable_auto_tools=True, tokenizer=tokenizer)
     tool_only = ParserManager.get_parser(tool_parser_name="autoparser", enable_auto_tools=True, tokenizer=tokenizer)
     as_text = dataclasses.replace(analysis, reasoning=ReasoningAnalysis()).parser(tools=TOOLS)
+    served_model = ServedModel("test", analysis)
     for case in cases_of(analysis):
         if case.prompt is None:
             # vLLM renders the prompt first, with OpenAI-shaped tools, and this template renders
@@ -287,8 +298,12 @@ def test_every_tool_template_matches_autoparser_parse(path: Path, tmp_path: Path
         expected = _normalized(analysis.parser(tools=TOOLS, thinking=case.thinking, prompt=case.prompt)
                                .parse(case.output))
         plain = _normalized(as_text.parse(case.output))
-        assert_reasoning_tokens(composed, tokenizer, kwargs, prompt_ids, case.output, expected, case.name)
-        assert_structured_output_gate(composed, tokenizer, kwargs, prompt_ids, case.output, expected, case.name)
+        # usage's reasoning tokens and the structured-output gate follow the reasoning the output
+        # begins with (a block inside the answer comes after the gate opened)
+        leading, _ = served_model.reasoning_split(case.thinking, case.prompt).split(case.output)
+        first = dict(expected, reasoning_content=leading or None)
+        assert_reasoning_tokens(composed, tokenizer, kwargs, prompt_ids, case.output, first, case.name)
+        assert_structured_output_gate(composed, tokenizer, kwargs, prompt_ids, case.output, first, case.name)
         runs = [(composed, {}, expected), (composed, {"include_reasoning": False},
                                            dict(expected, reasoning_content=None)), (tool_only, {}, plain),
                 (composed, {"tools": STRICT_TOOLS}, expected)]
@@ -501,3 +516,42 @@ def test_structured_output_gate_for_a_model_that_opens_reasoning_itself(
     assert len(tokenizer.decode(tokenizer.encode("<think>\nhm\n</think>", add_special_tokens=False)[: ended_at + 1])) \
         == len("<think>\nhm\n</think>")
     assert gate("Hello there")[0] is True
+
+
+@pytest.mark.parametrize("name,output,thinking,reasoning,content", IN_ANSWER,
+                         ids=[f"{n.removesuffix('.jinja')}-{i}" for i, (n, *_) in enumerate(IN_ANSWER)])
+def test_reasoning_inside_the_answer_is_reasoning(name: str, output: str, thinking: bool | None, reasoning: str,
+                                                   content: str, tmp_path: Path) -> None:
+    """A reasoning block written inside the answer, after answer text or reopened after calls,
+    served as autoparser parses it: its text in the reasoning field, its markers nowhere, the
+    content without it; whole and streamed one, three and seven tokens at a time, with tools and
+    (outputs with no call) without; with `include_reasoning` off, no reasoning at all."""
+    analysis = in_answer_analysis(name)
+    folder = write_tokenizer(tmp_path, analysis.source, BOS, EOS, specials=markers_of(analysis))
+    tokenizer = get_tokenizer(str(folder))
+    composed = ParserManager.get_parser(tool_parser_name="autoparser", reasoning_parser_name="autoparser",
+                                        enable_auto_tools=True, tokenizer=tokenizer)
+    kwargs = analysis.thinking_kwargs(thinking)
+    history = [{"role": "user", "content": "What is the weather in Paris?"}]
+    runs: list[tuple[dict[str, Any], Any]] = [({"tools": TOOLS, "tool_choice": "auto"}, TOOLS)]
+    if "get_weather" not in output:
+        runs.append(({}, None))  # no tools: vLLM's tool choice is then "none"
+    for fields, tools in runs:
+        prompt = analysis.render(history, tools=tools, add_generation_prompt=True, **kwargs)
+        prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
+        parser = analysis.parser(tools=tools, thinking=thinking, prompt=prompt,
+                                 tool_choice="auto" if tools else "none")
+        expected = _normalized(parser.parse(output))
+        assert (expected["reasoning_content"], expected["content"]) == (reasoning, content)
+        expected["reasoning_content"] = SERVED_REASONING.get(reasoning, reasoning)
+        for include in (True, False):
+            want = expected if include else dict(expected, reasoning_content=None)
+            request = ChatCompletionRequest(model="m", messages=history, chat_template_kwargs=kwargs or None,
+                                            include_reasoning=include, **fields)
+            request = rendered_request(composed, tokenizer, request, kwargs, prompt_ids)
+            where = f"{fields} include_reasoning={include}"
+            assert _normalized(whole(composed, tokenizer, request, kwargs, prompt_ids, output)) == want, where
+            stream_request = request.model_copy(update={"stream": True})
+            for size in CHUNK_SIZES:
+                got = streamed(composed, tokenizer, stream_request, kwargs, prompt_ids, output, size)
+                assert _normalized(got) == want, f"{where} {size} tokens"
