@@ -112,8 +112,11 @@ def _not_reasoning_over(call_ends: set[int], threads: list[_Thread]) -> list[_Th
     the end of a call another reading read whole after reasoning (`call_ends`): a call read whole
     in reasoning no end marker has closed ends that reasoning (policy rule `nothing-lost`), decided
     once the text after it has gone on that far without the end marker (which, coming sooner,
-    makes the call the reasoning's text), so the text after the call is held no longer."""
-    return [t for t in threads if not any(_reasoning_at(t, at + HOLD_BOUND) for at in call_ends)]
+    makes the call the reasoning's text), so the text after the call is held no longer. A reading
+    that read the call as a call and then a reasoning block of its own after it (`reasoning-in-answer`)
+    reads no reasoning at the call's end, and stays."""
+    return [t for t in threads
+            if not any(_reasoning_at(t, at) and _reasoning_at(t, at + HOLD_BOUND) for at in call_ends)]
 
 
 def _reasoning_at(t: _Thread, at: int) -> bool:

@@ -190,3 +190,24 @@ def test_prose_in_a_block_after_answer_text_streams_within_the_bound(path: Path,
             held, roles = holdback.most_held(parser, case)
             assert held <= holdback.BOUND, (held, roles)
             assert roles.startswith("content/reasoning"), roles
+
+
+LONG_BLOCK = "Let me check the answer again, now that the tool has said what the weather is."
+
+
+@pytest.mark.parametrize("make", [analyses.deepseek_r1, lambda: fixture("deepseek_v31_style.jinja"),
+                                  lambda: fixture("content_wrapped.jinja")], ids=["deepseek_r1", "v31_style", "wrapped"])
+@pytest.mark.parametrize("lead", ["I should call a tool.", ""], ids=["reasoning-first", "empty-first"])
+def test_a_long_block_after_calls_that_followed_reasoning_is_reasoning(make, lead: str) -> None:
+    """Reasoning, a call, then a reasoning block of its own longer than the hold-back bound: the
+    block is reasoning, whole and streamed, whatever the reasoning first in the output held. (A
+    reading that reads reasoning past a call's end is dropped there, `_not_reasoning_over`, only
+    where that reasoning holds the call: the block began after it.)"""
+    analysis = make()
+    r = analysis.reasoning
+    text = (analyses.render_output(analysis, lead, "", [("get_weather", {"city": "Paris"})], thinking=True, stop=False)
+            + r.start + LONG_BLOCK + r.end + "Here it is.")
+    parser = analysis.parser(tools=analyses.WEATHER_TOOLS, thinking=True)
+    whole = _agrees_whole_and_streamed(parser, text)
+    assert not lost_letters(analysis, text, whole)
+    assert (whole["reasoning_content"], whole["content"], len(analyses.calls(whole))) == (lead + LONG_BLOCK, "Here it is.", 1)
