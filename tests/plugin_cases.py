@@ -129,9 +129,10 @@ def _in_answer_cases(analysis: Any) -> list[Case]:
 
 def _block_read_alike(analysis: Any, prompt: str | None, output: str, emptied: str) -> bool:
     """Whether autoparser's parse reads the block after the calls alike whatever the reasoning
-    first in the output holds: for some templates (DeepSeek-R1's, Kimi-K2-Thinking's) it is
-    reasoning after an empty block but content after a written one. The engines' tool stage
-    reads the answer after a reasoning it no longer sees, so such outputs are left out here."""
+    first in the output holds. The engines' tool stage reads the answer after a reasoning it no
+    longer sees, so an output read otherwise is left out here: where the written output is not
+    read as `analyses.render_output` wrote it (Hy3's reasoning under its first-turn prompt, Solar
+    Open's calls)."""
     parser = analysis.parser(tools=TOOLS, thinking=True, prompt=prompt)
     return parser.parse(output)["content"] == parser.parse(emptied)["content"]
 
