@@ -748,6 +748,8 @@ class _Trailer:
                 return FAIL
             pos = self.marked = pos + len(end)
             self.seen = True
+            if t.call.confirm_next:
+                t.call.confirmed = True  # an end of turn is no punctuation: it ends a bare word as a marker does
         t.pos = pos
         return DONE if final else MORE
 

@@ -462,14 +462,14 @@ def test_a_member_ends_where_the_character_after_it_decides_wherever_the_chunks_
 
 
 @pytest.mark.parametrize("value", ["3", "12345678901234567890", "True", "None", "x"])
-@pytest.mark.parametrize("after", [")", ")\n```\n<|tool_call_end|>", ")\n)\n```\n<|tool_call_end|>", " <|im_end|> more"])
+@pytest.mark.parametrize("after", [")", ")\n```\n<|tool_call_end|>", ")\n)\n```\n<|tool_call_end|>"])
 def test_a_call_whose_bare_value_its_end_marker_never_confirmed_is_its_text_whole(value: str, after: str) -> None:
     """MiniCPM3's `name(key=value)`: a call whose last value is a bare word is a call only once a
     marker that is no punctuation follows it (in `days=f(3))` the first `)` is the value's). Where
     the call's `)` came twice, the language was read whole up to the second (its section's end
     marker optional) and the trailer failed there: the call was withdrawn, but the text from the
     section's opener to the failure was dropped with the trailer's own text (so too where text
-    follows the end of turn: `get_weather(days=3) <|im_end|> more` was `Hi. more`). A withdrawn
+    follows the end of turn: `get_weather(days=3)) <|im_end|> more` was `Hi. more`). A withdrawn
     call of the section a reading read whole is text, the section's opener too: nothing lost, one
     message however the output is cut."""
     analysis = analyses.minicpm3_kwargs()
@@ -477,6 +477,30 @@ def test_a_call_whose_bare_value_its_end_marker_never_confirmed_is_its_text_whol
     text = f"Hi.<|tool_call_start|>\n```python\nget_weather(days={value}){after}"
     whole = _agrees_whole_and_streamed(parser, text)
     assert whole["tool_calls"] == [] and whole["content"] == text
+
+    def parse(written: str) -> dict:
+        return _agrees_whole_and_streamed(parser, written)
+
+    losses = losses_at_every_cut(text, parse, marker_patterns(analysis))
+    assert not losses, losses[0]
+
+
+@pytest.mark.parametrize("value", ["3", "12345678901234567890", "True", "None", "x"])
+@pytest.mark.parametrize("after", [" <|im_end|> more", "<|im_end|>\nmore", " <|im_end|>"])
+def test_an_end_of_turn_after_a_bare_value_confirms_its_call(value: str, after: str) -> None:
+    """MiniCPM3's `name(key=value)` whose last value is a bare word, then the end of turn: the end
+    of turn is a marker that is no punctuation, so it confirms the call as a marker after the word
+    does (`_Trailer`). With text after the end of turn the call was withdrawn and the whole
+    section, `<|im_end|>` included, was content; at the end of the output it was a call. Now it is
+    a call either way, and the end-of-turn marker is no text (as after a quoted value)."""
+    analysis = analyses.minicpm3_kwargs()
+    parser = Parser(analysis, tools=WEATHER_TOOLS)
+    text = f"Hi.<|tool_call_start|>\n```python\nget_weather(days={value}){after}"
+    whole = _agrees_whole_and_streamed(parser, text)
+    [call] = whole["tool_calls"]
+    assert call["function"]["name"] == "get_weather"
+    assert "<|im_end|>" not in whole["content"]
+    assert whole["content"].replace(" ", "").replace("\n", "") == "Hi." + after.replace("<|im_end|>", "").strip()
 
     def parse(written: str) -> dict:
         return _agrees_whole_and_streamed(parser, written)
