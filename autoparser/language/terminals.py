@@ -241,6 +241,8 @@ class _Text:
                 stop = found.start()
             elif not final:
                 held = self._weak_hold(buf, max(pos, since), stop)
+                if held is not None and self.lead:  # the whitespace before it may be the end marker's
+                    held = self._before_lead(buf, pos, blank, held)
             elif stop is None and self.weak_cut is not None:
                 # the output ended inside what may have made the weak marker count: a marker cut off
                 cut = self.weak_cut.search(buf, since)
@@ -349,15 +351,20 @@ class _Text:
         end marker begins with whitespace) into the whitespace before it; `buf[pos:blank]` is
         whitespace."""
         end = self.markers.safe_end(buf, pos)
-        if self.lead:  # the whitespace the end marker begins with may be coming
-            run = end
-            while run > blank and buf[run - 1] in _WHITESPACE:
-                run -= 1
-            if run < end or end <= blank:
-                # only the last characters of a whitespace run can be the marker's, so a long run
-                # is read as it comes, and pins no text behind the reading
-                run_start = run if run > blank else pos
-                end = max(run_start, end - len(self.lead))
+        return self._before_lead(buf, pos, blank, end) if self.lead else end
+
+    def _before_lead(self, buf: str, pos: int, blank: int, end: int) -> int:
+        """`end` moved back before the whitespace the end marker begins with, where the text up
+        to `end` ends with whitespace: a marker found at `end` ends the text before that whitespace
+        (`step`), so it is held until the marker is known."""
+        run = end
+        while run > blank and buf[run - 1] in _WHITESPACE:
+            run -= 1
+        if run < end or end <= blank:
+            # only the last characters of a whitespace run can be the marker's, so a long run
+            # is read as it comes, and pins no text behind the reading
+            run_start = run if run > blank else pos
+            end = max(run_start, end - len(self.lead))
         return end
 
     def _weak_hold(self, buf: str, pos: int, stop: int | None) -> int | None:

@@ -205,6 +205,26 @@ def test_a_call_begun_again_inside_a_raw_value_ends_that_value(family: str) -> N
 
 
 @pytest.mark.parametrize("family", RAW_VALUES)
+def test_a_raw_value_whose_end_tag_was_left_out_streams_as_whole_up_to_the_next_call(family: str) -> None:
+    """The first value's end tag left out, the rest of its call written, then the next call: the
+    value runs to where the next call begins and ends before the whitespace there, as the end tag
+    would end it. A stream let that whitespace out as the value's text before the next call's
+    opener was known (`_Text` held whitespace only before its own markers, not before a call
+    begun again): `"3\n\n</function>\n</tool_call>\n"` streamed, without the last line break whole."""
+    analysis = analyses.FAMILIES[family]()
+    parser = analysis.parser(tools=WEATHER_TOOLS)
+    text = analyses.render_output(analysis, None, calls=[("get_weather", {"city": "Oslo"}), AFTER_RESTART])
+    end = analysis.tools.calls.arguments.end.strip().replace("{key}", "city")
+    value_end = text.index(end, text.index("Oslo"))
+    text = text[:value_end] + text[value_end + len(end):]
+    message = without_generated_ids(parser.parse(text))
+    assert analyses.calls(message)[-1:] == [AFTER_RESTART], message
+    one_by_one = streamed_in_random_chunks(parser, text, 0, largest=1)
+    for streamed_message in [one_by_one] + [streamed(parser, text, seed) for seed in range(8)]:
+        assert without_generated_ids(streamed_message) == message
+
+
+@pytest.mark.parametrize("family", RAW_VALUES)
 def test_a_raw_value_may_mention_a_calls_opener(family: str) -> None:
     """A call's opener in a raw value with no call after it (not the name and the marker that
     follow it in a call) is the value's text, whole and streamed."""
