@@ -116,3 +116,15 @@ def test_analysis_round_trips_through_json() -> None:
     a = analyze_fixture("deepseek_fenced.jinja")
     again = autoparser.Analysis.from_dict(a.to_dict())
     assert again.to_dict() == a.to_dict()
+
+
+def test_turn_end_of_no_marker_shape() -> None:
+    """A turn ended by markup of no known shape: a bracketed run of symbols (`[/]`)."""
+    assert analyze_fixture("numbered_calls.jinja").stop[0] == "[/]"
+
+
+def test_reasoning_between_delimiters_of_no_marker_shape() -> None:
+    """Reasoning the history writes between the same plain delimiters before an answer and before
+    calls (`(thinking)...(/thinking)`); the marker after the closing opens the calls."""
+    r = analyze_fixture("separated_calls.jinja").reasoning
+    assert (r.mode, r.start, r.end) == ("tagged", "(thinking)", "(/thinking)")
