@@ -271,15 +271,18 @@ def indented_block(output: str, args: TaggedArguments) -> NestedValues | None:
     if deeper is None or len(deeper.group(1)) <= indent:
         return None
     pad = "\n" + deeper.group(1)
-    obj = "".join(pad + k + args.key_end + str(v) for k, v in NESTED_ARGS["obj_arg"].items())
+    # strings raw, or JSON where the template writes every value as JSON
+    leaf = str if args.encoding == "raw_strings" else lambda v: json.dumps(v, ensure_ascii=False)
+    obj = "".join(pad + k + args.key_end + leaf(v) for k, v in NESTED_ARGS["obj_arg"].items())
     items_at = list_at + len("list_arg" + key_end) + len(pad)
-    first = str(NESTED_ARGS["list_arg"][0])
+    first = leaf(NESTED_ARGS["list_arg"][0])
     item = output[items_at:output.find(first, items_at)] if output.startswith(pad, items_at - len(pad)) else ""
-    elements = "".join(pad + item + str(v) for v in NESTED_ARGS["list_arg"])
+    elements = "".join(pad + item + leaf(v) for v in NESTED_ARGS["list_arg"])
     if not item.strip() or not output.startswith(obj, value_at) \
             or not output.startswith(elements, items_at - len(pad)):
         return None
-    return NestedValues(style="indented", item=item.strip(), key_end=key_end.strip())
+    quote = '"' if args.encoding != "raw_strings" else ""
+    return NestedValues(style="indented", item=item.strip(), key_end=key_end.strip(), quote=quote)
 
 
 def bracketed_syntax(output: str, args: TaggedArguments) -> NestedValues | None:

@@ -69,6 +69,7 @@ from autoparser.language.request import (
     bare_fence,
     core,
     is_weak,
+    schema_type,
 )
 from autoparser.tool_calls import JSON_TYPES, NAME_HOLE, TagCalls, TaggedArguments
 
@@ -460,6 +461,14 @@ class _Reading(_Reasoning, _Messages, _Builder):
         if isinstance(value, RawString) and not self.comma_values():
             return replace(value, text=choice(self.cdata_text(), value.text)), raw
         if not isinstance(value, Json):
+            if isinstance(value, PyValue) and self.nested()[:1] == ("indented",) and self.line_indent() is not None \
+                    and schema_type(value.schema) in ("object", "array"):
+                # an object or array may be a block on the lines below its key: read up to the
+                # next key as raw text, a JSON value or the block
+                text = self.raw_text(key)
+                text = replace(text, nonempty=True) if isinstance(text, Text) else text
+                return RawString(name, params, sub, value.path, value.hint, self.arg_end(key), text, bounded=False,
+                                 as_json=True, nested=self.nested(), null=JSON_NULL), raw
             if isinstance(value, PyValue) and self.nested():
                 return replace(value, nested=self.nested()), raw
             if isinstance(value, RawString):  # in `name(key=value)` calls a value may be a literal
@@ -489,7 +498,9 @@ class _Reading(_Reasoning, _Messages, _Builder):
             return ("bracketed", nested.start, nested.key_end, nested.end, nested.quote)
         if nested.style == "indented":
             indent = self.line_indent()  # the argument's own: its block lies deeper
-            return ("indented", nested.key_end, nested.item, *([] if indent is None else [" " * indent]))
+            if indent is None:
+                return ("indented", nested.key_end, nested.item)
+            return ("indented", nested.key_end, nested.item, " " * indent, *([nested.quote] if nested.quote else []))
         if nested.style == "tags" and nested.start:  # markup of its own around each member
             return ("tags", nested.start, nested.key_end, nested.end, nested.item)
         if nested.style == "tags" and t.arg_start.strip():
