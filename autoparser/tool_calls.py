@@ -45,6 +45,7 @@ FLAT_DEFAULTS: dict[str, Any] = {
 INDEX_HOLE = "{index}"
 KEY_HOLE = "{key}"
 NAME_HOLE = "{name}"  # in `JsonArguments.end`: a closing tag named after the tool (`</{name}>`)
+ID_HOLE = "{id}"  # in `call_end`: the call's id, written after its arguments (` AS {id}`)
 # In `TaggedArguments.key_end_before_json`: the JSON type of the value that follows, by JSON's own
 # names (`string`, `number`, `boolean`, `null`, `object`, `array`): `<arg key="k" type="{type}">`.
 TYPE_HOLE = "{type}"

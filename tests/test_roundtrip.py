@@ -85,3 +85,5 @@ def test_fixture_round_trips(path: Path, case: str) -> None:
     analysis = autoparser.analyze(path.read_text(encoding="utf-8"), bos_token=BOS, eos_token=EOS)
     result = run_case(analysis, case, probe_messages()[case])
     assert result.status != "fail", f"{result.cause}\noutput: {result.output!r}\ngot: {result.got}"
+    if result.status == "pass":
+        _assert_streams_agree(_stream_differences(analysis, result))

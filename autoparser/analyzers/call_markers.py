@@ -17,7 +17,7 @@ from autoparser.analyzers.probes import ID_A, ID_B
 from autoparser.tool_calls import CallId, CallMarkers
 
 # Ids differ between the calls; a same-length hole keeps the spans valid and lets them align.
-_ID_HOLE = "\x01" * len(ID_A)
+ID_HOLE_IN_RENDER = "\x01" * len(ID_A)
 
 
 @dataclass
@@ -29,8 +29,8 @@ class Span:
 def call_markers(one: str, two: str | None, spans: list[Span], array: bool, reasoning: ReasoningAnalysis,
                  stop: list[str], content: ContentAnalysis) -> tuple[CallMarkers, CallId | None]:
     """The markers, and the call id when the template writes it before the name (`call_start` ID)."""
-    one = one.replace(ID_A, _ID_HOLE)
-    two = two.replace(ID_A, _ID_HOLE).replace(ID_B, _ID_HOLE) if two is not None else None
+    one = one.replace(ID_A, ID_HOLE_IN_RENDER)
+    two = two.replace(ID_A, ID_HOLE_IN_RENDER).replace(ID_B, ID_HOLE_IN_RENDER) if two is not None else None
     first = spans[0]
     before = _drop_empty_content(_drop_leading_reasoning(one[: first.start], reasoning), content)
     after = one[first.end:]
@@ -53,13 +53,13 @@ def call_markers(one: str, two: str | None, spans: list[Span], array: bool, reas
     if not call_end.strip():
         call_end, separator = "", call_end + separator
     call_id = None
-    if _ID_HOLE in call_start:
-        call_start, _, id_end = call_start.partition(_ID_HOLE)
+    if ID_HOLE_IN_RENDER in call_start:
+        call_start, _, id_end = call_start.partition(ID_HOLE_IN_RENDER)
         call_id = CallId(end=id_end, before_name=True)
-    markers = CallMarkers(section_start=section_start.replace(_ID_HOLE, "") if section_start.strip() else "",
+    markers = CallMarkers(section_start=section_start.replace(ID_HOLE_IN_RENDER, "") if section_start.strip() else "",
                           section_end=section_end if section_end.strip() else "",
                           call_start=call_start, call_end=call_end,
-                          call_separator=separator.replace(_ID_HOLE, ""))
+                          call_separator=separator.replace(ID_HOLE_IN_RENDER, ""))
     return markers, call_id
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,7 +44,9 @@ def turn_end(prober: Prober, eos_token: str, **kwargs: Any) -> TurnEnd | None:
     if between:
         # between a reply and the next user text: the end of the turn, then the user turn's opening
         closing, opening = _split_turns(prober, between, **kwargs)
-        stop = stop_markers(closing) or markers_in(opening)[:1]
+        # a closing of no marker shape may be cut where the opening's marker recurs (`#<end>`):
+        # the text right after the content names it whole
+        stop = stop_markers(closing) or shapeless_stop(after) or markers_in(opening)[:1]
     else:
         closing = after
         stop = stop_markers(after)
@@ -122,8 +125,28 @@ def stop_markers(after_content: str) -> list[str]:
     if markup:
         stops.append(markup[-1])
     else:
-        # markup of no known shape (`[e~[`): a short run of non-space text holding punctuation
-        words = after_content.split()
-        if words and len(words[0]) <= 16 and not words[0].isalnum() and any(c.isalpha() for c in words[0]):
-            stops.append(words[0])
+        stops += shapeless_stop(after_content)
     return stops
+
+
+def shapeless_stop(after_content: str) -> list[str]:
+    """Markup of no known shape that ends a turn: a short run of non-space text holding punctuation
+    (`[e~[`, `[/]`), or a short line of symbols and a word (`+++ end`, `=== end ===`)."""
+    if closing_markup(after_content):
+        return []
+    lines = after_content.strip().splitlines()
+    line = lines[0].strip() if lines else ""
+    word = line.split()[0] if line else ""
+    if 2 <= len(word) <= 16 and not word.isalnum() and (any(c.isalpha() for c in word) or _bracketed(word)):
+        return [word]
+    if len(line) <= 24 and _SYMBOLS_AND_WORD.fullmatch(line):
+        return [line]
+    return []
+
+
+# symbols, a word, and maybe the same symbols again: a line that only markup would write
+_SYMBOLS_AND_WORD = re.compile(r"(?P<run>[^\w\s]{2,4}) [^\W\d_]\w{0,15}(?: (?P=run))?")
+
+
+def _bracketed(word: str) -> bool:
+    return word[0] in "[(<{" and word[-1] in "])>}"

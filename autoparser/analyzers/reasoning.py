@@ -27,6 +27,7 @@ from jinja2 import nodes
 
 from autoparser.analysis import ReasoningAnalysis
 from autoparser.analyzers.diff import (
+    char_common_prefix,
     common_prefix,
     is_compound,
     is_marker,
@@ -468,6 +469,7 @@ def _markers_from_history(prober: Prober, kwargs: dict[str, Any]) -> tuple[str, 
     an answer or a tool call: their common markup (`<|end|><|start|>assistant` re-opens a message
     in channel formats), or the first marker when only one of them renders.
     """
+    shapeless: list[tuple[str, str]] = []  # (opening, closing) of no marker shape
     for name in REASONING_FIELDS:
         start, closings, beside_tools = "", [], True
         for message, tools, after in _reasoning_messages(prober, name):
@@ -481,7 +483,10 @@ def _markers_from_history(prober: Prober, kwargs: dict[str, Any]) -> tuple[str, 
                 continue
             next_at = min(found)
             closing = full[r_at + len(REASONING_TEXT):next_at]
-            if not any(is_marker(s) for s in segments(closing)):
+            if not _opens_with_marker(closing):
+                opening = _plain_opening(prober.output(message, tools=tools, **kwargs))
+                if opening:
+                    shapeless.append((opening, closing))
                 continue
             start = start or _opening_before(full[:r_at], prober.output(message, tools=tools, **kwargs))
             closings.append(closing)
@@ -490,7 +495,39 @@ def _markers_from_history(prober: Prober, kwargs: dict[str, Any]) -> tuple[str, 
                 break
         if closings:  # the start may be missing: the prompt may open the reasoning with plain text
             return start, _closing_marker(closings), beside_tools
-    return "", "", False
+    return (*_plain_pair(shapeless), False)
+
+
+MAX_PLAIN_DELIMITER = 24
+
+
+def _opens_with_marker(closing: str) -> bool:
+    """Whether the text after reasoning opens with a marker; a marker after other text (`|#[CALLS]`)
+    opens what follows the reasoning, not its end."""
+    first = next((u for u in units(closing) if not u.isspace()), "")
+    return is_unit_marker(first)
+
+
+def _plain_opening(output: str | None) -> str:
+    """The text a reply writes before its reasoning, where it writes any: `#|`, `Let me think.`."""
+    if not output or REASONING_TEXT not in output:
+        return ""
+    lead = output[: output.index(REASONING_TEXT)].strip()
+    return lead if 0 < len(lead) <= MAX_PLAIN_DELIMITER and "\n" not in lead else ""
+
+
+def _plain_pair(found: list[tuple[str, str]]) -> tuple[str, str]:
+    """Delimiters of no marker shape around reasoning in the history (`#|...|#`, `Let me think.
+    ... Done thinking.`): the same text opens every reply's reasoning, and the text every reply
+    writes after it, up to what follows (an answer or a call), on its first line, closes it."""
+    if len({opening for opening, _ in found}) != 1:
+        return "", ""
+    shared = found[0][1].strip()
+    for _, closing in found[1:]:
+        shared = char_common_prefix(shared, closing.strip())
+    lines = shared.splitlines()
+    end = lines[0].strip() if lines else ""
+    return (found[0][0], end) if 0 < len(end) <= MAX_PLAIN_DELIMITER else ("", "")
 
 
 def _reasoning_messages(prober: Prober, name: str) -> list[tuple[dict[str, Any], Any, str]]:

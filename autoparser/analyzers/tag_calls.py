@@ -15,11 +15,12 @@ import json
 import re
 from typing import Any
 
-from autoparser.analyzers.call_markers import Span
+from autoparser.analyzers.call_markers import ID_HOLE_IN_RENDER, Span
 from autoparser.analyzers.diff import common_suffix, first_marker_split, segments, strip_prefix
 from autoparser.analyzers.json_calls import json_args_span
 from autoparser.analyzers.probes import ARGS_A, ARGS_B, ID_A, NAME_A, NAME_B, PROBE_TOOLS, Prober
 from autoparser.tool_calls import (
+    ID_HOLE,
     INDEX_HOLE,
     JSON_TYPES,
     KEY_HOLE,
@@ -145,6 +146,8 @@ def split_tag_markup(markers: CallMarkers, found: TagCalls, id_before_name: Call
     elif arguments.end:
         call_end = strip_prefix(call_end, arguments.end.replace(KEY_HOLE, "second_arg"))
     name_end, call_id = _id_in_name_end(name_end, id_before_name)
+    if call_id is None:
+        call_end = _id_in_call_end(call_end)
     name = CallName(start=name_start, end=name_end, index=_confirmed_call_index(one, two, name_end))
     markers = dataclasses.replace(markers, call_start=call_start, call_end=call_end)
     return markers, TagCalls(name=name, arguments=arguments, id=call_id)
@@ -173,6 +176,11 @@ def _unwrap_fence(name_end: str, call_end: str) -> tuple[str, str, JsonArguments
     if not close:
         return name_end, call_end, JsonArguments(start=start)
     return name_end, call_end[close.end():], JsonArguments(start=start, end=call_end[: close.end()])
+
+
+def _id_in_call_end(call_end: str) -> str:
+    """A call's end that writes the call's id after its arguments (` AS call-1`), the id as a hole."""
+    return call_end.replace(ID_HOLE_IN_RENDER, ID_HOLE, 1) if ID_HOLE_IN_RENDER in call_end else call_end
 
 
 def _id_in_name_end(name_end: str, id_before_name: CallId | None) -> tuple[str, CallId | None]:
@@ -263,15 +271,18 @@ def indented_block(output: str, args: TaggedArguments) -> NestedValues | None:
     if deeper is None or len(deeper.group(1)) <= indent:
         return None
     pad = "\n" + deeper.group(1)
-    obj = "".join(pad + k + args.key_end + str(v) for k, v in NESTED_ARGS["obj_arg"].items())
+    # strings raw, or JSON where the template writes every value as JSON
+    leaf = str if args.encoding == "raw_strings" else lambda v: json.dumps(v, ensure_ascii=False)
+    obj = "".join(pad + k + args.key_end + leaf(v) for k, v in NESTED_ARGS["obj_arg"].items())
     items_at = list_at + len("list_arg" + key_end) + len(pad)
-    first = str(NESTED_ARGS["list_arg"][0])
+    first = leaf(NESTED_ARGS["list_arg"][0])
     item = output[items_at:output.find(first, items_at)] if output.startswith(pad, items_at - len(pad)) else ""
-    elements = "".join(pad + item + str(v) for v in NESTED_ARGS["list_arg"])
+    elements = "".join(pad + item + leaf(v) for v in NESTED_ARGS["list_arg"])
     if not item.strip() or not output.startswith(obj, value_at) \
             or not output.startswith(elements, items_at - len(pad)):
         return None
-    return NestedValues(style="indented", item=item.strip(), key_end=key_end.strip())
+    quote = '"' if args.encoding != "raw_strings" else ""
+    return NestedValues(style="indented", item=item.strip(), key_end=key_end.strip(), quote=quote)
 
 
 def bracketed_syntax(output: str, args: TaggedArguments) -> NestedValues | None:

@@ -66,7 +66,7 @@ from autoparser.language.request import (
     is_weak,
     start_state,
 )
-from autoparser.tool_calls import INDEX_HOLE, JSON_TYPES, NAME_HOLE, TYPE_HOLE, TagCalls
+from autoparser.tool_calls import ID_HOLE, INDEX_HOLE, JSON_TYPES, NAME_HOLE, TYPE_HOLE, TagCalls
 
 GAP_MAX = 4  # whitespace allowed around structural markers (the parser ignores it)
 JSON_SPACE = 20  # whitespace inside JSON; bounded, as a small model could pad forever
@@ -253,11 +253,20 @@ class _Builder:
 
     def call_closing(self) -> Node:
         """The call's end marker; right after a raw value (`name(key=value)`) no whitespace
-        comes between, as the parser would read it as part of the value."""
+        comes between, as the parser would read it as part of the value. Where it writes the
+        call's id (` AS {id}`), the id is read there."""
+        if ID_HOLE in self.t.call_end:
+            before, _, after = self.t.call_end.partition(ID_HOLE)
+            written_id = seq(self.gap(), Capture(CALL_ID, ID_CHARS))
+            return seq(self.closing(before), written_id, self.closing(after))
         if self.bare_keys and not self.literal:
             core = self.until_stop(self.t.call_end).strip()
             return self.marker(core) if core else EMPTY
         return self.closing(self.t.call_end)
+
+    def call_end_text(self) -> str:
+        """The call's end as text the output holds: where it writes the call's id, what comes before it."""
+        return self.t.call_end.partition(ID_HOLE)[0]
 
     # -- reasoning and content ----------------------------------------------------------
 
@@ -455,7 +464,7 @@ class _Builder:
         t = self.t
         w = Gap(JSON_SPACE)
         opens = (t.section_start + t.call_start).rstrip().endswith("[")
-        closes = (t.call_end + t.section_end).lstrip().startswith("]")
+        closes = (self.call_end_text() + t.section_end).lstrip().startswith("]")
         sep = seq(w, Lit(","), w) if t.call_separator.strip() in (",", "") else self.marker(t.call_separator)
         nxt = Rule("call-next", seq(sep, call), NEXT_CALL)
         opener = seq(call_start, seq(w, Lit("[")) if not opens else EMPTY, w)
@@ -689,7 +698,7 @@ class _Builder:
         if self.comma_values():
             return self.comma_text()
         end = self.arg_end(key) if key else t.arg_end
-        stops = (end, t.arg_start, t.call_end, t.section_end, *self.stop)
+        stops = (end, t.arg_start, self.call_end_text(), t.section_end, *self.stop)
         if self.line_indent() is not None:
             return one_line_text(stops)
         return Text((*stops, *self.value_cutters()), end, self.limit, hint="raw-text")
@@ -713,7 +722,7 @@ class _Builder:
     def comma_text(self) -> Node:
         """Raw text in `name(key=value, key=value)`: a comma ends it only before a key and `=`."""
         t = self.t
-        stops = (t.call_end, t.section_end, *self.stop)
+        stops = (self.call_end_text(), t.section_end, *self.stop)
         return Text(stops, weak=Weak(",", t.arg_key_end.strip() or "=", cut=True), hint="comma-text")
 
 

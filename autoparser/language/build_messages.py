@@ -57,7 +57,7 @@ class _Messages:
         messages: the separator, the turn re-opened, a call's or the answer's end marker."""
         m = self.m
         enders = self.message_enders()
-        betweens = [core(m.separator), core(m.opener), core(self.until_stop(self.t.call_end)),
+        betweens = [core(m.separator), core(m.opener), core(self.until_stop(self.call_end_text())),
                     core(self.c.end)]
         betweens = [b for b in dict.fromkeys(betweens) if b and b not in [core(s) for s in self.stop]]
         messages = [self.reasoning_message(), *self.call_messages(), self.answer_message(),

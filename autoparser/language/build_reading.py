@@ -69,6 +69,7 @@ from autoparser.language.request import (
     bare_fence,
     core,
     is_weak,
+    schema_type,
 )
 from autoparser.tool_calls import JSON_TYPES, NAME_HOLE, TagCalls, TaggedArguments
 
@@ -236,7 +237,7 @@ class _Reading(_Reasoning, _Messages, _Builder):
         # right after calls, what closes a call or the section, or (where calls may follow) a
         # call's opener, is markup
         t = self.t
-        after = self.text(*also_stop, not_first=(t.section_end, t.call_end, t.args_end,
+        after = self.text(*also_stop, not_first=(t.section_end, self.call_end_text(), t.args_end,
                                                  t.call_start if self.parallel else "",
                                                  t.call_separator if self.parallel else ""))
         return Repeat(seq(section, after), 1 if self.choice == "required" else 0, most)
@@ -291,7 +292,7 @@ class _Reading(_Reasoning, _Messages, _Builder):
         t = self.t
         indexed = self.indexed_name_end()
         name_end = indexed[0] if indexed else t.name_end
-        ends = [m.strip() for m in (name_end, t.id_start, t.args_start, t.arg_start, t.call_end) if m.strip()]
+        ends = [m.strip() for m in (name_end, t.id_start, t.args_start, t.arg_start, self.call_end_text()) if m.strip()]
         # a name ends at the first character of what may follow it, as the parser reads it
         return Chars("^" + NAME_FORBIDDEN + "".join(sorted({re.escape(m[0]) for m in ends})))
 
@@ -320,7 +321,7 @@ class _Reading(_Reasoning, _Messages, _Builder):
         call after the element's end tag (`call-self-closed`); None for any other format."""
         t = self.t
         tag = _ATTRIBUTE_TAG.search((t.call_start + t.name_start).strip())
-        name_end, call_end = t.name_end.strip(), self.until_stop(t.call_end).strip()
+        name_end, call_end = t.name_end.strip(), self.until_stop(self.call_end_text()).strip()
         end_tag = f"</{tag.group(1)}>" if tag else ""
         if not end_tag or not name_end.endswith(">") or name_end.endswith("/>") or not call_end.startswith(end_tag):
             return None
@@ -349,7 +350,7 @@ class _Reading(_Reasoning, _Messages, _Builder):
         stops = (opener, t.section_end, *self.stop, self.r.end if self.r.mode != "none" else "",
                  self.reopens() if after_call else "")
         # a call's closing markers are no text of their own: where they may be left out, they end their call
-        not_first = tuple(m for m in (opener, t.args_end.strip(), t.call_end.strip()) if m)
+        not_first = tuple(m for m in (opener, t.args_end.strip(), self.call_end_text().strip()) if m)
         text = Text(tuple(s for s in stops if s.strip()), hint="content", nonempty=True, not_first=not_first)
         return optional(seq(self.gap(), Capture(CONTENT, text)))
 
@@ -410,7 +411,7 @@ class _Reading(_Reasoning, _Messages, _Builder):
         if self.comma_values():
             return self.comma_text()
         end = self.arg_end(key) if key else t.arg_end.partition(KEY_HOLE)[0]
-        enders = (t.call_end, t.arg_separator) if self.bare_keys else ()
+        enders = (self.call_end_text(), t.arg_separator) if self.bare_keys else ()
         # a weak end marker (`, `) ends the value only where the next key follows it
         weak = Weak(end.strip(), t.arg_key_end.strip() or "=", cut=True) if self.values_between() else None
         indent = self.line_indent()
@@ -460,6 +461,14 @@ class _Reading(_Reasoning, _Messages, _Builder):
         if isinstance(value, RawString) and not self.comma_values():
             return replace(value, text=choice(self.cdata_text(), value.text)), raw
         if not isinstance(value, Json):
+            if isinstance(value, PyValue) and self.nested()[:1] == ("indented",) and self.line_indent() is not None \
+                    and schema_type(value.schema) in ("object", "array"):
+                # an object or array may be a block on the lines below its key: read up to the
+                # next key as raw text, a JSON value or the block
+                text = self.raw_text(key)
+                text = replace(text, nonempty=True) if isinstance(text, Text) else text
+                return RawString(name, params, sub, value.path, value.hint, self.arg_end(key), text, bounded=False,
+                                 as_json=True, nested=self.nested(), null=JSON_NULL), raw
             if isinstance(value, PyValue) and self.nested():
                 return replace(value, nested=self.nested()), raw
             if isinstance(value, RawString):  # in `name(key=value)` calls a value may be a literal
@@ -489,7 +498,9 @@ class _Reading(_Reasoning, _Messages, _Builder):
             return ("bracketed", nested.start, nested.key_end, nested.end, nested.quote)
         if nested.style == "indented":
             indent = self.line_indent()  # the argument's own: its block lies deeper
-            return ("indented", nested.key_end, nested.item, *([] if indent is None else [" " * indent]))
+            if indent is None:
+                return ("indented", nested.key_end, nested.item)
+            return ("indented", nested.key_end, nested.item, " " * indent, *([nested.quote] if nested.quote else []))
         if nested.style == "tags" and nested.start:  # markup of its own around each member
             return ("tags", nested.start, nested.key_end, nested.end, nested.item)
         if nested.style == "tags" and t.arg_start.strip():

@@ -320,7 +320,7 @@ _BARE_OBJECT_KEY = re.compile(r"([{,]\s*)([A-Za-z_][\w\-]*)(\s*:)")
 def nested_to_json(raw: str, nested: tuple[str, ...]) -> str | None:
     """The JSON text of an object or array written in the template's own syntax (`nested`:
     ("quoted", quote), ("tags", arg_start, key_end, arg_end, item), ("bracketed", start, key_end,
-    separator, quote) or ("indented", key_end, item[, the argument's indentation])), or None."""
+    separator, quote) or ("indented", key_end, item[, the argument's indentation[, quote]])), or None."""
     if nested[:1] == ("quoted",):
         value = quoted_to_json(raw, nested[1])
     elif nested[:1] == ("tags",):
@@ -334,25 +334,26 @@ def nested_to_json(raw: str, nested: tuple[str, ...]) -> str | None:
     return None if value is None else json.dumps(value, ensure_ascii=False)
 
 
-def indented_to_json(raw: str, key_end: str, item: str, member_indent: str | None = None):
+def indented_to_json(raw: str, key_end: str, item: str, member_indent: str | None = None, quote: str = ""):
     """A block of lines indented deeper than its argument's (`\\n  unit: c\\n  days:\\n    - 1`): lines
     that open with `item` are an array's elements, others `KEY key_end VALUE` an object's members;
     a member or element with no value on its line holds the deeper lines after it. None when the
     text is not such a block (a value on the argument's own line, or a line indented no deeper
-    than `member_indent`, the argument's own indentation: the next argument's or call's)."""
+    than `member_indent`, the argument's own indentation: the next argument's or call's). With a
+    `quote`, strings are written as JSON strings; without, as bare text."""
     if raw[:1] != "\n" and raw.strip():
         return None
     lines = [(len(line) - len(line.lstrip(" ")), line.strip()) for line in raw.split("\n") if line.strip()]
     if not lines or member_indent is not None and min(indent for indent, _ in lines) <= len(member_indent):
         return None
     try:
-        value, end = _block(lines, 0, item, key_end, 0)
+        value, end = _block(lines, 0, item, key_end, 0, bool(quote))
     except (ValueError, RecursionError):
         return None
     return value if end == len(lines) else None
 
 
-def _block(lines: list[tuple[int, str]], at: int, item: str, key_end: str, depth: int):
+def _block(lines: list[tuple[int, str]], at: int, item: str, key_end: str, depth: int, quoted: bool = False):
     """The object or array whose lines begin at `at`, all indented as that first line; and
     where its lines end."""
     if depth > 32:
@@ -373,9 +374,9 @@ def _block(lines: list[tuple[int, str]], at: int, item: str, key_end: str, depth
                 raise ValueError("no key end")
         at += 1
         if rest.strip():
-            value = _leaf(rest)
+            value = _leaf(rest, quoted)
         elif at < len(lines) and lines[at][0] > indent:
-            value, at = _block(lines, at, item, key_end, depth + 1)
+            value, at = _block(lines, at, item, key_end, depth + 1, quoted)
         else:
             value = "" if not listed else None
         if listed:
@@ -528,10 +529,10 @@ def _matching_close(text: str, at: int, opener: str, close: str) -> int:
         at = stop + len(close)
 
 
-def _leaf(raw: str):
+def _leaf(raw: str, quoted: bool = False):
     stripped = raw.strip()
     try:
         value = json.loads(stripped)
     except ValueError:
         return stripped
-    return value if not isinstance(value, str) else stripped
+    return value if quoted or not isinstance(value, str) else stripped

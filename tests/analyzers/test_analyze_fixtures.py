@@ -116,3 +116,34 @@ def test_analysis_round_trips_through_json() -> None:
     a = analyze_fixture("deepseek_fenced.jinja")
     again = autoparser.Analysis.from_dict(a.to_dict())
     assert again.to_dict() == a.to_dict()
+
+
+def test_turn_end_of_no_marker_shape() -> None:
+    """A turn ended by markup of no known shape: a bracketed run of symbols (`[/]`)."""
+    assert analyze_fixture("numbered_calls.jinja").stop[0] == "[/]"
+
+
+def test_reasoning_between_delimiters_of_no_marker_shape() -> None:
+    """Reasoning the history writes between the same plain delimiters before an answer and before
+    calls (`(thinking)...(/thinking)`); the marker after the closing opens the calls."""
+    r = analyze_fixture("separated_calls.jinja").reasoning
+    assert (r.mode, r.start, r.end) == ("tagged", "(thinking)", "(/thinking)")
+
+
+def test_call_id_written_after_the_arguments() -> None:
+    """`CALL name {...} AS id`: the id is a hole in the call's end, and the parser reads it there."""
+    a = analyze_fixture("id_after_args.jinja")
+    assert a.tools.call_end == " AS {id}\n"
+    output = 'CALL get_weather {"location": "Paris"} AS call_7x\nCALL get_weather {"location": "Rome"} AS b-2'
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"location": {"type": "string"}}}}}]
+    parser = a.parser(tools=tools)
+    whole = parser.parse(output)
+    assert [c["id"] for c in whole["tool_calls"]] == ["call_7x", "b-2"]
+    assert whole["content"] is None
+    for size in (1, 2, 3, 7):
+        stream = parser.stream()
+        for at in range(0, len(output), size):
+            stream.feed(output[at:at + size])
+        stream.finish()
+        assert stream.message() == whole

@@ -585,6 +585,36 @@ def test_an_indented_block_lies_deeper_than_its_argument(raw: str, expected: obj
     assert (json.loads(found) if found is not None else None) == expected
 
 
+@pytest.mark.parametrize(("raw", "expected"), [
+    ('\n    a: "x: y"\n    b:\n      - "one"\n      - 2', {"a": "x: y", "b": ["one", 2]}),
+    ('\n    a: "say \\"hi\\""', {"a": 'say "hi"'}),
+    ("\n    a: bare", {"a": "bare"}),  # not JSON: kept as written
+])
+def test_an_indented_block_of_json_values_reads_its_strings_unquoted(raw: str, expected: object) -> None:
+    """Where the template writes every value as JSON, a block's strings are JSON strings."""
+    found = nested_to_json(raw, ("indented", ":", "-", "  ", '"'))
+    assert (json.loads(found) if found is not None else None) == expected
+
+
+def test_a_yaml_like_call_list_reads_nested_blocks_of_json_values() -> None:
+    """`- name: NAME` and an indented `arguments:` block whose values are JSON, objects and arrays
+    as deeper blocks: whole == streamed one character at a time."""
+    analysis = analyze_family("yaml_list_calls.jinja")
+    tools = [{"type": "function", "function": {"name": "plan", "parameters": {"type": "object", "properties": {
+        "route": {"type": "object"}, "days": {"type": "integer"}, "note": {"type": "string"}}}}}]
+    output = ('tool_calls:\n- name: plan\n  arguments:\n    route:\n      from: "Oslo"\n      stops:\n'
+              '        - "Voss"\n    days: 2\n- name: plan\n  arguments:\n    note: "a: b"')
+    parser = analysis.parser(tools=tools)
+    whole = parser.parse(output)
+    assert [json.loads(c["function"]["arguments"]) for c in whole["tool_calls"]] == [
+        {"route": {"from": "Oslo", "stops": ["Voss"]}, "days": 2}, {"note": "a: b"}]
+    stream = parser.stream()
+    for char in output:
+        stream.feed(char)
+    stream.finish()
+    assert without_generated_ids(stream.message()) == without_generated_ids(whole)
+
+
 def test_each_argument_line_ends_its_value_where_the_next_key_or_call_begins() -> None:
     """Arguments one a line (`  key: value`): a value ends at the line break before the next
     key or call, not at a line inside it indented deeper; the end of output ends the last value,
