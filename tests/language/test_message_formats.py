@@ -103,11 +103,9 @@ _MUSE_CALL = ('<atem:function_calls>\n<atem:invoke name="{name}">\n<atem:paramet
 
 
 def _muse_lost(analysis, text: str, message: dict) -> str:
-    """The letters lost, the markers and the message markup the parser drops left out: the body
-    marker, the reasoning's and the answer's headers."""
-    m = analysis.messages
-    for marker in sorted([*marker_texts(analysis), m.body_start, m.reasoning_header.strip(), m.content_header.strip()],
-                         key=len, reverse=True):
+    """The letters lost, the markers left out (the reasoning's and the answer's headers among
+    them: `to=self<|message|>`, `to=user<|message|>`)."""
+    for marker in sorted(marker_texts(analysis), key=len, reverse=True):
         text = text.replace(marker, " ")
     return "".join(sorted(lost_letters(analysis, text, message).elements()))
 
