@@ -241,7 +241,24 @@ def lost_letters(analysis: Any, text: str, message: dict[str, Any]) -> Counter:
     name_end = analysis.tools.name_end.strip()
     if re.search("[0-9]", name_end):  # a call index in the name's end marker (`:0<|...|>`)
         text = re.sub(re.sub("[0-9]+", "[0-9]+", re.escape(name_end)), " ", text)
-    return letters(structural_words(analysis, text)) - letters(produced_text(analysis, message))
+    return letters(structural_words(analysis, _without_recipients(analysis, text, message))) \
+        - letters(produced_text(analysis, message))
+
+
+def _without_recipients(analysis: Any, text: str, message: dict[str, Any]) -> str:
+    """Where a call's message names its tool in the header and again in the body
+    (`to=f<|message|>` then `<invoke name="f">`: `call_body_named`), the text without one header
+    (and its body marker) naming each call returned: the call returns the name once, and both
+    are its syntax."""
+    m = getattr(analysis, "messages", None)
+    head, hole, tail = (m.call_header if m else "").partition("{name}")
+    if not m or not m.call_body_named or not hole or not head.strip():
+        return text
+    for call in message["tool_calls"]:
+        header = (re.escape(head.strip()) + r"\s*" + re.escape(call["function"]["name"]) + re.escape(tail.strip())
+                  + r"\s*" + re.escape(m.body_start.strip()))
+        text = re.sub(header, " ", text, count=1)
+    return text
 
 
 # -- nothing shown twice ----------------------------------------------------------------------------

@@ -355,13 +355,18 @@ def end_of_turn_in_text(analysis: Any, text: str, message: dict[str, Any]) -> st
     """The end-of-turn marker the message's reasoning or content holds as text, where the output
     holds one that its markers, left out, do not make up (None where none): the end-of-turn
     markers (`<|im_e<|im_end|>nd|>`, `<|eo<|eom_id|>t_id|>`), and those as well as the other
-    markers, which may be markup (`<|im_e◁/think▷nd|>`)."""
+    markers, which may be markup (`<|im_e◁/think▷nd|>`). An end-of-turn marker the text holds
+    only as the start of a longer marker held whole (a section's opener that begins with it,
+    GigaChat3's `<|message_sep|>\n\nfunction call<|role_sep|>`) is that marker's: the reader
+    reads the longer marker as one, and keeps the opener of a section that failed as text, as
+    every format keeps a failed section's opener."""
     texts = (message.get("reasoning_content") or "") + "\0" + (message.get("content") or "")
     ends = sorted({stop.strip() for stop in analysis.stop if stop.strip()}, key=len, reverse=True)
     unmarked = _without(text, ends)
     unmarkup = _without(text, longest_first(marker_texts(analysis) + ends))
     for end in ends:
-        if end in texts and end not in unmarked and end not in unmarkup:
+        openers = [m for m in marker_texts(analysis) if m.startswith(end) and m != end]
+        if end in _without(texts, longest_first(openers)) and end not in unmarked and end not in unmarkup:
             return end
     return None
 

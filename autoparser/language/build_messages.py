@@ -88,6 +88,13 @@ class _Messages:
         head, hole, _ = self.m.call_header.partition("{name}")
         return core(head) if hole and self.choice != "none" else ""
 
+    def recipient_lead(self) -> str:
+        """How a header naming a recipient begins, where that is all of the call header before the
+        tool's name and one of the headers' leads (`to=` of `to={name}`); "" where it is not."""
+        head, hole, _ = self.m.call_header.partition("{name}")
+        lead = core(head)
+        return lead if hole and lead and lead in self.header_leads() else ""
+
     def header_words(self, which: str, other: str) -> list[str]:
         """The words of one header (`which`) that the other does not hold, in order."""
         others = set(_HEADER_WORD.findall(getattr(self.m, other)))
@@ -140,25 +147,34 @@ class _Messages:
 
     def channel_words(self, lead: str) -> list[str]:
         """The words the template writes right after `lead` where it is a tag (a channel's name:
-        `<|channel|>final`), in its headers; none after a lead that is no tag."""
-        if not _TAG.fullmatch(lead):
-            return []
+        `<|channel|>final`), or where it is all of the call header before the tool's name (a
+        recipient: `to=user`, `to=self`), in its headers; none after any other lead."""
         m = self.m
+        if not _TAG.fullmatch(lead) and lead != self.recipient_lead():
+            return []
         headers = (m.reasoning_header, m.content_header, m.call_header.replace("{name}", ""))
         found = [_HEADER_WORD.match(core(h)[core(h).index(lead) + len(lead):]) for h in headers if lead in core(h)]
         return list(dict.fromkeys(word.group() for word in found if word))
 
     def unknown_channel_message(self) -> Node:
-        """A message whose channel (the word after a tag lead) the template never writes: the
-        answer, kept whole (its header and body marker as written, then its body), so no word of
-        it is lost; a user sees what the model addressed to a channel nobody reads."""
+        """A message whose channel (the word after a tag lead) the template never writes, or
+        whose recipient (the word after a lead that is the call header's head, `to=`) is neither
+        the answer's, the reasoning's nor a tool offered (a call to a tool not offered stays
+        content, as in every format): the answer, kept whole (its header and body marker as
+        written, then its body), so no word of it is lost; a user sees what the model addressed
+        to a channel or a recipient nobody reads."""
         enders = self.message_enders()
         options = []
         for lead in self.header_leads():
             known = self.channel_words(lead)
             if not known:
                 continue
-            header = Text(tuple(dict.fromkeys((*enders, *known))), hint="header", nonempty=True,
+            stops = enders
+            if lead == self.recipient_lead():  # the tools offered are recipients too: their calls'
+                known = [*known, *(tool_name(tool) for tool in self.tools if tool_name(tool))]
+            else:  # a channel's word ends the header
+                stops = (*enders, *known)
+            header = Text(tuple(dict.fromkeys(stops)), hint="header", nonempty=True,
                           not_first=tuple(known), bounded=True)
             options.append(seq(Capture(CONTENT, seq(self.marker(lead), header, self.marker(enders[0]))),
                                Capture(CONTENT, Text(enders[1:], hint="content"))))

@@ -112,6 +112,48 @@ def test_an_end_of_turn_marker_that_the_markers_left_out_make_up_is_no_finding(
     assert fuzz.end_of_turn_in_text(analysis, content, {"content": content}) == content
 
 
+def _llamacpp_template(name: str):
+    from corpora import llamacpp_templates
+
+    import autoparser
+    return autoparser.load(str(next(p for p in llamacpp_templates() if p.name == name)))
+
+
+@pytest.mark.parametrize("output", [
+    '<|message_sep|>\n\nfunction call<|role_sep|>\n{"name": "get_weather", "',
+    'Answer: 42.<|message_sep|>\n\nfunction call<|role_sep|>{"k": 1}<|message_sep|>',
+])
+def test_an_end_of_turn_marker_that_opens_a_failed_section_is_its_opener_text(output: str) -> None:
+    """GigaChat3: the end of turn `<|message_sep|>` also begins the calls' opener
+    (`<|message_sep|>\n\nfunction call<|role_sep|>`). The reader reads the opener as one marker
+    and keeps a failed section's opener as text, as every format keeps one: no end of turn as
+    text (found by the fuzzer on llama.cpp's templates, seed 11). The marker alone as text is."""
+    analysis = _llamacpp_template("GigaChat3-10B-A1.8B.jinja")
+    parser = analysis.parser(tools=fuzz.TOOLS, thinking=True)
+    message = analyses.whole_checked_by_streams(parser, output)
+    assert message["tool_calls"] == []
+    assert "<|message_sep|>\n\nfunction call<|role_sep|>" in message["content"]
+    assert fuzz.end_of_turn_in_text(analysis, output, message) is None
+    assert fuzz.end_of_turn_in_text(analysis, "Hi<|message_sep|>", {"content": "Hi<|message_sep|>"}) == "<|message_sep|>"
+
+
+def test_a_call_message_header_naming_the_call_again_is_no_lost_text() -> None:
+    """muse-glimmer: a call's message names its tool in the header and in the body
+    (`to=get_weather<|message|><atem:function_calls>\n<atem:invoke name="get_weather">`); the
+    call returns the name once, and both are its syntax. A header naming no call returned is
+    the content's (a tool not offered), and is lost where the content lacks it."""
+    from unplaced import lost_letters
+
+    analysis = _llamacpp_template("muse-glimmer.jinja")
+    call = ('<atem:function_calls>\n<atem:invoke name="{}">\n<atem:parameter name="query">x</atem:parameter>\n'
+            '</atem:invoke>\n</atem:function_calls>')
+    text = " to=get_weather<|message|>" + call.format("get_weather")
+    message = analysis.parser(tools=fuzz.TOOLS, thinking=True).parse(text)
+    assert [c["function"]["name"] for c in message["tool_calls"]] == ["get_weather"]
+    assert not lost_letters(analysis, text, message)
+    assert lost_letters(analysis, " to=weather_now<|message|>" + call.format("get_weather"), message)
+
+
 def test_a_key_closed_with_no_value_after_it_is_no_lost_text() -> None:
     """GLM-4.5: `<arg_key>n</arg_key>` then no `<arg_value>` (a broken one): the language reads the
     key alone as a member with no value (`key_alone`), markup the call consumes, not text lost."""

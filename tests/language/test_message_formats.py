@@ -13,9 +13,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from analyses import streamed_in_random_chunks
+from analyses import streamed_in_random_chunks, whole_checked_by_streams
 from corpora import llamacpp_templates
 from test_analyze_fixtures import analyze_fixture
+from unplaced import lost_letters, marker_texts
 
 import autoparser
 
@@ -95,6 +96,46 @@ def test_gpt_oss_recipient_before_or_after_the_channel() -> None:
                  '<|channel|>analysis<|message|>Think.<|end|><|start|>assistant<|channel|>commentary '
                  'to=functions.get_weather <|constrain|>json<|message|>{"city": "Oslo"}<|call|>']:
         assert same_streamed(parser, text) == ("Think.", None, [("get_weather", {"city": "Oslo"})])
+
+
+_MUSE_CALL = ('<atem:function_calls>\n<atem:invoke name="{name}">\n<atem:parameter name="city">Paris</atem:parameter>'
+              '\n</atem:invoke>\n</atem:function_calls>')
+
+
+def _muse_lost(analysis, text: str, message: dict) -> str:
+    """The letters lost, the markers left out (the reasoning's and the answer's headers among
+    them: `to=self<|message|>`, `to=user<|message|>`)."""
+    for marker in sorted(marker_texts(analysis), key=len, reverse=True):
+        text = text.replace(marker, " ")
+    return "".join(sorted(lost_letters(analysis, text, message).elements()))
+
+
+@pytest.mark.parametrize("text, calls, content", [
+    # a second message to a tool not offered: kept whole, its header naming the recipient included
+    (" to=get_weather<|message|>" + _MUSE_CALL.format(name="get_weather") + "<|eom|><|start|>assistant to=search_docs"
+     "<|message|>" + _MUSE_CALL.format(name="search_docs"),
+     ["get_weather"], "to=search_docs<|message|>" + _MUSE_CALL.format(name="search_docs")),
+    (" to=search_docs<|message|>" + _MUSE_CALL.format(name="search_docs"),
+     [], "to=search_docs<|message|>" + _MUSE_CALL.format(name="search_docs")),
+    # the answer's and the reasoning's recipients, and a call to a tool offered
+    (" to=self<|message|>Think.<|eom|><|start|>assistant to=user<|message|>Hello.", [], "Hello."),
+    (" to=get_weather<|message|>" + _MUSE_CALL.format(name="get_weather"), ["get_weather"], None),
+    # a call cut off before its arguments start: the call's header is not lost
+    (' to=get_weather<|message|><atem:function_calls>\n<atem:invoke name="get_weather">\n<atem:parameter',
+     ["get_weather"], "<atem:parameter"),
+])
+def test_muse_glimmer_message_to_a_recipient_not_offered_keeps_its_header(text: str, calls: list, content) -> None:
+    """A recipient header (`to=NAME<|message|>`, the body naming the tool again) that names a tool
+    not offered: the message is content kept whole, header and all, as a call to a tool not
+    offered is in every format (README) and as a channel the template never writes is; the
+    answer's (`to=user`) and the reasoning's (`to=self`) headers are dropped as before. Found by
+    the output fuzzer on llama.cpp's templates (seed 11): the recipient's name was lost."""
+    analysis = template("muse-glimmer.jinja")
+    parser = analysis.parser(tools=TOOLS, thinking=True)
+    message = whole_checked_by_streams(parser, text)
+    assert [c["function"]["name"] for c in message["tool_calls"]] == calls
+    assert message["content"] == content
+    assert _muse_lost(analysis, text, message) == ""
 
 
 @pytest.mark.parametrize("text", [
