@@ -28,7 +28,8 @@ MORE, FAIL, SPLIT, BREAK = 0, 2, 3, 4
 OPENS, ARGS, BRACE, CUT = "opens", "args", "brace", "cut"
 _WHITESPACE = " \t\n\r"
 _BLANKS = re.compile(f"[{re.escape(_WHITESPACE)}]*")
-_DERIVED = ("spaces", "blank")  # a text's slots that its start and the position stand for
+# a text's slots that its start and the position stand for, and what its searches found (`_Text.clear`)
+_DERIVED = ("spaces", "blank", "clear", "found", "held")
 _ESCAPED = re.compile(r'["\\\x00-\x1f]')  # characters a JSON string spells otherwise
 # A whole output is read in pieces (`policy.WHOLE_PIECE`). Readings that reach one state are merged
 # where a piece ends; within one, the first reading is read as far as the piece goes before the
