@@ -426,7 +426,7 @@ class _JsonValue:
     """A JSON value, scanned as it arrives. As a call's arguments it streams; as a tagged value,
     or a string holding the arguments, it is kept whole."""
 
-    __slots__ = ("scanner", "node", "opened", "began", "resync", "passed", "broken")
+    __slots__ = ("scanner", "node", "opened", "began", "resync", "met", "broken")
 
     def __init__(self, node: ir.Json, markers: tuple[str, ...] = (), resync: MarkerSet | None = None) -> None:
         self.node = node
@@ -434,7 +434,7 @@ class _JsonValue:
         self.opened = False  # the arguments' `{` was read (confirming the call waits for what follows)
         self.began = False  # argument text went out (whitespace before the value never does)
         self.resync = resync  # where a call may begin again (`LanguageReader.inner_resync`)
-        self.passed = -1  # the last of them met inside a string of streamed arguments (absolute)
+        self.met = -1  # the last of them met inside a string of streamed arguments (absolute)
         self.broken = False  # the reading broke off there (`BREAK`): it fails
 
     def step(self, t: _Thread, buf: str, final: bool) -> int:
@@ -444,7 +444,7 @@ class _JsonValue:
             return self._read(t, buf, final)
         # streamed arguments read up to where a call may begin: inside a string there, the
         # reading that breaks off the call at it is kept, should this one fail further on
-        stop = self._resync_at(buf, max(t.pos, self.passed - t.offset[0] + 1), final)
+        stop = _resync_after_met(self, t, buf, final)
         if stop is None:
             return self._read(t, buf, final)
         status = self._read(t, buf[:stop], False)
@@ -454,20 +454,14 @@ class _JsonValue:
         cut_escape = t.pos == stop - 1 and buf[t.pos] == "\\"
         if t.pos < stop and not cut_escape or not self.scanner.in_text:
             return self._read(t, buf, final)
-        if self.resync.find_at(buf, stop) is None:
-            return MORE  # what may yet be one ends the text
-        self.passed = stop + t.offset[0]
-        return BREAK
+        return _break_at(self, t, buf, stop)
 
     def broken_copy(self) -> _JsonValue:
         """This value as read so far, for the reading that breaks off here (`BREAK`)."""
         twin = _JsonValue(self.node)
         twin.scanner, twin.opened, twin.began = self.scanner.copy(), self.opened, self.began
-        twin.passed, twin.broken = self.passed, True
+        twin.met, twin.broken = self.met, True
         return twin
-
-    def _resync_at(self, buf: str, start: int, final: bool) -> int | None:
-        return _resync_stop(self.resync, buf, start, final)
 
     def _read(self, t: _Thread, buf: str, final: bool) -> int:
         start = t.pos
@@ -602,15 +596,27 @@ def _word_end(spelling: ir.Spelling) -> re.Pattern[str]:
     return re.compile(f"[^\\s{re.escape(spelling.quotes + spelling.closes + spelling.separators)}]*")
 
 
-def _resync_stop(resync: MarkerSet, buf: str, start: int, final: bool) -> int | None:
-    """Where the first place a call may begin again stands from `start` on, or (more to come)
-    where the text ends with what may yet be one; None where neither."""
+def _resync_after_met(value: _JsonValue | _PyValue, t: _Thread, buf: str, final: bool) -> int | None:
+    """Where the first place a call may begin again inside `value` stands past the position and
+    the last such place met (`met`), or (more to come) where the text ends with what may yet be
+    one; None where neither."""
+    resync, start = value.resync, max(t.pos, value.met - t.offset[0] + 1)
     hit = resync.find(buf, start)
     if not final:
         held = resync.safe_end(buf, start)
         if held < len(buf) and (hit is None or held < hit[0]):
             return held
     return hit[0] if hit is not None else None
+
+
+def _break_at(value: _JsonValue | _PyValue, t: _Thread, buf: str, stop: int) -> int:
+    """A string value read up to `stop`, where a call may begin again: the reading breaks off
+    there (`BREAK`), noting where it was met (`met`), once the place is whole; MORE while what
+    ends the text may yet be one."""
+    if value.resync.find_at(buf, stop) is None:
+        return MORE
+    value.met = stop + t.offset[0]
+    return BREAK
 
 
 class _PyValue:
@@ -651,7 +657,7 @@ class _PyValue:
             return FAIL
         if self.resync is None or self.passed:
             return self._step(t, buf, final)
-        stop = _resync_stop(self.resync, buf, max(t.pos, self.met - t.offset[0] + 1), final)
+        stop = _resync_after_met(self, t, buf, final)
         if stop is None:
             return self._step(t, buf, final)
         status = self._step(t, buf[:stop], False)
@@ -659,10 +665,7 @@ class _PyValue:
             return status
         if t.pos < stop or not (self.quote and self.outer):
             return self._step(t, buf, final)
-        if self.resync.find_at(buf, stop) is None:
-            return MORE  # what may yet be one ends the text
-        self.met = stop + t.offset[0]
-        return BREAK
+        return _break_at(self, t, buf, stop)
 
     def broken_copy(self) -> _PyValue:
         """This value as read so far, for the reading that breaks off here (`BREAK`)."""
