@@ -40,7 +40,8 @@ from autoparser.roundtrip import TOOLS, probe_messages, run_case  # noqa: E402
 
 BOS, EOS = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"
 
-# one template per output format family, from llama.cpp's corpus or the shared one
+# one template per output format family, from llama.cpp's corpus or the shared one (or an analysis
+# of the tests', `analyses:NAME`, where no corpus template has the format)
 FAMILIES = {
     "DeepSeek-V3.1": "deepseek-ai-DeepSeek-V3.1.jinja",
     "DeepSeek-V3-0324": "xinference__deepseek-v3-0324-92ebdf26.jinja",
@@ -58,6 +59,10 @@ FAMILIES = {
     "GigaChat3": "GigaChat3-10B-A1.8B.jinja",
     "Python calls": "vllm__tool_chat_template_llama3.2_pythonic.jinja",
     "plain JSON (Llama 3.x)": "meta-llama-Llama-3.1-8B-Instruct.jinja",
+    "bare JSON array (Cogito)": "hfjs-ollama-automap__cogito-3b.jinja",
+    # no corpus template's calls are a bare array whose bracket is the call opener, the answer's
+    # text ending early at each `[`: the tests' analysis of that format (xLAM / Cogito style)
+    "bare JSON array, [ opens calls": "analyses:bare_json_array",
 }
 
 # runs of a size are repeated until they took this many seconds in all (`timed`), at most this many
@@ -91,6 +96,17 @@ def find_template(name: str) -> Path | None:
         if path.name == name:
             return path
     return None
+
+
+def family_analysis(source: str) -> autoparser.Analysis | None:
+    """A family's analysis: its template's, found in the corpora, or (`analyses:NAME`) the one
+    `tests/analyses.py` writes for a format no corpus template has."""
+    if source.startswith("analyses:"):
+        import analyses
+
+        return getattr(analyses, source.split(":", 1)[1])()
+    path = find_template(source)
+    return None if path is None else autoparser.analyze(path.read_text(encoding="utf-8"), bos_token=BOS, eos_token=EOS)
 
 
 def sample_output(analysis: autoparser.Analysis) -> tuple[str, bool | None]:
@@ -286,11 +302,10 @@ def main() -> int:
     for family, template in FAMILIES.items():
         if args.family.lower() not in family.lower():
             continue
-        path = find_template(template)
-        if path is None:
+        analysis = family_analysis(template)
+        if analysis is None:
             print(f"{family:32} template {template} not found in the corpora: skipped")
             continue
-        analysis = autoparser.analyze(path.read_text(encoding="utf-8"), bos_token=BOS, eos_token=EOS)
         output, thinking = sample_output(analysis)
         parser = analysis.parser(tools=TOOLS, thinking=thinking)
         cases = [c for c in adversarial_cases(analysis.to_dict(), output) if args.case.lower() in c.name.lower()]

@@ -105,6 +105,11 @@ def _weak_held(marker: str, word: str, before: str) -> re.Pattern[str]:
     return re.compile(rf"(?:{re.escape(marker)}\s*(?:{word})?(?:{then[1:]})?{begun})\Z")
 
 
+def _strong_without(markers: Any, chars: str) -> list[str]:
+    """The markers that are no punctuation (`is_weak`) and hold none of `chars`."""
+    return [m for m in markers if not is_weak(m) and not any(c in m for c in chars)]
+
+
 # -- the reader --------------------------------------------------------------------------------------------
 
 
@@ -305,13 +310,12 @@ class LanguageReader:
         closed it was read as its text (`_PyValue`): the language's markers that are no
         punctuation and hold none of the spelling's quotes (those may be a string's own text)
         nor its escape (the string's text up to one is read wherever the chunks end)."""
-        key = "quoted" + spelling.quotes + spelling.escape
+        own = spelling.quotes + spelling.escape
+        key = "quoted" + own
         if key not in self._quoted:
-            strong = (m for m in self.language.markers() if not is_weak(m))
-            kept = {m: "stop" for m in strong if not any(c in m for c in spelling.quotes + spelling.escape)}
+            kept = dict.fromkeys(_strong_without(self.language.markers(), own), "stop")
             # nor where a later call begins (`ir.Language.resync`): there the call broke off
-            later = (m for m in self.language.resync if not is_weak(m))
-            kept.update((m, "resync") for m in later if m not in kept and not any(c in m for c in spelling.quotes + spelling.escape))
+            kept.update((m, "resync") for m in _strong_without(self.language.resync, own) if m not in kept)
             self._quoted[key] = MarkerSet(kept) if kept else None
         return self._quoted[key]
 

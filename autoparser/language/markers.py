@@ -159,10 +159,25 @@ class MarkerSet:
         match = self.pattern.search(text, pos) if end is None else self.pattern.search(text, pos, end)
         if match is None:
             return None
-        if (not final and (end is None or end >= len(text)) and len(text) - match.start() < self.longest
-                and text[match.start():] in self.prefixes):
+        if not final and (end is None or end >= len(text)) and self._may_grow(text, match.start()):
             return None
         return match.start(), match.group(), self.kinds[match.lastindex - 1]
+
+    def find_from(self, text: str, pos: int, final: bool) -> tuple[tuple[int, str, str] | None, int]:
+        """`find(text, pos, final=final)`, and the last place a search may begin and find the
+        same: where the marker it found begins (or one held back), else the end of the text."""
+        if self.pattern is None:
+            return None, len(text)
+        match = self.pattern.search(text, pos)
+        if match is None:
+            return None, len(text)
+        if not final and self._may_grow(text, match.start()):
+            return None, match.start()
+        return (match.start(), match.group(), self.kinds[match.lastindex - 1]), match.start()
+
+    def _may_grow(self, text: str, start: int) -> bool:
+        """Whether the text from `start` to its end may still grow into a longer marker of the set."""
+        return len(text) - start < self.longest and text[start:] in self.prefixes
 
     def find_at(self, text: str, pos: int):
         """The marker starting exactly at pos: (matched text, kind) or None."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from operator import attrgetter
 from typing import Any
 
 from autoparser.language import ir
@@ -28,7 +29,8 @@ MORE, FAIL, SPLIT, BREAK = 0, 2, 3, 4
 OPENS, ARGS, BRACE, CUT = "opens", "args", "brace", "cut"
 _WHITESPACE = " \t\n\r"
 _BLANKS = re.compile(f"[{re.escape(_WHITESPACE)}]*")
-_DERIVED = ("spaces", "blank")  # a text's slots that its start and the position stand for
+# a text's slots that its start and the position stand for, and what its searches found (`_Text.clear`)
+_DERIVED = ("spaces", "blank", "clear", "found", "held")
 _ESCAPED = re.compile(r'["\\\x00-\x1f]')  # characters a JSON string spells otherwise
 # A whole output is read in pieces (`policy.WHOLE_PIECE`). Readings that reach one state are merged
 # where a piece ends; within one, the first reading is read as far as the piece goes before the
@@ -36,9 +38,12 @@ _ESCAPED = re.compile(r'["\\\x00-\x1f]')  # characters a JSON string spells othe
 _JOINED = 1024  # text events read in parts are joined up to this length
 
 
+_AS_IS = frozenset({type(None), str, int, bool, tuple, frozenset})  # (tested first: most values are these)
+
+
 def _plain(value: Any) -> Any:
     """`value` as a hashable part of a reading's state (an object by its identity)."""
-    if value is None or isinstance(value, str | int | bool | tuple | frozenset):
+    if value.__class__ in _AS_IS or isinstance(value, str | int | bool | tuple | frozenset):
         return value
     if isinstance(value, list):
         return tuple(_plain(v) for v in value)
@@ -304,8 +309,7 @@ class _Thread:
         text's held whitespace is the text from its start to the position, so its start stands
         for it."""
         head, call = self.head, self.call
-        terminal = () if head is None else tuple(_plain(getattr(head, slot)) for slot in head.__slots__
-                                                 if slot not in _DERIVED)
+        terminal = () if head is None else tuple(map(_plain, _state_slots(head.__class__)(head)))
         frames, node, here = [], self.stack, self.pos + self.offset[0]
         while node is not None:
             frames.append(_frame_state(node[0], here))
@@ -507,6 +511,19 @@ def _same_stack(one: Any, other: Any, here: int) -> bool:
             return False
         one, other = one[1], other[1]
     return True
+
+
+_STATE_SLOTS: dict[type, Any] = {}
+
+
+def _state_slots(cls: type) -> Any:
+    """A function giving a terminal's slots that make up its state (all but `_DERIVED`), in order."""
+    found = _STATE_SLOTS.get(cls)
+    if found is None:
+        slots = [slot for slot in cls.__slots__ if slot not in _DERIVED]
+        found = _STATE_SLOTS[cls] = attrgetter(*slots) if len(slots) > 1 else \
+            (lambda head, slots=tuple(slots): tuple(getattr(head, slot) for slot in slots))
+    return found
 
 
 def _frame_state(frame: Any, here: int) -> Any:

@@ -186,7 +186,8 @@ class _Text:
     ends the text in one reading and is part of it in another: what follows decides."""
 
     __slots__ = ("markers", "weak", "weak_prefix", "leads", "lead", "nonempty", "start", "split", "after",
-                 "firsts", "bounded", "past", "soft", "cdata", "section", "spaces", "empty", "blank", "weak_cut")
+                 "firsts", "bounded", "past", "soft", "cdata", "section", "spaces", "empty", "blank", "weak_cut",
+                 "clear", "found", "held")
 
     def __init__(self, node: ir.Text, markers: MarkerSet, weak: tuple[Any, Any] | None, start: int,
                  split: re.Pattern[str] | None, soft: bool = False, section: tuple[str, ...] = ()) -> None:
@@ -211,6 +212,14 @@ class _Text:
         self.section = section  # the section a value may be wrapped in (`ir.Language.value_section`)
         self.cdata = "start" if section else ""  # that section: "start" (may open), "open", ""
         self.blank = start  # how far the whitespace at the position was read (see `_cdata`, `step`)
+        # what earlier searches found, by absolute position (the text there never changes as the
+        # buffer is trimmed or grows), so that a text stepped at each bracket of a long run
+        # searches only what is new (`_find`, `_safe_end`): no marker begins in [clear[0], clear[1]);
+        # with the text's end at found[0] and `final` found[1], a search from found[2] to found[3]
+        # finds found[4]; with it at held[0], from held[1] the first place a marker may begin is held[2]
+        self.clear = (0, 0)
+        self.found: tuple[int, bool, int, int, tuple[int, str, str] | None] = (-1, False, 0, 0, None)
+        self.held = (-1, 0, 0)
 
     def step(self, t: _Thread, buf: str, final: bool) -> int:
         if self.firsts:
@@ -229,7 +238,7 @@ class _Text:
         pos = t.pos
         # no marker begins with whitespace: a run of it held at the position is searched once
         blank = self.blank = _BLANKS.match(buf, max(pos, self.blank)).end()
-        hit = self.markers.find(buf, blank, final=final)
+        hit = self._find(buf, blank, t.offset[0], final)
         stop = hit[0] if hit is not None else None
         held = None
         if self.weak is not None:
@@ -255,7 +264,7 @@ class _Text:
         keep_spaces = False
         if stop is None and not final:
             # (a weak marker held may come after whitespace the end marker may begin with)
-            safe = self._safe(buf, pos, blank)
+            safe = self._safe(buf, pos, blank, t.offset[0])
             held = safe if held is None else min(held, safe)
             keep_spaces = held == pos and bool(self.lead)  # they may be the end marker's
         if self.split is not None:
@@ -346,11 +355,40 @@ class _Text:
         found, end = match_at(buf, pos, marker, final)
         return _word_ends(buf, end, marker, final) if found == FULL and self.bounded else found
 
-    def _safe(self, buf: str, pos: int, blank: int) -> int:
+    def _find(self, buf: str, pos: int, offset: int, final: bool) -> tuple[int, str, str] | None:
+        """`markers.find(buf, pos, final=final)`, searching only what earlier searches did not:
+        with the same end of the text, a search from no later found the same up to `found[3]`;
+        and no match is longer than `markers.longest`, so one that did not begin before the
+        last `longest - 1` characters does not begin there however the text goes on."""
+        here, end = pos + offset, len(buf) + offset
+        last = self.found
+        if last[0] == end and last[1] == final and last[2] <= here <= last[3]:
+            hit = last[4]
+            return None if hit is None else (hit[0] - offset, hit[1], hit[2])
+        since, clear = self.clear
+        start = clear - offset if since <= here < clear else pos
+        hit, until = self.markers.find_from(buf, start, final)
+        searched = min(len(buf) - self.markers.longest + 1, until)
+        if searched > start:
+            self.clear = (since if start > pos else here, searched + offset)
+        self.found = (end, final, here, until + offset, None if hit is None else (hit[0] + offset, hit[1], hit[2]))
+        return hit
+
+    def _safe_end(self, buf: str, pos: int, offset: int) -> int:
+        """`markers.safe_end(buf, pos)`, found once for each end of the text: a place past `pos`
+        where the text from there may grow into a marker is the first such from `pos` too."""
+        end, since, found = self.held
+        if end == len(buf) + offset and since - offset <= pos <= found - offset:
+            return found - offset
+        found = self.markers.safe_end(buf, pos)
+        self.held = (len(buf) + offset, pos + offset, found + offset)
+        return found
+
+    def _safe(self, buf: str, pos: int, blank: int, offset: int) -> int:
         """How far the text may be read: not into a marker's possible beginning, nor (where the
         end marker begins with whitespace) into the whitespace before it; `buf[pos:blank]` is
         whitespace."""
-        end = self.markers.safe_end(buf, pos)
+        end = self._safe_end(buf, pos, offset)
         return self._before_lead(buf, pos, blank, end) if self.lead else end
 
     def _before_lead(self, buf: str, pos: int, blank: int, end: int) -> int:
@@ -395,7 +433,7 @@ class _JsonValue:
     """A JSON value, scanned as it arrives. As a call's arguments it streams; as a tagged value,
     or a string holding the arguments, it is kept whole."""
 
-    __slots__ = ("scanner", "node", "opened", "began", "resync", "passed", "broken")
+    __slots__ = ("scanner", "node", "opened", "began", "resync", "met", "broken")
 
     def __init__(self, node: ir.Json, markers: tuple[str, ...] = (), resync: MarkerSet | None = None) -> None:
         self.node = node
@@ -403,7 +441,7 @@ class _JsonValue:
         self.opened = False  # the arguments' `{` was read (confirming the call waits for what follows)
         self.began = False  # argument text went out (whitespace before the value never does)
         self.resync = resync  # where a call may begin again (`LanguageReader.inner_resync`)
-        self.passed = -1  # the last of them met inside a string of streamed arguments (absolute)
+        self.met = -1  # the last of them met inside a string of streamed arguments (absolute)
         self.broken = False  # the reading broke off there (`BREAK`): it fails
 
     def step(self, t: _Thread, buf: str, final: bool) -> int:
@@ -413,7 +451,7 @@ class _JsonValue:
             return self._read(t, buf, final)
         # streamed arguments read up to where a call may begin: inside a string there, the
         # reading that breaks off the call at it is kept, should this one fail further on
-        stop = self._resync_at(buf, max(t.pos, self.passed - t.offset[0] + 1), final)
+        stop = _resync_after_met(self, t, buf, final)
         if stop is None:
             return self._read(t, buf, final)
         status = self._read(t, buf[:stop], False)
@@ -423,20 +461,14 @@ class _JsonValue:
         cut_escape = t.pos == stop - 1 and buf[t.pos] == "\\"
         if t.pos < stop and not cut_escape or not self.scanner.in_text:
             return self._read(t, buf, final)
-        if self.resync.find_at(buf, stop) is None:
-            return MORE  # what may yet be one ends the text
-        self.passed = stop + t.offset[0]
-        return BREAK
+        return _break_at(self, t, buf, stop)
 
     def broken_copy(self) -> _JsonValue:
         """This value as read so far, for the reading that breaks off here (`BREAK`)."""
         twin = _JsonValue(self.node)
         twin.scanner, twin.opened, twin.began = self.scanner.copy(), self.opened, self.began
-        twin.passed, twin.broken = self.passed, True
+        twin.met, twin.broken = self.met, True
         return twin
-
-    def _resync_at(self, buf: str, start: int, final: bool) -> int | None:
-        return _resync_stop(self.resync, buf, start, final)
 
     def _read(self, t: _Thread, buf: str, final: bool) -> int:
         start = t.pos
@@ -571,15 +603,27 @@ def _word_end(spelling: ir.Spelling) -> re.Pattern[str]:
     return re.compile(f"[^\\s{re.escape(spelling.quotes + spelling.closes + spelling.separators)}]*")
 
 
-def _resync_stop(resync: MarkerSet, buf: str, start: int, final: bool) -> int | None:
-    """Where the first place a call may begin again stands from `start` on, or (more to come)
-    where the text ends with what may yet be one; None where neither."""
+def _resync_after_met(value: _JsonValue | _PyValue, t: _Thread, buf: str, final: bool) -> int | None:
+    """Where the first place a call may begin again inside `value` stands past the position and
+    the last such place met (`met`), or (more to come) where the text ends with what may yet be
+    one; None where neither."""
+    resync, start = value.resync, max(t.pos, value.met - t.offset[0] + 1)
     hit = resync.find(buf, start)
     if not final:
         held = resync.safe_end(buf, start)
         if held < len(buf) and (hit is None or held < hit[0]):
             return held
     return hit[0] if hit is not None else None
+
+
+def _break_at(value: _JsonValue | _PyValue, t: _Thread, buf: str, stop: int) -> int:
+    """A string value read up to `stop`, where a call may begin again: the reading breaks off
+    there (`BREAK`), noting where it was met (`met`), once the place is whole; MORE while what
+    ends the text may yet be one."""
+    if value.resync.find_at(buf, stop) is None:
+        return MORE
+    value.met = stop + t.offset[0]
+    return BREAK
 
 
 class _PyValue:
@@ -620,7 +664,7 @@ class _PyValue:
             return FAIL
         if self.resync is None or self.passed:
             return self._step(t, buf, final)
-        stop = _resync_stop(self.resync, buf, max(t.pos, self.met - t.offset[0] + 1), final)
+        stop = _resync_after_met(self, t, buf, final)
         if stop is None:
             return self._step(t, buf, final)
         status = self._step(t, buf[:stop], False)
@@ -628,10 +672,7 @@ class _PyValue:
             return status
         if t.pos < stop or not (self.quote and self.outer):
             return self._step(t, buf, final)
-        if self.resync.find_at(buf, stop) is None:
-            return MORE  # what may yet be one ends the text
-        self.met = stop + t.offset[0]
-        return BREAK
+        return _break_at(self, t, buf, stop)
 
     def broken_copy(self) -> _PyValue:
         """This value as read so far, for the reading that breaks off here (`BREAK`)."""

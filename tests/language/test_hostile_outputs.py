@@ -23,6 +23,7 @@ from autoparser.language.markers import MarkerSet
 from autoparser.language.policy import UNDECIDED_LIMIT
 from autoparser.language.reading import Parser
 from autoparser.language.readings import _Thread
+from autoparser.language.terminals import _Text
 from autoparser.roundtrip import probe_messages, run_case
 
 HEADER = '{"name": "get_weather", "parameters": '
@@ -710,6 +711,63 @@ def test_a_bracket_run_after_a_bare_array_of_calls_streams_as_read_whole() -> No
     assert whole["content"] == "Sure." + "[" * 3000
     for size in (1, 16):
         assert without_generated_ids(streamed(parser, text, size)[0]) == whole, size
+
+
+def test_a_bracket_run_after_a_bare_array_of_calls_searches_each_piece_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At each bracket of the run the answer's text ends in one reading and reads on in another:
+    the one that reads on searches for its stops again. What earlier searches found is kept
+    (`_Text.found`, `clear`), so the text is searched about once a piece of the whole parse, not
+    once a bracket to the piece's end (5,000 brackets: 5,000 searches of up to 512 characters)."""
+    analysis = analyses.bare_json_array()
+    parser = analysis.parser(tools=WEATHER_TOOLS)
+    output = analyses.render_output(analysis, None, "Sure.", [("get_weather", {"location": "Paris"})], stop=False)
+    searches = []
+    find_from = MarkerSet.find_from
+    monkeypatch.setattr(MarkerSet, "find_from", lambda *args: searches.append(args[2]) or find_from(*args))
+    text = output + "[" * 5000
+    assert without_generated_ids(parser.parse(text))["content"] == "Sure." + "[" * 5000
+    assert len(searches) < 100, len(searches)
+
+
+_PIECES = ["[", "[", "[", "{", '"name"', '"arguments"', '"parameters"', ": ", ", ", " ", "\n", "x", "]", "}",
+           '"get_weather"', '{"location": "Paris"}', "<|im_end|>", "<|im_", "<tool_call>", "</tool_call>"]
+
+
+@pytest.mark.parametrize("family", ["bare_json_array", "llama31", "mistral_array", "hermes"])
+def test_a_texts_remembered_searches_find_what_searching_anew_finds(family: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A text keeps what its searches for its stops found (`_Text._find`, `_safe_end`), by absolute
+    position, across a growing, trimmed and restored buffer: every message, whole and streamed,
+    is the one searching anew at each step gives."""
+    analysis = getattr(analyses, family)()
+    parser = analysis.parser(tools=WEATHER_TOOLS)
+    call = analyses.render_output(analysis, None, "", [("get_weather", {"location": "Paris"})], stop=False)
+    rng = random.Random(25)
+    texts = ["".join(rng.choice(_PIECES + [call]) for _ in range(rng.randint(1, 60))) for _ in range(40)]
+    texts += [call + "".join(rng.choice(_PIECES) for _ in range(2500)) for _ in range(2)]
+
+    def messages() -> list[object]:
+        found: list[object] = []
+        for number, text in enumerate(texts):
+            found.append(without_generated_ids(parser.parse(text)))
+            for size in (1, 7, 16) if len(text) < 1000 else (16,):
+                if size == 1 and number % 4:
+                    continue
+                stream = parser.stream()  # what each chunk lets out, too: the hold-back is the same
+                found.append([_without_ids(stream.feed(text[at:at + size])) for at in range(0, len(text), size)])
+                stream.finish()
+                found.append(without_generated_ids(stream.message()))
+        return found
+
+    remembered = messages()
+    monkeypatch.setattr(_Text, "_find", lambda self, buf, pos, offset, final: self.markers.find(buf, pos, final=final))
+    monkeypatch.setattr(_Text, "_safe_end", lambda self, buf, pos, offset: self.markers.safe_end(buf, pos))
+    assert messages() == remembered
+
+
+def _without_ids(value: object) -> object:
+    if isinstance(value, dict):
+        return {key: _without_ids(item) for key, item in value.items() if key != "id"}
+    return [_without_ids(item) for item in value] if isinstance(value, list) else value
 
 
 DSML_END = "<｜end▁of▁sentence｜>"
