@@ -562,3 +562,18 @@ def test_where_a_later_call_would_begin_a_valid_quoted_value_is_kept(family: str
     message = analyses.whole_checked_by_streams(analysis.parser(tools=WEATHER_TOOLS), text)
     assert analyses.calls(message) == [("get_weather", {"city": value}), probe.CALLS[2]]
     assert not any(call.get("incomplete") for call in message["tool_calls"])
+
+
+@pytest.mark.parametrize("how", ["no-value", "bad-value", "no-close", "junk-name"])
+def test_the_calls_after_a_broken_one_in_messages_are_kept(how: str) -> None:
+    """A reply written as messages whose reasoning's end marker is the marker between any two
+    messages (`::next::::turn:: bot`): after a call's message broke, the language is read again
+    with reasoning over, and that marker still ends the broken message, so the two later calls'
+    messages are calls, whole, however the output streams, and nothing is lost."""
+    analysis = autoparser.load(str(FIXTURE.with_name("colon_messages.jinja")))
+    text = analyses.render_output(analysis, None, calls=probe.CALLS)
+    broken = dict(probe.breakings(analysis, text))[how]
+    parser = analysis.parser(tools=WEATHER_TOOLS)
+    assert probe.failures(analysis, parser, broken) == []
+    message = analyses.whole_checked_by_streams(parser, broken)
+    assert "Paris" not in (message["content"] or "")
