@@ -203,12 +203,21 @@ class _Recovery:
 
     def _later_call_soon(self, broken: _Thread, read_to: int | None = None) -> bool:
         """Whether a later call begins (`ir.Language.resync`, whole) within the hold-back bound
-        after where failed reading `broken` broke (after the call it broke in began), in the
-        text up to `read_to` (where a reading of it as text failed: a stream has read that far
-        then, however its chunks came)."""
-        start = max(broken.pos, broken.call_from + 1, 0)
-        hit = self.reader.inner_resync.find(self.buf if read_to is None else self.buf[:read_to], start)
-        return hit is not None and hit[0] <= start + HOLD_BOUND
+        after where failed reading `broken` broke (or holds that place: it broke inside the
+        later call's first markers), after the call it broke in began, in the text up to
+        `read_to` (where a reading of it as text failed: a stream has read that far then,
+        however its chunks came)."""
+        marks = self.reader.inner_resync
+        text = self.buf if read_to is None else self.buf[:read_to]
+        pos = max(broken.pos, 0)
+        hit = marks.find(text, max(broken.call_from + 1, pos - marks.longest + 1, 0))
+        while hit is not None and hit[0] + len(hit[1]) <= pos:
+            hit = marks.find(text, hit[0] + 1)
+        if hit is None or hit[0] > pos + HOLD_BOUND:
+            return False
+        # broken in its arguments, or right where that call begins: a reading that broke at a
+        # key or the name of the call's own structure may have the later call inside its arguments
+        return broken.role == ir.ARGUMENTS or not text[pos:hit[0]].strip()
 
     def _dead_pending(self) -> list[tuple] | None:
         """The events not yet emitted of the failed reading recovery would go on from, should
