@@ -55,11 +55,8 @@ class _Messages:
         (`unknown_channel_message`). Text with no header is content, whatever markup it holds; so
         is a message whose header is none of these (a tool not asked for). Between
         messages: the separator, the turn re-opened, a call's or the answer's end marker."""
-        m = self.m
         enders = self.message_enders()
-        betweens = [core(m.separator), core(m.opener), core(self.until_stop(self.call_end_text())),
-                    core(self.c.end)]
-        betweens = [b for b in dict.fromkeys(betweens) if b and b not in [core(s) for s in self.stop]]
+        betweens = self.message_betweens()
         messages = [self.reasoning_message(), *self.call_messages(), self.answer_message(),
                     self.unknown_channel_message(),
                     Capture(CONTENT, Text(enders[1:], hint="content", nonempty=True, not_first=self.header_leads()))]
@@ -68,6 +65,14 @@ class _Messages:
             role = REASONING if self.forced else CONTENT
             return seq(Capture(role, Text(enders[1:], hint=role)), reply)
         return reply
+
+    def message_betweens(self) -> list[str]:
+        """The markers read between messages: the separator, the turn re-opened, a call's or the
+        answer's end marker (an end of turn aside: it ends the reply)."""
+        m = self.m
+        betweens = [core(m.separator), core(m.opener), core(self.until_stop(self.call_end_text())),
+                    core(self.c.end)]
+        return [b for b in dict.fromkeys(betweens) if b and b not in [core(s) for s in self.stop]]
 
     def message_enders(self) -> tuple[str, ...]:
         """The body marker, then what ends a message's body: the separator, an end of turn, the

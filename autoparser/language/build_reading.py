@@ -141,7 +141,11 @@ class _Reading(_Reasoning, _Messages, _Builder):
         if self.opened:
             return self.language(self.opened_calls())
         if self.in_messages() and self.header_leads():
-            return self.language(self.messages())
+            language = self.language(self.messages())
+            # where reasoning's end marker is one read between any two messages, it stays markup
+            # when the language is read again after reasoning is over (a broken call's message)
+            between = core(self.r.end) in self.message_betweens()
+            return replace(language, reasoning_end="") if between else language
         # a reasoning marker first opens reasoning, or is an empty reasoning block: not text
         lead = (self.r.start, self.r.end, self.bare_opener) if self.reads_reasoning() else ()
         # where reasoning is implied, the first end marker ends it: the answer before one holds none;

@@ -719,9 +719,15 @@ class LanguageStream(_Commits, _Passes, _Recovery, _Stepping):
             alive = self._run_all(final)
             if alive:
                 self.threads = alive if final or not self.reader.bare_calls else _calls_over_text(alive)
-                self._commit(final)
-                if final or not self._failed_reading_wins():
-                    return
+                # a reading of the calls the held text opens with as one text loses to the one
+                # that broke in them where a later call begins soon after: recovery reads that call
+                later = self._later_call_after_text(final)
+                if later is False:
+                    self.dead = None
+                if not later:
+                    self._commit(final)
+                    if final or not self._failed_reading_wins():
+                        return
             self.threads = []
             if not alive and not final and (self._end_of_turn_begun() or self._later_call_undecided()):
                 return  # recovery waits to see whether the end of turn (no text) or a later call comes

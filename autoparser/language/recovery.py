@@ -13,6 +13,7 @@ from typing import Any
 from autoparser.language import ir
 from autoparser.language.jsonscan import is_whole_json
 from autoparser.language.markers import begins_one, exact_at, hold_for
+from autoparser.language.policy import HOLD_BOUND
 from autoparser.language.preference import (
     _broke_in_calls,
     _calls_begun,
@@ -71,6 +72,12 @@ class _Recovery:
         if dead is None:
             return True
         other, emitted = dead
+        # a reading of the calls as text that fails after one broke inside them (at the end of
+        # turn): recovery goes on from the broken one, which may read later calls
+        if self._reads_as_text(t, other) and self._later_call_soon(other, t.pos):
+            return False
+        if self._reads_as_text(other, t) and self._later_call_soon(t, other.pos):
+            return True
         # a call broke off where a call may begin again, inside its string: there, the first time
         if _read_past_break(other, t):
             return False
@@ -156,6 +163,62 @@ class _Recovery:
             shared += 1
         return shared
 
+    def _text_over_broken_calls(self) -> bool:
+        """Whether the failed reading recovery would go on from broke inside a call section that
+        the held text opens with (nothing but whitespace before its opener), and every living
+        reading reads that text, from there on, as text of one role and no call: content where
+        a bare call may be text, reasoning that no end marker has closed. Should a later call
+        begin after where it broke (`_later_call_after_break`), recovery from it, which reads
+        that call, wins over such a reading at the end; until then, the text is held."""
+        dead = self.dead
+        if dead is None or not self.threads:
+            return False
+        return all(self._reads_as_text(r, dead[0]) for r in self.threads)
+
+    def _reads_as_text(self, t: _Thread, broken: _Thread) -> bool:
+        """Whether `t` reads as text of one role the call section that the held text opens with
+        and that failed reading `broken` broke inside (`_text_over_broken_calls`)."""
+        section = broken.section_at
+        if self.reader.inner_resync is None or section is None or not _below(broken.stack, section[1]) \
+                or section[0] < self.safe or not _inside_call(broken) or _before_name(broken):
+            return False
+        return _one_role_from(t, section[0] + self.offset[0], broken.calls_read, self.buf, self.offset[0])
+
+    def _later_call_after_text(self, final: bool) -> bool | None:
+        """Where the living readings read as text the calls a failed reading broke inside
+        (`_text_over_broken_calls`): whether a later call begins (`ir.Language.resync`) within
+        the hold-back bound after where it broke, so that recovery from it, which reads that
+        call, wins (True), or none does, and the text reading stands (False); None where the
+        readings are not so, or while it is not yet known (the text is held meanwhile)."""
+        if not self._text_over_broken_calls():
+            return None
+        if self._later_call_soon(self.dead[0]):
+            return True
+        if final:
+            return False
+        marks, start = self.reader.inner_resync, max(self.dead[0].pos, self.dead[0].call_from + 1, 0)
+        window = start + HOLD_BOUND
+        held = marks.safe_end(self.buf, start)
+        return None if len(self.buf) <= window or held <= window < len(self.buf) and held < len(self.buf) else False
+
+    def _later_call_soon(self, broken: _Thread, read_to: int | None = None) -> bool:
+        """Whether a later call begins (`ir.Language.resync`, whole) within the hold-back bound
+        after where failed reading `broken` broke (or holds that place: it broke inside the
+        later call's first markers), after the call it broke in began, in the text up to
+        `read_to` (where a reading of it as text failed: a stream has read that far then,
+        however its chunks came)."""
+        marks = self.reader.inner_resync
+        text = self.buf if read_to is None else self.buf[:read_to]
+        pos = max(broken.pos, 0)
+        hit = marks.find(text, max(broken.call_from + 1, pos - marks.longest + 1, 0))
+        while hit is not None and hit[0] + len(hit[1]) <= pos:
+            hit = marks.find(text, hit[0] + 1)
+        if hit is None or hit[0] > pos + HOLD_BOUND:
+            return False
+        # broken in its arguments, or right where that call begins: a reading that broke at a
+        # key or the name of the call's own structure may have the later call inside its arguments
+        return broken.role == ir.ARGUMENTS or not text[pos:hit[0]].strip()
+
     def _dead_pending(self) -> list[tuple] | None:
         """The events not yet emitted of the failed reading recovery would go on from, should
         every living reading fail where it stands: where it read more calls whole than every
@@ -165,7 +228,7 @@ class _Recovery:
         dead = self.dead
         if dead is None:
             return None
-        if any(_read_past_break(dead[0], t) for t in self.threads):
+        if any(_read_past_break(dead[0], t) for t in self.threads) or self._text_over_broken_calls():
             return dead[0].events[self.emitted - dead[1]:] if self.emitted >= dead[1] else []
         reached = (dead[0].calls_read, dead[0].pos if dead[0].head.__class__ is not _Trailer else -1)
         if any((t.calls_read, _origin(t)) > reached for t in self.threads):
@@ -516,6 +579,27 @@ class _Recovery:
             if 0 <= at < held < at + len(end):
                 held = at
         return held
+
+
+def _one_role_from(t: _Thread, start: int, calls: int, buf: str, offset: int) -> bool:
+    """Whether a living reading holds text of one role (content or reasoning) only, no call,
+    as many calls read as `calls`, its text beginning where `start` (absolute) does, whitespace
+    aside."""
+    events = t.events
+    if not events or t.calls_held or t.calls_read != calls or _inside_call(t):
+        return False
+    role = events[0][0]
+    if role not in (ir.CONTENT, ir.REASONING) or any(e[0] != role for e in events):
+        return False
+    begins = events[0][2] - len(events[0][1])
+    low, high = sorted((begins - offset, start - offset))
+    return low >= 0 and not buf[low:high].strip()
+
+
+def _before_name(t: _Thread) -> bool:
+    """Whether a failed reading broke in a call before it began reading the call's name (its
+    opener's text read as another marker's)."""
+    return t.call.name is None and t.role != ir.TOOL_NAME
 
 
 def _in_call(t: _Thread) -> bool:

@@ -582,3 +582,71 @@ def test_where_a_later_call_would_begin_a_valid_quoted_value_is_kept(family: str
     message = analyses.whole_checked_by_streams(analysis.parser(tools=WEATHER_TOOLS), text)
     assert analyses.calls(message) == [("get_weather", {"city": value}), probe.CALLS[2]]
     assert not any(call.get("incomplete") for call in message["tool_calls"])
+
+
+@pytest.mark.parametrize("how", ["no-value", "bad-value", "no-close", "junk-name"])
+def test_the_calls_after_a_broken_one_in_messages_are_kept(how: str) -> None:
+    """A reply written as messages whose reasoning's end marker is the marker between any two
+    messages (`::next::::turn:: bot`): after a call's message broke, the language is read again
+    with reasoning over, and that marker still ends the broken message, so the two later calls'
+    messages are calls, whole, however the output streams, and nothing is lost."""
+    analysis = autoparser.load(str(FIXTURE.with_name("colon_messages.jinja")))
+    text = analyses.render_output(analysis, None, calls=probe.CALLS)
+    broken = dict(probe.breakings(analysis, text))[how]
+    parser = analysis.parser(tools=WEATHER_TOOLS)
+    assert probe.failures(analysis, parser, broken) == []
+    message = analyses.whole_checked_by_streams(parser, broken)
+    assert "Paris" not in (message["content"] or "")
+
+
+TEXT_OR_CALLS = {  # the calls the output opens with at once are also read as one text: content or reasoning
+    "compound_brackets": lambda: autoparser.load(str(FIXTURE.with_name("compound_brackets.jinja"))),
+    "Cohere2MoE": lambda: _corpus_analysis("Cohere2MoE.jinja"),
+    "cogito-3b": lambda: _corpus_analysis("hfjs-ollama-automap__cogito-3b.jinja"),
+}
+
+
+@pytest.mark.parametrize("how", ["no-value", "bad-value", "no-close", "open-quote"])
+@pytest.mark.parametrize("family", sorted(TEXT_OR_CALLS))
+def test_the_calls_after_a_broken_first_one_also_read_as_text_are_kept(family: str, how: str) -> None:
+    """Calls the output opens with at once, which a reading also takes for text of one role
+    (bare JSON calls as content; the calls' opener in reasoning the prompt opened, no reasoning
+    written), the first broken in its arguments or right before the next call: where a later
+    call begins within the hold-back bound after where it broke, recovery from the broken one,
+    which reads that call, wins over the text reading, so the two later calls are calls, whole,
+    however the output streams, and nothing is lost (the broken call's text is content). (One
+    broken in its name stays text: a reading broken at a call's name or keys may have the
+    'later call' inside its own arguments.)"""
+    analysis = TEXT_OR_CALLS[family]()
+    text = analyses.render_output(analysis, None, calls=probe.CALLS)
+    broken = dict(probe.breakings(analysis, text))[how]
+    parser = analysis.parser(tools=WEATHER_TOOLS)
+    assert probe.failures(analysis, parser, broken) == []
+    message = analyses.whole_checked_by_streams(parser, broken)
+    assert "Paris" not in (message["content"] or "") + (message["reasoning_content"] or "")
+
+
+@pytest.mark.parametrize("family", sorted(TEXT_OR_CALLS))
+def test_a_broken_first_call_also_read_as_text_stays_text_without_a_later_call_soon(family: str) -> None:
+    """As above, but with no later call, or one only after more text than the hold-back bound
+    after where the call broke: the text reading stands, as before (all the output is its text,
+    no call), and while that text streams one character at a time no more is held than the
+    bound beyond a marker (CONTRACT section 5)."""
+    analysis = TEXT_OR_CALLS[family]()
+    parser = analysis.parser(tools=WEATHER_TOOLS)
+    alone = analyses.render_output(analysis, None, calls=probe.CALLS[:1])
+    message = analyses.whole_checked_by_streams(parser, alone.replace('"Oslo"', ""))
+    assert message["tool_calls"] == []
+    text = analyses.render_output(analysis, None, calls=probe.CALLS)
+    start, end = probe.value_span(text, "Oslo")
+    filler = _filler(3 * policy.HOLD_BOUND)
+    late = text[:start] + filler + text[end:]
+    message = without_generated_ids(parser.parse(late))
+    assert message["tool_calls"] == []
+    for seed in range(3):
+        assert without_generated_ids(streamed(parser, late, seed)) == message, seed
+    _every_split(parser, late)
+    markers = reader(analysis, tools=WEATHER_TOOLS).language.markers()
+    bound = policy.HOLD_BOUND + max(len(m) for m in markers)
+    held = _most_held_one_character_at_a_time(parser, late, start + 2 * policy.HOLD_BOUND, start + len(filler))
+    assert held <= bound, held
