@@ -113,29 +113,53 @@ def _calls_over_text(threads: list[_Thread]) -> list[_Thread]:
     as soon as the call is whole, so that a model writing bare JSON calls does not keep a reading
     of all its calls as text, undecided, to the end). Only where calls are bare JSON: elsewhere a
     reading past a call may fail where the text reading goes on (a call inside a fenced block
-    followed by what the block cannot hold)."""
-    if len(threads) == 1 or not any(_past_whole_call(t) for t in threads):
-        return threads
-    return [t for t in threads if not _content_only(t)]
+    followed by what the block cannot hold). Readings are compared past the events they all
+    share, again after each drop, as a stream compares them past the events that went out where
+    a chunk ended: a long piece read whole, many calls in it, does not keep a reading for each
+    call after which the rest was read as text."""
+    shared = 0
+    while len(threads) > 1:
+        shared = _shared_events(threads, shared)
+        if not any(_past_whole_call(t, shared) for t in threads):
+            return threads
+        kept = [t for t in threads if not _content_only(t, shared)]
+        if len(kept) == len(threads):
+            return threads
+        threads = kept
+    return threads
 
 
-def _content_only(t: _Thread) -> bool:
-    """Whether all the reading holds is content, and it is inside no call (reasoning is not
-    dropped here: a call inside it is its text where the end marker comes within the hold-back
-    bound after it, `passes._not_reasoning_over`)."""
-    return bool(t.events) and not t.calls_held and t.role != ir.REASONING and not _inside_call(t) and \
-        not _whole_awaiting_id(t) and all(e[0] == ir.CONTENT for e in t.events)
+def _shared_events(threads: list[_Thread], known: int) -> int:
+    """How many first events all the readings hold alike (`known` of them known to be)."""
+    first = threads[0].events
+    shared = known
+    while shared < len(first) and all(len(t.events) > shared and t.events[shared] == first[shared]
+                                      for t in threads[1:]):
+        shared += 1
+    return shared
 
 
-def _past_whole_call(t: _Thread) -> bool:
-    """Whether a call among the reading's held events was read whole, with arguments in it (a
-    bare name, read as a call with no arguments, may as well be the text it reads as)."""
+def _content_only(t: _Thread, after: int = 0) -> bool:
+    """Whether all the reading holds (past its first `after` events) is content, and it is inside
+    no call (reasoning is not dropped here: a call inside it is its text where the end marker
+    comes within the hold-back bound after it, `passes._not_reasoning_over`)."""
+    events = t.events
+    return len(events) > after and t.role != ir.REASONING and not _inside_call(t) and \
+        not _whole_awaiting_id(t) and all(events[i][0] == ir.CONTENT for i in range(after, len(events)))
+
+
+def _past_whole_call(t: _Thread, after: int = 0) -> bool:
+    """Whether a call among the reading's held events (past its first `after`) was read whole,
+    with arguments in it (a bare name, read as a call with no arguments, may as well be the text
+    it reads as)."""
     if _whole_awaiting_id(t):
         return True
+    events = t.events
+    held = t.calls_held - sum(e[0] == OPENS for e in events[:after]) if after else t.calls_held
     # the call it is inside is the one held, unless that one is over and the next one began
     next_begun = 0 <= t.call.args_from < t.call_from + t.offset[0]
-    whole = t.calls_held > 1 or t.calls_held == 1 and not (t.call.started and _inside_call(t) and not next_begun)
-    return whole and any(e[0] == ARGS and e[1].strip("{} \t\n") for e in t.events)
+    whole = held > 1 or held == 1 and not (t.call.started and _inside_call(t) and not next_begun)
+    return whole and any(events[i][0] == ARGS and events[i][1].strip("{} \t\n") for i in range(after, len(events)))
 
 
 def _whole_awaiting_id(t: _Thread) -> bool:

@@ -17,7 +17,7 @@ from corpora import llamacpp_templates
 from unplaced import losses_at_every_cut, marker_patterns
 
 import autoparser
-from autoparser.language import passes
+from autoparser.language import passes, stepping
 from autoparser.language.build_generation import MAX_KEY
 from autoparser.language.markers import MarkerSet
 from autoparser.language.policy import UNDECIDED_LIMIT
@@ -831,3 +831,49 @@ def test_a_call_a_failed_reading_kept_as_text_is_not_let_out_by_a_reading_that_c
     whole = _agrees_whole_and_streamed(parser, text)
     for size in (2, 4, 7):
         assert without_generated_ids(streamed(parser, text, size)[0]) == whole, size
+
+
+def _cogito_parser() -> Parser:
+    """The parser of cogito's template from the shared corpus (calls as a bare JSON array, each
+    with an id after its arguments)."""
+    import corpora
+
+    path = next((p for p in corpora.shared_templates() if p.name == "hfjs-ollama-automap__cogito-3b.jinja"), None)
+    if path is None:
+        pytest.skip("cogito's template is not in the shared corpus")
+    return autoparser.load(str(path)).parser(tools=WEATHER_TOOLS)
+
+
+def test_repeated_bare_array_calls_read_whole_keep_the_readings_few(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Calls written as a bare JSON array, one after another: in a piece of the whole parse, a
+    reading reads the rest as text after each call, where another reads on a call. Those are let
+    go as soon as another reading reads the call whole (`_calls_over_text`, compared past the
+    events all readings share, as a stream compares them past those that went out), so the
+    readings stay few and the steps grow with the text, not with its square (they grew by four
+    readings a piece: 64 readings and 19 times the steps for four times the text)."""
+    parser = _cogito_parser()
+    call = '[{"name": "get_weather", "arguments": {"location": "Paris, France", "days": 3}, "id": "call1abcd"}]\n'
+    counts = {"steps": 0, "most": 0}
+    run, run_all = stepping._Stepping._run, passes._Passes._run_all
+
+    def counted_run(self, t, final):  # type: ignore[no-untyped-def]
+        counts["steps"] += 1
+        return run(self, t, final)
+
+    def counted_run_all(self, final):  # type: ignore[no-untyped-def]
+        alive = run_all(self, final)
+        counts["most"] = max(counts["most"], len(alive))
+        return alive
+
+    monkeypatch.setattr(stepping._Stepping, "_run", counted_run)
+    monkeypatch.setattr(passes._Passes, "_run_all", counted_run_all)
+    steps = []
+    for n in (20, 80):
+        counts["steps"] = 0
+        whole = without_generated_ids(parser.parse(call * n))
+        assert [c["function"]["name"] for c in whole["tool_calls"]] == ["get_weather"] * n
+        steps.append(counts["steps"])
+    assert counts["most"] <= 20, counts["most"]
+    assert steps[1] < 5 * steps[0], steps
+    text = call * 8
+    assert without_generated_ids(streamed(parser, text, 16)[0]) == without_generated_ids(parser.parse(text))
