@@ -288,6 +288,9 @@ class _Passes:
                 return []  # the reading cut off right after its calls, or that read one in reasoning, is recovered
             if self._text_over_dead_calls(alive[0]):
                 return []  # the reading that read a whole call, then failed, is recovered instead
+        elif alive and self.dead is not None:
+            # a stream whose chunk ended after that call drops these at once (`_calls_over_text`)
+            alive = [t for t in alive if not self._text_over_dead_calls(t)]
         return alive
 
     def _forget_call_ends(self, threads: list[_Thread]) -> None:

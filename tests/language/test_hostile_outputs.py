@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 
 import analyses
+import corpora
 import pytest
 from analyses import WEATHER_TOOLS, streamed_in_two, without_generated_ids
 from corpora import llamacpp_templates
@@ -877,3 +878,28 @@ def test_repeated_bare_array_calls_read_whole_keep_the_readings_few(monkeypatch:
     assert steps[1] < 5 * steps[0], steps
     text = call * 8
     assert without_generated_ids(streamed(parser, text, 16)[0]) == without_generated_ids(parser.parse(text))
+
+
+@pytest.mark.parametrize("units", [1, 300])
+@pytest.mark.parametrize("cut_after", ['"days": 3},', '"id": "', '"id":'])
+def test_a_bare_array_call_cut_in_its_id_member_then_whitespace_streams_as_read_whole(cut_after: str, units: int) -> None:
+    """cogito-3b writes a bare array of calls, each with its id after its arguments; an output cut
+    off after the arguments, in the id member, then whitespace. The call keeps its complete values,
+    marked incomplete, and what was written of the member is content (policy rule `cut-off-calls`).
+    A whole pass read the call and its failure in one piece while the reading of all of it as text
+    went on, and let that one win once the whitespace passed the hold-back bound; a stream whose
+    chunk ended after the call drops such a text reading (`_calls_over_text`). Whole, one character
+    at a time, in chunks and split in two at every place alike."""
+    path = next(p for p in corpora.shared_templates() if p.name == "hfjs-ollama-automap__cogito-3b.jinja")
+    analysis = autoparser.load(str(path))
+    output = run_case(analysis, "one_call", probe_messages()["one_call"]).output
+    cut = output.index(cut_after) + len(cut_after)
+    text = output[:cut] + " \n" * units
+    parser = analysis.parser()
+    whole = _agrees_whole_and_streamed(parser, text)
+    [call] = whole["tool_calls"]
+    assert call["function"]["name"] == "get_weather" and call.get("incomplete"), whole
+    assert json.loads(call["function"]["arguments"]) == {"location": "Paris, France", "days": 3}
+    assert whole["content"] == output[output.index("}, ") + 1:cut], whole
+    for size in (16, 100, len(text)):
+        assert without_generated_ids(streamed(parser, text, size)[0]) == whole, size
