@@ -168,7 +168,7 @@ class _Recovery:
         the held text opens with (nothing but whitespace before its opener), and every living
         reading reads that text, from there on, as text of one role and no call: content where
         a bare call may be text, reasoning that no end marker has closed. Should a later call
-        begin after where it broke (`_later_call_after_break`), recovery from it, which reads
+        begin after where it broke (`_later_call_after_text`), recovery from it, which reads
         that call, wins over such a reading at the end; until then, the text is held."""
         dead = self.dead
         if dead is None or not self.threads:
