@@ -513,7 +513,8 @@ class _Reading(_Reasoning, _Messages, _Builder):
         if nested.style == "quoted" and nested.quote:
             return ("quoted", nested.quote)
         if nested.style == "bracketed":
-            return ("bracketed", nested.start, nested.key_end, nested.end, nested.quote)
+            own = (*nested.brackets, nested.member_end) if nested.brackets else ()
+            return ("bracketed", nested.start, nested.key_end, nested.end, nested.quote, *own)
         if nested.style == "indented":
             indent = self.line_indent()  # the argument's own: its block lies deeper
             if indent is None:

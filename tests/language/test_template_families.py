@@ -525,11 +525,13 @@ NESTED = {"city": "Paris", "options": {"units": "metric", "hourly": True, "depth
 
 @pytest.mark.parametrize(("name", "style"), [("xml_children.jinja", ("tags", "li", "<", ">", "</{key}>")),
                                              ("edn_calls.jinja", ("bracketed", "", ":", " ", " ")),
-                                             ("indented_block.jinja", ("indented", "-", "", ":", ""))])
+                                             ("indented_block.jinja", ("indented", "-", "", ":", "")),
+                                             ("sexpr_calls.jinja", ("bracketed", "", "(", "", ""))])
 def test_nested_values_in_the_templates_own_syntax_round_trip(name: str, style: tuple) -> None:
     """Child elements named after each member (`<units>metric</units>`, an array's as `<li>`),
     or EDN's `{:units "metric" :depth {:level 2}}` and `["Louvre" 3]`, or a deeper-indented block of
-    `units: metric` lines (an array's as `- Louvre` lines): the syntax is learnt from
+    `units: metric` lines (an array's as `- Louvre` lines), or s-expressions
+    (`(obj (units "metric"))`, `(vec "Louvre" 3)`): the syntax is learnt from
     how the template renders an object and an array, and the value comes back as JSON, streamed
     in any chunks as whole."""
     analysis = analyze_family(name)
@@ -595,6 +597,36 @@ def test_a_bracketed_syntax_reads_back_as_json_or_not_at_all(raw: str, syntax: t
     found = nested_to_json(raw, ("bracketed", *syntax))
     assert (json.loads(found) if found is not None else None) == expected
 
+
+
+SEXPR = ("bracketed", "(", "", "", "", "(obj", ")", "(vec", ")", ")")
+
+
+@pytest.mark.parametrize(("raw", "expected"), [
+    ('(vec 1 "two" (obj (k (vec true))))', [1, "two", {"k": [True]}]),
+    ('(obj (a "x) (y") (b null) (c (obj)))', {"a": "x) (y", "b": None, "c": {}}),
+    ('(obj (a "say \\"hi\\""))', {"a": 'say "hi"'}),
+    ("(vec)", []),
+    ("(obj (a 1)", None),  # cut off
+    ("(obj a 1)", None),  # a member without its own brackets
+    ("(vec 1) (vec 2)", None),  # text after the value
+    ("plain text", None),
+])
+def test_s_expressions_read_back_as_json_or_not_at_all(raw: str, expected: object) -> None:
+    """Objects and arrays with openings of their own (`(obj`, `(vec`) and members closed each
+    (`(KEY VALUE)`): JSON leaves, brackets inside strings are text."""
+    found = nested_to_json(raw, SEXPR)
+    assert (json.loads(found) if found is not None else None) == expected
+
+
+def test_a_nested_syntaxs_own_brackets_are_serialized_only_when_set() -> None:
+    """The brackets and member end of an s-expression syntax survive the analysis' JSON form; a
+    syntax with braces and square brackets writes neither key."""
+    sexpr, edn = analyze_family("sexpr_calls.jinja"), analyze_family("edn_calls.jinja")
+    data = sexpr.to_dict()["tools"]
+    assert (data["arg_nested_brackets"], data["arg_nested_member_end"]) == (["(obj", ")", "(vec", ")"], ")")
+    assert autoparser.Analysis.from_dict(json.loads(sexpr.to_json()), source=sexpr.source) == sexpr
+    assert "arg_nested_brackets" not in edn.to_dict()["tools"]
 
 
 @pytest.mark.parametrize(("raw", "expected"), [
