@@ -13,6 +13,7 @@ import ast
 import dataclasses
 import json
 import re
+import unicodedata
 from typing import Any
 
 from autoparser.analyzers.call_markers import ID_HOLE_IN_RENDER, Span
@@ -77,8 +78,9 @@ def tagged_calls(one: str, two: str | None) -> tuple[TagCalls, list[Span]] | Non
     else:
         # a string opened by its own quote (`key:<|"|>text<|"|>,`): the quote closes it, the rest separates
         quote = key_end[len(key_end_before_json):] if key_end.startswith(key_end_before_json) else ""
-        if quote.strip() and arg_end.startswith(quote) and arg_end != quote:
-            arg_end, separator = quote, arg_end[len(quote):]
+        close = _closing_quote(quote, arg_end)
+        if close and arg_end != close:
+            arg_end, separator = close, arg_end[len(close):]
     end_names_key = "first_arg" in arg_end  # a closing tag named after its key: <first_arg>…</first_arg>
     arg_end = arg_end.replace("first_arg", KEY_HOLE)
     if encoding == "python":
@@ -151,6 +153,21 @@ def split_tag_markup(markers: CallMarkers, found: TagCalls, id_before_name: Call
     name = CallName(start=name_start, end=name_end, index=_confirmed_call_index(one, two, name_end))
     markers = dataclasses.replace(markers, call_start=call_start, call_end=call_end)
     return markers, TagCalls(name=name, arguments=arguments, id=call_id)
+
+
+def _closing_quote(quote: str, arg_end: str) -> str:
+    """The quote that closes a string opened by `quote`, where the end after a string begins with
+    it: the same marker (`<|"|>`, `§`), or an opening quotation mark's closing counterpart, as
+    Unicode classes the two (`“` and `”`, `«` and `»`, `「` and `」`); "" where there is none."""
+    if not quote.strip():
+        return ""
+    if arg_end.startswith(quote):
+        return quote
+    pairs = {"Pi": "Pf", "Ps": "Pe"}
+    close = arg_end[:1]
+    if len(quote) == 1 and close and unicodedata.category(close) == pairs.get(unicodedata.category(quote)):
+        return close
+    return ""
 
 
 def _named_closing(call_end: str, two: str | None) -> tuple[str, str]:

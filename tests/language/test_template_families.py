@@ -31,7 +31,7 @@ FAMILIES = ("catalog_inputs.jinja", "typed_params.jinja", "named_closing.jinja",
             "elided_answer.jinja", "xml_children.jinja", "edn_calls.jinja", "indented_block.jinja",
             "instructed_calls.jinja", "id_for_name.jinja", "retrieval_calls.jinja",
             "first_part_content.jinja", "tail_switch.jinja", "worded_channel.jinja",
-            "worded_channel_opened.jinja")
+            "worded_channel_opened.jinja", "typographic_quotes.jinja")
 # the conversation does not start with the prompt (a block follows the last reply): no probe round trip
 NO_ROUND_TRIP = {"trailing_instructions.jinja"}
 # the model reasons first (unmarked, or in a channel the prompt opens) and the history keeps only the
@@ -548,6 +548,21 @@ def test_nested_values_in_the_templates_own_syntax_round_trip(name: str, style: 
     for size in (1, 2, 3, 7):
         chunks = [output[i:i + size] for i in range(0, len(output), size)]
         assert _streamed(parser, chunks) == whole, f"{size}-character chunks"
+
+
+def test_strings_between_typographic_quotes_read_back() -> None:
+    """`key=“text”` opens a string with a quotation mark and closes it with its counterpart (`”`),
+    the separator after it (`, `) is no part of the value's end: strings holding commas, equal
+    signs and an opening mark, numbers as JSON; whole == streamed one character at a time."""
+    analysis = analyze_family("typographic_quotes.jinja")
+    t = analysis.tools
+    assert (t.arg_key_end, t.arg_end, t.arg_separator, t.arg_key_end_json) == ("=“", "”", ", ", "=")
+    output = "⟦call⟧ get_weather(location=“Paris, x=“1”, days=3)⟦call⟧ get_weather(location=“Oslo”)"
+    parser = analysis.parser(tools=TOOLS)
+    whole = without_generated_ids(parser.parse(output))
+    assert [json.loads(c["function"]["arguments"]) for c in whole["tool_calls"]] == [
+        {"location": "Paris, x=“1", "days": 3}, {"location": "Oslo"}]
+    assert _streamed(parser, list(output)) == whole
 
 
 EMPTY = {"places": [], "options": {}, "city": "Paris"}
