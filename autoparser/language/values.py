@@ -406,7 +406,7 @@ class _Bracketed:
         self.start, self.key_end, self.separator, self.quote = start.strip(), key_end.strip(), separator.strip(), quote
         self.object_open, self.object_close, self.array_open, self.array_close = (b.strip() for b in brackets)
         self.member_end = member_end.strip()
-        marks = (*brackets, self.start, self.member_end)
+        marks = (*brackets, self.member_end)
         self.stops = "".join(sorted({*"{}[]\"", *self.key_end[:1], *self.separator[:1], *quote[:1],
                                      *(mark.strip()[:1] for mark in marks if mark.strip())}))
 
