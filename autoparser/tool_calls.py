@@ -42,6 +42,9 @@ FLAT_DEFAULTS: dict[str, Any] = {
     "call_index": "", "call_index_base": 0, "name_in_id": False,
 }
 
+# Serialized only when set (a nested syntax's own brackets and member end), read back when present.
+SET_ONLY = ("arg_nested_brackets", "arg_nested_member_end")
+
 INDEX_HOLE = "{index}"
 KEY_HOLE = "{key}"
 NAME_HOLE = "{name}"  # in `JsonArguments.end`: a closing tag named after the tool (`</{name}>`)
@@ -170,7 +173,9 @@ class NestedValues:
     :n 7}`), an array between square brackets with `end` between elements, strings quoted by
     `quote` (empty: as JSON); "indented" is a block of lines deeper than the argument's, an
     object's members `KEY key_end VALUE` and an array's elements each after `item`. Confirmed by
-    rendering."""
+    rendering. A "bracketed" value may open and close otherwise than `{}` and `[]`: `brackets`
+    are an object's opening and closing and an array's (`(obj`, `)`, `(vec`, `)`), and
+    `member_end` closes each member (`(KEY VALUE)`); both serialized only when set."""
 
     style: Literal["quoted", "tags", "bracketed", "indented"]
     quote: str = ""
@@ -178,6 +183,8 @@ class NestedValues:
     start: str = ""
     key_end: str = ""
     end: str = ""
+    brackets: tuple[str, ...] = ()
+    member_end: str = ""
 
 
 @dataclass(frozen=True)
@@ -211,7 +218,9 @@ class TaggedArguments:
                 "arg_nested_quote": nested.quote if nested else "", "arg_nested_item": nested.item if nested else "",
                 "arg_nested_start": nested.start if nested else "",
                 "arg_nested_key_end": nested.key_end if nested else "",
-                "arg_nested_end": nested.end if nested else ""}
+                "arg_nested_end": nested.end if nested else "",
+                **({"arg_nested_brackets": list(nested.brackets)} if nested and nested.brackets else {}),
+                **({"arg_nested_member_end": nested.member_end} if nested and nested.member_end else {})}
 
     @classmethod
     def from_flat(cls, data: dict[str, Any]) -> TaggedArguments:
@@ -219,7 +228,8 @@ class TaggedArguments:
                                    "raw_strings" if data["arg_string_raw"] else "json")
         nested = (NestedValues(data["arg_nested"], data["arg_nested_quote"], data["arg_nested_item"],
                                data.get("arg_nested_start", ""), data.get("arg_nested_key_end", ""),
-                               data.get("arg_nested_end", ""))
+                               data.get("arg_nested_end", ""), tuple(data.get("arg_nested_brackets") or ()),
+                               data.get("arg_nested_member_end") or "")
                   if data["arg_nested"] else None)
         return cls(data["arg_start"], data["arg_key_end"], data["arg_end"], data["arg_separator"], encoding,
                    data["arg_end_keyed"], data["arg_key_end_json"], nested)
@@ -282,7 +292,8 @@ class ToolsAnalysis:
     def from_dict(cls, data: dict[str, Any]) -> ToolsAnalysis:
         # a null marker is no marker: only the keys whose default is None may hold None
         flat = {**FLAT_DEFAULTS, **{k: v for k, v in data.items()
-                                    if k in FLAT_DEFAULTS and (v is not None or FLAT_DEFAULTS[k] is None)}}
+                                    if k in FLAT_DEFAULTS and (v is not None or FLAT_DEFAULTS[k] is None)},
+                **{k: data[k] for k in SET_ONLY if data.get(k)}}
         calls: JsonCalls | TagCalls | None = (
             JsonCalls.from_flat(flat) if flat["format"] == "json"
             else TagCalls.from_flat(flat) if flat["format"] in ("tag_json", "tag_tagged") else None)

@@ -13,6 +13,7 @@ import ast
 import dataclasses
 import json
 import re
+import unicodedata
 from typing import Any
 
 from autoparser.analyzers.call_markers import ID_HOLE_IN_RENDER, Span
@@ -77,8 +78,9 @@ def tagged_calls(one: str, two: str | None) -> tuple[TagCalls, list[Span]] | Non
     else:
         # a string opened by its own quote (`key:<|"|>text<|"|>,`): the quote closes it, the rest separates
         quote = key_end[len(key_end_before_json):] if key_end.startswith(key_end_before_json) else ""
-        if quote.strip() and arg_end.startswith(quote) and arg_end != quote:
-            arg_end, separator = quote, arg_end[len(quote):]
+        close = _closing_quote(quote, arg_end)
+        if close and arg_end != close:
+            arg_end, separator = close, arg_end[len(close):]
     end_names_key = "first_arg" in arg_end  # a closing tag named after its key: <first_arg>…</first_arg>
     arg_end = arg_end.replace("first_arg", KEY_HOLE)
     if encoding == "python":
@@ -151,6 +153,21 @@ def split_tag_markup(markers: CallMarkers, found: TagCalls, id_before_name: Call
     name = CallName(start=name_start, end=name_end, index=_confirmed_call_index(one, two, name_end))
     markers = dataclasses.replace(markers, call_start=call_start, call_end=call_end)
     return markers, TagCalls(name=name, arguments=arguments, id=call_id)
+
+
+def _closing_quote(quote: str, arg_end: str) -> str:
+    """The quote that closes a string opened by `quote`, where the end after a string begins with
+    it: the same marker (`<|"|>`, `§`), or an opening quotation mark's closing counterpart, as
+    Unicode classes the two (`“` and `”`, `«` and `»`, `「` and `」`); "" where there is none."""
+    if not quote.strip():
+        return ""
+    if arg_end.startswith(quote):
+        return quote
+    pairs = {"Pi": "Pf", "Ps": "Pe"}
+    close = arg_end[:1]
+    if len(quote) == 1 and close and unicodedata.category(close) == pairs.get(unicodedata.category(quote)):
+        return close
+    return ""
 
 
 def _named_closing(call_end: str, two: str | None) -> tuple[str, str]:
@@ -251,7 +268,41 @@ def nested_values(prober: Prober, args: TaggedArguments, as_text: bool,
                         for v in NESTED_ARGS["list_arg"])
         if item and obj in output and items in output:
             return NestedValues(style="tags", item=item)
-    return member_markup(output, args) or bracketed_syntax(output, args) or indented_block(output, args)
+    return member_markup(output, args) or bracketed_syntax(output, args) or indented_block(output, args) \
+        or marked_collections(output, args)
+
+
+def marked_collections(output: str, args: TaggedArguments) -> NestedValues | None:
+    """Objects and arrays each between an opening and a closing of their own, where every value is
+    JSON (`(obj (inner_key "inner text") (inner_num 7))`, `(vec "one item" 3)`): an object's members
+    written as the call's arguments are, an array's elements apart by whitespace or a separator,
+    the array closed as the object is. The openings, learnt from the object's and the array's
+    render, differ (else an object could not be told from an array)."""
+    if args.encoding != "json" or not args.start.strip() or not args.end.strip():
+        return None
+    obj, items = NESTED_ARGS["obj_arg"], [json.dumps(v, ensure_ascii=False) for v in NESTED_ARGS["list_arg"]]
+    members = args.separator.join(args.start + k + args.key_end + json.dumps(v, ensure_ascii=False) + args.end
+                                  for k, v in obj.items())
+    value_at = _value_start(output, "obj_arg", args)
+    members_at = output.find(members, value_at) if value_at >= 0 else -1
+    next_arg = args.end + args.separator + args.start + "list_arg" + args.key_end
+    after = members_at + len(members)
+    close_at = output.find(next_arg, after) if members_at >= 0 else -1
+    list_at = _value_start(output, "list_arg", args)
+    first = output.find(items[0], list_at) if list_at >= 0 and close_at >= 0 else -1
+    if first < 0:
+        return None
+    object_open, close = output[value_at:members_at], output[after:close_at]
+    separator = output[first + len(items[0]):output.find(items[1], first)]
+    array_open = output[list_at:first]
+    array_open = array_open[:len(array_open) - len(separator)] if array_open.endswith(separator) else array_open
+    array = array_open + separator + separator.join(items) + close
+    if not (object_open.strip() and close.strip() and array_open.strip()) or object_open.strip() == array_open.strip() \
+            or not output.startswith(array + args.end, list_at):
+        return None
+    return NestedValues(style="bracketed", start=args.start.strip(), key_end=args.key_end.strip(),
+                        end=separator.strip(), brackets=(object_open.strip(), close.strip(), array_open.strip(),
+                                                         close.strip()), member_end=args.end.strip())
 
 
 def indented_block(output: str, args: TaggedArguments) -> NestedValues | None:

@@ -470,24 +470,38 @@ class _Reading(_Reasoning, _Messages, _Builder):
                 # an object or array may be a block on the lines below its key: read up to the
                 # next key as raw text, a JSON value or the block
                 text = self.raw_text(key)
-                text = replace(text, nonempty=True) if isinstance(text, Text) else text
+                empty = self.empty_collection(value.schema)
+                text = replace(text, nonempty=empty is None) if isinstance(text, Text) else text
                 return RawString(name, params, sub, value.path, value.hint, self.arg_end(key), text, bounded=False,
-                                 as_json=True, nested=self.nested(), null=JSON_NULL), raw
+                                 as_json=True, nested=self.nested(), null=JSON_NULL, empty=empty), raw
             if isinstance(value, PyValue) and self.nested():
                 return replace(value, nested=self.nested()), raw
             if isinstance(value, RawString):  # in `name(key=value)` calls a value may be a literal
                 return replace(value, nested=self.nested(), literals=PYTHON_LITERALS), raw
             return value, raw
         text = self.raw_text(key)
+        empty = self.empty_collection(value.schema)
         if isinstance(text, Text):
-            text = replace(text, nonempty=True)  # no JSON value is written as no text
+            text = replace(text, nonempty=empty is None)  # no other JSON value is written as no text
         nested = self.nested()
         if nested[:1] == ("quoted",) and self.bare_keys and isinstance(text, Text):
             # an object or array in the template's own syntax holds the quote and the separator:
             # one that opens with a bracket is read to its closing bracket
             text = choice(Bracketed(nested[1]), replace(text, not_first=(*text.not_first, "{", "[")))
         return RawString(name, params, sub, value.path, value.hint, self.arg_end(key), text, bounded=False,
-                         nested=nested, null=JSON_NULL), raw
+                         nested=nested, null=JSON_NULL, empty=empty), raw
+
+    def empty_collection(self, schema: Any) -> str | None:
+        """The JSON value an argument written as no text is (`ir.RawString.empty`), None where no
+        text is no value. Where the template writes an object or array as its members' or
+        elements' markup alone ("tags", "indented"), an empty one is written as nothing: `{}` or
+        `[]` as the schema types the argument. An untyped argument (no schema, or one without a
+        type) written as nothing is the empty string `""`: the text cannot tell an empty string,
+        object or array apart, and the empty string is what a raw value of no text is elsewhere."""
+        kind = schema_type(schema)
+        if self.nested()[:1] not in (("tags",), ("indented",)) or kind not in ("object", "array", None):
+            return None
+        return {"object": "{}", "array": "[]"}.get(kind, '""')
 
     def nested(self) -> tuple[str, ...]:
         """How the template writes an object or array value (`ir.RawString.nested`)."""
@@ -499,7 +513,8 @@ class _Reading(_Reasoning, _Messages, _Builder):
         if nested.style == "quoted" and nested.quote:
             return ("quoted", nested.quote)
         if nested.style == "bracketed":
-            return ("bracketed", nested.start, nested.key_end, nested.end, nested.quote)
+            own = (*nested.brackets, nested.member_end) if nested.brackets else ()
+            return ("bracketed", nested.start, nested.key_end, nested.end, nested.quote, *own)
         if nested.style == "indented":
             indent = self.line_indent()  # the argument's own: its block lies deeper
             if indent is None:

@@ -237,6 +237,10 @@ class RawString:
     literals: Spelling | None = None
     # the word that is null where the schema allows null (raw text has no other way to write it)
     null: str = ""
+    # the JSON text of a value written as no text (`[]`, `{}`, `""`), None where no text is no
+    # value: where the template writes an object or array as its members' or elements' markup
+    # alone, an empty one is written as nothing (the builder's `empty_collection`)
+    empty: str | None = None
 
     def __hash__(self) -> int:  # the schemas are dicts: equal nodes hash alike by their names
         return hash((self.__class__, self.owner, self.path, self.hint, self.end))
@@ -532,7 +536,8 @@ def _show(node: Node, rules: dict[str, str]) -> str:  # noqa: C901 - one case pe
         return f"literal {node.owner}{node.path[1:]}" if node.schema is not None else "literal"
     if isinstance(node, RawString):
         kind = "json-text" if node.as_json else "raw-string"
-        return f"{kind} {node.owner}{node.path[1:]} else {_show(node.text, rules)}"
+        empty = f" (nothing: {node.empty})" if node.empty is not None else ""
+        return f"{kind} {node.owner}{node.path[1:]}{empty} else {_show(node.text, rules)}"
     if isinstance(node, Bracketed):
         return f"bracketed quoted by {node.quote!r}"
     if isinstance(node, Members):

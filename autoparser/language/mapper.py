@@ -90,6 +90,8 @@ def argument_json(raw: str, node: Any, section: tuple[str, ...] = ()) -> str:
     if isinstance(node, ir.Json):
         return convert_tagged_value(raw, "json", schema)
     raw = without_section(raw, section)
+    if isinstance(node, ir.RawString) and node.empty is not None and not raw.strip():
+        return node.empty
     kind = "json" if isinstance(node, ir.RawString) and node.as_json else value_kind(schema)
     if kind == "string":
         null = getattr(node, "null", "")

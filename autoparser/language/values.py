@@ -320,13 +320,15 @@ _BARE_OBJECT_KEY = re.compile(r"([{,]\s*)([A-Za-z_][\w\-]*)(\s*:)")
 def nested_to_json(raw: str, nested: tuple[str, ...]) -> str | None:
     """The JSON text of an object or array written in the template's own syntax (`nested`:
     ("quoted", quote), ("tags", arg_start, key_end, arg_end, item), ("bracketed", start, key_end,
-    separator, quote) or ("indented", key_end, item[, the argument's indentation[, quote]])), or None."""
+    separator, quote[, object open, object close, array open, array close, member end]) or
+    ("indented", key_end, item[, the argument's indentation[, quote]])), or None."""
     if nested[:1] == ("quoted",):
         value = quoted_to_json(raw, nested[1])
     elif nested[:1] == ("tags",):
         value = tags_to_json(raw, *nested[1:])
     elif nested[:1] == ("bracketed",):
-        value = _Bracketed(raw, *nested[1:]).whole()
+        value = _Bracketed(raw, *nested[1:5], brackets=tuple(nested[5:9]) if len(nested) >= 9 else _BRACKETS,
+                           member_end="".join(nested[9:10])).whole()
     elif nested[:1] == ("indented",):
         value = indented_to_json(raw, *nested[1:])
     else:
@@ -388,19 +390,28 @@ def _block(lines: list[tuple[int, str]], at: int, item: str, key_end: str, depth
     return (found if listed else members), at
 
 
+_BRACKETS = ("{", "}", "[", "]")
+
+
 class _Bracketed:
     """A value between brackets in the template's own syntax (`{:units "metric" :days [1 2]}`):
-    `start` before each key, `key_end` after it, `separator` between members and elements
-    (whitespace in them is optional, and whitespace alone may separate), strings quoted by
-    `quote` or as JSON; a bare word is a JSON number, boolean or null, else text."""
+    `start` before each key, `key_end` after it, `member_end` after its value, `separator` between
+    members and elements (whitespace in them is optional, and whitespace alone may separate),
+    strings quoted by `quote` or as JSON; a bare word is a JSON number, boolean or null, else
+    text. `brackets`: an object's opening and closing, an array's (`(obj`, `)`, `(vec`, `)`)."""
 
-    def __init__(self, raw: str, start: str, key_end: str, separator: str, quote: str) -> None:
+    def __init__(self, raw: str, start: str, key_end: str, separator: str, quote: str,
+                 brackets: tuple[str, ...] = _BRACKETS, member_end: str = "") -> None:
         self.text, self.pos = raw.strip(), 0
         self.start, self.key_end, self.separator, self.quote = start.strip(), key_end.strip(), separator.strip(), quote
-        self.stops = "".join(sorted({*"{}[]\"", *self.key_end[:1], *self.separator[:1], *quote[:1]}))
+        self.object_open, self.object_close, self.array_open, self.array_close = (b.strip() for b in brackets)
+        self.member_end = member_end.strip()
+        marks = (*brackets, self.member_end)
+        self.stops = "".join(sorted({*"{}[]\"", *self.key_end[:1], *self.separator[:1], *quote[:1],
+                                     *(mark.strip()[:1] for mark in marks if mark.strip())}))
 
     def whole(self):
-        if self.text[:1] not in ("{", "["):
+        if not (self.text.startswith(self.object_open) or self.text.startswith(self.array_open)):
             return None
         try:
             value = self.value(0)
@@ -420,10 +431,10 @@ class _Bracketed:
         if depth > 32:
             raise ValueError("nested too deep")
         self.skip()
-        if self.skip("{"):
-            return dict(self.items("}", depth, keyed=True))
-        if self.skip("["):
-            return [v for _, v in self.items("]", depth, keyed=False)]
+        if self.skip(self.object_open):
+            return dict(self.items(self.object_close, depth, keyed=True))
+        if self.skip(self.array_open):
+            return [v for _, v in self.items(self.array_close, depth, keyed=False)]
         return self.leaf()
 
     def items(self, close: str, depth: int, keyed: bool):
@@ -433,10 +444,13 @@ class _Bracketed:
                 raise ValueError("no separator")
             key = self.key() if keyed else None
             found.append((key, self.value(depth + 1)))
+            if keyed and self.member_end and not self.skip(self.member_end):
+                raise ValueError("no member end")
         return found
 
     def key(self) -> str:
-        self.skip(self.start)
+        if not self.skip(self.start) and self.member_end:
+            raise ValueError("no member start")
         key = self.leaf()
         if self.key_end and not self.skip(self.key_end):
             raise ValueError("no key end")
