@@ -398,8 +398,20 @@ class _Reading(_Reasoning, _Messages, _Builder):
 
     def unnamed_key(self, members: Members) -> Chars:
         """A key that none of `members` names, as the parser reads it (`key_chars`)."""
-        named = tuple(sorted({key for member, _ in members.items if (key := member_key(member)) is not None}))
+        named = {key for member, _ in members.items if (key := member_key(member)) is not None}
+        named = tuple(sorted(named | self.calls_begun_as_arguments()))
         return replace(self.key_chars(), excluded=named) if named else self.key_chars()
+
+    def calls_begun_as_arguments(self) -> set[str]:
+        """The tools' names, where an argument begins with the very marker a call begins with
+        (`(` of `(calls (get_weather (city "Oslo")) ...)`): there a key the schema does not name
+        that names a tool is a call begun again, the call before it left open (its end marker
+        left out), not an argument of that call; its reading fails there, and recovery reads the
+        later call from its opener (`Language.resync`). None elsewhere."""
+        opener = self.t.arg_start.strip()
+        if not opener or opener != self.own_call_opener():
+            return set()
+        return {name for name in (tool_name(tool) for tool in self.tools) if name}
 
     def extra_end(self) -> Node:
         """An end marker that names the key (`</{key}>`) as any key: a value the schema does not

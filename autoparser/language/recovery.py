@@ -74,14 +74,14 @@ class _Recovery:
         other, emitted = dead
         # a reading of the calls as text that fails after one broke inside them (at the end of
         # turn): recovery goes on from the broken one, which may read later calls
-        if self._reads_as_text(t, other) and self._later_call_soon(other, t.pos):
+        if self._text_before_later_call(t, other):
             return False
-        if self._reads_as_text(other, t) and self._later_call_soon(t, other.pos):
+        if self._text_before_later_call(other, t):
             return True
         # a call broke off where a call may begin again, inside its string: there, the first time
-        if _read_past_break(other, t):
+        if _read_past_break(other, t) and not self._failed_at_later_call(t, other):
             return False
-        if _read_past_break(t, other):
+        if _read_past_break(t, other) and not self._failed_at_later_call(other, t):
             return True
         ended = self._ended_reasoning_at_calls(t, other)
         if ended is not None:
@@ -103,6 +103,19 @@ class _Recovery:
         if t.markup != other.markup:  # as `_prefer` keeps one of two readings that meet
             return t.markup > other.markup
         return first
+
+    def _failed_at_later_call(self, t: _Thread, broken: _Thread) -> bool:
+        """Whether `t` failed in its call's arguments outside any value (at a key), inside the
+        markers of the later call where `broken` broke off its string (`_Thread.resync_at`): `t`
+        ended that value before them and read them as its own call's next part (`(get_weather`
+        as an argument's `(key`, the call's end left out), so it read no text of the value past
+        them; recovery from it reads that call from there (`_later_call_around`), the value as
+        it was written."""
+        if t.role != ir.ARGUMENTS or t.head.__class__ in _VALUE_TERMINALS:
+            return False
+        start = broken.resync_at - self.offset[0]
+        hit = self.reader.inner_resync.find_at(self.buf, start) if start >= 0 else None
+        return hit is not None and start <= t.pos < start + len(hit[0])
 
     def _ended_reasoning_at_calls(self, t: _Thread, other: _Thread) -> bool | None:
         """At the end of the output, of two failed readings, one that went on reading reasoning
@@ -171,18 +184,38 @@ class _Recovery:
         begin after where it broke (`_later_call_after_text`), recovery from it, which reads
         that call, wins over such a reading at the end; until then, the text is held."""
         dead = self.dead
-        if dead is None or not self.threads:
+        if dead is None or not self.threads or not self._broke_in_held_section(dead[0]):
             return False
-        return all(self._reads_as_text(r, dead[0]) for r in self.threads)
+        later = self._later_call_end(dead[0]) if dead[0].resync_at >= 0 else None
+        return all(self._reads_as_text(r, dead[0], later) for r in self.threads)
 
-    def _reads_as_text(self, t: _Thread, broken: _Thread) -> bool:
-        """Whether `t` reads as text of one role the call section that the held text opens with
-        and that failed reading `broken` broke inside (`_text_over_broken_calls`)."""
-        section = broken.section_at
-        if self.reader.inner_resync is None or section is None or not _below(broken.stack, section[1]) \
-                or section[0] < self.safe or not _inside_call(broken) or _before_name(broken):
+    def _text_before_later_call(self, t: _Thread, broken: _Thread) -> bool:
+        """Whether `t`, a reading that failed, read as text of one role the calls failed reading
+        `broken` broke inside, where a later call begins soon after that (`_later_call_soon`).
+        Where `broken` broke off inside its string at that later call (`_Thread.resync_at`: a
+        stream breaks off there only once the call's markers are whole), only what `t` read up
+        to there counts: a stream, one character at a time, let the broken reading win there
+        (`_later_call_after_text`), whatever `t` read after it."""
+        if not self._broke_in_held_section(broken):
             return False
-        return _one_role_from(t, section[0] + self.offset[0], broken.calls_read, self.buf, self.offset[0])
+        later = self._later_call_end(broken, t.pos)
+        return later is not None and self._reads_as_text(t, broken, later if broken.resync_at >= 0 else None)
+
+    def _broke_in_held_section(self, broken: _Thread) -> bool:
+        """Whether failed reading `broken` broke inside a call (or at its end marker) of a call
+        section that the held text opens with, past the call's name."""
+        section = broken.section_at
+        return not (self.reader.inner_resync is None or section is None or not _below(broken.stack, section[1])
+                    or section[0] < self.safe or not _inside_or_ending(broken) or _before_name(broken))
+
+    def _reads_as_text(self, t: _Thread, broken: _Thread, upto: int | None = None) -> bool:
+        """Whether `t` reads as text of one role the call section that the held text opens with
+        and that failed reading `broken` broke inside (`_text_over_broken_calls`), up to `upto`
+        (in the buffer; None: all it read)."""
+        section = broken.section_at
+        offset = self.offset[0]
+        upto = None if upto is None else upto + offset
+        return _one_role_from(t, section[0] + offset, broken.calls_read, self.buf, offset, upto)
 
     def _later_call_after_text(self, final: bool) -> bool | None:
         """Where the living readings read as text the calls a failed reading broke inside
@@ -207,6 +240,10 @@ class _Recovery:
         later call's first markers), after the call it broke in began, in the text up to
         `read_to` (where a reading of it as text failed: a stream has read that far then,
         however its chunks came)."""
+        return self._later_call_end(broken, read_to) is not None
+
+    def _later_call_end(self, broken: _Thread, read_to: int | None = None) -> int | None:
+        """Where the markers of the later call `_later_call_soon` finds end (in the buffer), or None."""
         marks = self.reader.inner_resync
         text = self.buf if read_to is None else self.buf[:read_to]
         pos = max(broken.pos, 0)
@@ -214,10 +251,12 @@ class _Recovery:
         while hit is not None and hit[0] + len(hit[1]) <= pos:
             hit = marks.find(text, hit[0] + 1)
         if hit is None or hit[0] > pos + HOLD_BOUND:
-            return False
+            return None
         # broken in its arguments, or right where that call begins: a reading that broke at a
         # key or the name of the call's own structure may have the later call inside its arguments
-        return broken.role == ir.ARGUMENTS or not text[pos:hit[0]].strip()
+        if broken.role == ir.ARGUMENTS or not text[pos:hit[0]].strip():
+            return hit[0] + len(hit[1])
+        return None
 
     def _dead_pending(self) -> list[tuple] | None:
         """The events not yet emitted of the failed reading recovery would go on from, should
@@ -454,9 +493,10 @@ class _Recovery:
     def _later_call_places(self, t: _Thread, lowest: int, at: int) -> range:
         """Where a later call read as the failed reading's call may begin: after where that call
         began (its own opener is no later call's), up to where it failed, not where the language
-        was read again from already."""
+        was read again from already; one whose markers end right where it failed too (it read
+        them whole as its own: `[[call` as an argument's `[[` and a key, failing at the space)."""
         marks = self.reader.inner_resync
-        lowest = max(lowest, t.call_from + 1, at - marks.longest + 1, self.resumed_at - self.offset[0] + 1)
+        lowest = max(lowest, t.call_from + 1, at - marks.longest, self.resumed_at - self.offset[0] + 1)
         return range(lowest, min(at, len(self.buf) - 1) + 1)
 
     def _later_call_undecided(self) -> bool:
@@ -581,12 +621,21 @@ class _Recovery:
         return held
 
 
-def _one_role_from(t: _Thread, start: int, calls: int, buf: str, offset: int) -> bool:
+def _one_role_from(t: _Thread, start: int, calls: int, buf: str, offset: int, upto: int | None = None) -> bool:
     """Whether a living reading holds text of one role (content or reasoning) only, no call,
     as many calls read as `calls`, its text beginning where `start` (absolute) does, whitespace
-    aside."""
+    aside; with `upto` (absolute), in what it read before there only (what it read after, calls
+    included, aside)."""
     events = t.events
-    if not events or t.calls_held or t.calls_read != calls or _inside_call(t):
+    if upto is not None:
+        before = 0
+        while before < len(events) and _event_start(events[before]) < upto:
+            before += 1
+        events = events[:before]
+        later_calls = sum(1 for e in t.events[len(events):] if e[0] == OPENS)
+        if not events or not t.calls_read - later_calls <= calls <= t.calls_read:
+            return False
+    elif not events or t.calls_held or t.calls_read != calls or _inside_call(t):
         return False
     role = events[0][0]
     if role not in (ir.CONTENT, ir.REASONING) or any(e[0] != role for e in events):
@@ -594,6 +643,20 @@ def _one_role_from(t: _Thread, start: int, calls: int, buf: str, offset: int) ->
     begins = events[0][2] - len(events[0][1])
     low, high = sorted((begins - offset, start - offset))
     return low >= 0 and not buf[low:high].strip()
+
+
+def _event_start(event: tuple) -> int:
+    """Where an event's text begins (absolute): a text's, from its end and length; another's, its place."""
+    if event[0] in (ir.CONTENT, ir.REASONING):
+        return event[2] - len(event[1])
+    return event[-1]
+
+
+def _inside_or_ending(t: _Thread) -> bool:
+    """Whether a failed reading broke inside a call (`_inside_call`) or at the call's end marker,
+    the call's body read whole (it stands where the call is read over, not yet counted): whichever
+    of the two failed first, the broken call's reading is the same."""
+    return _inside_call(t) or (t.after_call is not None and t.stack is t.call_over)
 
 
 def _before_name(t: _Thread) -> bool:

@@ -650,3 +650,76 @@ def test_a_broken_first_call_also_read_as_text_stays_text_without_a_later_call_s
     bound = policy.HOLD_BOUND + max(len(m) for m in markers)
     held = _most_held_one_character_at_a_time(parser, late, start + 2 * policy.HOLD_BOUND, start + len(filler))
     assert held <= bound, held
+
+
+READ_ALIKE = [  # a broken first call whose stream once differed from its whole parse
+    ("vllm__tool_chat_template_phi4_mini.jinja", "open-quote"),  # bare JSON calls, content before a later call
+    ("vllm__tool_chat_template_phi4_mini.jinja", "no-close"),
+    ("vllm__tool_chat_template_phi4_mini.jinja", "bad-value"),
+    ("vllm__tool_chat_template_phi4_mini.jinja", "no-value"),
+    ("Kimi-K3.jinja", "no-close"),  # reasoning the prompt opened, a call's end marker left out
+    ("Kimi-K3.jinja", "bad-value"),
+    ("Kimi-K3.jinja", "no-value"),
+]
+
+
+@pytest.mark.parametrize(("template", "how"), READ_ALIKE, ids=[f"{t.split('.')[0]}-{h}" for t, h in READ_ALIKE])
+def test_a_broken_first_call_also_read_as_text_reads_alike_however_it_streams(template: str, how: str) -> None:
+    """Calls the output opens with at once that a reading also takes for text of one role, the
+    first broken: the message does not depend on where the chunks end, so recovery's choice
+    between the broken call and the text reading does not depend on which of the readings
+    failed first. Where the call broke off inside its string at a later call's markers
+    (`"Oslo}}; {"name": ...`, `_Thread.resync_at`), a stream knows of that call when it breaks
+    off, and a text reading that reads that text as content, then reads a later call, loses as
+    one that has not read that far yet does. Where it broke at its end marker, its body read
+    whole, and the later call begins right there (`...<|close|>argument<|open|>call ...`), it is
+    inside that call as one that broke in its last value is. The two later calls are calls,
+    whole, one character at a time, in two chunks cut anywhere, and nothing is lost."""
+    analysis = _corpus_analysis(template)
+    text = analyses.render_output(analysis, None, calls=probe.CALLS)
+    broken = dict(probe.breakings(analysis, text))[how]
+    parser = analysis.parser(tools=WEATHER_TOOLS)
+    assert probe.failures(analysis, parser, broken) == []
+    message = analyses.whole_checked_by_streams(parser, broken)
+    assert "Paris" not in (message["content"] or "") + (message["reasoning_content"] or "")
+    assert not losses_at_every_cut(broken, parser.parse, marker_patterns(analysis), analysis.tools.array)
+
+
+BEGUN_AGAIN = {  # a call's opener where its next argument or its end is expected: the call's end left out
+    "nested_brackets": "[[city]]Oslo[[/city]][[call get_weather]]",  # the opener's marker read as a key's
+    "sexpr_calls": '(city "Oslo")  (get_weather (city',  # an argument begins as a call does: `(NAME`
+}
+
+
+@pytest.mark.parametrize("fixture", sorted(BEGUN_AGAIN))
+def test_a_call_begun_again_where_its_next_argument_may_begin_ends_the_open_call(fixture: str) -> None:
+    """Three calls, the first one's end marker left out, the second call's opener written where
+    the first one's next argument or end is expected: the open call ends there (its value whole,
+    the call incomplete) and the later call is read from its opener (`ir.Language.resync`),
+    whether the reading failed right after the opener's marker, which it read as a key's
+    (`[[call` as `[[` and a key), or at a key that names a tool where an argument begins with the
+    marker a call begins with (`(get_weather` as `(key`: such a key the schema does not name is
+    no argument, `build_reading._Reading.calls_begun_as_arguments`), and not from where the
+    value's other reading, its quote left open, broke off at that call. Whole, one character at
+    a time, in two chunks cut anywhere, nothing lost."""
+    analysis = autoparser.load(str(FIXTURE.with_name(f"{fixture}.jinja")))
+    text = analyses.render_output(analysis, None, calls=probe.CALLS)
+    broken = dict(probe.breakings(analysis, text))["no-close"]
+    assert BEGUN_AGAIN[fixture] in broken
+    parser = analysis.parser(tools=WEATHER_TOOLS)
+    assert probe.failures(analysis, parser, broken) == []
+    message = analyses.whole_checked_by_streams(parser, broken)
+    assert analyses.calls(message) == probe.CALLS
+    assert [bool(call.get("incomplete")) for call in message["tool_calls"]] == [True, False, False]
+    assert not (message["content"] or "").strip()
+    assert not losses_at_every_cut(broken, parser.parse, marker_patterns(analysis), analysis.tools.array)
+
+
+def test_a_key_naming_a_tool_is_an_argument_where_arguments_and_calls_begin_apart() -> None:
+    """Only where an argument begins with the call's own opener is a key that names a tool a
+    call begun again: in `[[KEY]]` arguments of `[[call NAME]]` calls, `[[search]]` is a key."""
+    analysis = autoparser.load(str(FIXTURE.with_name("nested_brackets.jinja")))
+    args = {"city": "Oslo", "search": "Rome"}
+    text = analyses.render_output(analysis, None, calls=[("get_weather", args)])
+    message = analyses.whole_checked_by_streams(analysis.parser(tools=WEATHER_TOOLS), text)
+    assert analyses.calls(message) == [("get_weather", args)]
