@@ -20,6 +20,7 @@ from autoparser.language.preference import (
     _closing_rank,
     _further,
     _inside_call,
+    _inside_or_ending,
     _origin,
     _reach,
     _read_past_break,
@@ -650,13 +651,6 @@ def _event_start(event: tuple) -> int:
     if event[0] in (ir.CONTENT, ir.REASONING):
         return event[2] - len(event[1])
     return event[-1]
-
-
-def _inside_or_ending(t: _Thread) -> bool:
-    """Whether a failed reading broke inside a call (`_inside_call`) or at the call's end marker,
-    the call's body read whole (it stands where the call is read over, not yet counted): whichever
-    of the two failed first, the broken call's reading is the same."""
-    return _inside_call(t) or (t.after_call is not None and t.stack is t.call_over)
 
 
 def _before_name(t: _Thread) -> bool:
