@@ -198,11 +198,20 @@ def _inside_call(t: _Thread) -> bool:
     return t.after_call is not None and _below(t.stack, t.after_call)
 
 
+def _inside_or_ending(t: _Thread) -> bool:
+    """Whether a failed reading broke inside a call (`_inside_call`) or at the call's end marker,
+    the call's body read whole (it stands where the call is read over, not yet counted): whichever
+    of the two failed first, the broken call's reading is the same."""
+    return _inside_call(t) or (t.after_call is not None and t.stack is t.call_over)
+
+
 def _read_past_break(broken: _Thread, t: _Thread) -> bool:
     """Whether `t` read on, past where `broken` broke off its call at a place where a call may
     begin again inside its JSON string (`_Thread.resync_at`), inside that very call, whose
-    arguments it has not read whole (or broke it off later): should it fail, recovery goes on
-    from `broken`."""
+    arguments it has not read whole (or broke it off later), or read whole but for the call's end
+    (`_inside_or_ending`: its string ran on past that place to a later quote, the later call's
+    own, `"Oslo)(call get_weather :city "` of `"Paris"`): should it fail, recovery goes on from
+    `broken`."""
     return (broken.resync_at >= 0 and (t.resync_at < 0 or t.resync_at > broken.resync_at)
             and t.calls_read == broken.calls_read and t.call_from == broken.call_from and t.pos >= broken.pos
-            and not t.call.done)
+            and (not t.call.done or _inside_or_ending(t)))

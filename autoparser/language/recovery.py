@@ -12,7 +12,7 @@ from typing import Any
 
 from autoparser.language import ir
 from autoparser.language.jsonscan import is_whole_json
-from autoparser.language.markers import begins_one, exact_at, hold_for
+from autoparser.language.markers import MarkerSet, begins_one, exact_at, hold_for
 from autoparser.language.policy import HOLD_BOUND
 from autoparser.language.preference import (
     _broke_in_calls,
@@ -20,6 +20,7 @@ from autoparser.language.preference import (
     _closing_rank,
     _further,
     _inside_call,
+    _inside_or_ending,
     _origin,
     _reach,
     _read_past_break,
@@ -229,10 +230,13 @@ class _Recovery:
             return True
         if final:
             return False
-        marks, start = self.reader.inner_resync, max(self.dead[0].pos, self.dead[0].call_from + 1, 0)
+        start = max(self.dead[0].pos, self.dead[0].call_from + 1, 0)
         window = start + HOLD_BOUND
-        held = marks.safe_end(self.buf, start)
-        return None if len(self.buf) <= window or held <= window < len(self.buf) and held < len(self.buf) else False
+        if len(self.buf) <= window:
+            return None  # the text has not gone past the bound yet: a later call may still begin within it
+        # past the bound: only a later call's markers begun within it, not yet whole, may still be one
+        begun_at = self.reader.inner_resync.safe_end(self.buf, start)
+        return None if begun_at <= window else False
 
     def _later_call_soon(self, broken: _Thread, read_to: int | None = None) -> bool:
         """Whether a later call begins (`ir.Language.resync`, whole) within the hold-back bound
@@ -247,9 +251,7 @@ class _Recovery:
         marks = self.reader.inner_resync
         text = self.buf if read_to is None else self.buf[:read_to]
         pos = max(broken.pos, 0)
-        hit = marks.find(text, max(broken.call_from + 1, pos - marks.longest + 1, 0))
-        while hit is not None and hit[0] + len(hit[1]) <= pos:
-            hit = marks.find(text, hit[0] + 1)
+        hit = _marker_reaching_past(marks, text, max(broken.call_from + 1, pos - marks.longest + 1, 0), pos)
         if hit is None or hit[0] > pos + HOLD_BOUND:
             return None
         # broken in its arguments, or right where that call begins: a reading that broke at a
@@ -645,18 +647,23 @@ def _one_role_from(t: _Thread, start: int, calls: int, buf: str, offset: int, up
     return low >= 0 and not buf[low:high].strip()
 
 
+def _marker_reaching_past(marks: MarkerSet, text: str, lowest: int, pos: int) -> tuple[int, str] | None:
+    """The first of `marks` in `text` that begins at `lowest` or later and ends past `pos`:
+    (where it begins, its text), or None. One begun before `pos` that holds it (the place a
+    reading broke may lie inside a later call's first markers), else the first from `pos` on."""
+    for start in range(lowest, pos):
+        held = marks.find_at(text, start)
+        if held is not None and start + len(held[0]) > pos:
+            return start, held[0]
+    hit = marks.find(text, max(lowest, pos))
+    return None if hit is None else (hit[0], hit[1])
+
+
 def _event_start(event: tuple) -> int:
     """Where an event's text begins (absolute): a text's, from its end and length; another's, its place."""
     if event[0] in (ir.CONTENT, ir.REASONING):
         return event[2] - len(event[1])
     return event[-1]
-
-
-def _inside_or_ending(t: _Thread) -> bool:
-    """Whether a failed reading broke inside a call (`_inside_call`) or at the call's end marker,
-    the call's body read whole (it stands where the call is read over, not yet counted): whichever
-    of the two failed first, the broken call's reading is the same."""
-    return _inside_call(t) or (t.after_call is not None and t.stack is t.call_over)
 
 
 def _before_name(t: _Thread) -> bool:

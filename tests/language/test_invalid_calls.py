@@ -723,3 +723,26 @@ def test_a_key_naming_a_tool_is_an_argument_where_arguments_and_calls_begin_apar
     text = analyses.render_output(analysis, None, calls=[("get_weather", args)])
     message = analyses.whole_checked_by_streams(analysis.parser(tools=WEATHER_TOOLS), text)
     assert analyses.calls(message) == [("get_weather", args)]
+
+
+@pytest.mark.parametrize("thought", [None, "Plan."])
+def test_a_string_left_open_up_to_a_later_call_ends_at_that_call_though_a_later_quote_closes_it(
+        thought: str | None) -> None:
+    """A quoted value whose closing quote was left out, right before a later call's opener
+    (`:city "Oslo)(call get_weather :city "Paris")`): the reading that reads on in the string
+    closes it at the later call's own quote and reads its arguments whole, then fails where the
+    call's end is expected (`Paris"`); recovery goes on from the reading that broke off the
+    string where that call begins (`preference._read_past_break`), so the later calls are calls,
+    whole, one character at a time, in two chunks cut anywhere and in random chunks, and nothing
+    is lost."""
+    analysis = autoparser.load(str(FIXTURE.with_name("edn_calls.jinja")))
+    text = analyses.render_output(analysis, thought, calls=probe.CALLS)
+    broken = dict(probe.breakings(analysis, text))["open-quote"]
+    assert '"Oslo)(call get_weather :city "Paris")' in broken
+    parser = analysis.parser(tools=WEATHER_TOOLS)
+    assert probe.failures(analysis, parser, broken) == []
+    message = analyses.whole_checked_by_streams(parser, broken)
+    assert analyses.calls(message) == [("get_weather", {"city": "Oslo)"}), *probe.CALLS[1:]]
+    assert [bool(call.get("incomplete")) for call in message["tool_calls"]] == [True, False, False]
+    assert not (message["content"] or "").strip()
+    assert not losses_at_every_cut(broken, parser.parse, marker_patterns(analysis), analysis.tools.array)
