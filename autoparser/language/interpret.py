@@ -61,7 +61,7 @@ from autoparser.language.jsonscan import (
 from autoparser.language.markers import MarkerSet, begins_one, ending_pattern
 from autoparser.language.message import Output, ToolCall, new_call_id
 from autoparser.language.passes import _Passes
-from autoparser.language.policy import UNDECIDED_LIMIT, WHOLE_PIECE
+from autoparser.language.policy import BARE_CALLS_PIECE, UNDECIDED_LIMIT, WHOLE_PIECE
 from autoparser.language.preference import (
     _calls_over_text,
     _origin,
@@ -165,8 +165,9 @@ class LanguageReader:
         """The message of a whole output, read in pieces: what the readings agree on is let go
         between pieces, so an output of many calls does not keep every reading's events to the end."""
         stream = self.stream(deltas=False)
-        for at in range(0, len(text), WHOLE_PIECE):
-            stream._feed_piece(text[at:at + WHOLE_PIECE])
+        size = BARE_CALLS_PIECE if self.bare_calls else WHOLE_PIECE
+        for at in range(0, len(text), size):
+            stream._feed_piece(text[at:at + size])
         stream.finish()
         return stream.message()
 

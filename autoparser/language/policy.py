@@ -15,6 +15,11 @@ from dataclasses import dataclass
 HOLD_BOUND = 64  # characters of plain text held at most, beyond a pending marker prefix
 UNDECIDED_LIMIT = 1 << 16  # characters held while readings disagree, before one of them wins
 WHOLE_PIECE = 512  # a whole output is read in pieces this long (readings merge where one ends)
+# where calls are bare JSON, in pieces this long (ending at every multiple of `WHOLE_PIECE` too):
+# where a piece ends, a call read whole drops the readings of it as text (`_calls_over_text`),
+# which inside one piece fork again at each later call, and the readings from each meet the
+# ones that read more calls only after reading on themselves
+BARE_CALLS_PIECE = 128
 
 
 @dataclass(frozen=True)

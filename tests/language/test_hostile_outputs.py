@@ -18,10 +18,10 @@ from corpora import llamacpp_templates
 from unplaced import losses_at_every_cut, marker_patterns
 
 import autoparser
-from autoparser.language import passes, stepping
+from autoparser.language import interpret, passes, stepping
 from autoparser.language.build_generation import MAX_KEY
 from autoparser.language.markers import MarkerSet
-from autoparser.language.policy import UNDECIDED_LIMIT
+from autoparser.language.policy import UNDECIDED_LIMIT, WHOLE_PIECE
 from autoparser.language.reading import Parser
 from autoparser.language.readings import _Thread
 from autoparser.language.terminals import _Text
@@ -248,7 +248,9 @@ def test_a_whole_pass_whose_fold_would_multiply_its_choices_holds_the_rest_and_c
     double the fold's choices (Llama 3.1, whole bare calls each followed by a stray brace: thousands
     for eight calls); where one more would leave more than `FOLD_CHOICES`, the pass holds the
     rest whole: the choices stay that few, and the message is the one a pass that holds every
-    failed reading to its end gives."""
+    failed reading to its end gives. (The whole output is read in pieces as long as where calls
+    are not bare JSON: a bare-call format's shorter pieces fold too few to fill the fold.)"""
+    monkeypatch.setattr(interpret, "BARE_CALLS_PIECE", WHOLE_PIECE)
     parser = Parser(analyses.llama31(), tools=analyses.WEATHER_TOOLS)
     held_failed, fold_choices = passes.HELD_FAILED, passes.FOLD_CHOICES
     text = unit * 12
