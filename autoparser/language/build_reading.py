@@ -420,7 +420,7 @@ class _Reading(_Reasoning, _Messages, _Builder):
         weak = Weak(end.strip(), t.arg_key_end.strip() or "=", cut=True) if self.values_between() else None
         indent = self.line_indent()
         if indent is not None:  # a value ends at the line break before the next key (or call)
-            weak = Weak("\n", t.arg_key_end.strip(), indent=indent)
+            weak = Weak("\n", t.arg_key_end.strip(), indent=indent, header=self.own_call_opener())
         return Text((end, *self.stop, *enders), end, hint="raw-text", weak=weak or self.call_begun_again())
 
     def call_begun_again(self) -> Weak | None:
@@ -451,8 +451,11 @@ class _Reading(_Reasoning, _Messages, _Builder):
         return end if raw else optional(end)
 
     def extra_value(self, name: str, params: Any) -> Node:
-        """As generated; in `name(key=value)` calls, a value of any key may be a Python literal."""
+        """As generated; in `name(key=value)` calls, a value of any key may be a Python literal;
+        where each argument is a line of its own, a value runs to its line's end (`line_value`)."""
         value = super().extra_value(name, params)
+        if isinstance(value, PyValue) and self.nested()[:1] == ("indented",) and self.line_indent() is not None:
+            return self.line_value(name, params, "", None, value)
         if self.literal or not self.comma_values():
             return value
         return RawString(name, params, None, "$", f"{name}-extra", self.t.arg_end, value, bounded=False,
@@ -465,15 +468,8 @@ class _Reading(_Reasoning, _Messages, _Builder):
         if isinstance(value, RawString) and not self.comma_values():
             return replace(value, text=choice(self.cdata_text(), value.text)), raw
         if not isinstance(value, Json):
-            if isinstance(value, PyValue) and self.nested()[:1] == ("indented",) and self.line_indent() is not None \
-                    and schema_type(value.schema) in ("object", "array"):
-                # an object or array may be a block on the lines below its key: read up to the
-                # next key as raw text, a JSON value or the block
-                text = self.raw_text(key)
-                empty = self.empty_collection(value.schema)
-                text = replace(text, nonempty=empty is None) if isinstance(text, Text) else text
-                return RawString(name, params, sub, value.path, value.hint, self.arg_end(key), text, bounded=False,
-                                 as_json=True, nested=self.nested(), null=JSON_NULL, empty=empty), raw
+            if isinstance(value, PyValue) and self.nested()[:1] == ("indented",) and self.line_indent() is not None:
+                return self.line_value(name, params, key, sub, value), raw
             if isinstance(value, PyValue) and self.nested():
                 return replace(value, nested=self.nested()), raw
             if isinstance(value, RawString):  # in `name(key=value)` calls a value may be a literal
@@ -490,6 +486,23 @@ class _Reading(_Reasoning, _Messages, _Builder):
             text = choice(Bracketed(nested[1]), replace(text, not_first=(*text.not_first, "{", "[")))
         return RawString(name, params, sub, value.path, value.hint, self.arg_end(key), text, bounded=False,
                          nested=nested, null=JSON_NULL, empty=empty), raw
+
+    def line_value(self, name: str, params: Any, key: str, sub: Any, value: PyValue) -> RawString:
+        """A literal where each argument is a line of its own and objects and arrays are blocks
+        below their key: its text runs up to the next line no deeper than the keys (the next key)
+        or one that begins a call, as in YAML (`ir.Weak.indent`), whatever it holds (a quote left
+        open, a stray bracket, nothing at all), so that no later key or call is taken in. An
+        object or array (or an untyped value, which may be one) is that text read as a JSON value
+        or as the block; any other value is that text read as a literal of the value's spelling."""
+        text = self.raw_text(key)
+        kind = schema_type(value.schema)
+        empty = self.empty_collection(value.schema)
+        text = replace(text, nonempty=empty is None) if isinstance(text, Text) else text
+        if kind in ("object", "array", None):
+            return RawString(name, params, sub, value.path, value.hint, self.arg_end(key), text, bounded=False,
+                             as_json=True, nested=self.nested(), null=JSON_NULL, empty=empty)
+        return RawString(name, params, sub, value.path, value.hint, self.arg_end(key), text, bounded=False,
+                         literals=value.spelling)
 
     def empty_collection(self, schema: Any) -> str | None:
         """The JSON value an argument written as no text is (`ir.RawString.empty`), None where no
