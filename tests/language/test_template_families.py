@@ -8,6 +8,7 @@ the streaming hold-back bound for prose (`tools/holdback_report.py`).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import analyses
@@ -759,6 +760,39 @@ def test_a_broken_yaml_like_value_leaves_the_later_calls_whole(written: str, cit
     assert not any(c.get("incomplete") for c in whole["tool_calls"][-2:])
     if city is not None:
         assert calls[0] == ("get_weather", {"city": city})
+
+
+YAML_TWO_CALLS = (f'{YAML_HEAD}\n    city: "Paris"\n    days: 3\n- name: search\n  arguments:\n    query: "Rome"')
+YAML_TWO_CALLS_READ = [("get_weather", {"city": "Paris", "days": 3}), ("search", {"query": "Rome"})]
+
+
+def test_a_yaml_like_call_list_cut_off_anywhere_keeps_its_complete_values() -> None:
+    """Two calls cut off at every place: a call cut inside a quoted string is marked incomplete
+    and its value is what was written of it, quotes not in it; every call before the last is
+    whole and complete, the last holds what was written of its values; one character at a time
+    reads as the whole does; nothing is lost."""
+    analysis = analyze_family("yaml_list_calls.jinja")
+    parser = analysis.parser(tools=analyses.WEATHER_TOOLS)
+
+    def parse(written: str) -> dict:
+        whole = without_generated_ids(parser.parse(written))
+        assert _streamed(parser, list(written)) == whole, written
+        calls = [(c["function"]["name"], json.loads(c["function"]["arguments"]), bool(c.get("incomplete")))
+                 for c in whole["tool_calls"] or []]
+        for i, ((name, args, _), (expected_name, expected)) in enumerate(zip(calls, YAML_TWO_CALLS_READ,
+                                                                              strict=False)):
+            assert name == expected_name, written
+            assert args == expected if i < len(calls) - 1 else all(
+                expected[k].startswith(v) if isinstance(v, str) else v == expected[k] for k, v in args.items()), written
+        assert not any(incomplete for *_, incomplete in calls[:-1]), written
+        if (open_string := re.search(r'(\w+): "([^"\n]*)\Z', written)) is not None:
+            assert calls[-1][1:] == ({**calls[-1][1], open_string[1]: open_string[2]}, True), written
+        return whole
+
+    losses = losses_at_every_cut(YAML_TWO_CALLS, parse, marker_patterns(analysis))
+    assert not losses, losses[0]
+    assert [c[:2] for c in [(c["function"]["name"], json.loads(c["function"]["arguments"]))
+                            for c in parse(YAML_TWO_CALLS)["tool_calls"]]] == YAML_TWO_CALLS_READ
 
 
 def test_each_argument_line_ends_its_value_where_the_next_key_or_call_begins() -> None:
