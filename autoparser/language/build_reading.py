@@ -91,6 +91,11 @@ ID_NAME_WORD = seq(Chars("0-9", 0, 64), Chars(NAME_CHARS.replace("0-9", ""), 1, 
 ID_NUMBER = Chars("0-9", 1, 64)
 
 
+def _is_word(char: str) -> bool:
+    """Whether a character may be a word's (a letter, digit or underscore)."""
+    return char.isalnum() or char == "_"
+
+
 def _named_without_tools(request: Request) -> Request:
     """A request naming a tool in `tool_choice` but giving no tools: the parser reads calls of
     that name only, with any arguments."""
@@ -296,9 +301,12 @@ class _Reading(_Reasoning, _Messages, _Builder):
         t = self.t
         indexed = self.indexed_name_end()
         name_end = indexed[0] if indexed else t.name_end
-        ends = [m.strip() for m in (name_end, t.id_start, t.args_start, t.arg_start, self.call_end_text()) if m.strip()]
-        # a name ends at the first character of what may follow it, as the parser reads it
-        return Chars("^" + NAME_FORBIDDEN + "".join(sorted({re.escape(m[0]) for m in ends})))
+        ends = [m for m in (name_end, t.id_start, t.args_start, t.arg_start, self.call_end_text()) if m.strip()]
+        # a name ends at the first character of what may follow it, as the parser reads it; where
+        # that is whitespace (which ends a name) and then a word (`\n  arguments:`), the word's
+        # first letter may be the name's own (`search`)
+        return Chars("^" + NAME_FORBIDDEN + "".join(sorted({re.escape(m.strip()[0]) for m in ends
+                                                             if not (m[0].isspace() and _is_word(m.strip()[0]))})))
 
     def id_holding(self, name: str) -> Node:
         """As generated; for any name (no tools given), the id's last word that is not all digits

@@ -795,6 +795,21 @@ def test_a_yaml_like_call_list_cut_off_anywhere_keeps_its_complete_values() -> N
                             for c in parse(YAML_TWO_CALLS)["tool_calls"]]] == YAML_TWO_CALLS_READ
 
 
+@pytest.mark.parametrize("names", [("get_weather", "search"), ("add", "a_b")])
+def test_with_no_tools_a_name_may_hold_the_first_letter_of_the_marker_after_it(names: tuple[str, str]) -> None:
+    """No tools given: a name ends where the whitespace before the marker after it begins
+    (`\n  arguments:`), so the marker's first letter (`a`) may be the name's own; whole, one
+    character at a time, split at every place, nothing lost."""
+    analysis = analyze_family("yaml_list_calls.jinja")
+    first, second = names
+    output = (f'tool_calls:\n- name: {first}\n  arguments:\n    city: "Paris"\n'
+              f'- name: {second}\n  arguments:\n    query: "Rome"')
+    whole = _whole_nothing_lost(analysis, None, output)
+    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in whole["tool_calls"]] == [
+        (first, {"city": "Paris"}), (second, {"query": "Rome"})]
+    assert whole["content"] is None
+
+
 def test_each_argument_line_ends_its_value_where_the_next_key_or_call_begins() -> None:
     """Arguments one a line (`  key: value`): a value ends at the line break before the next
     key or call, not at a line inside it indented deeper; the end of output ends the last value,
