@@ -91,6 +91,11 @@ ID_NAME_WORD = seq(Chars("0-9", 0, 64), Chars(NAME_CHARS.replace("0-9", ""), 1, 
 ID_NUMBER = Chars("0-9", 1, 64)
 
 
+def _is_word(char: str) -> bool:
+    """Whether a character may be a word's (a letter, digit or underscore)."""
+    return char.isalnum() or char == "_"
+
+
 def _named_without_tools(request: Request) -> Request:
     """A request naming a tool in `tool_choice` but giving no tools: the parser reads calls of
     that name only, with any arguments."""
@@ -296,9 +301,12 @@ class _Reading(_Reasoning, _Messages, _Builder):
         t = self.t
         indexed = self.indexed_name_end()
         name_end = indexed[0] if indexed else t.name_end
-        ends = [m.strip() for m in (name_end, t.id_start, t.args_start, t.arg_start, self.call_end_text()) if m.strip()]
-        # a name ends at the first character of what may follow it, as the parser reads it
-        return Chars("^" + NAME_FORBIDDEN + "".join(sorted({re.escape(m[0]) for m in ends})))
+        ends = [m for m in (name_end, t.id_start, t.args_start, t.arg_start, self.call_end_text()) if m.strip()]
+        # a name ends at the first character of what may follow it, as the parser reads it; where
+        # that is whitespace (which ends a name) and then a word (`\n  arguments:`), the word's
+        # first letter may be the name's own (`search`)
+        return Chars("^" + NAME_FORBIDDEN + "".join(sorted({re.escape(m.strip()[0]) for m in ends
+                                                             if not (m[0].isspace() and _is_word(m.strip()[0]))})))
 
     def id_holding(self, name: str) -> Node:
         """As generated; for any name (no tools given), the id's last word that is not all digits
@@ -432,7 +440,7 @@ class _Reading(_Reasoning, _Messages, _Builder):
         weak = Weak(end.strip(), t.arg_key_end.strip() or "=", cut=True) if self.values_between() else None
         indent = self.line_indent()
         if indent is not None:  # a value ends at the line break before the next key (or call)
-            weak = Weak("\n", t.arg_key_end.strip(), indent=indent)
+            weak = Weak("\n", t.arg_key_end.strip(), indent=indent, header=self.own_call_opener())
         return Text((end, *self.stop, *enders), end, hint="raw-text", weak=weak or self.call_begun_again())
 
     def call_begun_again(self) -> Weak | None:
@@ -463,8 +471,11 @@ class _Reading(_Reasoning, _Messages, _Builder):
         return end if raw else optional(end)
 
     def extra_value(self, name: str, params: Any) -> Node:
-        """As generated; in `name(key=value)` calls, a value of any key may be a Python literal."""
+        """As generated; in `name(key=value)` calls, a value of any key may be a Python literal;
+        where each argument is a line of its own, a value runs to its line's end (`line_value`)."""
         value = super().extra_value(name, params)
+        if isinstance(value, PyValue) and self.nested()[:1] == ("indented",) and self.line_indent() is not None:
+            return self.line_value(name, params, "", None, value)
         if self.literal or not self.comma_values():
             return value
         return RawString(name, params, None, "$", f"{name}-extra", self.t.arg_end, value, bounded=False,
@@ -477,15 +488,8 @@ class _Reading(_Reasoning, _Messages, _Builder):
         if isinstance(value, RawString) and not self.comma_values():
             return replace(value, text=choice(self.cdata_text(), value.text)), raw
         if not isinstance(value, Json):
-            if isinstance(value, PyValue) and self.nested()[:1] == ("indented",) and self.line_indent() is not None \
-                    and schema_type(value.schema) in ("object", "array"):
-                # an object or array may be a block on the lines below its key: read up to the
-                # next key as raw text, a JSON value or the block
-                text = self.raw_text(key)
-                empty = self.empty_collection(value.schema)
-                text = replace(text, nonempty=empty is None) if isinstance(text, Text) else text
-                return RawString(name, params, sub, value.path, value.hint, self.arg_end(key), text, bounded=False,
-                                 as_json=True, nested=self.nested(), null=JSON_NULL, empty=empty), raw
+            if isinstance(value, PyValue) and self.nested()[:1] == ("indented",) and self.line_indent() is not None:
+                return self.line_value(name, params, key, sub, value), raw
             if isinstance(value, PyValue) and self.nested():
                 return replace(value, nested=self.nested()), raw
             if isinstance(value, RawString):  # in `name(key=value)` calls a value may be a literal
@@ -502,6 +506,23 @@ class _Reading(_Reasoning, _Messages, _Builder):
             text = choice(Bracketed(nested[1]), replace(text, not_first=(*text.not_first, "{", "[")))
         return RawString(name, params, sub, value.path, value.hint, self.arg_end(key), text, bounded=False,
                          nested=nested, null=JSON_NULL, empty=empty), raw
+
+    def line_value(self, name: str, params: Any, key: str, sub: Any, value: PyValue) -> RawString:
+        """A literal where each argument is a line of its own and objects and arrays are blocks
+        below their key: its text runs up to the next line no deeper than the keys (the next key)
+        or one that begins a call, as in YAML (`ir.Weak.indent`), whatever it holds (a quote left
+        open, a stray bracket, nothing at all), so that no later key or call is taken in. An
+        object or array (or an untyped value, which may be one) is that text read as a JSON value
+        or as the block; any other value is that text read as a literal of the value's spelling."""
+        text = self.raw_text(key)
+        kind = schema_type(value.schema)
+        empty = self.empty_collection(value.schema)
+        text = replace(text, nonempty=empty is None) if isinstance(text, Text) else text
+        if kind in ("object", "array", None):
+            return RawString(name, params, sub, value.path, value.hint, self.arg_end(key), text, bounded=False,
+                             as_json=True, nested=self.nested(), null=JSON_NULL, empty=empty)
+        return RawString(name, params, sub, value.path, value.hint, self.arg_end(key), text, bounded=False,
+                         literals=value.spelling)
 
     def empty_collection(self, schema: Any) -> str | None:
         """The JSON value an argument written as no text is (`ir.RawString.empty`), None where no

@@ -97,11 +97,14 @@ Plain = tuple[re.Pattern[str], tuple[MarkerSet, ...], re.Pattern[str] | None, tu
 SPLIT_CHARS = "{["  # the brackets a bare JSON call begins with, where free text may end early
 
 
-def _weak_held(marker: str, word: str, before: str) -> re.Pattern[str]:
+def _weak_held(marker: str, word: str, before: str, header: str = "") -> re.Pattern[str]:
     """What a text holds at the end of what has come while a weak marker may still count: the
-    marker begun, or the marker, whitespace, a word and what must follow begun."""
+    marker begun, or the marker, whitespace, a word and what must follow begun, or the marker,
+    whitespace and a line's `header` begun."""
     begun = "".join(f"|{re.escape(marker[:n])}" for n in range(1, len(marker)))
     then = "".join(f"|{re.escape(before[:n])}" for n in range(1, len(before)))
+    heads = "".join(f"|{re.escape(header[:n])}" for n in range(1, len(header)))
+    begun += rf"|{re.escape(marker)}[ \t]*(?:{heads[1:]})" if heads else ""
     return re.compile(rf"(?:{re.escape(marker)}\s*(?:{word})?(?:{then[1:]})?{begun})\Z")
 
 
@@ -201,7 +204,8 @@ class LanguageReader:
                 mark = re.escape(node.weak.marker)
                 word = ir.WORD if node.weak.word else ""
                 weak = (re.compile(rf"{mark}(?={node.weak.follows(re.escape)})"),
-                        (node.weak.marker[0], _weak_held(node.weak.marker, word, node.weak.before)))
+                        (node.weak.marker[0], _weak_held(node.weak.marker, word, node.weak.before,
+                                                         node.weak.header)))
             kinds = {stop: "soft" if _is_soft(stop, node) else "stop" for stop in stops}
             found = self._markers[id(node)] = (MarkerSet(kinds), weak)
             self._keep.append(node)

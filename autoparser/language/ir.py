@@ -38,6 +38,7 @@ no end marker after it ends where the tool calls begin (`build_generation._Build
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
@@ -97,7 +98,9 @@ class Weak:
     None: the marker counts after any whitespace, then (`word`) a word, then `before`; with `cut`,
     at the end of the output, also before whitespace and what may still become the word
     (`Paris, da` of `Paris, days=`: the value is `Paris`, as a JSON value whose call was cut in the
-    next key)."""
+    next key).
+    `header`: with `indent`, a line indented less that begins with it counts too: the next call's
+    opener where it does not begin as a word does (`- name:` of a YAML-like list of calls)."""
 
     marker: str
     before: str
@@ -105,6 +108,7 @@ class Weak:
     leads: bool = False
     indent: int | None = None
     cut: bool = False
+    header: str = ""
 
     def follows(self, escape: Callable[[str], str]) -> str:
         """The regex of what must follow the marker for it to count, `before` escaped by `escape`."""
@@ -112,14 +116,17 @@ class Weak:
         if self.indent is None:
             return r"\s*" + word + escape(self.before)
         keys = rf"[ \t]{{{self.indent}}}[^\W\d]"
-        return rf"(?:{keys}|[ \t]{{0,{self.indent - 1}}}{word}{escape(self.before)})" if self.indent else keys
+        less = word + escape(self.before) + (f"|{escape(self.header)}" if self.header else "")
+        return rf"(?:{keys}|[ \t]{{0,{self.indent - 1}}}(?:{less}))" if self.indent else keys
 
     def cut_follows(self) -> str | None:
         """The regex of what may follow the marker at the end of the output for it to count (a
         line that may still become one it counts before); None: nothing more than `follows`."""
         if self.indent is None:
             return rf"\s*(?:{WORD})?\Z" if self.cut and self.word else None
-        return rf"[ \t]{{0,{self.indent}}}(?:{WORD if self.word else ''})?\Z"
+        header = "".join(f"|{re.escape(self.header[:n])}" for n in range(1, len(self.header)))
+        begun = rf"|[ \t]{{0,{self.indent - 1}}}(?:{header[1:]})" if header and self.indent else ""
+        return rf"(?:[ \t]{{0,{self.indent}}}(?:{WORD if self.word else ''})?{begun})\Z"
 
 
 WORD = r"[^\W\d][\w.\-]*\s*"  # a key or a name as the parser reads one, and the spaces after it

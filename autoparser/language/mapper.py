@@ -18,6 +18,7 @@ from autoparser.language.values import (
     allows_null,
     convert_literal_value,
     convert_tagged_value,
+    decided_end,
     decode_string_body,
     nested_to_json,
 )
@@ -34,9 +35,9 @@ def member_opening(key: str | None) -> str:
     return json.dumps(key or "", ensure_ascii=False) + ": "
 
 
-def member_json(key: str | None, raw: str, node: Any, section: tuple[str, ...] = ()) -> str:
+def member_json(key: str | None, raw: str, node: Any, section: tuple[str, ...] = (), cut: bool = False) -> str:
     """A tagged argument as a member of the arguments' JSON object: `"key": value`."""
-    return member_opening(key) + argument_json(raw, node, section)
+    return member_opening(key) + argument_json(raw, node, section, cut)
 
 
 def without_section(value: str, section: tuple[str, ...]) -> str:
@@ -73,12 +74,29 @@ def quoted_text(body: str, spelling: ir.Spelling) -> str:
     return "".join(parts) + decode_string_body(body[start:])
 
 
-def argument_json(raw: str, node: Any, section: tuple[str, ...] = ()) -> str:
-    """The JSON text of a tagged argument's value, read from its raw text by its schema."""
+def open_literal_body(raw: str, spelling: ir.Spelling) -> str | None:
+    """The body of a quoted literal whose quote is not closed (`"Pa`: `Pa`, an escape cut in two
+    left out); None where `raw` is no such literal."""
+    text = raw.strip()
+    if not text or text[0] not in spelling.quotes:
+        return None
+    body = text[1:]
+    end = decided_end(body, text[0], spelling.escape)
+    if body.endswith(text[0]) and end == len(body) - 1:
+        return None
+    return body[:end]
+
+
+def argument_json(raw: str, node: Any, section: tuple[str, ...] = (), cut: bool = False) -> str:
+    """The JSON text of a tagged argument's value, read from its raw text by its schema; `cut`:
+    the output ended inside it, so a quoted literal left open is what was written of its body."""
     schema = getattr(node, "schema", None)
     spelling = literal_spelling(node)
     if spelling is not None:
         kind, text = value_kind(schema), raw.strip()
+        body = open_literal_body(raw, spelling) if cut else None
+        if body is not None:
+            return json.dumps(quoted_text(body, spelling), ensure_ascii=False)
         if text == spelling.null and allows_null(schema):
             return "null"
         if kind != "string" and text in (spelling.true, spelling.false):

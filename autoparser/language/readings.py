@@ -89,11 +89,12 @@ class _Value:
     only its first `count`; one that appends where another appended first copies them) and its
     state is a running hash of them: a value nested deep costs neither a fork nor a state its length."""
 
-    __slots__ = ("parts", "count", "digest")
+    __slots__ = ("parts", "count", "digest", "cut")
 
-    def __init__(self, parts: list[str] | None = None, count: int = 0, digest: int = 0) -> None:
+    def __init__(self, parts: list[str] | None = None, count: int = 0, digest: int = 0, cut: bool = False) -> None:
         self.parts = [] if parts is None else parts
         self.count, self.digest = count, digest
+        self.cut = cut  # a literal whose quote the end of the output left open
 
     def append(self, piece: str) -> None:
         if len(self.parts) != self.count:
@@ -103,7 +104,7 @@ class _Value:
         self.digest = hash((self.digest, piece))
 
     def copy(self) -> _Value:
-        return _Value(self.parts, self.count, self.digest)
+        return _Value(self.parts, self.count, self.digest, self.cut)
 
     def key(self) -> tuple[int, int]:
         return self.count, self.digest

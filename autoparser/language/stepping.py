@@ -378,6 +378,7 @@ class _Stepping:
     def _end_member(self, t: _Thread) -> None:
         key, node = t.member
         raw = "".join(t.value or [])
+        cut = t.value is not None and t.value.cut
         streamed, spool, t.streamed, t.spool = t.streamed, t.spool, None, None
         t.member, t.value = None, None
         if node is None:
@@ -389,7 +390,7 @@ class _Stepping:
         elif streamed:
             t.arguments('"')
         else:
-            t.arguments((", " if t.count else "") + member_json(key, raw, node, self.reader.section))
+            t.arguments((", " if t.count else "") + member_json(key, raw, node, self.reader.section, cut))
         t.count += 1
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from autoparser.language import ir
 from autoparser.language.jsonscan import DONE, ERROR, JsonScanner
+from autoparser.language.mapper import literal_spelling, open_literal_body
 from autoparser.language.markers import FULL, NONE, PARTIAL, MarkerSet, begins_one, exact_at, match_at
 from autoparser.language.readings import (
     _BLANKS,
@@ -281,7 +282,8 @@ class _Text:
             stop = len(buf)
             # a value running to the end of output: its call was cut off (unless the value is a
             # line, which the end of output ends as a line break would)
-            if t.value is not None and t.call.started and not (self.weak_prefix and self.weak_prefix[0] == "\n"):
+            if t.value is not None and t.call.started and (
+                    not (self.weak_prefix and self.weak_prefix[0] == "\n") or self._open_literal(t, buf, stop)):
                 t.emit((CUT, stop + t.offset[0]))
             if t.value is not None:
                 # ... and where it was cut inside a marker (`</param`), the value ends before it:
@@ -298,6 +300,16 @@ class _Text:
             t.pos = self.start
             return FAIL
         return DONE
+
+    @staticmethod
+    def _open_literal(t: _Thread, buf: str, stop: int) -> bool:
+        """Whether a line value the end of the output ends is a quoted literal left open there
+        (`"Pa`): the output was cut inside it, not after its line (`ir.RawString.literals`)."""
+        spelling = literal_spelling(t.member[1]) if t.member is not None and t.value is not None else None
+        if spelling is None or open_literal_body("".join(t.value) + buf[t.pos:stop], spelling) is None:
+            return False
+        t.value.cut = True
+        return True
 
     def _cdata(self, t: _Thread, buf: str, final: bool) -> int:
         """A value that opens with the language's value section (XML CDATA, `<![CDATA[a < b]]>`) reads it whole:

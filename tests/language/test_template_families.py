@@ -8,13 +8,14 @@ the streaming hold-back bound for prose (`tools/holdback_report.py`).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import analyses
 import corpora
 import pytest
 from analyses import without_generated_ids
-from unplaced import losses_at_every_cut, marker_patterns
+from unplaced import losses_at_every_cut, lost_letters, marker_patterns
 
 import autoparser
 from autoparser.generators.lark import parse_with_lark
@@ -580,9 +581,6 @@ def test_an_empty_object_or_array_written_as_nothing_reads_back_by_its_schema(
     an empty one as nothing (`<arg name="places"></arg>`, `  places:` with no block below): an
     argument the schema types as an array or object reads back `[]` or `{}`, an untyped one `""`;
     whole, streamed in any chunks, and as two calls."""
-    if name == "yaml_list_calls.jinja" and not properties["places"]:
-        pytest.xfail("an untyped value where every value is JSON is a literal, read by its own syntax: "
-                     "written as nothing, it takes in the next key's line (`places:` reads `options:`)")
     analysis = analyze_family(name)
     tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
         "type": "object", "properties": properties}}}]
@@ -695,6 +693,121 @@ def test_a_yaml_like_call_list_reads_nested_blocks_of_json_values() -> None:
         stream.feed(char)
     stream.finish()
     assert without_generated_ids(stream.message()) == without_generated_ids(whole)
+
+
+YAML_HEAD = "tool_calls:\n- name: get_weather\n  arguments:"
+YAML_UNTYPED = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {
+    "city": {"type": "string"}, "options": {}, "places": {}}}}}]
+YAML_TYPED = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {
+    "city": {"type": "string"}, "options": {"type": "object"}, "places": {"type": "array"}}}}}]
+YAML_CITY_ONLY = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+                                                                                          "properties": {
+                                                                                              "city": {"type": "string"}}}}}]
+
+
+def _whole_nothing_lost(analysis: autoparser.Analysis, tools: list, output: str) -> dict:
+    """The whole parse, checked against streams one character at a time and split at every
+    place; no letter or digit of the output is lost."""
+    parser = analysis.parser(tools=tools)
+    whole = analyses.whole_checked_by_streams(parser, output)
+    assert not lost_letters(analysis, output, whole), lost_letters(analysis, output, whole)
+    return whole
+
+
+@pytest.mark.parametrize("tools", [YAML_UNTYPED, YAML_TYPED, YAML_CITY_ONLY], ids=["untyped", "typed", "unnamed"])
+def test_a_yaml_like_value_written_as_nothing_takes_in_no_later_line(tools: list) -> None:
+    """`    places:` with nothing after it: the value ends at the line break before the next key
+    (`options:` is the next key, not `places`' value), whether the schema types it, leaves it
+    untyped or does not name it; the next call is whole."""
+    analysis = analyze_family("yaml_list_calls.jinja")
+    output = f'{YAML_HEAD}\n    places:\n    options:\n    city: "Paris"\n- name: get_weather\n  arguments:\n    places:'
+    whole = _whole_nothing_lost(analysis, tools, output)
+    empty = {"places": "", "options": ""} if tools is not YAML_TYPED else {"places": [], "options": {}}
+    assert [json.loads(c["function"]["arguments"]) for c in whole["tool_calls"]] == [
+        {**empty, "city": "Paris"}, {"places": empty["places"]}]
+    assert whole["content"] is None
+
+
+@pytest.mark.parametrize("tools", [YAML_UNTYPED, YAML_TYPED, YAML_CITY_ONLY], ids=["untyped", "typed", "unnamed"])
+@pytest.mark.parametrize("block", ['\n      a: 1\n      b:\n        - "x"', '\n      a:\n        b: true'])
+def test_a_yaml_like_block_for_the_last_argument_ends_where_the_next_call_begins(tools: list, block: str) -> None:
+    """An object written as a block for the call's last argument: the line that begins a call
+    (`- name:`, at the list's indentation) ends the block and the call; the next call is read
+    whole, not taken in as the block's text."""
+    analysis = analyze_family("yaml_list_calls.jinja")
+    output = f'{YAML_HEAD}\n    city: "Paris"\n    options:{block}\n- name: get_weather\n  arguments:\n    city: "Oslo"'
+    whole = _whole_nothing_lost(analysis, tools, output)
+    options = {"a": 1, "b": ["x"]} if "- " in block else {"a": {"b": True}}
+    assert [json.loads(c["function"]["arguments"]) for c in whole["tool_calls"]] == [
+        {"city": "Paris", "options": options}, {"city": "Oslo"}]
+    assert whole["content"] is None and not any(c.get("incomplete") for c in whole["tool_calls"])
+
+
+@pytest.mark.parametrize(("written", "city"), [
+    ('"Oslo"]', '"Oslo"]'),  # a stray bracket: no literal, the text as written
+    ("", None),  # nothing: a string is written quoted
+    ('"Oslo', '"Oslo'),  # its quote left open
+])
+def test_a_broken_yaml_like_value_leaves_the_later_calls_whole(written: str, city: str | None) -> None:
+    """A value broken on its own line (a stray bracket, nothing, a quote left open) ends at the
+    line that begins the next call: the later calls are read whole, nothing is lost."""
+    analysis = analyze_family("yaml_list_calls.jinja")
+    later = '\n- name: get_weather\n  arguments:\n    city: "Paris"\n- name: search\n  arguments:\n    query: "Rome"'
+    output = f"{YAML_HEAD}\n    city: {written}{later}"
+    whole = _whole_nothing_lost(analysis, analyses.WEATHER_TOOLS, output)
+    calls = [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in whole["tool_calls"]]
+    assert calls[-2:] == [("get_weather", {"city": "Paris"}), ("search", {"query": "Rome"})]
+    assert not any(c.get("incomplete") for c in whole["tool_calls"][-2:])
+    if city is not None:
+        assert calls[0] == ("get_weather", {"city": city})
+
+
+YAML_TWO_CALLS = (f'{YAML_HEAD}\n    city: "Paris"\n    days: 3\n- name: search\n  arguments:\n    query: "Rome"')
+YAML_TWO_CALLS_READ = [("get_weather", {"city": "Paris", "days": 3}), ("search", {"query": "Rome"})]
+
+
+def test_a_yaml_like_call_list_cut_off_anywhere_keeps_its_complete_values() -> None:
+    """Two calls cut off at every place: a call cut inside a quoted string is marked incomplete
+    and its value is what was written of it, quotes not in it; every call before the last is
+    whole and complete, the last holds what was written of its values; one character at a time
+    reads as the whole does; nothing is lost."""
+    analysis = analyze_family("yaml_list_calls.jinja")
+    parser = analysis.parser(tools=analyses.WEATHER_TOOLS)
+
+    def parse(written: str) -> dict:
+        whole = without_generated_ids(parser.parse(written))
+        assert _streamed(parser, list(written)) == whole, written
+        calls = [(c["function"]["name"], json.loads(c["function"]["arguments"]), bool(c.get("incomplete")))
+                 for c in whole["tool_calls"] or []]
+        for i, ((name, args, _), (expected_name, expected)) in enumerate(zip(calls, YAML_TWO_CALLS_READ,
+                                                                              strict=False)):
+            assert name == expected_name, written
+            assert args == expected if i < len(calls) - 1 else all(
+                expected[k].startswith(v) if isinstance(v, str) else v == expected[k] for k, v in args.items()), written
+        assert not any(incomplete for *_, incomplete in calls[:-1]), written
+        if (open_string := re.search(r'(\w+): "([^"\n]*)\Z', written)) is not None:
+            assert calls[-1][1:] == ({**calls[-1][1], open_string[1]: open_string[2]}, True), written
+        return whole
+
+    losses = losses_at_every_cut(YAML_TWO_CALLS, parse, marker_patterns(analysis))
+    assert not losses, losses[0]
+    assert [c[:2] for c in [(c["function"]["name"], json.loads(c["function"]["arguments"]))
+                            for c in parse(YAML_TWO_CALLS)["tool_calls"]]] == YAML_TWO_CALLS_READ
+
+
+@pytest.mark.parametrize("names", [("get_weather", "search"), ("add", "a_b")])
+def test_with_no_tools_a_name_may_hold_the_first_letter_of_the_marker_after_it(names: tuple[str, str]) -> None:
+    """No tools given: a name ends where the whitespace before the marker after it begins
+    (`\n  arguments:`), so the marker's first letter (`a`) may be the name's own; whole, one
+    character at a time, split at every place, nothing lost."""
+    analysis = analyze_family("yaml_list_calls.jinja")
+    first, second = names
+    output = (f'tool_calls:\n- name: {first}\n  arguments:\n    city: "Paris"\n'
+              f'- name: {second}\n  arguments:\n    query: "Rome"')
+    whole = _whole_nothing_lost(analysis, None, output)
+    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in whole["tool_calls"]] == [
+        (first, {"city": "Paris"}), (second, {"query": "Rome"})]
+    assert whole["content"] is None
 
 
 def test_each_argument_line_ends_its_value_where_the_next_key_or_call_begins() -> None:
