@@ -20,7 +20,6 @@ from autoparser.language.preference import (
     _closing_rank,
     _further,
     _inside_call,
-    _inside_or_ending,
     _origin,
     _reach,
     _read_past_break,
@@ -203,11 +202,13 @@ class _Recovery:
         return later is not None and self._reads_as_text(t, broken, later if broken.resync_at >= 0 else None)
 
     def _broke_in_held_section(self, broken: _Thread) -> bool:
-        """Whether failed reading `broken` broke inside a call (or at its end marker) of a call
-        section that the held text opens with, past the call's name."""
+        """Whether failed reading `broken` broke inside a call of a call section that the held
+        text opens with, past the call's name. Not at its end marker, the body read whole: counted
+        so, a call whose end tag was left out before the next one's opener streamed unlike its
+        whole parse where reading it as reasoning's text won whole."""
         section = broken.section_at
         return not (self.reader.inner_resync is None or section is None or not _below(broken.stack, section[1])
-                    or section[0] < self.safe or not _inside_or_ending(broken) or _before_name(broken))
+                    or section[0] < self.safe or not _inside_call(broken) or _before_name(broken))
 
     def _reads_as_text(self, t: _Thread, broken: _Thread, upto: int | None = None) -> bool:
         """Whether `t` reads as text of one role the call section that the held text opens with
