@@ -617,13 +617,7 @@ def test_the_calls_after_a_broken_first_one_also_read_as_text_are_kept(family: s
     however the output streams, and nothing is lost (the broken call's text is content). (One
     broken in its name stays text: a reading broken at a call's name or keys may have the
     'later call' inside its own arguments.)"""
-    analysis = TEXT_OR_CALLS[family]()
-    text = analyses.render_output(analysis, None, calls=probe.CALLS)
-    broken = dict(probe.breakings(analysis, text))[how]
-    parser = analysis.parser(tools=WEATHER_TOOLS)
-    assert probe.failures(analysis, parser, broken) == []
-    message = analyses.whole_checked_by_streams(parser, broken)
-    assert "Paris" not in (message["content"] or "") + (message["reasoning_content"] or "")
+    _later_calls_survive(TEXT_OR_CALLS[family](), how)
 
 
 @pytest.mark.parametrize("family", sorted(TEXT_OR_CALLS))
@@ -652,6 +646,18 @@ def test_a_broken_first_call_also_read_as_text_stays_text_without_a_later_call_s
     assert held <= bound, held
 
 
+def _later_calls_survive(analysis: autoparser.Analysis, how: str) -> tuple[Any, str]:
+    """The probe's three calls, the first broken `how`: the two later ones are calls, whole and
+    however the output streams (the parser and the broken output, for more checks)."""
+    text = analyses.render_output(analysis, None, calls=probe.CALLS)
+    broken = dict(probe.breakings(analysis, text))[how]
+    parser = analysis.parser(tools=WEATHER_TOOLS)
+    assert probe.failures(analysis, parser, broken) == []
+    message = analyses.whole_checked_by_streams(parser, broken)
+    assert "Paris" not in (message["content"] or "") + (message["reasoning_content"] or "")
+    return parser, broken
+
+
 READ_ALIKE = [  # a broken first call whose stream once differed from its whole parse
     ("vllm__tool_chat_template_phi4_mini.jinja", "open-quote"),  # bare JSON calls, content before a later call
     ("vllm__tool_chat_template_phi4_mini.jinja", "no-close"),
@@ -677,17 +683,10 @@ def test_a_broken_first_call_also_read_as_text_reads_alike_however_it_streams(te
     failed first. Where the call broke off inside its string at a later call's markers
     (`"Oslo}}; {"name": ...`, `_Thread.resync_at`), a stream knows of that call when it breaks
     off, and a text reading that reads that text as content, then reads a later call, loses as
-    one that has not read that far yet does. Where it broke at its end marker, its body read
-    whole, and the later call begins right there (`...<|close|>argument<|open|>call ...`), it is
-    inside that call as one that broke in its last value is. The two later calls are calls,
-    whole, one character at a time, in two chunks cut anywhere, and nothing is lost."""
+    one that has not read that far yet does. The two later calls are calls, whole, one
+    character at a time, in two chunks cut anywhere, and nothing is lost."""
     analysis = _corpus_analysis(template)
-    text = analyses.render_output(analysis, None, calls=probe.CALLS)
-    broken = dict(probe.breakings(analysis, text))[how]
-    parser = analysis.parser(tools=WEATHER_TOOLS)
-    assert probe.failures(analysis, parser, broken) == []
-    message = analyses.whole_checked_by_streams(parser, broken)
-    assert "Paris" not in (message["content"] or "") + (message["reasoning_content"] or "")
+    parser, broken = _later_calls_survive(analysis, how)
     assert not losses_at_every_cut(broken, parser.parse, marker_patterns(analysis), analysis.tools.array)
 
 
