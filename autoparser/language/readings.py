@@ -178,7 +178,7 @@ class _Thread:
                  "skip", "own_id", "after_call", "section_calls", "calls_read",
                  "call_over", "streamed", "spool", "call_from", "section_at", "section_open", "first_in_section",
                  "offset", "call_at", "calls_held", "shared", "markup", "unchecked", "member_at", "value_end", "reasoned",
-                 "after_dead", "left", "first_unread", "resync_at", "ident")
+                 "after_dead", "left", "first_unread", "resync_at", "ident", "inside_too")
 
     def __init__(self, stack: Any, pos: int, offset: list[int]) -> None:
         self.stack = stack  # (node, rest) pairs, None at the bottom
@@ -234,6 +234,9 @@ class _Thread:
         # where it broke off its call at a call's or section's opener inside the call's JSON string
         # (absolute; -1: it did not): recovery goes on from there should the call fail later
         self.resync_at = -1
+        # failed at its call's end marker where another reading failed inside that very call, at
+        # the same place (`recovery._Recovery._broke_in_held_section`): for recovery only
+        self.inside_too = False
 
     def fork(self, stack: Any) -> _Thread:
         twin = _Thread(stack, self.pos, self.offset)

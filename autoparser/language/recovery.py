@@ -20,6 +20,7 @@ from autoparser.language.preference import (
     _closing_rank,
     _further,
     _inside_call,
+    _inside_or_ending,
     _origin,
     _reach,
     _read_past_break,
@@ -67,11 +68,14 @@ class _Recovery:
         events; and at the same place whatever those say, one that read further into a marker
         the output ends inside, or closed the call the other was still inside (`_closing_rank`);
         last, one still inside the language over one that read it whole and failed after it
-        (recovering from that one drops what its trailer read), then the `first` in the readings'
-        order (whichever failed first in that pass, where both failed in one)."""
+        (recovering from that one drops what its trailer read), then, of two readings of one call,
+        the one that read its section's opener (the other went on inside the section where
+        recovery read on), then the `first` in the readings' order (whichever failed first in
+        that pass, where both failed in one)."""
         if dead is None:
             return True
         other, emitted = dead
+        _note_alike(t, other)
         # a reading of the calls as text that fails after one broke inside them (at the end of
         # turn): recovery goes on from the broken one, which may read later calls
         if self._text_before_later_call(t, other):
@@ -102,6 +106,12 @@ class _Recovery:
             return other.head.__class__ is _Trailer
         if t.markup != other.markup:  # as `_prefer` keeps one of two readings that meet
             return t.markup > other.markup
+        if t.call_from == other.call_from and (t.section_at is None) != (other.section_at is None):
+            # one reading of that call read its section's opener, the other went on inside the
+            # section where recovery read on: the one that knows where the section began, so that
+            # whether the held text opens with it (`_broke_in_held_section`) does not depend on
+            # which of the two failed first, where chunks ended
+            return t.section_at is not None
         return first
 
     def _failed_at_later_call(self, t: _Thread, broken: _Thread) -> bool:
@@ -203,12 +213,14 @@ class _Recovery:
 
     def _broke_in_held_section(self, broken: _Thread) -> bool:
         """Whether failed reading `broken` broke inside a call of a call section that the held
-        text opens with, past the call's name. Not at its end marker, the body read whole: counted
-        so, a call whose end tag was left out before the next one's opener streamed unlike its
-        whole parse where reading it as reasoning's text won whole."""
+        text opens with, past the call's name. At its end marker, the body read whole, only where
+        another reading broke inside that call at the same place (`_Thread.inside_too`: the call
+        could go on there, `<|close|>argument<|open|>call`): which of the two failed first, and so
+        which one is kept, depends on where chunks ended. Not where none did (a JSON call whose
+        object closed before its end tag was left out is reasoning's text, whole or streamed)."""
         section = broken.section_at
         return not (self.reader.inner_resync is None or section is None or not _below(broken.stack, section[1])
-                    or section[0] < self.safe or not _inside_call(broken) or _before_name(broken))
+                    or section[0] < self.safe or not (_inside_call(broken) or broken.inside_too) or _before_name(broken))
 
     def _reads_as_text(self, t: _Thread, broken: _Thread, upto: int | None = None) -> bool:
         """Whether `t` reads as text of one role the call section that the held text opens with
@@ -644,6 +656,8 @@ def _one_role_from(t: _Thread, start: int, calls: int, buf: str, offset: int, up
     if role not in (ir.CONTENT, ir.REASONING) or any(e[0] != role for e in events):
         return False
     begins = events[0][2] - len(events[0][1])
+    if begins == start:
+        return True  # (where the text before the buffer was set aside, `_trim`, too)
     low, high = sorted((begins - offset, start - offset))
     return low >= 0 and not buf[low:high].strip()
 
@@ -665,6 +679,15 @@ def _event_start(event: tuple) -> int:
     if event[0] in (ir.CONTENT, ir.REASONING):
         return event[2] - len(event[1])
     return event[-1]
+
+
+def _note_alike(t: _Thread, other: _Thread) -> None:
+    """Where two failed readings broke at one place in one call, one inside it and the other at
+    its end marker, mark both as broken inside it (`_Thread.inside_too`): which of the two
+    recovery keeps depends on which failed first, so on where chunks ended."""
+    if (t.pos == other.pos and t.call_from == other.call_from and t.calls_read == other.calls_read
+            and _inside_or_ending(t) and _inside_or_ending(other) and (_inside_call(t) or _inside_call(other))):
+        t.inside_too = other.inside_too = True
 
 
 def _before_name(t: _Thread) -> bool:

@@ -910,20 +910,12 @@ def test_a_bare_array_call_cut_in_its_id_member_then_whitespace_streams_as_read_
 _VALUE_OPEN = HEADER + '{"location": "'  # a call cut where its first value's string opens
 
 
-_LATER_BROKEN_CALL = pytest.mark.xfail(strict=True, reason=(
-    "stream != whole: whether a bare JSON call that broke in its first value (`\"{\"` closes the "
-    "string, `name` follows) is recovered as a call depends on where the chunks end. Recovery "
-    "reads it as a call over the text reading where a later call begins within the hold-back "
-    "bound (recovery._later_call_after_text), but that is decided only where a chunk ends, and "
-    "only while every living reading reads the broken section as text and it opens the held "
-    "text. A chunk end can let the text before a later broken call go out, so that call opens the "
-    "held text and the rule applies to it: 4 units and `{\"name\"` (215 chars) read 1 call whole, "
-    "2 in 1- or 16-character chunks"))
-
-
 @pytest.mark.parametrize("text", [
     _VALUE_OPEN + HEADER + '{"',  # split in two at 54-58 (inside the later opener) once read it all as content
-    pytest.param((_VALUE_OPEN * 5)[:4 * len(_VALUE_OPEN) + len('{"name"')], marks=_LATER_BROKEN_CALL),
+    # 1 call whole, 2 in 1- or 16-character chunks, once: which of two readings of a call broken
+    # after recovery (one that read its section's opener, one that went on inside the section)
+    # recovery kept depended on which failed first
+    (_VALUE_OPEN * 5)[:4 * len(_VALUE_OPEN) + len('{"name"')],
 ], ids=["split-in-two", "small-chunks"])
 def test_a_bare_call_broken_in_its_value_before_a_later_call_streams_as_read_whole(text: str) -> None:
     parser = Parser(analyses.llama31(), tools=WEATHER_TOOLS)
@@ -931,3 +923,23 @@ def test_a_bare_call_broken_in_its_value_before_a_later_call_streams_as_read_who
     for size in (16, 128):
         message, _ = streamed(parser, text, size)
         assert without_generated_ids(message) == whole, size
+
+
+@pytest.mark.parametrize("length", [700, 4200])
+def test_bare_calls_each_broken_in_their_value_by_the_next_read_alike_however_they_stream(length: int) -> None:
+    """A bare JSON call's header up to its first value's opening quote, again and again (the
+    benchmark's "repeated call to value"): each call breaks in its value where the next begins
+    (`"{"` closes the string), a later call within the hold-back bound. Every call is recovered,
+    incomplete, whole and in chunks of any size alike; past the text a stream sets aside
+    (`interpret.LanguageStream._trim`) too, where the reading of the calls as text began right
+    where the broken call's section did (once 78 calls whole and 80 in 640-character chunks at
+    4,200 characters)."""
+    parser = Parser(analyses.llama31(), tools=WEATHER_TOOLS)
+    text = (_VALUE_OPEN * (length // len(_VALUE_OPEN) + 1))[:length]
+    whole = without_generated_ids(parser.parse(text))
+    assert len(whole["tool_calls"]) == length // len(_VALUE_OPEN)
+    assert all(call.get("incomplete") for call in whole["tool_calls"])
+    for size in (1, 16, 61, 640):
+        message, _ = streamed(parser, text, size)
+        assert without_generated_ids(message) == whole, size
+    assert without_generated_ids(analyses.streamed_in_random_chunks(parser, text, 0, 40)) == whole

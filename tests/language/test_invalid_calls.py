@@ -663,19 +663,13 @@ READ_ALIKE = [  # a broken first call whose stream once differed from its whole 
     ("vllm__tool_chat_template_phi4_mini.jinja", "no-close"),
     ("vllm__tool_chat_template_phi4_mini.jinja", "bad-value"),
     ("vllm__tool_chat_template_phi4_mini.jinja", "no-value"),
-    pytest.param("Kimi-K3.jinja", "no-close", marks=pytest.mark.xfail(strict=True, reason=(
-        "reasoning the prompt opened, a call's end marker left out and the next call begun at once: "
-        "counting a reading broken at the call's end marker as inside the call made the stream agree "
-        "here, but it made a Hermes-style call whose end tag was left out stream unlike its whole "
-        "parse (test below); which reading recovery keeps still depends on where the chunks end"))),
+    ("Kimi-K3.jinja", "no-close"),  # reasoning the prompt opened, a call's end marker left out
     ("Kimi-K3.jinja", "bad-value"),
     ("Kimi-K3.jinja", "no-value"),
 ]
 
 
-@pytest.mark.parametrize(("template", "how"), READ_ALIKE,
-                         ids=[f"{(c.values if hasattr(c, 'values') else c)[0].split('.')[0]}-"
-                              f"{(c.values if hasattr(c, 'values') else c)[1]}" for c in READ_ALIKE])
+@pytest.mark.parametrize(("template", "how"), READ_ALIKE, ids=[f"{t.split('.')[0]}-{h}" for t, h in READ_ALIKE])
 def test_a_broken_first_call_also_read_as_text_reads_alike_however_it_streams(template: str, how: str) -> None:
     """Calls the output opens with at once that a reading also takes for text of one role, the
     first broken: the message does not depend on where the chunks end, so recovery's choice
