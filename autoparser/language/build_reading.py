@@ -289,9 +289,17 @@ class _Reading(_Reasoning, _Messages, _Builder):
         t = self.t
         indexed = self.indexed_name_end()
         if opened or indexed is None or t.id_start or t.id_end or _NOT_IN_ID.search(t.name_start + indexed[0]):
+            if not opened and self.any_name() and (t.section_start + t.call_start + t.name_start).strip():
+                # whitespace after the marker before a name is that marker's, as a written name
+                # (`ir.Lit`) skips it: a name read as characters (no tools given) skips it too
+                return super().call_head(seq(self.gap(), name), opened)
             return super().call_head(name, opened)
         own = Capture(CALL_ID, seq(self.marker(t.name_start), name, self.marker(indexed[0]), INDEX_DIGITS))
         return seq(own, self.marker(indexed[1]))
+
+    def any_name(self) -> bool:
+        """Whether calls may name any tool (no tools given): names are read as characters."""
+        return self.tools == [ANY_TOOL]
 
     def name_node(self, name: str, quoted: bool) -> Node:
         if name:

@@ -810,6 +810,22 @@ def test_with_no_tools_a_name_may_hold_the_first_letter_of_the_marker_after_it(n
     assert whole["content"] is None
 
 
+@pytest.mark.parametrize("space", [" ", "", "  "])
+def test_with_no_tools_a_name_after_a_marker_whose_space_the_analysis_left_out_is_read(space: str) -> None:
+    """No tools given, upper-case word markers (`CALL_OPEN get_weather ARGS_FOLLOW {...}`): the
+    space between the section's opener and the name is no part of the name, as it is none of a
+    tool's name written as it is; the calls are read as with tools given; whole, one character
+    at a time, split at every place, nothing lost."""
+    analysis = analyze_family("caps_words.jinja")
+    output = (f'Sure.\nCALL_OPEN{space}get_weather ARGS_FOLLOW {{"city": "Paris"}} CALL_CLOSE'
+              f'CALL_OPEN{space}search ARGS_FOLLOW {{"query": "Rome"}} CALL_CLOSE')
+    for tools in (None, analyses.WEATHER_TOOLS):
+        whole = _whole_nothing_lost(analysis, tools, output)
+        assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in whole["tool_calls"]] == [
+            ("get_weather", {"city": "Paris"}), ("search", {"query": "Rome"})]
+        assert whole["content"] == "Sure."
+
+
 def test_each_argument_line_ends_its_value_where_the_next_key_or_call_begins() -> None:
     """Arguments one a line (`  key: value`): a value ends at the line break before the next
     key or call, not at a line inside it indented deeper; the end of output ends the last value,
