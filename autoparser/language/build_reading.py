@@ -289,9 +289,17 @@ class _Reading(_Reasoning, _Messages, _Builder):
         t = self.t
         indexed = self.indexed_name_end()
         if opened or indexed is None or t.id_start or t.id_end or _NOT_IN_ID.search(t.name_start + indexed[0]):
+            if not opened and self.any_name() and (t.section_start + t.call_start + t.name_start).strip():
+                # whitespace after the marker before a name is that marker's, as a written name
+                # (`ir.Lit`) skips it: a name read as characters (no tools given) skips it too
+                return super().call_head(seq(self.gap(), name), opened)
             return super().call_head(name, opened)
         own = Capture(CALL_ID, seq(self.marker(t.name_start), name, self.marker(indexed[0]), INDEX_DIGITS))
         return seq(own, self.marker(indexed[1]))
+
+    def any_name(self) -> bool:
+        """Whether calls may name any tool (no tools given): names are read as characters."""
+        return self.tools == [ANY_TOOL]
 
     def name_node(self, name: str, quoted: bool) -> Node:
         if name:
@@ -495,10 +503,7 @@ class _Reading(_Reasoning, _Messages, _Builder):
             if isinstance(value, RawString):  # in `name(key=value)` calls a value may be a literal
                 return replace(value, nested=self.nested(), literals=PYTHON_LITERALS), raw
             return value, raw
-        text = self.raw_text(key)
-        empty = self.empty_collection(value.schema)
-        if isinstance(text, Text):
-            text = replace(text, nonempty=empty is None)  # no other JSON value is written as no text
+        text, empty = self.raw_value_text(key, value.schema)
         nested = self.nested()
         if nested[:1] == ("quoted",) and self.bare_keys and isinstance(text, Text):
             # an object or array in the template's own syntax holds the quote and the separator:
@@ -514,15 +519,21 @@ class _Reading(_Reasoning, _Messages, _Builder):
         open, a stray bracket, nothing at all), so that no later key or call is taken in. An
         object or array (or an untyped value, which may be one) is that text read as a JSON value
         or as the block; any other value is that text read as a literal of the value's spelling."""
+        text, empty = self.raw_value_text(key, value.schema)
+        if schema_type(value.schema) in ("object", "array", None):
+            read = {"as_json": True, "nested": self.nested(), "null": JSON_NULL, "empty": empty}
+        else:
+            read = {"literals": value.spelling}
+        return RawString(name, params, sub, value.path, value.hint, self.arg_end(key), text, bounded=False, **read)
+
+    def raw_value_text(self, key: str, schema: Any) -> tuple[Node, str | None]:
+        """A value's raw text up to its end, and the JSON value no text is (`empty_collection`):
+        the text may be empty only where no text is a value."""
         text = self.raw_text(key)
-        kind = schema_type(value.schema)
-        empty = self.empty_collection(value.schema)
-        text = replace(text, nonempty=empty is None) if isinstance(text, Text) else text
-        if kind in ("object", "array", None):
-            return RawString(name, params, sub, value.path, value.hint, self.arg_end(key), text, bounded=False,
-                             as_json=True, nested=self.nested(), null=JSON_NULL, empty=empty)
-        return RawString(name, params, sub, value.path, value.hint, self.arg_end(key), text, bounded=False,
-                         literals=value.spelling)
+        empty = self.empty_collection(schema)
+        if isinstance(text, Text):
+            text = replace(text, nonempty=empty is None)  # no other JSON value is written as no text
+        return text, empty
 
     def empty_collection(self, schema: Any) -> str | None:
         """The JSON value an argument written as no text is (`ir.RawString.empty`), None where no

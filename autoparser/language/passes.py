@@ -284,8 +284,11 @@ class _Passes:
         if final and alive:
             # all are complete: the one with the most calls, then markup, then the first (`_chosen`)
             alive = [_chosen(alive)]
-            if self._cut_after_calls(alive[0]) or self._calls_over_reasoning(alive[0]):
-                return []  # the reading cut off right after its calls, or that read one in reasoning, is recovered
+            if self._cut_after_calls(alive[0]) or self._cut_in_key_line(alive[0]) or \
+                    self._calls_over_reasoning(alive[0]):
+                # the reading cut off right after its calls or in a key line, or that read one in
+                # reasoning, is recovered
+                return []
             if self._text_over_dead_calls(alive[0]):
                 return []  # the reading that read a whole call, then failed, is recovered instead
         elif alive and self.dead is not None:

@@ -170,6 +170,18 @@ class _Recovery:
         after_call = not t.call.started or (t.role is None and t.call.done)
         return _reach(t, self.buf) >= len(self.buf) and after_call and _calls_begun(t) > _calls_begun(best)
 
+    def _cut_in_key_line(self, best: _Thread) -> bool:
+        """Whether the reading that failed only at the end of the output, in the key of an
+        argument on a line of its own (`_key_line_cut`), began more calls than `best` (a complete
+        reading, which reads that call's text as content): the call was cut off there, as the
+        first call of its section is (`_give_up`)."""
+        dead = self.dead
+        if dead is None or dead[1] != self.emitted:
+            return False
+        t = dead[0]
+        return (_key_line_cut(t, self.buf, self.offset[0]) and _calls_begun(t) > _calls_begun(best)
+                and self._only_end_of_turn_from(_reach(t, self.buf), begun=True))
+
     def _shared_with_dead(self, events: list[tuple], agreed: int) -> int:
         """How many of the `agreed` events may go out while a failed reading that read more calls
         whole than every living one is what recovery would go on from, should they all fail: only
@@ -327,7 +339,10 @@ class _Recovery:
         id_unwritten = best.call.done and best.call.awaits_id and best.call.id is None and not best.call.started
         best.start_call(waited=True)  # a call that awaited its id has none
         unopened = bool(best.events) and best.events[-1][0] == OPENS  # a call with no argument text yet
-        if best.call.started and not best.call.confirmed and not (self.finished and best.call.done):
+        # a call cut off in its first argument's key, on a line its call cannot end before: cut off, not text
+        key_cut = self.finished and _key_line_cut(best, self.buf, self.offset[0]) and \
+            self._only_end_of_turn_from(_reach(best, self.buf), begun=True)
+        if best.call.started and not best.call.confirmed and not (self.finished and best.call.done) and not key_cut:
             # a call whose arguments did not start well is text (its events were held back)
             at = _last_call(best.events, len(best.events))
             unopened = at < len(best.events)
@@ -688,6 +703,28 @@ def _note_alike(t: _Thread, other: _Thread) -> None:
     if (t.pos == other.pos and t.call_from == other.call_from and t.calls_read == other.calls_read
             and _inside_or_ending(t) and _inside_or_ending(other) and (_inside_call(t) or _inside_call(other))):
         t.inside_too = other.inside_too = True
+
+
+def _key_line_cut(t: _Thread, buf: str, offset: int) -> bool:
+    """Whether a failed reading broke in the key of an argument written on a line of its own
+    (its value not begun), a line its call cannot end before (`ir.Gap.not_line` after the
+    arguments): the call was cut off in that key, as a JSON call cut in a key is, not text."""
+    if t.role != ir.ARGUMENTS or t.member is None or t.member_at < offset or "".join(t.value or ()).strip():
+        return False
+    indent = _barred_line_after(t)
+    return indent is not None and re.match(rf"\n[ \t]{{{indent},}}", buf[t.member_at - offset:]) is not None
+
+
+def _barred_line_after(t: _Thread) -> int | None:
+    """The indentation of the line that the call `t` is inside cannot end before
+    (`ir.Gap.not_line` after its arguments), None where there is none."""
+    stack, end = t.stack, t.after_call
+    while stack is not None and stack is not end:
+        node = stack[0]
+        if node.__class__ is ir.Gap and node.not_line is not None:
+            return node.not_line
+        stack = stack[1]
+    return None
 
 
 def _before_name(t: _Thread) -> bool:

@@ -141,9 +141,11 @@ class _Chars:
 
 
 @lru_cache(maxsize=16)
-def _barred_line(indent: int) -> tuple[re.Pattern[str], re.Pattern[str]]:
-    """The line a gap may not come before (`ir.Gap.not_line`), and what may still become it."""
-    return re.compile(ir.indented_line(indent)), re.compile(r"(?:\n[ \t]*)?\Z")
+def _barred_line(indent: int) -> tuple[re.Pattern[str], re.Pattern[str], re.Pattern[str]]:
+    """The line a gap may not come before (`ir.Gap.not_line`), what may still become it, and
+    that line begun where the output ends (its indentation written, nothing after it)."""
+    return (re.compile(ir.indented_line(indent)), re.compile(r"(?:\n[ \t]*)?\Z"),
+            re.compile(rf"\n[ \t]{{{indent},}}\Z"))
 
 
 @lru_cache(maxsize=64)
@@ -170,6 +172,8 @@ class _Gap:
                 return FAIL
             if not final and barred[1].match(buf, t.pos):
                 return MORE
+            if final and barred[2].match(buf, t.pos):
+                return FAIL  # the output ended in such a line begun: what it began was cut off
         pos, end = t.pos, t.pos
         while end < len(buf) and end - pos < self.most and buf[end] in _WHITESPACE:
             end += 1

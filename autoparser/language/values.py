@@ -21,6 +21,7 @@ import json
 import math
 import re
 import warnings
+from typing import NamedTuple
 
 from autoparser.language.request import schema_type
 
@@ -327,8 +328,7 @@ def nested_to_json(raw: str, nested: tuple[str, ...]) -> str | None:
     elif nested[:1] == ("tags",):
         value = tags_to_json(raw, *nested[1:])
     elif nested[:1] == ("bracketed",):
-        value = _Bracketed(raw, *nested[1:5], brackets=tuple(nested[5:9]) if len(nested) >= 9 else _BRACKETS,
-                           member_end="".join(nested[9:10])).whole()
+        value = _Bracketed(raw, BracketedSyntax.of(nested[1:])).whole()
     elif nested[:1] == ("indented",):
         value = indented_to_json(raw, *nested[1:])
     else:
@@ -390,7 +390,26 @@ def _block(lines: list[tuple[int, str]], at: int, item: str, key_end: str, depth
     return (found if listed else members), at
 
 
-_BRACKETS = ("{", "}", "[", "]")
+class BracketedSyntax(NamedTuple):
+    """A bracketed syntax's parts, as `("bracketed", ...)` of `ir.RawString.nested` lists them
+    after its kind: `start` before each key, `key_end` after it, `separator` between members and
+    elements, strings quoted by `quote` (or as JSON); an object's brackets and an array's (JSON's
+    where the syntax states none), `member_end` after a member's value."""
+
+    start: str
+    key_end: str
+    separator: str
+    quote: str
+    object_open: str = "{"
+    object_close: str = "}"
+    array_open: str = "["
+    array_close: str = "]"
+    member_end: str = ""
+
+    @classmethod
+    def of(cls, fields: tuple[str, ...]) -> BracketedSyntax:
+        """The syntax from the fields after the kind: four, eight (its own brackets) or nine."""
+        return cls(*fields[:4]) if len(fields) < 8 else cls(*fields[:9])
 
 
 class _Bracketed:
@@ -398,16 +417,17 @@ class _Bracketed:
     `start` before each key, `key_end` after it, `member_end` after its value, `separator` between
     members and elements (whitespace in them is optional, and whitespace alone may separate),
     strings quoted by `quote` or as JSON; a bare word is a JSON number, boolean or null, else
-    text. `brackets`: an object's opening and closing, an array's (`(obj`, `)`, `(vec`, `)`)."""
+    text. Its brackets: an object's opening and closing, an array's (`(obj`, `)`, `(vec`, `)`)."""
 
-    def __init__(self, raw: str, start: str, key_end: str, separator: str, quote: str,
-                 brackets: tuple[str, ...] = _BRACKETS, member_end: str = "") -> None:
+    def __init__(self, raw: str, syntax: BracketedSyntax) -> None:
         self.text, self.pos = raw.strip(), 0
-        self.start, self.key_end, self.separator, self.quote = start.strip(), key_end.strip(), separator.strip(), quote
+        self.start, self.key_end = syntax.start.strip(), syntax.key_end.strip()
+        self.separator, self.quote = syntax.separator.strip(), syntax.quote
+        brackets = (syntax.object_open, syntax.object_close, syntax.array_open, syntax.array_close)
         self.object_open, self.object_close, self.array_open, self.array_close = (b.strip() for b in brackets)
-        self.member_end = member_end.strip()
+        self.member_end = syntax.member_end.strip()
         marks = (*brackets, self.member_end)
-        self.stops = "".join(sorted({*"{}[]\"", *self.key_end[:1], *self.separator[:1], *quote[:1],
+        self.stops = "".join(sorted({*"{}[]\"", *self.key_end[:1], *self.separator[:1], *self.quote[:1],
                                      *(mark.strip()[:1] for mark in marks if mark.strip())}))
 
     def whole(self):

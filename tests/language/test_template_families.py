@@ -795,6 +795,45 @@ def test_a_yaml_like_call_list_cut_off_anywhere_keeps_its_complete_values() -> N
                             for c in parse(YAML_TWO_CALLS)["tool_calls"]]] == YAML_TWO_CALLS_READ
 
 
+KEY_LINES = {  # two calls, arguments one a line; the keys' indentation
+    "yaml_list_calls.jinja": (f'{YAML_HEAD}\n    city: "Paris"\n    days: 3\n- name: search\n  arguments:\n'
+                              '    query: "Rome"\n    days: 2', "\n    "),
+    "indented_block.jinja": ("Sure.\ncall: get_weather\n  city: Paris\n  days: 3\ncall: search\n  query: Rome\n"
+                             "  days: 2", "\n  "),
+}
+
+
+@pytest.mark.parametrize("tools", [analyses.WEATHER_TOOLS, None], ids=["named", "unnamed"])
+@pytest.mark.parametrize("name", sorted(KEY_LINES))
+def test_a_call_cut_off_in_a_key_line_is_incomplete(name: str, tools: list | None) -> None:
+    """Arguments one a line: the output cut after a key line's indentation, or inside its key
+    before the colon, in any argument of either call (its first too, the call's header whole,
+    `arguments:⏎    que`): the call was cut off there. It keeps its complete values and is
+    incomplete, what was written of the key is content, the calls before it are whole, as a
+    JSON call cut in a key is (`{"que`). A call's header alone (`arguments:`, or the line break
+    after it or after a value, which may begin the next call) is a whole call, as the template
+    writes a call with no arguments. Whole as one character at a time and split at every place,
+    nothing lost."""
+    analysis = analyze_family(name)
+    text, indent = KEY_LINES[name]
+    in_key = re.compile(re.escape(indent) + r"(\w*)\Z")
+    cuts = [cut for cut in range(len(text) + 1) if in_key.search(text[:cut])]
+    assert len(cuts) > 12
+    for cut in cuts:
+        written = text[:cut]
+        whole = _whole_nothing_lost(analysis, tools, written)
+        *before, last = whole["tool_calls"]
+        assert last.get("incomplete") and not any(c.get("incomplete") for c in before), written
+        assert (last["function"]["name"], len(before)) == (("get_weather", 0) if "search" not in written else
+                                                           ("search", 1)), written
+        key = in_key.search(written)[1]
+        assert (whole["content"] or "").endswith(key) and "name" not in (whole["content"] or ""), written
+    header = text[:text.index(indent, text.index("search"))]  # the second call's header alone
+    for written in (header, header + "\n"):
+        whole = _whole_nothing_lost(analysis, tools, written)
+        assert not any(c.get("incomplete") for c in whole["tool_calls"]) and len(whole["tool_calls"]) == 2
+
+
 @pytest.mark.parametrize("names", [("get_weather", "search"), ("add", "a_b")])
 def test_with_no_tools_a_name_may_hold_the_first_letter_of_the_marker_after_it(names: tuple[str, str]) -> None:
     """No tools given: a name ends where the whitespace before the marker after it begins
@@ -808,6 +847,22 @@ def test_with_no_tools_a_name_may_hold_the_first_letter_of_the_marker_after_it(n
     assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in whole["tool_calls"]] == [
         (first, {"city": "Paris"}), (second, {"query": "Rome"})]
     assert whole["content"] is None
+
+
+@pytest.mark.parametrize("space", [" ", "", "  "])
+def test_with_no_tools_a_name_after_a_marker_whose_space_the_analysis_left_out_is_read(space: str) -> None:
+    """No tools given, upper-case word markers (`CALL_OPEN get_weather ARGS_FOLLOW {...}`): the
+    space between the section's opener and the name is no part of the name, as it is none of a
+    tool's name written as it is; the calls are read as with tools given; whole, one character
+    at a time, split at every place, nothing lost."""
+    analysis = analyze_family("caps_words.jinja")
+    output = (f'Sure.\nCALL_OPEN{space}get_weather ARGS_FOLLOW {{"city": "Paris"}} CALL_CLOSE'
+              f'CALL_OPEN{space}search ARGS_FOLLOW {{"query": "Rome"}} CALL_CLOSE')
+    for tools in (None, analyses.WEATHER_TOOLS):
+        whole = _whole_nothing_lost(analysis, tools, output)
+        assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in whole["tool_calls"]] == [
+            ("get_weather", {"city": "Paris"}), ("search", {"query": "Rome"})]
+        assert whole["content"] == "Sure."
 
 
 def test_each_argument_line_ends_its_value_where_the_next_key_or_call_begins() -> None:
