@@ -200,9 +200,9 @@ def _inside_call(t: _Thread) -> bool:
 
 def _inside_or_ending(t: _Thread) -> bool:
     """Whether reading `t` is inside a call (`_inside_call`) or at the call's end marker, the
-    call's body read whole (it stands where the call is read over, not yet counted): for
-    `_read_past_break`, a reading whose string ran on to a later quote may read the arguments
-    whole and stop only at the end marker, still inside the call that broke."""
+    call's body read whole (it stands where the call is read over, not yet counted): a reading
+    whose string ran on to a later quote may read the arguments whole and stop only at the end
+    marker, still inside the call that broke (`_read_past_break`, `recovery._note_alike`)."""
     return _inside_call(t) or (t.after_call is not None and t.stack is t.call_over)
 
 
