@@ -1,9 +1,10 @@
-"""Outputs `tools/fuzz_outputs.py` found read unlike their whole parse or losing text, that the
-reader does not read well yet: each a strict expected failure stating the gap, so that the fix
-turns it into a plain test."""
+"""Outputs `tools/fuzz_outputs.py` found read unlike their whole parse or losing text: whole, one
+character at a time, split in two at every place, nothing lost. One the reader does not read well
+yet is a strict expected failure stating the gap, so that the fix turns it into a plain test."""
 
 from __future__ import annotations
 
+import analyses
 import corpora
 import pytest
 from analyses import whole_checked_by_streams
@@ -39,4 +40,25 @@ def test_a_call_opener_inside_a_parameter_name_in_reasoning_the_prompt_opened_re
     parser = analysis.parser(tools=TOOLS, thinking=True)
     text = before + _DSML_BROKEN_KEY
     whole_checked_by_streams(parser, text)
+    assert not losses_at_every_cut(text, parser.parse, marker_patterns(analysis), analysis.tools.array)
+
+
+@pytest.mark.parametrize("text", [
+    '<tool_calls>\nv<invoke name="search"></invoke>',
+    '<tool_calls>\n>invoke name="search">\n<city>Paris</city>\n</invoke>\n<invoke name="search">\n'
+    '<city>Oslo</city>\n</invoke>\n</tool_calls>',
+])
+def test_an_option_a_chunk_end_took_that_the_next_character_rules_out_leaves_the_reading_as_it_was(text: str) -> None:
+    """A section's opener, then what no call begins with (`v`, a `>` swapped in for `<`), a later
+    call whole: where a chunk ended right after the opener, the stream took the call's options
+    before the next character was known and entered the call's rule; that character ruled them
+    out and the reading failed where it forked, but still as inside a call, so recovery went on
+    with the section (the later call a call), where the whole parse, never entering the call,
+    read the section as text. A reading whose options are all ruled out so is as it was before
+    them (`_Thread.restore`). Found by `tools/fuzz_outputs.py` (a `swap` mutation, seed 17, the
+    `keyed_tags` family)."""
+    analysis = analyses.FAMILIES["keyed_tags"]()
+    parser = analysis.parser(tools=TOOLS, thinking=True)
+    message = whole_checked_by_streams(parser, text)
+    assert message["tool_calls"] == [] and message["content"] == text
     assert not losses_at_every_cut(text, parser.parse, marker_patterns(analysis), analysis.tools.array)
