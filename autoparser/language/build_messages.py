@@ -17,6 +17,7 @@ from autoparser.language.ir import (
     REASONING,
     TOOL_NAME,
     Capture,
+    Chars,
     Lit,
     Node,
     Repeat,
@@ -29,7 +30,11 @@ from autoparser.language.request import core
 
 _HEADER_LEAD = re.compile(r"<[^<>]*>|\w+=?|\S")  # how a header begins: a tag, a word (`to=`), a symbol
 _HEADER_WORD = re.compile(r"[A-Za-z_]\w*")
-_TAG = re.compile(r"<[^<>]+>")
+_TAG_LEAD = re.compile(r"<[^<>]+>")
+_SPACE = Chars(" \\t\\r\\n", 1, 16)
+_WORD = Chars("a-zA-Z0-9_.\\-", 1, 64)
+# a tag the template does not write (`<|constrain|>`), read up to its `>`
+_TAG = seq(Chars("<", 1, 1), Chars("|a-zA-Z0-9_", 1, 30), Chars(">", 1, 1))
 
 
 class _Messages:
@@ -155,7 +160,7 @@ class _Messages:
         `<|channel|>final`), or where it is all of the call header before the tool's name (a
         recipient: `to=user`, `to=self`), in its headers; none after any other lead."""
         m = self.m
-        if not _TAG.fullmatch(lead) and lead != self.recipient_lead():
+        if not _TAG_LEAD.fullmatch(lead) and lead != self.recipient_lead():
             return []
         headers = (m.reasoning_header, m.content_header, m.call_header.replace("{name}", ""))
         found = [_HEADER_WORD.match(core(h)[core(h).index(lead) + len(lead):]) for h in headers if lead in core(h)]
@@ -185,6 +190,20 @@ class _Messages:
                                Capture(CONTENT, Text(enders[1:], hint="content"))))
         return choice(*options) if options else EMPTY
 
+    def call_header_rest(self) -> Node:
+        """A call's header after the tool's name: the template's header there with its words free
+        (`<|channel|>commentary json`): a tag lead the template writes and a channel word it writes
+        after it, then, after whitespace, a word, which a tag may precede (the content type:
+        ` <|constrain|>json`). Any other text there (`get_weather<|chaXnnel|>commentary`) is no
+        call's header: the message is no call and stays content, as a call to a tool not offered
+        does, so none of it is lost (read as a header, it was dropped). Options, not repeats (a
+        repeat marks where recovery keeps text from): the message's text from its start is content."""
+        channels = [seq(self.marker(lead), choice(*[Lit(word, bounded=True) for word in words]))
+                    for lead in self.header_leads() if _TAG_LEAD.fullmatch(lead)
+                    for words in [self.channel_words(lead)] if words]
+        return seq(choice(EMPTY, *channels), choice(EMPTY, seq(_SPACE, choice(EMPTY, _TAG), _WORD)),
+                   choice(EMPTY, _SPACE))
+
     def call_messages(self) -> list[Node]:
         """A call's message: the header naming the tool, then the call's arguments (or, where
         the body names the tool itself, the whole call)."""
@@ -209,5 +228,5 @@ class _Messages:
                 args = seq(self.args_opener(), Capture(ARGUMENTS, self.json_arguments(name, params)),
                            self.marker(self.t.args_end))
             head = seq(before, self.marker(prefix), Capture(TOOL_NAME, self.name_node(name, quoted=False)))
-            calls.append(Rule(f"{name}-message", seq(head, self.header_text(), body_start, self.gap(), args)))
+            calls.append(Rule(f"{name}-message", seq(head, self.call_header_rest(), body_start, self.gap(), args)))
         return calls

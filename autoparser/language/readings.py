@@ -274,6 +274,22 @@ class _Thread:
         twin.resync_at = self.resync_at
         return twin
 
+    def restore(self, kept: _Thread, shift: int) -> None:
+        """Back to `kept`, a copy of this reading where it took options at the end of the text that
+        the character there then ruled out, as a reading that saw that character never took them
+        (entering a call's rule or a capture there changed what recovery reads of it); its events
+        stay (what went out since was dropped from them), its places moved by `shift` since."""
+        self.role, self.call, self.parts, self.member, self.value = kept.role, kept.call, kept.parts, kept.member, kept.value
+        self.member_at, self.value_end, self.count = kept.member_at, kept.value_end, kept.count
+        self.mark, self.call_from = kept.mark + shift, kept.call_from + shift
+        self.skip, self.own_id = kept.skip, kept.own_id
+        self.after_call, self.section_calls, self.calls_read, self.call_over = (
+            kept.after_call, kept.section_calls, kept.calls_read, kept.call_over)
+        self.streamed, self.spool = kept.streamed, kept.spool
+        self.section_at = None if kept.section_at is None else (kept.section_at[0] + shift, *kept.section_at[1:])
+        self.section_open, self.first_in_section = kept.section_open, kept.first_in_section
+        self.markup, self.unchecked, self.reasoned, self.left = kept.markup, kept.unchecked, kept.reasoned, kept.left
+
     def drop_events(self, count: int) -> None:
         """The first `count` held events went out."""
         if self.calls_held:

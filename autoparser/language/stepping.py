@@ -69,6 +69,7 @@ class _Stepping:
                 return []
             else:
                 t.stack, t.head = group[2], None
+                t.restore(group[3], group[4] - self.offset[0])
                 return None
         while True:
             head = t.head
@@ -259,6 +260,8 @@ class _Stepping:
         buf, pos = self.buf, t.pos
         char = buf[pos] if pos < len(buf) else ""
         before = t.stack
+        # what the reading was before it took the options, should the character rule them all out
+        kept = (t.fork(before), self.offset[0]) if not char else ()
         stacks = []
         firsts = []
         for nodes, first, empty in options:
@@ -275,7 +278,7 @@ class _Stepping:
         t.stack = stacks[-1]  # `t` itself reads the last option
         forks.append(t)
         if not char:
-            _check_firsts_later(t.first_unread, forks, firsts, pos + self.offset[0], before)
+            _check_firsts_later(t.first_unread, forks, firsts, pos + self.offset[0], (before, *kept))
         return forks
 
     def _repeat(self, t: _Thread, node: ir.Repeat, least: int, most: int | None, final: bool) -> list[_Thread] | None:
@@ -394,15 +397,16 @@ class _Stepping:
         t.count += 1
 
 
-def _check_firsts_later(unread: Any, forks: list[_Thread], firsts: list[Any], at: int, before: Any) -> None:
+def _check_firsts_later(unread: Any, forks: list[_Thread], firsts: list[Any], at: int, before: tuple) -> None:
     """Options taken at `at`, the end of the text, before the character there is known: each
     (but one that may begin with any) is checked against it once it comes (`_run`), together
-    with the others taken there (with those of a fork there that this one is an option of)."""
+    with the others taken there (with those of a fork there that this one is an option of).
+    `before`: the stack before them, a copy of the reading then and the stream's offset then."""
     if unread is not None and unread[0] == at:
         group = unread[2]
         group[0] -= 1  # the reading that forked goes on as its options
     else:
-        unread, group = None, [0, False, before]
+        unread, group = None, [0, False, *before]
     for fork, first in zip(forks, firsts, strict=True):
         if unread is not None:
             first = unread[1] if first is None else first & unread[1]

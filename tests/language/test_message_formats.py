@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 
+import corpora
 import pytest
 from analyses import streamed_in_random_chunks, whole_checked_by_streams
 from corpora import llamacpp_templates
@@ -96,6 +97,45 @@ def test_gpt_oss_recipient_before_or_after_the_channel() -> None:
                  '<|channel|>analysis<|message|>Think.<|end|><|start|>assistant<|channel|>commentary '
                  'to=functions.get_weather <|constrain|>json<|message|>{"city": "Oslo"}<|call|>']:
         assert same_streamed(parser, text) == ("Think.", None, [("get_weather", {"city": "Oslo"})])
+
+
+_GPT_OSS_GARBLED = ('<|channel|>analysis<|message|>Think.<|end|><|start|>assistant to=functions.get_weather'
+                    '{header}<|message|>{{"city": "Paris"}}<|call|>')
+
+
+@pytest.mark.parametrize("header, calls", [
+    # the channel's tag garbled (a random code point inside it): no call's header
+    ("<|chaXYnnel|>commentary json", []),
+    ("<|cha\u2603nnel|>commentary json", []),
+    ("<|channel|>commentary json junk<|x|>", []),
+    ("<|channel|>commentXary json", []),
+    # the headers a call's message is written with: a call, its header markup
+    ("<|channel|>commentary json", ["get_weather"]),
+    ("<|channel|>commentary <|constrain|>json", ["get_weather"]),
+    (" <|constrain|>json", ["get_weather"]),
+    ("", ["get_weather"]),
+])
+@pytest.mark.parametrize("name", ["openai-gpt-oss-120b.jinja", "xinference__gpt-oss.jinja"])
+def test_gpt_oss_call_header_the_template_never_writes_is_content(name: str, header: str, calls: list) -> None:
+    """After a call's recipient, the header is the template's (a channel tag and word, then the
+    content type, which `<|constrain|>` may precede); any other text there makes the message no
+    call, as llama.cpp reads none (its header pattern fails), and the message is content kept
+    whole, as a call to a tool not offered is: read as a header, it was dropped (`lost`). Found by
+    the output fuzzer on the shared corpus (seed 16): `to=functions.get_weather<|cha…nnel|>`."""
+    paths = [p for p in corpora.all_templates() if p.name == name]
+    if not paths:
+        pytest.skip(f"{name} is not in the corpora here")
+    analysis = autoparser.load(str(paths[0]))
+    parser = analysis.parser(tools=TOOLS, thinking=True)
+    text = _GPT_OSS_GARBLED.format(header=header)
+    message = whole_checked_by_streams(parser, text)
+    assert message["reasoning_content"] == "Think."
+    assert [c["function"]["name"] for c in message["tool_calls"]] == calls
+    if not calls:
+        assert message["content"] == text[text.index("to=functions."):]
+    else:
+        assert json.loads(message["tool_calls"][0]["function"]["arguments"]) == {"city": "Paris"}
+        assert message["content"] is None
 
 
 _MUSE_CALL = ('<atem:function_calls>\n<atem:invoke name="{name}">\n<atem:parameter name="city">Paris</atem:parameter>'
