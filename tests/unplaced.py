@@ -166,6 +166,8 @@ def marker_texts(analysis: Any) -> list[str]:
                 "arg_end", "arg_separator", "id_start", "id_end"):
         texts.append(tools.get(key) or "")
     texts = [re.sub(r"[0-9]+", "", t) if t is tools.get("name_end") else t for t in texts]
+    messages = data.get("messages") or {}
+    texts += [messages.get("opener") or "", messages.get("separator") or ""]  # read between messages
     if not isinstance(analysis, dict):
         texts += reading_markers(analysis)
     return [core(t) for t in texts if core(t)]

@@ -81,3 +81,17 @@ def test_a_bare_call_list_broken_in_its_first_call_after_text_reads_alike() -> N
     parser = analysis.parser(tools=TOOLS, thinking=True)
     text = 'Hi [{"name": "search", "arguments": {"items": [1.0 "two"]}}, {"name": "search", "arguments": {"query": "x"}}]'
     whole_checked_by_streams(parser, text)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "the text-or-call choice (recovery._later_call_after_text, _text_before_later_call): a stream "
+    "one character at a time decides for the broken call once the held text ends in `<｜`, the "
+    "beginning of the section's opener, which the whole parse, seeing it whole, does not; the "
+    "stream reads the reasoning as content, the whole parse as reasoning"))
+def test_a_call_opener_whose_name_holds_the_section_opener_in_reasoning_reads_alike() -> None:
+    """DeepSeek V4 DSML, reasoning the prompt opened, a call's own opener (the section's left
+    out) whose name runs into the section's opener (`<｜DSML｜invoke name="run_code<｜DSML｜tool_calls>`).
+    Found by `tools/fuzz_outputs.py` (a `swap` mutation, seed 20, the `deepseek_v4` family)."""
+    analysis = analyses.FAMILIES["deepseek_v4"]()
+    parser = analysis.parser(tools=TOOLS, thinking=True)
+    whole_checked_by_streams(parser, '<｜DSML｜invoke name="run_code<｜DSML｜tool_calls></')

@@ -166,6 +166,18 @@ def test_a_key_closed_with_no_value_after_it_is_no_lost_text() -> None:
     assert found == []
 
 
+def test_a_message_opener_between_messages_is_no_lost_text() -> None:
+    """gpt-oss: `<|start|>assistant` written with no `<|end|>` before it re-opens a message, markup
+    the reader reads between messages (`analysis.messages.opener`), as the separator is; the text
+    after it with no header is content. Found by the output fuzzer (a `swap` mutation, seed 20)."""
+    analysis = _llamacpp_template("openai-gpt-oss-120b.jinja")
+    found: list[tuple[str, str]] = []
+    check = fuzz.Check(fuzz.Target("gpt-oss", analysis), analysis.parser(tools=fuzz.TOOLS, thinking=True),
+                       fuzz.marker_patterns(analysis), lambda kind, detail: found.append((kind, detail)), 60.0, 1.0)
+    check.run('<|end|><|channel|>analysis<|message|><|start|>assistantAnswer: 42 — done.<|end|>', random.Random(0))
+    assert found == []
+
+
 def test_a_seed_and_a_count_repeat_the_same_outputs_and_findings_whatever_the_hash_seed(tmp_path: Path) -> None:
     """Two runs with one `--seed` and `--count` check the same outputs (the digest the summary
     prints) and find the same, each under another Python hash seed: the markers a mutation picks
