@@ -653,9 +653,10 @@ class _Recovery:
 
 def _one_role_from(t: _Thread, start: int, calls: int, buf: str, offset: int, upto: int | None = None) -> bool:
     """Whether a living reading holds text of one role (content or reasoning) only, no call,
-    as many calls read as `calls`, its text beginning where `start` (absolute) does, whitespace
-    aside; with `upto` (absolute), in what it read before there only (what it read after, calls
-    included, aside)."""
+    as many calls read as `calls`, from where `start` (absolute) is on: its text there begins
+    there, whitespace aside, or before it (the texts it read that ended before it aside); with
+    `upto` (absolute), in what it read before there only (what it read after, calls included,
+    aside)."""
     events = t.events
     if upto is not None:
         before = 0
@@ -667,14 +668,30 @@ def _one_role_from(t: _Thread, start: int, calls: int, buf: str, offset: int, up
             return False
     elif not events or t.calls_held or t.calls_read != calls or _inside_call(t):
         return False
+    # text it read before the section (`)` before `<think>` that opens it) is none of the
+    # section's: whether it went out already, and so is no event of the reading's, depends on
+    # where chunks ended
+    events = events[_texts_before(events, start):]
+    if not events:
+        return False
     role = events[0][0]
     if role not in (ir.CONTENT, ir.REASONING) or any(e[0] != role for e in events):
         return False
     begins = events[0][2] - len(events[0][1])
-    if begins == start:
-        return True  # (where the text before the buffer was set aside, `_trim`, too)
-    low, high = sorted((begins - offset, start - offset))
-    return low >= 0 and not buf[low:high].strip()
+    if begins <= start:
+        # (where the text before the buffer was set aside, `_trim`, too; a text that began before
+        # the section reads it as text too: whether the part before went out first, and the
+        # reading's event begins at the section, depends on where chunks ended)
+        return True
+    return start - offset >= 0 and not buf[start - offset:begins - offset].strip()
+
+
+def _texts_before(events: list[tuple], start: int) -> int:
+    """How many of `events` are texts that end at or before `start` (absolute), leading the rest."""
+    count = 0
+    while count < len(events) and events[count][0] in (ir.CONTENT, ir.REASONING) and events[count][2] <= start:
+        count += 1
+    return count
 
 
 def _marker_reaching_past(marks: MarkerSet, text: str, lowest: int, pos: int) -> tuple[int, str] | None:

@@ -20,26 +20,22 @@ _DSML_BROKEN_KEY = ('<｜DSML｜tool_calls>\n<｜DSML｜invoke name="get_weather
                     '<｜DSML｜parameter name="<｜DSML｜invoke name="')
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the text-or-call choice (recovery._text_over_broken_calls, _reads_as_text, "
-    "_later_call_after_text): whether the reading of the section as reasoning text or recovery "
-    "from the broken call (which reads the later call's opener) wins depends on where the chunks "
-    "end: with a line break before the opener, the whole parse takes the call and a stream one "
-    "character at a time the text; with `a` and a line break, the other way round (split after `a`)"))
 @pytest.mark.parametrize("before", ["\n", "a\n"])
 def test_a_call_opener_inside_a_parameter_name_in_reasoning_the_prompt_opened_reads_alike(before: str) -> None:
     """DeepSeek V4 DSML, reasoning the prompt opened, text before the calls' opener, a call whose
     second parameter's name holds the next call's opener (`<｜DSML｜parameter name="<｜DSML｜invoke
     name="`): the message does not depend on where the chunks end. Found by `tools/fuzz_outputs.py`
-    (a `swap` mutation, seed 15, llama.cpp's templates); the whole parse reads the first call,
-    incomplete, and the rest as content, a stream one character at a time all of it as reasoning."""
+    (a `swap` mutation, seed 15, llama.cpp's templates): all of it is reasoning, whole and in any
+    chunks (the whole parse once read the first call, incomplete, and the rest as content, where a
+    stream one character at a time read all of it as reasoning)."""
     path = next((p for p in corpora.all_templates() if p.name == "deepseek-ai-DeepSeek-V4-Flash-0731.jinja"), None)
     if path is None:
         pytest.skip("DeepSeek-V4-Flash-0731 is not in the corpora")
     analysis = autoparser.load(str(path))
     parser = analysis.parser(tools=TOOLS, thinking=True)
     text = before + _DSML_BROKEN_KEY
-    whole_checked_by_streams(parser, text)
+    message = whole_checked_by_streams(parser, text)
+    assert message["tool_calls"] == [] and message["reasoning_content"].endswith(_DSML_BROKEN_KEY)
     assert not losses_at_every_cut(text, parser.parse, marker_patterns(analysis), analysis.tools.array)
 
 
@@ -64,23 +60,23 @@ def test_an_option_a_chunk_end_took_that_the_next_character_rules_out_leaves_the
     assert not losses_at_every_cut(text, parser.parse, marker_patterns(analysis), analysis.tools.array)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the text-or-call choice (recovery._later_call_after_text): recovery from the broken first "
-    "call, which reads the later call, wins over the content reading only where the section opens "
-    "the held text; the whole parse holds the text before it, a stream that let it out does not "
-    "(as test_hostile_outputs' bare-call expected failure)"))
 def test_a_bare_call_list_broken_in_its_first_call_after_text_reads_alike() -> None:
     """xLAM's JSON list of calls after text, a comma left out in the first call's array, a later
-    call whole: the whole parse reads all of it as content, a stream that let `Hi ` out first
-    reads the first call (incomplete) and the later one. Found by `tools/fuzz_outputs.py` (a
-    `drop` mutation, seed 17, the shared corpus)."""
+    call whole: the first call (incomplete) and the later one, whole and in any chunks (the whole
+    parse once read all of it as content, a stream that let `Hi ` out first the calls). Found by
+    `tools/fuzz_outputs.py` (a `drop` mutation, seed 17, the shared corpus). Recovery from the broken call, which reads the
+    later call, wins over a content reading whose text began before the list as over one whose
+    text begins at it: what went out before is no part of the choice."""
     path = next((p for p in corpora.all_templates() if p.name == "vllm__tool_chat_template_xlam_qwen.jinja"), None)
     if path is None:
         pytest.skip("xLAM's template is not in the corpora")
     analysis = autoparser.load(str(path))
     parser = analysis.parser(tools=TOOLS, thinking=True)
     text = 'Hi [{"name": "search", "arguments": {"items": [1.0 "two"]}}, {"name": "search", "arguments": {"query": "x"}}]'
-    whole_checked_by_streams(parser, text)
+    message = whole_checked_by_streams(parser, text)
+    assert [call["function"]["arguments"] for call in message["tool_calls"]] == ['{"items": [1.0]}', '{"query": "x"}']
+    assert message["content"].startswith("Hi ")
+    assert not losses_at_every_cut(text, parser.parse, marker_patterns(analysis), analysis.tools.array)
 
 
 @pytest.mark.xfail(strict=True, reason=(

@@ -19,7 +19,7 @@ from typing import Any
 
 import analyses
 import pytest
-from analyses import joined_deltas, without_generated_ids, without_incomplete_flags
+from analyses import joined_deltas, whole_checked_by_streams, without_generated_ids, without_incomplete_flags
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from unplaced import left_out, letters, marker_patterns, marker_texts, produced_text, structural_words
@@ -246,6 +246,25 @@ def test_stream_equals_whole_found_by_the_property(family: str, text: str, cut: 
     (reasoning-in-answer-unclosed)."""
     message = _messages_equal_after_chunking(Parser(_analysis(family)), text, [cut])
     assert message["content"] == "{" and message["reasoning_content"] is None
+
+
+@pytest.mark.parametrize("text", [
+    ")<think><|tool_call_start|>[<|tool_call_start|>[",
+    ")<think><|tool_call_start|>[<|tool_call_start|>",
+])
+def test_text_before_a_broken_call_section_does_not_decide_its_reading(text: str) -> None:
+    """LFM2 (pythonic calls), thinking left open, lenient: `)` then `<think>` and a call section
+    broken where the next call's opener begins. The whole parse held the `)`, which its reasoning
+    reading of the section had as an event, so that reading did not count as one that reads the
+    section as text; a stream that let the `)` out first read it as such and recovered from the
+    broken call. Text read before the section is no part of that choice: the message is the one
+    without the `)` (found by `test_stream_equals_whole_and_nothing_lost`)."""
+    parser = _parser("lfm2_python", thinking=None, policy="lenient")
+    message = whole_checked_by_streams(parser, text)
+    assert message["content"] == text.replace("<think>", "") and message["tool_calls"] == []
+    assert message == {**whole_checked_by_streams(parser, text[1:]), "content": message["content"]}
+    for size in range(1, 33):
+        _messages_equal_after_chunking(parser, text, list(range(size, len(text), size)))
 
 
 @pytest.mark.parametrize("family", FAMILIES)
