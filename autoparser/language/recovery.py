@@ -179,7 +179,12 @@ class _Recovery:
         if dead is None or dead[1] != self.emitted:
             return False
         t = dead[0]
-        return (_key_line_cut(t, self.buf, self.offset[0]) and _calls_begun(t) > _calls_begun(best)
+        return self._cut_in_key_at_end(t) and _calls_begun(t) > _calls_begun(best)
+
+    def _cut_in_key_at_end(self, t: _Thread) -> bool:
+        """Whether failed reading `t` broke in the key of an argument on a line of its own
+        (`_key_line_cut`) with nothing after it but the end of turn: the output was cut off there."""
+        return (_key_line_cut(t, self.buf, self.offset[0])
                 and self._only_end_of_turn_from(_reach(t, self.buf), begun=True))
 
     def _shared_with_dead(self, events: list[tuple], agreed: int) -> int:
@@ -340,8 +345,7 @@ class _Recovery:
         best.start_call(waited=True)  # a call that awaited its id has none
         unopened = bool(best.events) and best.events[-1][0] == OPENS  # a call with no argument text yet
         # a call cut off in its first argument's key, on a line its call cannot end before: cut off, not text
-        key_cut = self.finished and _key_line_cut(best, self.buf, self.offset[0]) and \
-            self._only_end_of_turn_from(_reach(best, self.buf), begun=True)
+        key_cut = self.finished and self._cut_in_key_at_end(best)
         if best.call.started and not best.call.confirmed and not (self.finished and best.call.done) and not key_cut:
             # a call whose arguments did not start well is text (its events were held back)
             at = _last_call(best.events, len(best.events))
